@@ -210,8 +210,16 @@ mod tests {
         let a = lengths(&data, ChunkerParams::default(), 0);
         let b = lengths(&edited, ChunkerParams::default(), 0);
         let common_prefix = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
-        let common_suffix = a.iter().rev().zip(b.iter().rev()).take_while(|(x, y)| x == y).count();
-        assert!(a.len() - common_prefix - common_suffix <= 3, "{a:?} vs {b:?}");
+        let common_suffix = a
+            .iter()
+            .rev()
+            .zip(b.iter().rev())
+            .take_while(|(x, y)| x == y)
+            .count();
+        assert!(
+            a.len() - common_prefix - common_suffix <= 3,
+            "{a:?} vs {b:?}"
+        );
     }
 
     /// A reader that returns at most `step` bytes per call.

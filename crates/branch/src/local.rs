@@ -1,0 +1,264 @@
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::{BlobKey, Branch, BranchError, Result};
+
+/// Blobs as files under a directory. A blob is written to `.partial/`, synced,
+/// renamed into place and its directory synced, so a crash leaves either the
+/// whole blob or a leftover in `.partial/`, which [`LocalDir::open`] discards.
+pub struct LocalDir {
+    name: String,
+    root: PathBuf,
+    seq: AtomicU64,
+    /// Open read handles: re-opening a container file for every region read
+    /// would cost a path walk each time.
+    handles: Mutex<HashMap<BlobKey, Arc<File>>>,
+}
+
+const PARTIAL: &str = ".partial";
+const MAX_HANDLES: usize = 512;
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> BranchError + 'a {
+    move |source| BranchError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl LocalDir {
+    /// Opens (creating if needed) the branch rooted at `root`, discarding any
+    /// blob a crash left half-written. Returns the branch and how many partial
+    /// blobs were discarded.
+    pub fn open(name: impl Into<String>, root: impl Into<PathBuf>) -> Result<(Self, usize)> {
+        let root = root.into();
+        let partial = root.join(PARTIAL);
+        fs::create_dir_all(&partial).map_err(io_err("create directory", &partial))?;
+        let mut discarded = 0;
+        for entry in fs::read_dir(&partial).map_err(io_err("list", &partial))? {
+            let path = entry.map_err(io_err("list", &partial))?.path();
+            fs::remove_file(&path).map_err(io_err("remove partial blob", &path))?;
+            discarded += 1;
+        }
+        let branch = LocalDir {
+            name: name.into(),
+            root,
+            seq: AtomicU64::new(0),
+            handles: Mutex::new(HashMap::new()),
+        };
+        Ok((branch, discarded))
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn path(&self, key: &BlobKey) -> PathBuf {
+        self.root.join(key.as_str())
+    }
+
+    fn handle(&self, key: &BlobKey) -> Result<Arc<File>> {
+        if let Some(f) = self.handles.lock().unwrap().get(key) {
+            return Ok(f.clone());
+        }
+        let path = self.path(key);
+        let file = File::open(&path).map_err(|e| self.not_found_or(key, "open", &path, e))?;
+        let file = Arc::new(file);
+        let mut handles = self.handles.lock().unwrap();
+        if handles.len() >= MAX_HANDLES {
+            handles.clear();
+        }
+        handles.insert(key.clone(), file.clone());
+        Ok(file)
+    }
+
+    fn not_found_or(
+        &self,
+        key: &BlobKey,
+        op: &'static str,
+        path: &Path,
+        e: io::Error,
+    ) -> BranchError {
+        if e.kind() == io::ErrorKind::NotFound {
+            BranchError::NotFound {
+                branch: self.name.clone(),
+                key: key.clone(),
+            }
+        } else {
+            io_err(op, path)(e)
+        }
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err("sync directory", dir))
+}
+
+impl Branch for LocalDir {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn put(&self, key: &BlobKey, data: &[u8]) -> Result<()> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let tmp = self.root.join(PARTIAL).join(format!(
+            "{}-{}-{seq}",
+            key.as_str().replace('/', "_"),
+            std::process::id()
+        ));
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(io_err("create", &tmp))?;
+        f.write_all(data).map_err(io_err("write", &tmp))?;
+        f.sync_data().map_err(io_err("sync", &tmp))?;
+        drop(f);
+        let dest = self.path(key);
+        let dir = dest.parent().expect("a blob path has a parent");
+        if !dir.exists() {
+            fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+            sync_dir(dir.parent().unwrap_or(&self.root))?;
+        }
+        fs::rename(&tmp, &dest).map_err(io_err("rename into place", &dest))?;
+        sync_dir(dir)
+    }
+
+    fn get(&self, key: &BlobKey) -> Result<Vec<u8>> {
+        let path = self.path(key);
+        fs::read(&path).map_err(|e| self.not_found_or(key, "read", &path, e))
+    }
+
+    fn read_range(&self, key: &BlobKey, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let file = self.handle(key)?;
+        let mut buf = vec![0u8; len];
+        let mut done = 0;
+        while done < len {
+            match file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => {
+                    return Err(BranchError::Truncated {
+                        branch: self.name.clone(),
+                        key: key.clone(),
+                        offset,
+                        wanted: len,
+                        size: self.size(key)?,
+                    })
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_err("read", &self.path(key))(e)),
+            }
+        }
+        Ok(buf)
+    }
+
+    fn size(&self, key: &BlobKey) -> Result<u64> {
+        let path = self.path(key);
+        fs::metadata(&path)
+            .map(|m| m.len())
+            .map_err(|e| self.not_found_or(key, "stat", &path, e))
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<BlobKey>> {
+        let mut out = Vec::new();
+        let mut stack = vec![self.root.clone()];
+        while let Some(dir) = stack.pop() {
+            for entry in fs::read_dir(&dir).map_err(io_err("list", &dir))? {
+                let entry = entry.map_err(io_err("list", &dir))?;
+                let path = entry.path();
+                let rel = path.strip_prefix(&self.root).expect("under root");
+                let Some(rel) = rel.to_str() else { continue };
+                if rel.starts_with('.') {
+                    continue;
+                }
+                let is_dir = entry.file_type().map_err(io_err("stat", &path))?.is_dir();
+                if is_dir {
+                    if prefix.starts_with(rel) || rel.starts_with(prefix) || prefix.is_empty() {
+                        stack.push(path);
+                    }
+                } else if rel.starts_with(prefix) {
+                    if let Ok(key) = BlobKey::new(rel) {
+                        out.push(key);
+                    }
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn delete(&self, key: &BlobKey) -> Result<()> {
+        self.handles.lock().unwrap().remove(key);
+        let path = self.path(key);
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err("remove", &path)(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(s: &str) -> BlobKey {
+        BlobKey::new(s).unwrap()
+    }
+
+    #[test]
+    fn put_get_range_list_delete() {
+        let dir = tempfile::tempdir().unwrap();
+        let (b, _) = LocalDir::open("local", dir.path()).unwrap();
+        b.put(&key("c/01/a"), b"hello world").unwrap();
+        b.put(&key("c/02/b"), b"xyz").unwrap();
+        b.put(&key("other"), b"1").unwrap();
+        assert_eq!(b.get(&key("c/01/a")).unwrap(), b"hello world");
+        assert_eq!(b.read_range(&key("c/01/a"), 6, 5).unwrap(), b"world");
+        assert_eq!(b.size(&key("c/02/b")).unwrap(), 3);
+        assert_eq!(b.list("c/").unwrap(), vec![key("c/01/a"), key("c/02/b")]);
+        assert_eq!(b.list("").unwrap().len(), 3);
+        b.delete(&key("c/01/a")).unwrap();
+        b.delete(&key("c/01/a")).unwrap();
+        assert!(matches!(
+            b.get(&key("c/01/a")),
+            Err(BranchError::NotFound { .. })
+        ));
+        assert!(matches!(
+            b.read_range(&key("c/01/a"), 0, 1),
+            Err(BranchError::NotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn short_read_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let (b, _) = LocalDir::open("local", dir.path()).unwrap();
+        b.put(&key("x"), b"0123456789").unwrap();
+        let err = b.read_range(&key("x"), 8, 4).unwrap_err();
+        assert!(
+            matches!(err, BranchError::Truncated { size: 10, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("truncated"));
+    }
+
+    #[test]
+    fn partial_blobs_are_discarded_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let (b, _) = LocalDir::open("local", dir.path()).unwrap();
+        b.put(&key("kept"), b"whole").unwrap();
+        fs::write(dir.path().join(PARTIAL).join("kept2-1-0"), b"half").unwrap();
+        drop(b);
+        let (b, discarded) = LocalDir::open("local", dir.path()).unwrap();
+        assert_eq!(discarded, 1);
+        assert_eq!(b.list("").unwrap(), vec![key("kept")]);
+    }
+}
