@@ -1,0 +1,271 @@
+//! The persistent fingerprint index, container table and roots, in redb.
+//!
+//! Tables:
+//! - `chunks`: chunk id -> [`ChunkLocation`] (28 bytes).
+//! - `containers`: container id -> (stored bytes, raw bytes, chunk count).
+//! - `roots`: label -> chunk id.
+//! - `meta`: counters (the container-id high-water mark).
+//!
+//! Everything here can be rebuilt from the containers, except roots, which
+//! are the entry points users named.
+
+use std::path::Path;
+use std::sync::RwLock;
+
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::compact::CompactIndex;
+use crate::container::{ChunkLocation, Sealed};
+use crate::id::{ChunkId, ContainerId};
+use crate::{CasError, Result};
+
+const CHUNKS: TableDefinition<[u8; 32], [u8; 28]> = TableDefinition::new("chunks");
+const CONTAINERS: TableDefinition<u64, [u8; 20]> = TableDefinition::new("containers");
+const ROOTS: TableDefinition<&str, [u8; 32]> = TableDefinition::new("roots");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const CONTAINER_HWM: &str = "container_hwm";
+
+/// Per-container accounting kept beside the index.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ContainerInfo {
+    pub stored_bytes: u64,
+    pub raw_bytes: u64,
+    pub chunks: u32,
+}
+
+impl ContainerInfo {
+    fn encode(&self) -> [u8; 20] {
+        let mut b = [0u8; 20];
+        b[..8].copy_from_slice(&self.stored_bytes.to_le_bytes());
+        b[8..16].copy_from_slice(&self.raw_bytes.to_le_bytes());
+        b[16..].copy_from_slice(&self.chunks.to_le_bytes());
+        b
+    }
+    fn decode(b: &[u8; 20]) -> Self {
+        ContainerInfo {
+            stored_bytes: u64::from_le_bytes(b[..8].try_into().unwrap()),
+            raw_bytes: u64::from_le_bytes(b[8..16].try_into().unwrap()),
+            chunks: u32::from_le_bytes(b[16..].try_into().unwrap()),
+        }
+    }
+}
+
+pub struct Index {
+    db: Database,
+    compact: RwLock<CompactIndex>,
+}
+
+macro_rules! redb_errors {
+    ($($t:ty),*) => {$(
+        impl From<$t> for CasError {
+            fn from(e: $t) -> Self {
+                CasError::Index(redb::Error::from(e))
+            }
+        }
+    )*};
+}
+redb_errors!(
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);
+
+impl Index {
+    pub fn open(path: &Path) -> Result<Self> {
+        let db = match Database::create(path) {
+            Ok(db) => db,
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                return Err(CasError::Busy(path.to_path_buf()))
+            }
+            Err(e) => {
+                return Err(CasError::IndexOpen {
+                    path: path.to_path_buf(),
+                    source: e.into(),
+                })
+            }
+        };
+        let tx = db.begin_write()?;
+        {
+            tx.open_table(CHUNKS)?;
+            tx.open_table(CONTAINERS)?;
+            tx.open_table(ROOTS)?;
+            tx.open_table(META)?;
+        }
+        tx.commit()?;
+        let index = Index {
+            db,
+            compact: RwLock::new(CompactIndex::default()),
+        };
+        index.reload_compact()?;
+        Ok(index)
+    }
+
+    fn reload_compact(&self) -> Result<()> {
+        let mut compact = CompactIndex::default();
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(CHUNKS)?;
+        for entry in table.iter()? {
+            let (k, _) = entry?;
+            compact.insert(ChunkId::from_bytes(k.value()).short());
+        }
+        *self.compact.write().unwrap() = compact;
+        Ok(())
+    }
+
+    /// The location of a stored chunk, asking the compact index first so that
+    /// a new chunk costs no disk access.
+    pub fn lookup(&self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
+        if !self.compact.read().unwrap().may_contain(id.short()) {
+            return Ok(None);
+        }
+        self.lookup_persistent(id)
+    }
+
+    fn lookup_persistent(&self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(CHUNKS)?;
+        Ok(table
+            .get(id.as_bytes())?
+            .map(|v| ChunkLocation::decode(&v.value())))
+    }
+
+    /// Records durable containers: their chunks (a chunk already indexed keeps
+    /// its first location) and their accounting, in one durable transaction.
+    pub fn commit_containers(&self, sealed: &[&Sealed]) -> Result<()> {
+        let mut tx = self.db.begin_write()?;
+        tx.set_durability(Durability::Immediate)
+            .expect("no persistent savepoints are used");
+        let mut added = Vec::new();
+        {
+            let mut chunks = tx.open_table(CHUNKS)?;
+            let mut containers = tx.open_table(CONTAINERS)?;
+            for s in sealed {
+                for (id, loc) in &s.entries {
+                    if chunks.get(id.as_bytes())?.is_none() {
+                        chunks.insert(id.as_bytes(), loc.encode())?;
+                        added.push(id.short());
+                    }
+                }
+                let info = ContainerInfo {
+                    stored_bytes: s.bytes.len() as u64,
+                    raw_bytes: s.raw_bytes,
+                    chunks: s.entries.len() as u32,
+                };
+                containers.insert(s.id.0, info.encode())?;
+            }
+        }
+        tx.commit()?;
+        let mut compact = self.compact.write().unwrap();
+        for fp in added {
+            compact.insert(fp);
+        }
+        Ok(())
+    }
+
+    /// Replaces the chunk and container tables with `entries` and `infos` in
+    /// one transaction: a crash midway leaves the old index in place.
+    pub fn replace_all(
+        &self,
+        entries: impl IntoIterator<Item = (ChunkId, ChunkLocation)>,
+        infos: &[(ContainerId, ContainerInfo)],
+    ) -> Result<()> {
+        let tx = self.db.begin_write()?;
+        tx.delete_table(CHUNKS)?;
+        tx.delete_table(CONTAINERS)?;
+        {
+            let mut chunks = tx.open_table(CHUNKS)?;
+            for (id, loc) in entries {
+                if chunks.get(id.as_bytes())?.is_none() {
+                    chunks.insert(id.as_bytes(), loc.encode())?;
+                }
+            }
+            let mut containers = tx.open_table(CONTAINERS)?;
+            for (id, info) in infos {
+                containers.insert(id.0, info.encode())?;
+            }
+        }
+        tx.commit()?;
+        self.reload_compact()
+    }
+
+    /// Reserves container ids below a new high-water mark, durably, so an id
+    /// is never handed out twice even across crashes. Returns the first id.
+    pub fn reserve_container_ids(&self, count: u64) -> Result<u64> {
+        let tx = self.db.begin_write()?;
+        let first;
+        {
+            let mut meta = tx.open_table(META)?;
+            first = meta.get(CONTAINER_HWM)?.map(|v| v.value()).unwrap_or(0);
+            meta.insert(CONTAINER_HWM, first + count)?;
+        }
+        tx.commit()?;
+        Ok(first)
+    }
+
+    /// Every index entry, in id order.
+    pub fn for_each_chunk(&self, mut f: impl FnMut(ChunkId, ChunkLocation)) -> Result<()> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(CHUNKS)?;
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            f(
+                ChunkId::from_bytes(k.value()),
+                ChunkLocation::decode(&v.value()),
+            );
+        }
+        Ok(())
+    }
+
+    pub fn containers(&self) -> Result<Vec<(ContainerId, ContainerInfo)>> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(CONTAINERS)?;
+        let mut out = Vec::new();
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            out.push((ContainerId(k.value()), ContainerInfo::decode(&v.value())));
+        }
+        Ok(out)
+    }
+
+    pub fn chunk_count(&self) -> Result<u64> {
+        let tx = self.db.begin_read()?;
+        Ok(redb::ReadableTableMetadata::len(&tx.open_table(CHUNKS)?)?)
+    }
+
+    pub fn compact_ram_bytes(&self) -> (usize, f64) {
+        let c = self.compact.read().unwrap();
+        (c.ram_bytes(), c.bytes_per_chunk())
+    }
+
+    pub fn put_root(&self, label: &str, id: &ChunkId) -> Result<()> {
+        let tx = self.db.begin_write()?;
+        tx.open_table(ROOTS)?.insert(label, id.as_bytes())?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn get_root(&self, label: &str) -> Result<Option<ChunkId>> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(ROOTS)?;
+        Ok(table.get(label)?.map(|v| ChunkId::from_bytes(v.value())))
+    }
+
+    pub fn delete_root(&self, label: &str) -> Result<bool> {
+        let tx = self.db.begin_write()?;
+        let existed = tx.open_table(ROOTS)?.remove(label)?.is_some();
+        tx.commit()?;
+        Ok(existed)
+    }
+
+    pub fn list_roots(&self) -> Result<Vec<(String, ChunkId)>> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(ROOTS)?;
+        let mut out = Vec::new();
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            out.push((k.value().to_string(), ChunkId::from_bytes(v.value())));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,92 @@
+//! The content-addressed chunk store.
+//!
+//! **Owns:** chunk ids (keyed BLAKE3-256), containers (append-only in memory,
+//! a few MiB, made of zstd/lz4/raw compression regions, sealed by a
+//! checksummed footer), the fingerprint index (redb, plus a compact in-RAM set
+//! of 4-byte short fingerprints), named retention roots, the write pipeline
+//! (parallel hashing and compression under a memory budget, one open
+//! container per stream) and integrity checking and index rebuild.
+//!
+//! **Never:** knows a path or a file name, or how chunks form a file (that is
+//! `recipe`'s and `fs`'s business); touches storage except through a
+//! [`branch::Branch`].
+//!
+//! **Invariants:**
+//! 1. A chunk's id is the keyed BLAKE3 of its plaintext; every read verifies
+//!    it, and a mismatch is an error naming container and chunk.
+//! 2. A container is durable on its branch before any index entry points at
+//!    it; [`StreamWriter::flush`] returns only when every chunk the stream
+//!    wrote or deduplicated against is durable and indexed.
+//! 3. The index can be rebuilt from the containers alone
+//!    ([`Store::rebuild_index`]); the roots are the only state that cannot.
+//! 4. A chunk that is already stored is not stored again by the same stream,
+//!    nor by another stream once it is sealed. (Two streams that write the
+//!    same new chunk at the same moment, before either seals its container,
+//!    may both store it; the index keeps the first copy.)
+//!
+//! The container format and the compact index are written by hand because
+//! they are what makes cairn cairn (DDFS's container and short-fingerprint
+//! designs); hashing, compression, the persistent B-tree and thread pools are
+//! well-kept crates.
+
+mod budget;
+mod check;
+mod compact;
+pub mod container;
+mod id;
+mod index;
+pub mod region;
+mod store;
+mod writer;
+
+use std::path::PathBuf;
+
+pub use budget::{Budget, Permit};
+pub use check::{CheckProgress, CheckReport, Problem, RebuildReport};
+pub use container::{ChunkLocation, ContainerError};
+pub use id::{ChunkId, ContainerId, RepoKey, ShortFp};
+pub use index::ContainerInfo;
+pub use region::{Compression, RegionError};
+pub use store::{Store, StoreSettings, StoreStats};
+pub use writer::{StreamWriter, WriteStats};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CasError {
+    #[error("chunk {0} is not in the store")]
+    UnknownChunk(ChunkId),
+    #[error("chunk {id} in container {container} is corrupt: {reason}")]
+    CorruptChunk {
+        id: ChunkId,
+        container: ContainerId,
+        reason: String,
+    },
+    #[error("container {container} is corrupt: {source}")]
+    CorruptContainer {
+        container: ContainerId,
+        #[source]
+        source: ContainerError,
+    },
+    #[error("container {container} failed to be written: {reason}")]
+    WriteFailed {
+        container: ContainerId,
+        reason: String,
+    },
+    #[error(transparent)]
+    Branch(#[from] branch::BranchError),
+    #[error("the fingerprint index at {} cannot be opened: {source}", path.display())]
+    IndexOpen {
+        path: PathBuf,
+        #[source]
+        source: redb::Error,
+    },
+    #[error("fingerprint index: {0}")]
+    Index(#[from] redb::Error),
+    #[error("the store at {} is in use by another cairn process", .0.display())]
+    Busy(PathBuf),
+    #[error("invalid root label {0:?}: use 1-255 bytes without control characters")]
+    BadLabel(String),
+    #[error("no root named {0:?}")]
+    NoSuchRoot(String),
+}
+
+pub type Result<T, E = CasError> = std::result::Result<T, E>;

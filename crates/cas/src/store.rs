@@ -1,0 +1,386 @@
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use branch::Branch;
+use bytes::Bytes;
+use crossbeam_channel::{Receiver, Sender};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::budget::{Budget, Permit};
+use crate::container::{ChunkLocation, Sealed};
+use crate::id::{ChunkId, ContainerId, RepoKey};
+use crate::index::Index;
+use crate::region::{self, Compression};
+use crate::writer::StreamWriter;
+use crate::{CasError, Result};
+
+/// How a store lays out and compresses data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreSettings {
+    pub compression: Compression,
+    /// Target container size; a container is sealed before it grows past it.
+    pub container_size: usize,
+    /// Raw bytes of consecutive new chunks compressed together.
+    pub region_size: usize,
+    /// Bytes of data that may be in flight (being compressed, in open or
+    /// sealed-but-not-durable containers) across all writers.
+    pub memory_budget: usize,
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        StoreSettings {
+            compression: Compression::default(),
+            container_size: 4 << 20,
+            region_size: 128 << 10,
+            memory_budget: 256 << 20,
+        }
+    }
+}
+
+/// Counters describing what a store holds.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoreStats {
+    pub chunks: u64,
+    pub containers: u64,
+    /// Bytes of containers on the branch.
+    pub stored_bytes: u64,
+    /// Uncompressed bytes of the containers' chunks.
+    pub unique_bytes: u64,
+    pub index_ram_bytes: u64,
+    pub index_ram_bytes_per_chunk: f64,
+}
+
+/// Chunks in sealed containers that are not yet durable and indexed.
+#[derive(Default)]
+pub(crate) struct Inflight {
+    pub pending: HashMap<ChunkId, ContainerId>,
+    pub containers: HashSet<ContainerId>,
+    pub failed: HashMap<ContainerId, String>,
+}
+
+pub(crate) struct Shared {
+    pub branch: Arc<dyn Branch>,
+    pub key: RepoKey,
+    pub settings: StoreSettings,
+    pub index: Index,
+    pub budget: Budget,
+    pub inflight: Mutex<Inflight>,
+    pub inflight_cv: Condvar,
+    ids: Mutex<(u64, u64)>,
+}
+
+pub(crate) struct IoJob {
+    pub sealed: Sealed,
+    pub _permit: Permit,
+}
+
+/// The background thread that makes sealed containers durable and then
+/// indexes them, several per index transaction when they queue up.
+pub(crate) struct Io {
+    tx: Option<Sender<IoJob>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Io {
+    pub fn send(&self, job: IoJob) {
+        self.tx
+            .as_ref()
+            .expect("io channel lives as long as the store")
+            .send(job)
+            .expect("io thread outlives its senders");
+    }
+}
+
+impl Drop for Io {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+const IDS_PER_RESERVATION: u64 = 256;
+const MAX_CONTAINERS_PER_COMMIT: usize = 16;
+
+/// A content-addressed chunk store over one branch. Cheap to clone; all
+/// clones share one index, budget and I/O thread.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) io: Arc<Io>,
+}
+
+impl Store {
+    /// Opens the store whose containers live on `branch` and whose index is
+    /// the redb file at `index_path` (created if missing).
+    pub fn open(
+        branch: Arc<dyn Branch>,
+        index_path: &Path,
+        key: RepoKey,
+        settings: StoreSettings,
+    ) -> Result<Store> {
+        let index = Index::open(index_path)?;
+        let shared = Arc::new(Shared {
+            branch,
+            key,
+            settings,
+            index,
+            budget: Budget::new(settings.memory_budget),
+            inflight: Mutex::new(Inflight::default()),
+            inflight_cv: Condvar::new(),
+            ids: Mutex::new((0, 0)),
+        });
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let io_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("cas-io".into())
+            .spawn(move || io_loop(&io_shared, rx))
+            .expect("spawn the container writer thread");
+        Ok(Store {
+            shared,
+            io: Arc::new(Io {
+                tx: Some(tx),
+                thread: Some(thread),
+            }),
+        })
+    }
+
+    pub fn key(&self) -> &RepoKey {
+        &self.shared.key
+    }
+
+    pub fn settings(&self) -> &StoreSettings {
+        &self.shared.settings
+    }
+
+    /// The memory budget writers share; callers that buffer data for the
+    /// store (a chunking pipeline) take their permits from it too.
+    pub fn budget(&self) -> &Budget {
+        &self.shared.budget
+    }
+
+    /// A new write stream with its own open container, so the chunks of one
+    /// stream stay together on disk.
+    pub fn stream(&self) -> StreamWriter {
+        StreamWriter::new(self.clone())
+    }
+
+    pub(crate) fn allocate_container(&self) -> Result<ContainerId> {
+        let mut ids = self.shared.ids.lock().unwrap();
+        if ids.0 == ids.1 {
+            let first = self
+                .shared
+                .index
+                .reserve_container_ids(IDS_PER_RESERVATION)?;
+            *ids = (first, first + IDS_PER_RESERVATION);
+        }
+        let id = ids.0;
+        ids.0 += 1;
+        Ok(ContainerId(id))
+    }
+
+    /// Where a chunk is, waiting if its container is still being written.
+    pub fn locate(&self, id: &ChunkId) -> Result<ChunkLocation> {
+        {
+            let mut inflight = self.shared.inflight.lock().unwrap();
+            while inflight.pending.contains_key(id) {
+                inflight = self.shared.inflight_cv.wait(inflight).unwrap();
+            }
+        }
+        self.shared
+            .index
+            .lookup(id)?
+            .ok_or(CasError::UnknownChunk(*id))
+    }
+
+    /// Whether the store holds the chunk (durably, or about to).
+    pub fn contains(&self, id: &ChunkId) -> Result<bool> {
+        match self.locate(id) {
+            Ok(_) => Ok(true),
+            Err(CasError::UnknownChunk(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(crate) fn read_region(&self, loc: &ChunkLocation) -> Result<Bytes> {
+        let key = loc.container.blob_key();
+        let stored =
+            self.shared
+                .branch
+                .read_range(&key, loc.region_offset, loc.region_len as usize)?;
+        region::decode(&stored)
+            .map(Bytes::from)
+            .map_err(|e| CasError::CorruptChunk {
+                id: ChunkId::from_bytes([0; 32]),
+                container: loc.container,
+                reason: format!("region at offset {}: {e}", loc.region_offset),
+            })
+    }
+
+    /// Cuts a chunk out of its decoded region and verifies its id.
+    pub(crate) fn verify(
+        &self,
+        id: &ChunkId,
+        loc: &ChunkLocation,
+        region: &Bytes,
+    ) -> Result<Bytes> {
+        let corrupt = |reason: String| CasError::CorruptChunk {
+            id: *id,
+            container: loc.container,
+            reason,
+        };
+        let start = loc.offset_in_region as usize;
+        let end = start + loc.len as usize;
+        if end > region.len() {
+            return Err(corrupt(format!(
+                "bytes {start}..{end} lie outside its {}-byte region",
+                region.len()
+            )));
+        }
+        let data = region.slice(start..end);
+        if self.shared.key.chunk_id(&data) != *id {
+            return Err(corrupt("content does not match its id".into()));
+        }
+        Ok(data)
+    }
+
+    /// Reads and verifies one chunk.
+    pub fn read_chunk(&self, id: &ChunkId) -> Result<Bytes> {
+        let loc = self.locate(id)?;
+        let region = self.read_region(&loc).map_err(|e| name_chunk(e, id))?;
+        self.verify(id, &loc, &region)
+    }
+
+    /// Reads and verifies many chunks, in order, using every core: each
+    /// distinct region is read and decompressed once.
+    pub fn read_chunks(&self, ids: &[ChunkId]) -> Result<Vec<Bytes>> {
+        let locs = ids
+            .iter()
+            .map(|id| self.locate(id))
+            .collect::<Result<Vec<_>>>()?;
+        let mut region_of = Vec::with_capacity(ids.len());
+        let mut regions: Vec<usize> = Vec::new();
+        let mut seen: HashMap<(ContainerId, u64), usize> = HashMap::new();
+        for (i, loc) in locs.iter().enumerate() {
+            let slot = *seen
+                .entry((loc.container, loc.region_offset))
+                .or_insert_with(|| {
+                    regions.push(i);
+                    regions.len() - 1
+                });
+            region_of.push(slot);
+        }
+        let decoded = regions
+            .par_iter()
+            .map(|&i| {
+                self.read_region(&locs[i])
+                    .map_err(|e| name_chunk(e, &ids[i]))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        ids.par_iter()
+            .zip(locs.par_iter())
+            .zip(region_of.par_iter())
+            .map(|((id, loc), &slot)| self.verify(id, loc, &decoded[slot]))
+            .collect()
+    }
+
+    pub fn put_root(&self, label: &str, id: &ChunkId) -> Result<()> {
+        check_label(label)?;
+        self.locate(id)?;
+        self.shared.index.put_root(label, id)
+    }
+
+    pub fn get_root(&self, label: &str) -> Result<ChunkId> {
+        self.shared
+            .index
+            .get_root(label)?
+            .ok_or_else(|| CasError::NoSuchRoot(label.to_string()))
+    }
+
+    pub fn delete_root(&self, label: &str) -> Result<()> {
+        if self.shared.index.delete_root(label)? {
+            Ok(())
+        } else {
+            Err(CasError::NoSuchRoot(label.to_string()))
+        }
+    }
+
+    pub fn list_roots(&self) -> Result<Vec<(String, ChunkId)>> {
+        self.shared.index.list_roots()
+    }
+
+    pub fn stats(&self) -> Result<StoreStats> {
+        let containers = self.shared.index.containers()?;
+        let (ram, per_chunk) = self.shared.index.compact_ram_bytes();
+        Ok(StoreStats {
+            chunks: self.shared.index.chunk_count()?,
+            containers: containers.len() as u64,
+            stored_bytes: containers.iter().map(|(_, i)| i.stored_bytes).sum(),
+            unique_bytes: containers.iter().map(|(_, i)| i.raw_bytes).sum(),
+            index_ram_bytes: ram as u64,
+            index_ram_bytes_per_chunk: per_chunk,
+        })
+    }
+}
+
+/// A region-level error names no chunk; name the one being read.
+fn name_chunk(e: CasError, id: &ChunkId) -> CasError {
+    match e {
+        CasError::CorruptChunk {
+            container, reason, ..
+        } => CasError::CorruptChunk {
+            id: *id,
+            container,
+            reason,
+        },
+        other => other,
+    }
+}
+
+fn check_label(label: &str) -> Result<()> {
+    if label.is_empty() || label.len() > 255 || label.chars().any(char::is_control) {
+        return Err(CasError::BadLabel(label.to_string()));
+    }
+    Ok(())
+}
+
+fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
+    while let Ok(first) = rx.recv() {
+        let mut jobs = vec![first];
+        while jobs.len() < MAX_CONTAINERS_PER_COMMIT {
+            match rx.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
+            }
+        }
+        let mut failed: Vec<(ContainerId, String)> = Vec::new();
+        let mut written: Vec<&Sealed> = Vec::new();
+        for job in &jobs {
+            let s = &job.sealed;
+            match shared.branch.put(&s.id.blob_key(), &s.bytes) {
+                Ok(()) => written.push(s),
+                Err(e) => failed.push((s.id, e.to_string())),
+            }
+        }
+        if let Err(e) = shared.index.commit_containers(&written) {
+            failed.extend(written.iter().map(|s| (s.id, format!("indexing: {e}"))));
+        }
+        let mut inflight = shared.inflight.lock().unwrap();
+        for job in &jobs {
+            for (id, _) in &job.sealed.entries {
+                if inflight.pending.get(id) == Some(&job.sealed.id) {
+                    inflight.pending.remove(id);
+                }
+            }
+            inflight.containers.remove(&job.sealed.id);
+        }
+        inflight.failed.extend(failed);
+        drop(inflight);
+        shared.inflight_cv.notify_all();
+    }
+}

@@ -1,0 +1,197 @@
+use std::collections::HashSet;
+
+use bytes::Bytes;
+use rayon::prelude::*;
+
+use crate::budget::Permit;
+use crate::container::ContainerBuilder;
+use crate::id::{ChunkId, ContainerId};
+use crate::region;
+use crate::store::{IoJob, Store};
+use crate::{CasError, Result};
+
+/// What a stream has written so far.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteStats {
+    pub chunks: u64,
+    pub bytes: u64,
+    pub new_chunks: u64,
+    pub new_bytes: u64,
+    /// Bytes of regions appended to containers (after compression).
+    pub stored_bytes: u64,
+}
+
+/// One write stream: chunks go into this stream's own open container, so a
+/// file's chunks stay together. Not shareable between threads; open one
+/// stream per writer.
+pub struct StreamWriter {
+    store: Store,
+    open: Option<(ContainerBuilder, Permit)>,
+    /// Chunks decided new by this stream and not yet in a sealed container.
+    open_ids: HashSet<ChunkId>,
+    /// Sealed containers this stream wrote or deduplicated against that must
+    /// be durable before a flush returns.
+    depends: HashSet<ContainerId>,
+    stats: WriteStats,
+}
+
+impl StreamWriter {
+    pub(crate) fn new(store: Store) -> Self {
+        StreamWriter {
+            store,
+            open: None,
+            open_ids: HashSet::new(),
+            depends: HashSet::new(),
+            stats: WriteStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> WriteStats {
+        self.stats
+    }
+
+    pub fn write_chunk(&mut self, data: Bytes) -> Result<ChunkId> {
+        Ok(self.write_batch(std::slice::from_ref(&data))?[0])
+    }
+
+    /// Stores consecutive chunks and returns their ids, in order. Hashing and
+    /// compression run on every core; chunks already stored are skipped.
+    pub fn write_batch(&mut self, chunks: &[Bytes]) -> Result<Vec<ChunkId>> {
+        let key = &self.store.shared.key;
+        let ids: Vec<ChunkId> = chunks.par_iter().map(|c| key.chunk_id(c)).collect();
+        let mut fresh = Vec::new();
+        for (i, id) in ids.iter().enumerate() {
+            self.stats.chunks += 1;
+            self.stats.bytes += chunks[i].len() as u64;
+            if self.is_stored(id)? {
+                continue;
+            }
+            self.open_ids.insert(*id);
+            self.stats.new_chunks += 1;
+            self.stats.new_bytes += chunks[i].len() as u64;
+            fresh.push(i);
+        }
+        let regions = self.group_regions(chunks, &fresh);
+        let compression = self.store.shared.settings.compression;
+        let stored: Vec<Vec<u8>> = regions
+            .par_iter()
+            .map(|members| {
+                let raw: Vec<u8> = members
+                    .iter()
+                    .flat_map(|&i| chunks[i].iter().copied())
+                    .collect();
+                region::encode(&raw, compression)
+            })
+            .collect();
+        for (members, bytes) in regions.iter().zip(stored) {
+            let mut offset = 0u32;
+            let meta: Vec<(ChunkId, u32, u32)> = members
+                .iter()
+                .map(|&i| {
+                    let len = chunks[i].len() as u32;
+                    offset += len;
+                    (ids[i], offset - len, len)
+                })
+                .collect();
+            self.append_region(&bytes, &meta)?;
+        }
+        Ok(ids)
+    }
+
+    /// Whether a chunk is already stored or on its way, recording which
+    /// in-flight container the stream now depends on.
+    fn is_stored(&mut self, id: &ChunkId) -> Result<bool> {
+        if self.open_ids.contains(id) {
+            return Ok(true);
+        }
+        // Pending before the index: the I/O thread indexes a chunk before it
+        // leaves `pending`, so this order never misses one in between.
+        if let Some(c) = self.store.shared.inflight.lock().unwrap().pending.get(id) {
+            self.depends.insert(*c);
+            return Ok(true);
+        }
+        Ok(self.store.shared.index.lookup(id)?.is_some())
+    }
+
+    /// Groups consecutive new chunks into regions of about `region_size` raw
+    /// bytes; a chunk never spans regions.
+    fn group_regions(&self, chunks: &[Bytes], fresh: &[usize]) -> Vec<Vec<usize>> {
+        let target = self.store.shared.settings.region_size;
+        let mut regions: Vec<Vec<usize>> = Vec::new();
+        let mut size = 0;
+        for &i in fresh {
+            match regions.last_mut() {
+                Some(r) if size + chunks[i].len() <= target => r.push(i),
+                _ => {
+                    regions.push(vec![i]);
+                    size = 0;
+                }
+            }
+            size += chunks[i].len();
+        }
+        regions
+    }
+
+    fn append_region(&mut self, stored: &[u8], meta: &[(ChunkId, u32, u32)]) -> Result<()> {
+        let limit = self.store.shared.settings.container_size;
+        if let Some((b, _)) = &self.open {
+            if !b.is_empty() && b.len() + stored.len() > limit {
+                self.seal()?;
+            }
+        }
+        if self.open.is_none() {
+            let permit = self.store.shared.budget.acquire(limit);
+            let id = self.store.allocate_container()?;
+            self.open = Some((ContainerBuilder::new(id, limit + (64 << 10)), permit));
+        }
+        let (builder, _) = self.open.as_mut().expect("opened above");
+        builder.append_region(stored, meta);
+        self.stats.stored_bytes += stored.len() as u64;
+        Ok(())
+    }
+
+    /// Seals the open container and hands it to the I/O thread.
+    fn seal(&mut self) -> Result<()> {
+        let Some((builder, permit)) = self.open.take() else {
+            return Ok(());
+        };
+        if builder.is_empty() {
+            return Ok(());
+        }
+        let sealed = builder.seal();
+        {
+            let mut inflight = self.store.shared.inflight.lock().unwrap();
+            for (id, _) in &sealed.entries {
+                inflight.pending.insert(*id, sealed.id);
+                self.open_ids.remove(id);
+            }
+            inflight.containers.insert(sealed.id);
+        }
+        self.depends.insert(sealed.id);
+        self.store.io.send(IoJob {
+            sealed,
+            _permit: permit,
+        });
+        Ok(())
+    }
+
+    /// Returns when every chunk this stream has written, or deduplicated
+    /// against, is durable on the branch and in the index.
+    pub fn flush(&mut self) -> Result<()> {
+        self.seal()?;
+        let shared = &self.store.shared;
+        let mut inflight = shared.inflight.lock().unwrap();
+        while self.depends.iter().any(|c| inflight.containers.contains(c)) {
+            inflight = shared.inflight_cv.wait(inflight).unwrap();
+        }
+        let failure = self
+            .depends
+            .iter()
+            .find_map(|c| inflight.failed.get(c).map(|r| (*c, r.clone())));
+        self.depends.clear();
+        match failure {
+            Some((container, reason)) => Err(CasError::WriteFailed { container, reason }),
+            None => Ok(()),
+        }
+    }
+}

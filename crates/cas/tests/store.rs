@@ -1,0 +1,377 @@
+//! Store-level behaviour over a real local-directory branch and redb index.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use branch::{Branch, LocalDir};
+use bytes::Bytes;
+use cas::{CasError, ChunkId, Compression, ContainerId, Problem, RepoKey, Store, StoreSettings};
+
+fn settings() -> StoreSettings {
+    StoreSettings {
+        container_size: 256 << 10,
+        region_size: 32 << 10,
+        ..Default::default()
+    }
+}
+
+fn open(dir: &Path, key: &RepoKey) -> (Store, Arc<LocalDir>) {
+    let (branch, _) = LocalDir::open("local", dir.join("branch")).unwrap();
+    let branch = Arc::new(branch);
+    let store = Store::open(
+        branch.clone(),
+        &dir.join("index.redb"),
+        key.clone(),
+        settings(),
+    )
+    .unwrap();
+    (store, branch)
+}
+
+fn random(len: usize) -> Bytes {
+    (0..len)
+        .map(|_| rand::random::<u8>())
+        .collect::<Vec<_>>()
+        .into()
+}
+
+fn text(len: usize, seed: u32) -> Bytes {
+    let words = ["cairn ", "stone ", "path ", "marker ", "summit "];
+    let mut out = Vec::with_capacity(len + 8);
+    let mut x = seed;
+    while out.len() < len {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+        out.extend_from_slice(words[(x >> 16) as usize % words.len()].as_bytes());
+    }
+    out.truncate(len);
+    out.into()
+}
+
+fn no_progress() -> impl Fn(cas::CheckProgress) + Sync {
+    |_| {}
+}
+
+#[test]
+fn round_trip_compressible_and_incompressible() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = RepoKey::generate();
+    let (store, _) = open(dir.path(), &key);
+    let chunks: Vec<Bytes> = (0..40)
+        .map(|i| {
+            if i % 2 == 0 {
+                random(10_000 + i * 100)
+            } else {
+                text(20_000, i as u32)
+            }
+        })
+        .collect();
+    let mut w = store.stream();
+    let ids = w.write_batch(&chunks).unwrap();
+    w.flush().unwrap();
+    assert!(
+        w.stats().stored_bytes < w.stats().bytes,
+        "text must compress"
+    );
+    for (id, c) in ids.iter().zip(&chunks) {
+        assert_eq!(*id, key.chunk_id(c));
+        assert_eq!(&store.read_chunk(id).unwrap(), c);
+    }
+    assert_eq!(store.read_chunks(&ids).unwrap(), chunks);
+    let stats = store.stats().unwrap();
+    assert_eq!(stats.chunks, 40);
+    assert!(
+        stats.containers >= 2,
+        "256 KiB containers must have filled: {stats:?}"
+    );
+}
+
+#[test]
+fn same_data_twice_is_stored_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = RepoKey::generate();
+    let (store, _) = open(dir.path(), &key);
+    let chunks: Vec<Bytes> = (0..20).map(|_| random(30_000)).collect();
+    let mut w = store.stream();
+    w.write_batch(&chunks).unwrap();
+    w.flush().unwrap();
+    let before = store.stats().unwrap();
+    let mut w2 = store.stream();
+    w2.write_batch(&chunks).unwrap();
+    w2.write_batch(&chunks[..5]).unwrap();
+    w2.flush().unwrap();
+    assert_eq!(w2.stats().new_chunks, 0);
+    let after = store.stats().unwrap();
+    assert_eq!(after.stored_bytes, before.stored_bytes);
+    assert_eq!(after.chunks, 20);
+    // Within one stream too, even before a flush.
+    let mut w3 = store.stream();
+    let c = random(5000);
+    w3.write_batch(&[c.clone(), c.clone()]).unwrap();
+    w3.write_chunk(c).unwrap();
+    assert_eq!(w3.stats().new_chunks, 1);
+    w3.flush().unwrap();
+}
+
+#[test]
+fn state_survives_reopen_and_roots_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = RepoKey::generate();
+    let c = text(50_000, 3);
+    let id = {
+        let (store, _) = open(dir.path(), &key);
+        let mut w = store.stream();
+        let id = w.write_chunk(c.clone()).unwrap();
+        w.flush().unwrap();
+        store.put_root("backup/1", &id).unwrap();
+        let unknown = ChunkId::from_bytes([7; 32]);
+        assert!(matches!(
+            store.put_root("x", &unknown),
+            Err(CasError::UnknownChunk(_))
+        ));
+        assert!(matches!(
+            store.put_root("", &id),
+            Err(CasError::BadLabel(_))
+        ));
+        id
+    };
+    let (store, _) = open(dir.path(), &key);
+    assert_eq!(store.get_root("backup/1").unwrap(), id);
+    assert_eq!(store.read_chunk(&id).unwrap(), c);
+    assert_eq!(
+        store.list_roots().unwrap(),
+        vec![("backup/1".to_string(), id)]
+    );
+    store.delete_root("backup/1").unwrap();
+    assert!(matches!(
+        store.get_root("backup/1"),
+        Err(CasError::NoSuchRoot(_))
+    ));
+    assert!(matches!(
+        store.delete_root("backup/1"),
+        Err(CasError::NoSuchRoot(_))
+    ));
+}
+
+#[test]
+fn second_open_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = RepoKey::generate();
+    let (_store, branch) = open(dir.path(), &key);
+    let err = Store::open(branch, &dir.path().join("index.redb"), key, settings())
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().contains("in use by another cairn process"),
+        "{err}"
+    );
+}
+
+fn container_path(dir: &Path, id: ContainerId) -> std::path::PathBuf {
+    dir.join("branch").join(id.blob_key().as_str())
+}
+
+#[test]
+fn flipped_byte_is_detected_by_read_and_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = RepoKey::generate();
+    let (store, _) = open(dir.path(), &key);
+    let chunks: Vec<Bytes> = (0..4).map(|_| random(20_000)).collect();
+    let mut w = store.stream();
+    let ids = w.write_batch(&chunks).unwrap();
+    w.flush().unwrap();
+    assert!(store.check(&no_progress()).unwrap().is_clean());
+    let loc = store.locate(&ids[2]).unwrap();
+    let path = container_path(dir.path(), loc.container);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = loc.region_offset as usize + 5 + loc.offset_in_region as usize + 100;
+    bytes[at] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    drop((w, store));
+    let (store, _) = open(dir.path(), &key);
+    let err = store.read_chunk(&ids[2]).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, CasError::CorruptChunk { .. }), "{msg}");
+    assert!(
+        msg.contains(&ids[2].to_string()) && msg.contains(&loc.container.to_string()),
+        "{msg}"
+    );
+    assert_eq!(store.read_chunk(&ids[0]).unwrap(), chunks[0]);
+    let report = store.check(&no_progress()).unwrap();
+    assert!(!report.is_clean());
+    assert!(report.problems.iter().any(|p| matches!(p,
+        Problem::CorruptChunk { chunk, .. } if *chunk == ids[2].to_string())));
+}
+
+#[test]
+fn truncated_container_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = RepoKey::generate();
+    let (store, _) = open(dir.path(), &key);
+    let mut w = store.stream();
+    let ids = w.write_batch(&[random(40_000), random(40_000)]).unwrap();
+    w.flush().unwrap();
+    let loc = store.locate(&ids[1]).unwrap();
+    let path = container_path(dir.path(), loc.container);
+    let len = std::fs::metadata(&path).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let report = store.check(&no_progress()).unwrap();
+    let text: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
+    assert!(
+        text.iter()
+            .any(|t| t.contains(&loc.container.to_string()) && t.contains("truncated")),
+        "{text:?}"
+    );
+    assert!(report
+        .problems
+        .iter()
+        .any(|p| matches!(p, Problem::DanglingIndexEntry { .. })));
+    let err = store.read_chunk(&ids[1]).unwrap_err().to_string();
+    assert!(err.contains("truncated"), "{err}");
+}
+
+#[test]
+fn rebuilt_index_gives_the_same_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = RepoKey::generate();
+    let (store, _) = open(dir.path(), &key);
+    let chunks: Vec<Bytes> = (0..60).map(|i| text(9_000 + i * 37, i as u32)).collect();
+    let mut w = store.stream();
+    let ids = w.write_batch(&chunks).unwrap();
+    w.flush().unwrap();
+    store.put_root("r", &ids[0]).unwrap();
+    let locs: Vec<_> = ids.iter().map(|id| store.locate(id).unwrap()).collect();
+    let stats = store.stats().unwrap();
+    drop(store);
+    std::fs::remove_file(dir.path().join("index.redb")).unwrap();
+    let (store, _) = open(dir.path(), &key);
+    assert!(matches!(
+        store.locate(&ids[0]),
+        Err(CasError::UnknownChunk(_))
+    ));
+    let report = store.rebuild_index(&no_progress()).unwrap();
+    assert!(report.problems.is_empty());
+    assert_eq!(report.chunks_indexed, 60);
+    for (id, loc) in ids.iter().zip(&locs) {
+        assert_eq!(store.locate(id).unwrap(), *loc);
+    }
+    let rebuilt = store.stats().unwrap();
+    assert_eq!(
+        (
+            rebuilt.chunks,
+            rebuilt.containers,
+            rebuilt.stored_bytes,
+            rebuilt.unique_bytes
+        ),
+        (
+            stats.chunks,
+            stats.containers,
+            stats.stored_bytes,
+            stats.unique_bytes
+        )
+    );
+    assert!(store.check(&no_progress()).unwrap().is_clean());
+}
+
+#[test]
+fn concurrent_streams_deduplicate_against_sealed_containers() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = RepoKey::generate();
+    let (store, _) = open(dir.path(), &key);
+    let shared: Vec<Bytes> = (0..30).map(|_| random(16_000)).collect();
+    let mut first = store.stream();
+    first.write_batch(&shared).unwrap();
+    first.flush().unwrap();
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let store = store.clone();
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                let mut w = store.stream();
+                let own: Vec<Bytes> = (0..10).map(|i| text(12_000, t * 100 + i)).collect();
+                let ids = w
+                    .write_batch(&[shared.clone(), own.clone()].concat())
+                    .unwrap();
+                w.flush().unwrap();
+                assert_eq!(w.stats().new_chunks, 10);
+                (ids, [shared, own].concat())
+            })
+        })
+        .collect();
+    for h in handles {
+        let (ids, chunks) = h.join().unwrap();
+        assert_eq!(store.read_chunks(&ids).unwrap(), chunks);
+    }
+    assert_eq!(store.stats().unwrap().chunks, 70);
+}
+
+#[test]
+fn unflushed_stream_leaves_no_index_entries_and_a_clean_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = RepoKey::generate();
+    let (store, _) = open(dir.path(), &key);
+    let mut w = store.stream();
+    let id = w.write_chunk(random(1000)).unwrap();
+    drop(w);
+    assert!(!store.contains(&id).unwrap());
+    assert!(store.check(&no_progress()).unwrap().is_clean());
+}
+
+#[test]
+fn failing_branch_fails_the_flush() {
+    struct Failing;
+    impl Branch for Failing {
+        fn name(&self) -> &str {
+            "failing"
+        }
+        fn put(&self, key: &branch::BlobKey, _: &[u8]) -> branch::Result<()> {
+            Err(branch::BranchError::Io {
+                op: "write",
+                path: key.as_str().into(),
+                source: std::io::Error::from_raw_os_error(28),
+            })
+        }
+        fn get(&self, key: &branch::BlobKey) -> branch::Result<Vec<u8>> {
+            self.read_range(key, 0, 0)
+        }
+        fn read_range(&self, key: &branch::BlobKey, _: u64, _: usize) -> branch::Result<Vec<u8>> {
+            Err(branch::BranchError::NotFound {
+                branch: "failing".into(),
+                key: key.clone(),
+            })
+        }
+        fn size(&self, key: &branch::BlobKey) -> branch::Result<u64> {
+            self.read_range(key, 0, 0).map(|_| 0)
+        }
+        fn list(&self, _: &str) -> branch::Result<Vec<branch::BlobKey>> {
+            Ok(Vec::new())
+        }
+        fn delete(&self, _: &branch::BlobKey) -> branch::Result<()> {
+            Ok(())
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let settings = StoreSettings {
+        compression: Compression::Lz4,
+        ..settings()
+    };
+    let store = Store::open(
+        Arc::new(Failing),
+        &dir.path().join("i.redb"),
+        RepoKey::generate(),
+        settings,
+    )
+    .unwrap();
+    let mut w = store.stream();
+    let id = w.write_chunk(random(1000)).unwrap();
+    let err = w.flush().unwrap_err().to_string();
+    assert!(
+        err.contains("failed to be written") && err.contains("No space left"),
+        "{err}"
+    );
+    assert!(!store.contains(&id).unwrap());
+}
