@@ -1,0 +1,168 @@
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use cas::{ChunkId, Store};
+
+use crate::node::Node;
+use crate::{RecipeError, Result};
+
+/// A stored file's content, readable at any offset.
+pub struct Recipe {
+    store: Store,
+    root: Arc<Node>,
+    /// Recently read nodes: consecutive reads walk the same path.
+    nodes: Mutex<HashMap<ChunkId, Arc<Node>>>,
+}
+
+const NODE_CACHE: usize = 64;
+/// Bytes fetched per window when streaming a whole file out.
+const WINDOW: u64 = 16 << 20;
+
+/// A data chunk of the file: where it starts, its length and id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    pub offset: u64,
+    pub len: u64,
+    pub id: ChunkId,
+}
+
+impl Recipe {
+    pub fn open(store: &Store, root: ChunkId) -> Result<Self> {
+        let node = Node::decode(root, &store.read_chunk(&root)?)?;
+        Ok(Recipe {
+            store: store.clone(),
+            root: Arc::new(node),
+            nodes: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn len(&self) -> u64 {
+        self.root.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.root.is_empty()
+    }
+
+    fn node(&self, id: ChunkId, level: u8) -> Result<Arc<Node>> {
+        if let Some(n) = self.nodes.lock().unwrap().get(&id) {
+            return Ok(n.clone());
+        }
+        let node = Node::decode(id, &self.store.read_chunk(&id)?)?;
+        if node.level != level {
+            return Err(RecipeError::Malformed {
+                id,
+                reason: format!("found at level {level} but says level {}", node.level),
+            });
+        }
+        let node = Arc::new(node);
+        let mut cache = self.nodes.lock().unwrap();
+        if cache.len() >= NODE_CACHE {
+            cache.clear();
+        }
+        cache.insert(id, node.clone());
+        Ok(node)
+    }
+
+    /// The data chunks overlapping `start..end`, in order, found by
+    /// descending the tree (one node per level per distinct path).
+    pub fn extents(&self, start: u64, end: u64) -> Result<Vec<Extent>> {
+        let mut out = Vec::new();
+        self.collect(self.root.clone(), 0, start, end.min(self.len()), &mut out)?;
+        Ok(out)
+    }
+
+    fn collect(
+        &self,
+        node: Arc<Node>,
+        base: u64,
+        start: u64,
+        end: u64,
+        out: &mut Vec<Extent>,
+    ) -> Result<()> {
+        if start >= end {
+            return Ok(());
+        }
+        let Some((mut i, mut child_start)) = node.child_at(start - base) else {
+            return Ok(());
+        };
+        while i < node.entries.len() && base + child_start < end {
+            let (child_end, id) = node.entries[i];
+            if node.level == 0 {
+                out.push(Extent {
+                    offset: base + child_start,
+                    len: child_end - child_start,
+                    id,
+                });
+            } else {
+                let child = self.node(id, node.level - 1)?;
+                self.collect(
+                    child,
+                    base + child_start,
+                    start.max(base + child_start),
+                    end,
+                    out,
+                )?;
+            }
+            child_start = child_end;
+            i += 1;
+        }
+        Ok(())
+    }
+
+    /// Bytes `offset..offset+len` (fewer at end of file).
+    pub fn read_at(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let end = (offset + len).min(self.len());
+        let extents = self.extents(offset, end)?;
+        let ids: Vec<ChunkId> = extents.iter().map(|e| e.id).collect();
+        let chunks = self.store.read_chunks(&ids)?;
+        let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
+        for (e, data) in extents.iter().zip(chunks) {
+            let from = offset.saturating_sub(e.offset) as usize;
+            let to = ((end - e.offset) as usize).min(data.len());
+            out.extend_from_slice(&data[from..to]);
+        }
+        Ok(out)
+    }
+
+    /// Streams the whole content to `out`. A fetching thread reads and
+    /// verifies the next window on every core while this one writes.
+    pub fn write_to(&self, out: &mut dyn Write, progress: &(dyn Fn(u64) + Sync)) -> Result<u64> {
+        let total = self.len();
+        std::thread::scope(|s| -> Result<u64> {
+            let (tx, rx) = crossbeam_channel::bounded::<Result<Vec<Bytes>>>(1);
+            let fetch = s.spawn(move || {
+                let mut pos = 0;
+                while pos < total {
+                    let end = (pos + WINDOW).min(total);
+                    let window = self.extents(pos, end).and_then(|ex| {
+                        let ids: Vec<ChunkId> = ex.iter().map(|e| e.id).collect();
+                        Ok(self.store.read_chunks(&ids)?)
+                    });
+                    let failed = window.is_err();
+                    if tx.send(window).is_err() || failed {
+                        return;
+                    }
+                    pos = end;
+                }
+            });
+            let mut written = 0u64;
+            let result = (|| {
+                for window in rx.iter() {
+                    for chunk in window? {
+                        out.write_all(&chunk).map_err(RecipeError::Output)?;
+                        written += chunk.len() as u64;
+                    }
+                    progress(written);
+                }
+                out.flush().map_err(RecipeError::Output)?;
+                Ok(written)
+            })();
+            drop(rx);
+            fetch.join().expect("fetch thread panicked");
+            result
+        })
+    }
+}
