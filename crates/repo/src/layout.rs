@@ -1,0 +1,162 @@
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use branch::LocalDir;
+use cas::{RepoKey, Store};
+
+use crate::config::{Config, ConfigError, DEFAULT_TOML};
+
+const CONFIG: &str = "cairn.toml";
+const KEY: &str = "key";
+const INDEX: &str = "meta/index.redb";
+const LOCAL_BRANCH: &str = "branches/local";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RepoError {
+    #[error("no cairn repository at {} (create one with `cairn init`)", .0.display())]
+    NotARepo(PathBuf),
+    #[error("a cairn repository already exists at {}", .0.display())]
+    AlreadyExists(PathBuf),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("the repository key {} is missing or damaged; without it no chunk id can be verified", .0.display())]
+    Key(PathBuf),
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Branch(#[from] branch::BranchError),
+    #[error(transparent)]
+    Store(#[from] cas::CasError),
+}
+
+type Result<T> = std::result::Result<T, RepoError>;
+
+fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> RepoError + 'a {
+    move |source| RepoError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Where a repository lives when none is named: `$XDG_DATA_HOME/cairn`
+/// (usually `~/.local/share/cairn`).
+pub fn default_location() -> PathBuf {
+    dirs::data_dir()
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join("cairn")
+}
+
+/// An open repository.
+pub struct Repo {
+    pub root: PathBuf,
+    pub config: Config,
+    pub store: Store,
+    /// Half-written containers an interrupted write left, discarded on open.
+    pub discarded_partials: usize,
+}
+
+impl Repo {
+    pub fn exists(root: &Path) -> bool {
+        root.join(CONFIG).is_file()
+    }
+
+    /// Creates a repository with default settings. The config file is
+    /// written last: a directory without it is not a repository yet, so an
+    /// interrupted init can simply be run again.
+    pub fn init(root: &Path) -> Result<()> {
+        if Self::exists(root) {
+            return Err(RepoError::AlreadyExists(root.to_path_buf()));
+        }
+        for dir in ["meta", LOCAL_BRANCH] {
+            let p = root.join(dir);
+            fs::create_dir_all(&p).map_err(io("create directory", &p))?;
+        }
+        let key_path = root.join(KEY);
+        if !key_path.exists() {
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&key_path)
+                .map_err(io("create", &key_path))?;
+            writeln!(f, "{}", RepoKey::generate().to_hex()).map_err(io("write", &key_path))?;
+            f.sync_all().map_err(io("sync", &key_path))?;
+        }
+        let config = root.join(CONFIG);
+        let tmp = root.join(".cairn.toml.new");
+        fs::write(&tmp, DEFAULT_TOML).map_err(io("write", &tmp))?;
+        fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(io("sync", &tmp))?;
+        fs::rename(&tmp, &config).map_err(io("create", &config))?;
+        fs::File::open(root)
+            .and_then(|d| d.sync_all())
+            .map_err(io("sync", root))?;
+        Ok(())
+    }
+
+    /// Opens a repository: reads its config and key, discards partial
+    /// containers left by a crash, and opens the store.
+    pub fn open(root: &Path) -> Result<Repo> {
+        if !Self::exists(root) {
+            return Err(RepoError::NotARepo(root.to_path_buf()));
+        }
+        let config = Config::load(&root.join(CONFIG))?;
+        let key_path = root.join(KEY);
+        let key = fs::read_to_string(&key_path)
+            .ok()
+            .and_then(|s| RepoKey::from_hex(&s))
+            .ok_or_else(|| RepoError::Key(key_path.clone()))?;
+        let (branch, discarded_partials) = LocalDir::open("local", root.join(LOCAL_BRANCH))?;
+        let meta = root.join("meta");
+        fs::create_dir_all(&meta).map_err(io("create directory", &meta))?;
+        let store = Store::open(Arc::new(branch), &root.join(INDEX), key, config.store)?;
+        Ok(Repo {
+            root: root.to_path_buf(),
+            config,
+            store,
+            discarded_partials,
+        })
+    }
+
+    pub fn index_path(&self) -> PathBuf {
+        self.root.join(INDEX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_open_and_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("r");
+        assert!(matches!(Repo::open(&root), Err(RepoError::NotARepo(_))));
+        Repo::init(&root).unwrap();
+        assert!(matches!(
+            Repo::init(&root),
+            Err(RepoError::AlreadyExists(_))
+        ));
+        drop(Repo::open(&root).unwrap());
+        fs::write(root.join(CONFIG), "[chunking]\nbogus = 1\n").unwrap();
+        let e = Repo::open(&root).err().unwrap().to_string();
+        assert!(
+            e.contains("cairn.toml") && e.contains("bogus") && e.contains("line 2"),
+            "{e}"
+        );
+        fs::write(root.join(CONFIG), DEFAULT_TOML).unwrap();
+        fs::write(root.join(KEY), "not hex").unwrap();
+        let e = Repo::open(&root).err().unwrap();
+        assert!(matches!(e, RepoError::Key(_)), "{e}");
+    }
+}
