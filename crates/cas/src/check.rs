@@ -266,7 +266,7 @@ impl Store {
     }
 
     fn scan_one(&self, id: ContainerId) -> Result<Scanned> {
-        let bytes = self.shared.branch.get(&id.blob_key())?;
+        let bytes = Bytes::from(self.shared.branch.get(&id.blob_key())?);
         let mut s = Scanned {
             id,
             good: Vec::new(),
@@ -299,8 +299,7 @@ impl Store {
             s.info.raw_bytes += loc.len as u64;
             let region = regions.entry(loc.region_offset).or_insert_with(|| {
                 let start = loc.region_offset as usize;
-                region::decode(&bytes[start..start + loc.region_len as usize])
-                    .map(Bytes::from)
+                region::decode(bytes.slice(start..start + loc.region_len as usize))
                     .map_err(|e| e.to_string())
             });
             let verdict = match region {

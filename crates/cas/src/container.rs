@@ -277,7 +277,7 @@ mod tests {
     fn chunk_bytes(bytes: &[u8], loc: &ChunkLocation) -> Vec<u8> {
         let start = loc.region_offset as usize;
         let stored = &bytes[start..start + loc.region_len as usize];
-        let raw = region::decode(stored).unwrap();
+        let raw = region::decode(bytes::Bytes::copy_from_slice(stored)).unwrap();
         raw[loc.offset_in_region as usize..][..loc.len as usize].to_vec()
     }
 

@@ -3,6 +3,9 @@
 //! A stored region is `[codec u8][raw length u32 LE][payload]`, so a region
 //! read through the index needs nothing else to be decoded.
 
+use std::cell::RefCell;
+
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 /// How regions are compressed.
@@ -38,11 +41,43 @@ pub enum RegionError {
     Length { got: usize, want: usize },
 }
 
+thread_local! {
+    /// zstd contexts are costly to create; each worker thread keeps its own.
+    static COMPRESSOR: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> = const { RefCell::new(None) };
+    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+}
+
+fn zstd_compress(raw: &[u8], level: i32) -> Option<Vec<u8>> {
+    COMPRESSOR.with(|slot| {
+        let mut slot = slot.borrow_mut();
+        if slot.as_ref().map(|(l, _)| *l) != Some(level) {
+            *slot = Some((level, zstd::bulk::Compressor::new(level).ok()?));
+        }
+        let (_, c) = slot.as_mut()?;
+        c.compress(raw).ok()
+    })
+}
+
+fn zstd_decompress(payload: &[u8], want: usize) -> Result<Vec<u8>, RegionError> {
+    DECOMPRESSOR.with(|slot| {
+        let mut slot = slot.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(
+                zstd::bulk::Decompressor::new()
+                    .map_err(|e| RegionError::Decompress(e.to_string()))?,
+            );
+        }
+        let d = slot.as_mut().expect("set above");
+        d.decompress(payload, want)
+            .map_err(|e| RegionError::Decompress(e.to_string()))
+    })
+}
+
 /// Encodes `raw`, storing it uncompressed when compression does not shrink it.
 pub fn encode(raw: &[u8], compression: Compression) -> Vec<u8> {
     let compressed = match compression {
         Compression::None => None,
-        Compression::Zstd { level } => zstd::bulk::compress(raw, level).ok().map(|c| (ZSTD, c)),
+        Compression::Zstd { level } => zstd_compress(raw, level).map(|c| (ZSTD, c)),
         Compression::Lz4 => Some((LZ4, lz4_flex::block::compress(raw))),
     };
     let (codec, payload) = match compressed {
@@ -65,19 +100,19 @@ pub fn encode(raw: &[u8], compression: Compression) -> Vec<u8> {
     out
 }
 
-/// Decodes a stored region back to its raw bytes.
-pub fn decode(stored: &[u8]) -> Result<Vec<u8>, RegionError> {
+/// Decodes a stored region back to its raw bytes (a raw region is not copied).
+pub fn decode(stored: Bytes) -> Result<Bytes, RegionError> {
     if stored.len() < HEADER_LEN {
         return Err(RegionError::Short(stored.len()));
     }
     let want = u32::from_le_bytes(stored[1..5].try_into().unwrap()) as usize;
     let payload = &stored[HEADER_LEN..];
     let raw = match stored[0] {
-        RAW => payload.to_vec(),
-        ZSTD => zstd::bulk::decompress(payload, want)
-            .map_err(|e| RegionError::Decompress(e.to_string()))?,
+        RAW => stored.slice(HEADER_LEN..),
+        ZSTD => zstd_decompress(payload, want)?.into(),
         LZ4 => lz4_flex::block::decompress(payload, want)
-            .map_err(|e| RegionError::Decompress(e.to_string()))?,
+            .map_err(|e| RegionError::Decompress(e.to_string()))?
+            .into(),
         other => return Err(RegionError::UnknownCodec(other)),
     };
     if raw.len() != want {
@@ -108,7 +143,7 @@ mod tests {
             let stored = encode(&raw, c);
             assert_eq!(stored[0], RAW);
             assert_eq!(stored.len(), raw.len() + HEADER_LEN);
-            assert_eq!(decode(&stored).unwrap(), raw);
+            assert_eq!(decode(stored.into()).unwrap(), raw);
         }
     }
 
@@ -118,19 +153,26 @@ mod tests {
         for c in [Compression::Zstd { level: 1 }, Compression::Lz4] {
             let stored = encode(&raw, c);
             assert!(stored.len() < raw.len() / 10);
-            assert_eq!(decode(&stored).unwrap(), raw);
+            assert_eq!(decode(stored.into()).unwrap(), raw);
         }
     }
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {
-        assert_eq!(decode(&[1, 2]), Err(RegionError::Short(2)));
-        assert_eq!(decode(&[9, 0, 0, 0, 0]), Err(RegionError::UnknownCodec(9)));
+        assert_eq!(
+            decode(Bytes::from_static(&[1, 2])),
+            Err(RegionError::Short(2))
+        );
+        assert_eq!(
+            decode(Bytes::from_static(&[9, 0, 0, 0, 0])),
+            Err(RegionError::UnknownCodec(9))
+        );
         let mut stored = encode(&b"abc".repeat(1000), Compression::Zstd { level: 1 });
         let n = stored.len();
         stored[n / 2] ^= 0xff;
         stored[n - 1] ^= 0xff;
-        assert!(decode(&stored).is_err() || decode(&stored).unwrap() != b"abc".repeat(1000));
+        let decoded = decode(stored.into());
+        assert!(decoded.is_err() || decoded.unwrap() != b"abc".repeat(1000));
     }
 
     proptest! {
@@ -138,7 +180,7 @@ mod tests {
         fn round_trip(raw in proptest::collection::vec(any::<u8>(), 0..5000), rep in 1usize..4) {
             let raw = raw.repeat(rep);
             for c in ALL {
-                prop_assert_eq!(decode(&encode(&raw, c)).unwrap(), raw.clone());
+                prop_assert_eq!(decode(encode(&raw, c).into()).unwrap(), raw.clone());
             }
         }
     }

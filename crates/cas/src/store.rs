@@ -213,13 +213,11 @@ impl Store {
             self.shared
                 .branch
                 .read_range(&key, loc.region_offset, loc.region_len as usize)?;
-        region::decode(&stored)
-            .map(Bytes::from)
-            .map_err(|e| CasError::CorruptChunk {
-                id: ChunkId::from_bytes([0; 32]),
-                container: loc.container,
-                reason: format!("region at offset {}: {e}", loc.region_offset),
-            })
+        region::decode(stored.into()).map_err(|e| CasError::CorruptChunk {
+            id: ChunkId::from_bytes([0; 32]),
+            container: loc.container,
+            reason: format!("region at offset {}: {e}", loc.region_offset),
+        })
     }
 
     /// Cuts a chunk out of its decoded region and verifies its id.

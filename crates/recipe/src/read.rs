@@ -11,6 +11,7 @@ use crate::{RecipeError, Result};
 /// A stored file's content, readable at any offset.
 pub struct Recipe {
     store: Store,
+    root_id: ChunkId,
     root: Arc<Node>,
     /// Recently read nodes: consecutive reads walk the same path.
     nodes: Mutex<HashMap<ChunkId, Arc<Node>>>,
@@ -33,6 +34,7 @@ impl Recipe {
         let node = Node::decode(root, &store.read_chunk(&root)?)?;
         Ok(Recipe {
             store: store.clone(),
+            root_id: root,
             root: Arc::new(node),
             nodes: Mutex::new(HashMap::new()),
         })
@@ -134,10 +136,15 @@ impl Recipe {
         std::thread::scope(|s| -> Result<u64> {
             let (tx, rx) = crossbeam_channel::bounded::<Result<Vec<Bytes>>>(1);
             let fetch = s.spawn(move || {
+                // `pos` stays on a chunk boundary, so windows never overlap.
                 let mut pos = 0;
                 while pos < total {
-                    let end = (pos + WINDOW).min(total);
-                    let window = self.extents(pos, end).and_then(|ex| {
+                    let window = self.extents(pos, (pos + WINDOW).min(total)).and_then(|ex| {
+                        let last = ex.last().ok_or_else(|| RecipeError::Malformed {
+                            id: self.root_id,
+                            reason: format!("no chunk covers offset {pos} of {total}"),
+                        })?;
+                        pos = last.offset + last.len;
                         let ids: Vec<ChunkId> = ex.iter().map(|e| e.id).collect();
                         Ok(self.store.read_chunks(&ids)?)
                     });
@@ -145,7 +152,6 @@ impl Recipe {
                     if tx.send(window).is_err() || failed {
                         return;
                     }
-                    pos = end;
                 }
             });
             let mut written = 0u64;

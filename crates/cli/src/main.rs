@@ -1,0 +1,35 @@
+//! The `cairn` command: the user-facing edge of every layer.
+//!
+//! **Owns:** argument parsing, progress bars, human and JSON output, turning
+//! typed errors from the layers below into messages and exit codes.
+//!
+//! **Never:** implements storage logic; every command is a thin call into
+//! `repo`, `recipe` and `cas`.
+
+mod args;
+mod bench;
+mod commands;
+mod ui;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = args::Cli::parse();
+    match commands::run(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("cairn: error: {e}");
+            let mut source = e.source();
+            while let Some(s) = source {
+                let text = s.to_string();
+                if !e.to_string().contains(&text) {
+                    eprintln!("  caused by: {text}");
+                }
+                source = s.source();
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Progress bars and human-readable numbers.
+
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// A progress bar on stderr, hidden when `quiet` or when stderr is not a
+/// terminal (scripts and CI get clean output).
+pub fn bar(quiet: bool, total: Option<u64>, what: &str) -> ProgressBar {
+    let pb = match total {
+        Some(n) => ProgressBar::new(n),
+        None => ProgressBar::new_spinner(),
+    };
+    if quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        pb.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    let template = if total.is_some() {
+        "{msg:>8} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}"
+    } else {
+        "{msg:>8} {spinner} {bytes} {bytes_per_sec}"
+    };
+    pb.set_style(
+        ProgressStyle::with_template(template)
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb.enable_steady_tick(Duration::from_millis(200));
+    pb
+}
+
+/// A progress bar counting items (containers) rather than bytes.
+pub fn count_bar(quiet: bool, what: &str) -> ProgressBar {
+    let pb = ProgressBar::new(0);
+    if quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        pb.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    pb.set_style(
+        ProgressStyle::with_template("{msg:>8} [{bar:30}] {pos}/{len} containers, eta {eta}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
+
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.2} {}", UNITS[unit])
+    }
+}
+
+pub fn rate(bytes_done: u64, secs: f64) -> String {
+    if secs <= 0.0 {
+        return "-".into();
+    }
+    format!("{}/s", bytes((bytes_done as f64 / secs) as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn formats_bytes() {
+        assert_eq!(super::bytes(512), "512 B");
+        assert_eq!(super::bytes(1536), "1.50 KiB");
+        assert_eq!(super::bytes(3 << 30), "3.00 GiB");
+    }
+}
