@@ -75,12 +75,16 @@ impl StreamWriter {
         let compression = self.store.shared.settings.compression;
         let stored: Vec<Vec<u8>> = regions
             .par_iter()
-            .map(|members| {
-                let raw: Vec<u8> = members
-                    .iter()
-                    .flat_map(|&i| chunks[i].iter().copied())
-                    .collect();
-                region::encode(&raw, compression)
+            .map(|members| match members[..] {
+                [only] => region::encode(&chunks[only], compression),
+                _ => {
+                    let mut raw =
+                        Vec::with_capacity(members.iter().map(|&i| chunks[i].len()).sum());
+                    for &i in members {
+                        raw.extend_from_slice(&chunks[i]);
+                    }
+                    region::encode(&raw, compression)
+                }
             })
             .collect();
         for (members, bytes) in regions.iter().zip(stored) {
