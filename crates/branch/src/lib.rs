@@ -24,6 +24,8 @@ use std::path::PathBuf;
 pub enum BranchError {
     #[error("blob {key} not found on branch {branch}")]
     NotFound { branch: String, key: BlobKey },
+    #[error("blob {key} already exists on branch {branch}; blobs are never replaced")]
+    Exists { branch: String, key: BlobKey },
     #[error(
         "blob {key} on branch {branch} is truncated: wanted {wanted} bytes at offset {offset}, \
          it holds {size}"

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use crate::{BlobKey, Branch, BranchError, Result};
 
 /// Blobs as files under a directory. A blob is written to `.partial/`, synced,
-/// renamed into place and its directory synced, so a crash leaves either the
+/// linked into place and its directory synced, so a crash leaves either the
 /// whole blob or a leftover in `.partial/`, which [`LocalDir::open`] discards.
 pub struct LocalDir {
     name: String,
@@ -127,8 +127,17 @@ impl Branch for LocalDir {
             fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
             sync_dir(dir.parent().unwrap_or(&self.root))?;
         }
-        fs::rename(&tmp, &dest).map_err(io_err("rename into place", &dest))?;
-        sync_dir(dir)
+        // A link, unlike a rename, never replaces an existing blob.
+        let linked = fs::hard_link(&tmp, &dest);
+        let _ = fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => sync_dir(dir),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(BranchError::Exists {
+                branch: self.name.clone(),
+                key: key.clone(),
+            }),
+            Err(e) => Err(io_err("link into place", &dest)(e)),
+        }
     }
 
     fn get(&self, key: &BlobKey) -> Result<Vec<u8>> {
@@ -235,6 +244,19 @@ mod tests {
             b.read_range(&key("c/01/a"), 0, 1),
             Err(BranchError::NotFound { .. })
         ));
+    }
+
+    #[test]
+    fn put_never_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let (b, _) = LocalDir::open("local", dir.path()).unwrap();
+        b.put(&key("k"), b"first").unwrap();
+        assert!(matches!(
+            b.put(&key("k"), b"second"),
+            Err(BranchError::Exists { .. })
+        ));
+        assert_eq!(b.get(&key("k")).unwrap(), b"first");
+        assert_eq!(fs::read_dir(dir.path().join(PARTIAL)).unwrap().count(), 0);
     }
 
     #[test]

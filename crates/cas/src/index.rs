@@ -1,13 +1,15 @@
-//! The persistent fingerprint index, container table and roots, in redb.
+//! The persistent fingerprint index and container table, and the roots, in
+//! two redb files.
 //!
-//! Tables:
+//! `index.redb` is derived state, rebuildable from the containers:
 //! - `chunks`: chunk id -> [`ChunkLocation`] (28 bytes).
 //! - `containers`: container id -> (stored bytes, raw bytes, chunk count).
-//! - `roots`: label -> chunk id.
-//! - `meta`: counters (the container-id high-water mark).
+//! - `meta`: the container-id high-water mark (re-derived from the branch's
+//!   listing when the file is new, so ids are never reused).
 //!
-//! Everything here can be rebuilt from the containers, except roots, which
-//! are the entry points users named.
+//! `roots.redb` holds `roots`: label -> chunk id, the entry points users
+//! named. It is kept apart so that losing or rebuilding the index never
+//! touches it.
 
 use std::path::Path;
 use std::sync::RwLock;
@@ -52,7 +54,19 @@ impl ContainerInfo {
 
 pub struct Index {
     db: Database,
+    roots: Database,
     compact: RwLock<CompactIndex>,
+}
+
+fn open_db(path: &Path) -> Result<Database> {
+    match Database::create(path) {
+        Ok(db) => Ok(db),
+        Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(CasError::Busy(path.to_path_buf())),
+        Err(e) => Err(CasError::IndexOpen {
+            path: path.to_path_buf(),
+            source: e.into(),
+        }),
+    }
 }
 
 macro_rules! redb_errors {
@@ -72,29 +86,22 @@ redb_errors!(
 );
 
 impl Index {
-    pub fn open(path: &Path) -> Result<Self> {
-        let db = match Database::create(path) {
-            Ok(db) => db,
-            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
-                return Err(CasError::Busy(path.to_path_buf()))
-            }
-            Err(e) => {
-                return Err(CasError::IndexOpen {
-                    path: path.to_path_buf(),
-                    source: e.into(),
-                })
-            }
-        };
+    pub fn open(index_path: &Path, roots_path: &Path) -> Result<Self> {
+        let db = open_db(index_path)?;
         let tx = db.begin_write()?;
         {
             tx.open_table(CHUNKS)?;
             tx.open_table(CONTAINERS)?;
-            tx.open_table(ROOTS)?;
             tx.open_table(META)?;
         }
         tx.commit()?;
+        let roots = open_db(roots_path)?;
+        let tx = roots.begin_write()?;
+        tx.open_table(ROOTS)?;
+        tx.commit()?;
         let index = Index {
             db,
+            roots,
             compact: RwLock::new(CompactIndex::default()),
         };
         index.reload_compact()?;
@@ -191,12 +198,22 @@ impl Index {
 
     /// Reserves container ids below a new high-water mark, durably, so an id
     /// is never handed out twice even across crashes. Returns the first id.
-    pub fn reserve_container_ids(&self, count: u64) -> Result<u64> {
+    /// `floor` gives the first unused id when the index has no mark yet (a
+    /// new or lost index over existing containers).
+    pub fn reserve_container_ids(
+        &self,
+        count: u64,
+        floor: impl FnOnce() -> Result<u64>,
+    ) -> Result<u64> {
         let tx = self.db.begin_write()?;
         let first;
         {
             let mut meta = tx.open_table(META)?;
-            first = meta.get(CONTAINER_HWM)?.map(|v| v.value()).unwrap_or(0);
+            let mark = meta.get(CONTAINER_HWM)?.map(|v| v.value());
+            first = match mark {
+                Some(m) => m,
+                None => floor()?,
+            };
             meta.insert(CONTAINER_HWM, first + count)?;
         }
         tx.commit()?;
@@ -239,27 +256,27 @@ impl Index {
     }
 
     pub fn put_root(&self, label: &str, id: &ChunkId) -> Result<()> {
-        let tx = self.db.begin_write()?;
+        let tx = self.roots.begin_write()?;
         tx.open_table(ROOTS)?.insert(label, id.as_bytes())?;
         tx.commit()?;
         Ok(())
     }
 
     pub fn get_root(&self, label: &str) -> Result<Option<ChunkId>> {
-        let tx = self.db.begin_read()?;
+        let tx = self.roots.begin_read()?;
         let table = tx.open_table(ROOTS)?;
         Ok(table.get(label)?.map(|v| ChunkId::from_bytes(v.value())))
     }
 
     pub fn delete_root(&self, label: &str) -> Result<bool> {
-        let tx = self.db.begin_write()?;
+        let tx = self.roots.begin_write()?;
         let existed = tx.open_table(ROOTS)?.remove(label)?.is_some();
         tx.commit()?;
         Ok(existed)
     }
 
     pub fn list_roots(&self) -> Result<Vec<(String, ChunkId)>> {
-        let tx = self.db.begin_read()?;
+        let tx = self.roots.begin_read()?;
         let table = tx.open_table(ROOTS)?;
         let mut out = Vec::new();
         for entry in table.iter()? {

@@ -47,7 +47,7 @@ pub use container::{ChunkLocation, ContainerError};
 pub use id::{ChunkId, ContainerId, RepoKey, ShortFp};
 pub use index::ContainerInfo;
 pub use region::{Compression, RegionError};
-pub use store::{Store, StoreSettings, StoreStats};
+pub use store::{Store, StoreSettings, StoreStats, INDEX_FILE, ROOTS_FILE};
 pub use writer::{StreamWriter, WriteStats};
 
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +73,11 @@ pub enum CasError {
     },
     #[error(transparent)]
     Branch(#[from] branch::BranchError),
-    #[error("the fingerprint index at {} cannot be opened: {source}", path.display())]
+    #[error(
+        "the fingerprint index at {} cannot be opened: {source} \
+         (it is derived data: `cairn repair --rebuild-index` recreates it)",
+        path.display()
+    )]
     IndexOpen {
         path: PathBuf,
         #[source]

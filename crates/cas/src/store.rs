@@ -104,6 +104,8 @@ impl Drop for Io {
     }
 }
 
+pub const INDEX_FILE: &str = "index.redb";
+pub const ROOTS_FILE: &str = "roots.redb";
 const IDS_PER_RESERVATION: u64 = 256;
 const MAX_CONTAINERS_PER_COMMIT: usize = 16;
 
@@ -116,15 +118,16 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens the store whose containers live on `branch` and whose index is
-    /// the redb file at `index_path` (created if missing).
+    /// Opens the store whose containers live on `branch` and whose index
+    /// and roots are `index.redb` and `roots.redb` in `meta_dir` (created if
+    /// missing).
     pub fn open(
         branch: Arc<dyn Branch>,
-        index_path: &Path,
+        meta_dir: &Path,
         key: RepoKey,
         settings: StoreSettings,
     ) -> Result<Store> {
-        let index = Index::open(index_path)?;
+        let index = Index::open(&meta_dir.join(INDEX_FILE), &meta_dir.join(ROOTS_FILE))?;
         let shared = Arc::new(Shared {
             branch,
             key,
@@ -176,12 +179,23 @@ impl Store {
             let first = self
                 .shared
                 .index
-                .reserve_container_ids(IDS_PER_RESERVATION)?;
+                .reserve_container_ids(IDS_PER_RESERVATION, || self.next_unused_container())?;
             *ids = (first, first + IDS_PER_RESERVATION);
         }
         let id = ids.0;
         ids.0 += 1;
         Ok(ContainerId(id))
+    }
+
+    /// One past the highest container id on the branch.
+    fn next_unused_container(&self) -> Result<u64> {
+        let keys = self.shared.branch.list(ContainerId::list_prefix())?;
+        Ok(keys
+            .iter()
+            .filter_map(ContainerId::from_blob_key)
+            .map(|c| c.0 + 1)
+            .max()
+            .unwrap_or(0))
     }
 
     /// Where a chunk is, waiting if its container is still being written.

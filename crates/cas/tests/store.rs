@@ -18,13 +18,7 @@ fn settings() -> StoreSettings {
 fn open(dir: &Path, key: &RepoKey) -> (Store, Arc<LocalDir>) {
     let (branch, _) = LocalDir::open("local", dir.join("branch")).unwrap();
     let branch = Arc::new(branch);
-    let store = Store::open(
-        branch.clone(),
-        &dir.join("index.redb"),
-        key.clone(),
-        settings(),
-    )
-    .unwrap();
+    let store = Store::open(branch.clone(), dir, key.clone(), settings()).unwrap();
     (store, branch)
 }
 
@@ -157,7 +151,7 @@ fn second_open_is_refused_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let key = RepoKey::generate();
     let (_store, branch) = open(dir.path(), &key);
-    let err = Store::open(branch, &dir.path().join("index.redb"), key, settings())
+    let err = Store::open(branch, dir.path(), key, settings())
         .err()
         .unwrap();
     assert!(
@@ -244,6 +238,7 @@ fn rebuilt_index_gives_the_same_answers() {
     let ids = w.write_batch(&chunks).unwrap();
     w.flush().unwrap();
     store.put_root("r", &ids[0]).unwrap();
+    drop(w);
     let locs: Vec<_> = ids.iter().map(|id| store.locate(id).unwrap()).collect();
     let stats = store.stats().unwrap();
     drop(store);
@@ -275,6 +270,18 @@ fn rebuilt_index_gives_the_same_answers() {
         )
     );
     assert!(store.check(&no_progress()).unwrap().is_clean());
+    // New containers after a lost index never reuse an existing id.
+    let mut w = store.stream();
+    let fresh = w.write_chunk(random(100_000)).unwrap();
+    w.flush().unwrap();
+    assert!(store.stats().unwrap().containers > stats.containers);
+    assert_eq!(store.read_chunks(&ids).unwrap(), chunks);
+    assert_eq!(store.read_chunk(&fresh).unwrap().len(), 100_000);
+    assert_eq!(
+        store.get_root("r").unwrap(),
+        ids[0],
+        "roots survive a lost index"
+    );
 }
 
 #[test]
@@ -359,13 +366,7 @@ fn failing_branch_fails_the_flush() {
         compression: Compression::Lz4,
         ..settings()
     };
-    let store = Store::open(
-        Arc::new(Failing),
-        &dir.path().join("i.redb"),
-        RepoKey::generate(),
-        settings,
-    )
-    .unwrap();
+    let store = Store::open(Arc::new(Failing), dir.path(), RepoKey::generate(), settings).unwrap();
     let mut w = store.stream();
     let id = w.write_chunk(random(1000)).unwrap();
     let err = w.flush().unwrap_err().to_string();

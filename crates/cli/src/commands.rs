@@ -30,7 +30,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Check(args) => check(&open(&root, quiet)?, &args, quiet),
         Command::Repair { rebuild_index } => {
             debug_assert!(rebuild_index);
-            rebuild(&open(&root, quiet)?, quiet)
+            rebuild(&open_for_rebuild(&root, quiet)?, quiet)
         }
         Command::Demo { file } => demo(&root, file, quiet),
         Command::Bench(cmd) => crate::bench::run(cmd),
@@ -46,6 +46,25 @@ fn open(root: &Path, quiet: bool) -> Result<Repo> {
         );
     }
     Ok(repo)
+}
+
+/// Opens a repository whose index may be unreadable: a damaged index file is
+/// moved aside (it is derived data) so that a fresh one can be rebuilt.
+fn open_for_rebuild(root: &Path, quiet: bool) -> Result<Repo> {
+    match Repo::open(root) {
+        Err(repo::RepoError::Store(cas::CasError::IndexOpen { path, source })) => {
+            let aside = path.with_extension("redb.damaged");
+            std::fs::rename(&path, &aside).with_context(|| {
+                format!("cannot move the damaged index {} aside", path.display())
+            })?;
+            eprintln!(
+                "cairn: the index could not be opened ({source}); moved it to {} and rebuilding",
+                aside.display()
+            );
+            open(root, quiet)
+        }
+        other => Ok(other?),
+    }
 }
 
 fn init(root: &Path, quiet: bool) -> Result<ExitCode> {

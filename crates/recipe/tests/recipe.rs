@@ -11,7 +11,7 @@ fn store(dir: &std::path::Path) -> Store {
     let (branch, _) = LocalDir::open("local", dir.join("b")).unwrap();
     Store::open(
         Arc::new(branch),
-        &dir.join("i.redb"),
+        dir,
         RepoKey::generate(),
         StoreSettings::default(),
     )

@@ -11,7 +11,7 @@ use crate::config::{Config, ConfigError, DEFAULT_TOML};
 
 const CONFIG: &str = "cairn.toml";
 const KEY: &str = "key";
-const INDEX: &str = "meta/index.redb";
+const META: &str = "meta";
 const LOCAL_BRANCH: &str = "branches/local";
 
 #[derive(Debug, thiserror::Error)]
@@ -76,7 +76,7 @@ impl Repo {
         if Self::exists(root) {
             return Err(RepoError::AlreadyExists(root.to_path_buf()));
         }
-        for dir in ["meta", LOCAL_BRANCH] {
+        for dir in [META, LOCAL_BRANCH] {
             let p = root.join(dir);
             fs::create_dir_all(&p).map_err(io("create directory", &p))?;
         }
@@ -117,9 +117,9 @@ impl Repo {
             .and_then(|s| RepoKey::from_hex(&s))
             .ok_or_else(|| RepoError::Key(key_path.clone()))?;
         let (branch, discarded_partials) = LocalDir::open("local", root.join(LOCAL_BRANCH))?;
-        let meta = root.join("meta");
+        let meta = root.join(META);
         fs::create_dir_all(&meta).map_err(io("create directory", &meta))?;
-        let store = Store::open(Arc::new(branch), &root.join(INDEX), key, config.store)?;
+        let store = Store::open(Arc::new(branch), &meta, key, config.store)?;
         Ok(Repo {
             root: root.to_path_buf(),
             config,
@@ -128,8 +128,10 @@ impl Repo {
         })
     }
 
-    pub fn index_path(&self) -> PathBuf {
-        self.root.join(INDEX)
+    /// The fingerprint index file (derived state: `cairn repair
+    /// --rebuild-index` recreates it from the containers).
+    pub fn index_path(root: &Path) -> PathBuf {
+        root.join(META).join(cas::INDEX_FILE)
     }
 }
 
