@@ -12,6 +12,7 @@
 //!   whole blob or none of it (never a half-written one, even after `kill -9`).
 //! - A short read is an error naming the blob, never silently fewer bytes.
 
+mod aligned;
 mod key;
 mod local;
 
@@ -54,6 +55,11 @@ pub trait Branch: Send + Sync {
     fn name(&self) -> &str;
     /// Stores `data` under `key`, replacing nothing: durable and whole on return.
     fn put(&self, key: &BlobKey, data: &[u8]) -> Result<()>;
+    /// Stores several blobs, each as [`Branch::put`] would, with one result
+    /// per blob; a branch may overlap their writes and share their syncs.
+    fn put_many(&self, blobs: &[(BlobKey, &[u8])]) -> Vec<Result<()>> {
+        blobs.iter().map(|(k, d)| self.put(k, d)).collect()
+    }
     /// The whole blob.
     fn get(&self, key: &BlobKey) -> Result<Vec<u8>>;
     /// Exactly `len` bytes at `offset`.

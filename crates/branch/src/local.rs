@@ -1,11 +1,13 @@
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::FileExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::aligned::AlignedBuf;
 use crate::{BlobKey, Branch, BranchError, Result};
 
 /// Blobs as files under a directory. A blob is written to `.partial/`, synced,
@@ -18,6 +20,7 @@ pub struct LocalDir {
     /// Open read handles: re-opening a container file for every region read
     /// would cost a path walk each time.
     handles: Mutex<HashMap<BlobKey, Arc<File>>>,
+    bounce: Mutex<AlignedBuf>,
 }
 
 const PARTIAL: &str = ".partial";
@@ -50,6 +53,7 @@ impl LocalDir {
             root,
             seq: AtomicU64::new(0),
             handles: Mutex::new(HashMap::new()),
+            bounce: Mutex::new(AlignedBuf::new()),
         };
         Ok((branch, discarded))
     }
@@ -95,6 +99,78 @@ impl LocalDir {
     }
 }
 
+impl LocalDir {
+    /// Writes a blob to `.partial/` and starts its write-back.
+    fn stage(&self, key: &BlobKey, data: &[u8]) -> Result<(PathBuf, File)> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let tmp = self.root.join(PARTIAL).join(format!(
+            "{}-{}-{seq}",
+            key.as_str().replace('/', "_"),
+            std::process::id()
+        ));
+        if let Some(f) = self.stage_direct(&tmp, data)? {
+            return Ok((tmp, f));
+        }
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(io_err("create", &tmp))?;
+        f.write_all(data).map_err(io_err("write", &tmp))?;
+        // SAFETY: a plain syscall on a descriptor we own; it only starts
+        // write-back, durability still comes from sync_data.
+        unsafe { libc::sync_file_range(f.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+        Ok((tmp, f))
+    }
+
+    /// Writes with `O_DIRECT`, so a blob written once is not also copied
+    /// into the page cache (on these virtual machines that copy into fresh
+    /// guest pages costs more than the disk write). Returns `None` where the
+    /// file system refuses `O_DIRECT` (tmpfs), for a buffered write instead.
+    fn stage_direct(&self, tmp: &Path, data: &[u8]) -> Result<Option<File>> {
+        let opened = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(tmp);
+        let mut f = match opened {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                let _ = fs::remove_file(tmp);
+                return Ok(None);
+            }
+            Err(e) => return Err(io_err("create", tmp)(e)),
+        };
+        let mut bounce = self.bounce.lock().unwrap();
+        let padded = bounce.fill(data);
+        f.write_all(padded).map_err(io_err("write", tmp))?;
+        if padded.len() != data.len() {
+            f.set_len(data.len() as u64)
+                .map_err(io_err("truncate", tmp))?;
+        }
+        Ok(Some(f))
+    }
+
+    /// Links a synced partial blob into place; a link, unlike a rename,
+    /// never replaces an existing blob.
+    fn place(&self, key: &BlobKey, tmp: &Path) -> Result<()> {
+        let dest = self.path(key);
+        let dir = dest.parent().expect("a blob path has a parent");
+        if !dir.exists() {
+            fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+            sync_dir(dir.parent().unwrap_or(&self.root))?;
+        }
+        match fs::hard_link(tmp, &dest) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(BranchError::Exists {
+                branch: self.name.clone(),
+                key: key.clone(),
+            }),
+            Err(e) => Err(io_err("link into place", &dest)(e)),
+        }
+    }
+}
+
 fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
@@ -107,37 +183,54 @@ impl Branch for LocalDir {
     }
 
     fn put(&self, key: &BlobKey, data: &[u8]) -> Result<()> {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        let tmp = self.root.join(PARTIAL).join(format!(
-            "{}-{}-{seq}",
-            key.as_str().replace('/', "_"),
-            std::process::id()
-        ));
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(io_err("create", &tmp))?;
-        f.write_all(data).map_err(io_err("write", &tmp))?;
-        f.sync_data().map_err(io_err("sync", &tmp))?;
-        drop(f);
-        let dest = self.path(key);
-        let dir = dest.parent().expect("a blob path has a parent");
-        if !dir.exists() {
-            fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
-            sync_dir(dir.parent().unwrap_or(&self.root))?;
+        self.put_many(&[(key.clone(), data)])
+            .pop()
+            .expect("one result per blob")
+    }
+
+    /// Writes every blob before waiting for any: write-back of all of them
+    /// starts at once, and each directory is synced once for the batch, so a
+    /// batch costs about one device flush instead of two per blob.
+    fn put_many(&self, blobs: &[(BlobKey, &[u8])]) -> Vec<Result<()>> {
+        let staged: Vec<Result<(PathBuf, File)>> =
+            blobs.iter().map(|(k, d)| self.stage(k, d)).collect();
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        let mut results: Vec<Result<()>> = staged
+            .into_iter()
+            .zip(blobs)
+            .map(|(staged, (key, _))| {
+                let (tmp, f) = staged?;
+                let synced = f.sync_data().map_err(io_err("sync", &tmp));
+                drop(f);
+                let placed = synced.and_then(|()| self.place(key, &tmp));
+                let _ = fs::remove_file(&tmp);
+                placed?;
+                let dir = self
+                    .path(key)
+                    .parent()
+                    .expect("a blob path has a parent")
+                    .to_path_buf();
+                if !dirs.contains(&dir) {
+                    dirs.push(dir);
+                }
+                Ok(())
+            })
+            .collect();
+        for dir in dirs {
+            if let Err(e) = sync_dir(&dir) {
+                let msg = e.to_string();
+                for (r, (key, _)) in results.iter_mut().zip(blobs) {
+                    if r.is_ok() && self.path(key).parent() == Some(dir.as_path()) {
+                        *r = Err(BranchError::Io {
+                            op: "sync directory",
+                            path: dir.clone(),
+                            source: io::Error::other(msg.clone()),
+                        });
+                    }
+                }
+            }
         }
-        // A link, unlike a rename, never replaces an existing blob.
-        let linked = fs::hard_link(&tmp, &dest);
-        let _ = fs::remove_file(&tmp);
-        match linked {
-            Ok(()) => sync_dir(dir),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(BranchError::Exists {
-                branch: self.name.clone(),
-                key: key.clone(),
-            }),
-            Err(e) => Err(io_err("link into place", &dest)(e)),
-        }
+        results
     }
 
     fn get(&self, key: &BlobKey) -> Result<Vec<u8>> {
@@ -244,6 +337,31 @@ mod tests {
             b.read_range(&key("c/01/a"), 0, 1),
             Err(BranchError::NotFound { .. })
         ));
+    }
+
+    /// tmpfs refuses O_DIRECT; blobs are then written through the page cache.
+    #[test]
+    fn works_where_direct_io_is_refused() {
+        let shm = Path::new("/dev/shm");
+        assert!(shm.is_dir(), "this test needs a tmpfs at /dev/shm");
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        let (b, _) = LocalDir::open("shm", dir.path()).unwrap();
+        let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        b.put(&key("a/b"), &data).unwrap();
+        assert_eq!(b.get(&key("a/b")).unwrap(), data);
+    }
+
+    #[test]
+    fn odd_sizes_round_trip_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let (b, _) = LocalDir::open("local", dir.path()).unwrap();
+        for len in [0usize, 1, 4095, 4096, 4097, 1 << 20, (1 << 20) + 3] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+            let k = key(&format!("sizes/{len}"));
+            b.put(&k, &data).unwrap();
+            assert_eq!(b.size(&k).unwrap(), len as u64);
+            assert_eq!(b.get(&k).unwrap(), data);
+        }
     }
 
     #[test]

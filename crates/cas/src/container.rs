@@ -96,8 +96,10 @@ pub struct Sealed {
 }
 
 impl ContainerBuilder {
-    pub fn new(id: ContainerId, capacity: usize) -> Self {
-        let mut buf = Vec::with_capacity(capacity);
+    /// Starts a container in `buf` (cleared first; pass a recycled buffer to
+    /// avoid faulting in fresh pages).
+    pub fn new(id: ContainerId, mut buf: Vec<u8>) -> Self {
+        buf.clear();
         buf.extend_from_slice(HEADER);
         ContainerBuilder {
             id,
@@ -120,17 +122,22 @@ impl ContainerBuilder {
         self.entries.is_empty()
     }
 
-    /// Appends a stored region holding `chunks` (id, offset in the raw
-    /// region, length) and returns their locations.
-    pub fn append_region(&mut self, stored: &[u8], chunks: &[(ChunkId, u32, u32)]) {
+    /// Appends a region holding `chunks` (id, offset in the raw region,
+    /// length); `write` appends the stored region's bytes to the buffer.
+    pub fn append_region(
+        &mut self,
+        write: impl FnOnce(&mut Vec<u8>),
+        chunks: &[(ChunkId, u32, u32)],
+    ) {
         let region_offset = self.buf.len() as u64;
-        self.buf.extend_from_slice(stored);
+        write(&mut self.buf);
+        let region_len = (self.buf.len() as u64 - region_offset) as u32;
         for &(id, offset_in_region, len) in chunks {
             self.raw_bytes += len as u64;
             let loc = ChunkLocation {
                 container: self.id,
                 region_offset,
-                region_len: stored.len() as u32,
+                region_len,
                 offset_in_region,
                 len,
             };
@@ -260,7 +267,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn build(id: ContainerId, regions: &[Vec<Vec<u8>>], key: &RepoKey) -> Sealed {
-        let mut b = ContainerBuilder::new(id, 1 << 20);
+        let mut b = ContainerBuilder::new(id, Vec::new());
         for chunks in regions {
             let raw: Vec<u8> = chunks.concat();
             let mut meta = Vec::new();
@@ -269,7 +276,8 @@ mod tests {
                 meta.push((key.chunk_id(c), off, c.len() as u32));
                 off += c.len() as u32;
             }
-            b.append_region(&region::encode(&raw, Compression::default()), &meta);
+            let stored = region::encode(&raw, Compression::default());
+            b.append_region(|buf| buf.extend_from_slice(&stored), &meta);
         }
         b.seal()
     }

@@ -94,12 +94,13 @@ pub struct ContainerId(pub u64);
 const CONTAINER_PREFIX: &str = "containers/";
 
 impl ContainerId {
-    /// Where the container lives on a branch. The low byte fans containers out
-    /// over 256 directories so no directory grows huge.
+    /// Where the container lives on a branch: 4096 consecutive containers
+    /// (about 16 GiB) share a directory, so none grows huge and a stream's
+    /// containers stay together.
     pub fn blob_key(&self) -> BlobKey {
         BlobKey::new(format!(
-            "{CONTAINER_PREFIX}{:02x}/{:016x}",
-            self.0 & 0xff,
+            "{CONTAINER_PREFIX}{:05x}/{:016x}",
+            self.0 >> 12,
             self.0
         ))
         .expect("container keys are valid")

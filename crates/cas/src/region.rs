@@ -73,30 +73,96 @@ fn zstd_decompress(payload: &[u8], want: usize) -> Result<Vec<u8>, RegionError> 
     })
 }
 
-/// Encodes `raw`, storing it uncompressed when compression does not shrink it.
-pub fn encode(raw: &[u8], compression: Compression) -> Vec<u8> {
-    let compressed = match compression {
+/// A region after compression was tried: either a smaller payload, or the
+/// verdict to store the raw bytes (which are then copied only once, straight
+/// into the container).
+pub enum Encoded {
+    Raw {
+        len: usize,
+    },
+    Compressed {
+        codec: u8,
+        raw_len: usize,
+        payload: Vec<u8>,
+    },
+}
+
+thread_local! {
+    /// Scratch space to join a region's chunks for the compressor, reused so
+    /// each region does not fault in fresh pages.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Compresses the concatenation of `parts`, keeping the result only when it
+/// is smaller than the raw bytes.
+pub fn compress(parts: &[&[u8]], compression: Compression) -> Encoded {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    let attempt = |raw: &[u8]| match compression {
         Compression::None => None,
         Compression::Zstd { level } => zstd_compress(raw, level).map(|c| (ZSTD, c)),
         Compression::Lz4 => Some((LZ4, lz4_flex::block::compress(raw))),
     };
-    let (codec, payload) = match compressed {
-        Some((codec, c)) if c.len() < raw.len() => (codec, c),
-        _ => (RAW, Vec::new()),
+    let compressed = match parts {
+        _ if compression == Compression::None => None,
+        [one] => attempt(one),
+        _ => SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            scratch.clear();
+            for p in parts {
+                scratch.extend_from_slice(p);
+            }
+            attempt(&scratch)
+        }),
     };
-    let body_len = if codec == RAW {
-        raw.len()
-    } else {
-        payload.len()
-    };
-    let mut out = Vec::with_capacity(HEADER_LEN + body_len);
-    out.push(codec);
-    out.extend_from_slice(&(raw.len() as u32).to_le_bytes());
-    if codec == RAW {
-        out.extend_from_slice(raw);
-    } else {
-        out.extend_from_slice(&payload);
+    match compressed {
+        Some((codec, payload)) if payload.len() < len => Encoded::Compressed {
+            codec,
+            raw_len: len,
+            payload,
+        },
+        _ => Encoded::Raw { len },
     }
+}
+
+impl Encoded {
+    /// Bytes the stored region occupies.
+    pub fn stored_len(&self) -> usize {
+        HEADER_LEN
+            + match self {
+                Encoded::Raw { len } => *len,
+                Encoded::Compressed { payload, .. } => payload.len(),
+            }
+    }
+
+    /// Appends the stored region to `out`; `parts` are the raw chunks the
+    /// region was made from.
+    pub fn write_to(&self, parts: &[&[u8]], out: &mut Vec<u8>) {
+        match self {
+            Encoded::Raw { len } => {
+                out.push(RAW);
+                out.extend_from_slice(&(*len as u32).to_le_bytes());
+                for p in parts {
+                    out.extend_from_slice(p);
+                }
+            }
+            Encoded::Compressed {
+                codec,
+                raw_len,
+                payload,
+            } => {
+                out.push(*codec);
+                out.extend_from_slice(&(*raw_len as u32).to_le_bytes());
+                out.extend_from_slice(payload);
+            }
+        }
+    }
+}
+
+/// Encodes `raw` as one stored region.
+pub fn encode(raw: &[u8], compression: Compression) -> Vec<u8> {
+    let e = compress(&[raw], compression);
+    let mut out = Vec::with_capacity(e.stored_len());
+    e.write_to(&[raw], &mut out);
     out
 }
 

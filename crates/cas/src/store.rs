@@ -35,7 +35,7 @@ impl Default for StoreSettings {
         StoreSettings {
             compression: Compression::default(),
             container_size: 4 << 20,
-            region_size: 128 << 10,
+            region_size: 256 << 10,
             memory_budget: 256 << 20,
         }
     }
@@ -62,8 +62,30 @@ pub(crate) struct Inflight {
     pub failed: HashMap<ContainerId, String>,
 }
 
+/// Container buffers handed back by the I/O thread for the next container,
+/// so writing does not fault in fresh pages for every container.
+#[derive(Default)]
+pub(crate) struct BufferPool(Mutex<Vec<Vec<u8>>>);
+
+const POOLED_BUFFERS: usize = 4;
+
+impl BufferPool {
+    pub fn take(&self, capacity: usize) -> Vec<u8> {
+        let reused = self.0.lock().unwrap().pop();
+        reused.unwrap_or_else(|| Vec::with_capacity(capacity))
+    }
+
+    fn give(&self, buf: Vec<u8>) {
+        let mut pool = self.0.lock().unwrap();
+        if pool.len() < POOLED_BUFFERS {
+            pool.push(buf);
+        }
+    }
+}
+
 pub(crate) struct Shared {
     pub branch: Arc<dyn Branch>,
+    pub buffers: BufferPool,
     pub key: RepoKey,
     pub settings: StoreSettings,
     pub index: Index,
@@ -130,6 +152,7 @@ impl Store {
         let index = Index::open(&meta_dir.join(INDEX_FILE), &meta_dir.join(ROOTS_FILE))?;
         let shared = Arc::new(Shared {
             branch,
+            buffers: BufferPool::default(),
             key,
             settings,
             index,
@@ -372,11 +395,14 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
         }
         let mut failed: Vec<(ContainerId, String)> = Vec::new();
         let mut written: Vec<&Sealed> = Vec::new();
-        for job in &jobs {
-            let s = &job.sealed;
-            match shared.branch.put(&s.id.blob_key(), &s.bytes) {
-                Ok(()) => written.push(s),
-                Err(e) => failed.push((s.id, e.to_string())),
+        let blobs: Vec<_> = jobs
+            .iter()
+            .map(|j| (j.sealed.id.blob_key(), &j.sealed.bytes[..]))
+            .collect();
+        for (job, result) in jobs.iter().zip(shared.branch.put_many(&blobs)) {
+            match result {
+                Ok(()) => written.push(&job.sealed),
+                Err(e) => failed.push((job.sealed.id, e.to_string())),
             }
         }
         if let Err(e) = shared.index.commit_containers(&written) {
@@ -394,5 +420,8 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
         inflight.failed.extend(failed);
         drop(inflight);
         shared.inflight_cv.notify_all();
+        for job in jobs {
+            shared.buffers.give(job.sealed.bytes);
+        }
     }
 }

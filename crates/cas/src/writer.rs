@@ -73,21 +73,14 @@ impl StreamWriter {
         }
         let regions = self.group_regions(chunks, &fresh);
         let compression = self.store.shared.settings.compression;
-        let stored: Vec<Vec<u8>> = regions
+        let encoded: Vec<region::Encoded> = regions
             .par_iter()
-            .map(|members| match members[..] {
-                [only] => region::encode(&chunks[only], compression),
-                _ => {
-                    let mut raw =
-                        Vec::with_capacity(members.iter().map(|&i| chunks[i].len()).sum());
-                    for &i in members {
-                        raw.extend_from_slice(&chunks[i]);
-                    }
-                    region::encode(&raw, compression)
-                }
+            .map(|members| {
+                let parts: Vec<&[u8]> = members.iter().map(|&i| &chunks[i][..]).collect();
+                region::compress(&parts, compression)
             })
             .collect();
-        for (members, bytes) in regions.iter().zip(stored) {
+        for (members, enc) in regions.iter().zip(encoded) {
             let mut offset = 0u32;
             let meta: Vec<(ChunkId, u32, u32)> = members
                 .iter()
@@ -97,7 +90,8 @@ impl StreamWriter {
                     (ids[i], offset - len, len)
                 })
                 .collect();
-            self.append_region(&bytes, &meta)?;
+            let parts: Vec<&[u8]> = members.iter().map(|&i| &chunks[i][..]).collect();
+            self.append_region(&enc, &parts, &meta)?;
         }
         Ok(ids)
     }
@@ -136,21 +130,28 @@ impl StreamWriter {
         regions
     }
 
-    fn append_region(&mut self, stored: &[u8], meta: &[(ChunkId, u32, u32)]) -> Result<()> {
+    fn append_region(
+        &mut self,
+        enc: &region::Encoded,
+        parts: &[&[u8]],
+        meta: &[(ChunkId, u32, u32)],
+    ) -> Result<()> {
         let limit = self.store.shared.settings.container_size;
+        let stored_len = enc.stored_len();
         if let Some((b, _)) = &self.open {
-            if !b.is_empty() && b.len() + stored.len() > limit {
+            if !b.is_empty() && b.len() + stored_len > limit {
                 self.seal()?;
             }
         }
         if self.open.is_none() {
             let permit = self.store.shared.budget.acquire(limit);
             let id = self.store.allocate_container()?;
-            self.open = Some((ContainerBuilder::new(id, limit + (64 << 10)), permit));
+            let buf = self.store.shared.buffers.take(limit + (64 << 10));
+            self.open = Some((ContainerBuilder::new(id, buf), permit));
         }
         let (builder, _) = self.open.as_mut().expect("opened above");
-        builder.append_region(stored, meta);
-        self.stats.stored_bytes += stored.len() as u64;
+        builder.append_region(|out| enc.write_to(parts, out), meta);
+        self.stats.stored_bytes += stored_len as u64;
         Ok(())
     }
 

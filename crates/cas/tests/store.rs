@@ -376,3 +376,88 @@ fn failing_branch_fails_the_flush() {
     );
     assert!(!store.contains(&id).unwrap());
 }
+
+/// A branch that takes its time, so writers outrun it.
+struct Slow(LocalDir);
+
+impl Branch for Slow {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn put(&self, key: &branch::BlobKey, data: &[u8]) -> branch::Result<()> {
+        std::thread::sleep(std::time::Duration::from_millis(15));
+        self.0.put(key, data)
+    }
+    fn get(&self, key: &branch::BlobKey) -> branch::Result<Vec<u8>> {
+        self.0.get(key)
+    }
+    fn read_range(&self, key: &branch::BlobKey, o: u64, l: usize) -> branch::Result<Vec<u8>> {
+        self.0.read_range(key, o, l)
+    }
+    fn size(&self, key: &branch::BlobKey) -> branch::Result<u64> {
+        self.0.size(key)
+    }
+    fn list(&self, prefix: &str) -> branch::Result<Vec<branch::BlobKey>> {
+        self.0.list(prefix)
+    }
+    fn delete(&self, key: &branch::BlobKey) -> branch::Result<()> {
+        self.0.delete(key)
+    }
+}
+
+#[test]
+fn writers_that_outrun_the_branch_stay_within_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let (local, _) = LocalDir::open("local", dir.path().join("b")).unwrap();
+    let settings = StoreSettings {
+        container_size: 256 << 10,
+        region_size: 64 << 10,
+        memory_budget: 1 << 20,
+        compression: Compression::None,
+    };
+    let store = Store::open(
+        Arc::new(Slow(local)),
+        dir.path(),
+        RepoKey::generate(),
+        settings,
+    )
+    .unwrap();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let monitor = {
+        let (store, done) = (store.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(store.budget().in_use());
+                std::thread::yield_now();
+            }
+            peak
+        })
+    };
+    let writers: Vec<_> = (0..3)
+        .map(|_| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut w = store.stream();
+                let mut all = Vec::new();
+                for _ in 0..12 {
+                    let batch: Vec<Bytes> = (0..4).map(|_| random(64 << 10)).collect();
+                    all.extend(w.write_batch(&batch).unwrap().into_iter().zip(batch));
+                }
+                w.flush().unwrap();
+                all
+            })
+        })
+        .collect();
+    let written: Vec<_> = writers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak = monitor.join().unwrap();
+    assert!(peak > 0, "writers must hold budget while data is in flight");
+    assert!(peak <= 1 << 20, "in flight {peak} exceeds the 1 MiB budget");
+    for (id, data) in written {
+        assert_eq!(store.read_chunk(&id).unwrap(), data);
+    }
+}

@@ -1,6 +1,6 @@
 use std::io::{self, Read};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use fastcdc::v2020::{FastCDC, Normalization};
 
 use crate::ChunkerParams;
@@ -26,7 +26,7 @@ pub struct Chunker<R> {
     params: ChunkerParams,
     read_size: usize,
     /// Bytes read but not yet cut (always fewer than `max` after a batch).
-    carry: BytesMut,
+    carry: Vec<u8>,
     offset: u64,
     eof: bool,
 }
@@ -40,7 +40,7 @@ impl<R: Read> Chunker<R> {
             source,
             params,
             read_size,
-            carry: BytesMut::new(),
+            carry: Vec::new(),
             offset: 0,
             eof: false,
         }
@@ -52,29 +52,25 @@ impl<R: Read> Chunker<R> {
             if self.eof && self.carry.is_empty() {
                 return Ok(None);
             }
-            let mut buf = std::mem::take(&mut self.carry);
-            buf.reserve(self.read_size.saturating_sub(buf.len()));
+            let mut buf = Vec::with_capacity(self.read_size.max(self.carry.len()));
+            buf.append(&mut self.carry);
             while !self.eof && buf.len() < self.read_size {
-                let start = buf.len();
-                buf.resize(self.read_size, 0);
-                match self.source.read(&mut buf[start..]) {
-                    Ok(0) => {
-                        buf.truncate(start);
-                        self.eof = true;
-                    }
-                    Ok(n) => buf.truncate(start + n),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => buf.truncate(start),
+                // read_to_end fills spare capacity without zeroing it first.
+                let want = (self.read_size - buf.len()) as u64;
+                match (&mut self.source).take(want).read_to_end(&mut buf) {
+                    Ok(0) => self.eof = true,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => {
-                        buf.truncate(start);
                         self.carry = buf;
                         return Err(e);
                     }
                 }
             }
-            let data = buf.freeze();
+            let data = Bytes::from(buf);
             let cuts = self.cut_points(&data);
             let consumed = cuts.last().copied().unwrap_or(0);
-            self.carry = BytesMut::from(&data[consumed..]);
+            self.carry = data[consumed..].to_vec();
             if cuts.is_empty() {
                 continue;
             }

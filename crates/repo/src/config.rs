@@ -38,7 +38,7 @@ max = "256KiB"
 # "zstd", "lz4" or "none". A region that does not shrink is stored raw.
 codec = "zstd"
 level = 1           # zstd level, 1 (fast) to 19 (small)
-region = "128KiB"   # raw bytes of consecutive chunks compressed together
+region = "256KiB"   # raw bytes of consecutive chunks compressed together
 
 [containers]
 size = "4MiB"       # containers are sealed and written at about this size
@@ -120,7 +120,7 @@ fn one() -> i32 {
     1
 }
 fn region() -> Size {
-    Size(128 << 10)
+    Size(256 << 10)
 }
 
 impl Default for RawCompression {
