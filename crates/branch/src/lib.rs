@@ -64,6 +64,9 @@ pub trait Branch: Send + Sync {
     fn get(&self, key: &BlobKey) -> Result<Vec<u8>>;
     /// Exactly `len` bytes at `offset`.
     fn read_range(&self, key: &BlobKey, offset: u64, len: usize) -> Result<Vec<u8>>;
+    /// A hint that `len` bytes at `offset` will be read soon; a branch may
+    /// start fetching them in the background. Never fails.
+    fn prefetch(&self, _key: &BlobKey, _offset: u64, _len: u64) {}
     /// The blob's size in bytes.
     fn size(&self, key: &BlobKey) -> Result<u64>;
     /// Every blob whose key starts with `prefix`, sorted by key.

@@ -261,6 +261,20 @@ impl Branch for LocalDir {
         Ok(buf)
     }
 
+    fn prefetch(&self, key: &BlobKey, offset: u64, len: u64) {
+        if let Ok(f) = self.handle(key) {
+            // SAFETY: an advisory syscall on a descriptor we hold open.
+            unsafe {
+                libc::posix_fadvise(
+                    f.as_raw_fd(),
+                    offset as i64,
+                    len as i64,
+                    libc::POSIX_FADV_WILLNEED,
+                )
+            };
+        }
+    }
+
     fn size(&self, key: &BlobKey) -> Result<u64> {
         let path = self.path(key);
         fs::metadata(&path)

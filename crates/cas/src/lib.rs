@@ -35,6 +35,7 @@ mod compact;
 pub mod container;
 mod id;
 mod index;
+mod read;
 pub mod region;
 mod store;
 mod writer;

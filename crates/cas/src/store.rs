@@ -4,16 +4,14 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use branch::Branch;
-use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::budget::{Budget, Permit};
 use crate::container::{ChunkLocation, Sealed};
 use crate::id::{ChunkId, ContainerId, RepoKey};
 use crate::index::Index;
-use crate::region::{self, Compression};
+use crate::region::Compression;
 use crate::writer::StreamWriter;
 use crate::{CasError, Result};
 
@@ -244,86 +242,6 @@ impl Store {
         }
     }
 
-    pub(crate) fn read_region(&self, loc: &ChunkLocation) -> Result<Bytes> {
-        let key = loc.container.blob_key();
-        let stored =
-            self.shared
-                .branch
-                .read_range(&key, loc.region_offset, loc.region_len as usize)?;
-        region::decode(stored.into()).map_err(|e| CasError::CorruptChunk {
-            id: ChunkId::from_bytes([0; 32]),
-            container: loc.container,
-            reason: format!("region at offset {}: {e}", loc.region_offset),
-        })
-    }
-
-    /// Cuts a chunk out of its decoded region and verifies its id.
-    pub(crate) fn verify(
-        &self,
-        id: &ChunkId,
-        loc: &ChunkLocation,
-        region: &Bytes,
-    ) -> Result<Bytes> {
-        let corrupt = |reason: String| CasError::CorruptChunk {
-            id: *id,
-            container: loc.container,
-            reason,
-        };
-        let start = loc.offset_in_region as usize;
-        let end = start + loc.len as usize;
-        if end > region.len() {
-            return Err(corrupt(format!(
-                "bytes {start}..{end} lie outside its {}-byte region",
-                region.len()
-            )));
-        }
-        let data = region.slice(start..end);
-        if self.shared.key.chunk_id(&data) != *id {
-            return Err(corrupt("content does not match its id".into()));
-        }
-        Ok(data)
-    }
-
-    /// Reads and verifies one chunk.
-    pub fn read_chunk(&self, id: &ChunkId) -> Result<Bytes> {
-        let loc = self.locate(id)?;
-        let region = self.read_region(&loc).map_err(|e| name_chunk(e, id))?;
-        self.verify(id, &loc, &region)
-    }
-
-    /// Reads and verifies many chunks, in order, using every core: each
-    /// distinct region is read and decompressed once.
-    pub fn read_chunks(&self, ids: &[ChunkId]) -> Result<Vec<Bytes>> {
-        let locs = ids
-            .iter()
-            .map(|id| self.locate(id))
-            .collect::<Result<Vec<_>>>()?;
-        let mut region_of = Vec::with_capacity(ids.len());
-        let mut regions: Vec<usize> = Vec::new();
-        let mut seen: HashMap<(ContainerId, u64), usize> = HashMap::new();
-        for (i, loc) in locs.iter().enumerate() {
-            let slot = *seen
-                .entry((loc.container, loc.region_offset))
-                .or_insert_with(|| {
-                    regions.push(i);
-                    regions.len() - 1
-                });
-            region_of.push(slot);
-        }
-        let decoded = regions
-            .par_iter()
-            .map(|&i| {
-                self.read_region(&locs[i])
-                    .map_err(|e| name_chunk(e, &ids[i]))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        ids.par_iter()
-            .zip(locs.par_iter())
-            .zip(region_of.par_iter())
-            .map(|((id, loc), &slot)| self.verify(id, loc, &decoded[slot]))
-            .collect()
-    }
-
     pub fn put_root(&self, label: &str, id: &ChunkId) -> Result<()> {
         check_label(label)?;
         self.locate(id)?;
@@ -360,20 +278,6 @@ impl Store {
             index_ram_bytes: ram as u64,
             index_ram_bytes_per_chunk: per_chunk,
         })
-    }
-}
-
-/// A region-level error names no chunk; name the one being read.
-fn name_chunk(e: CasError, id: &ChunkId) -> CasError {
-    match e {
-        CasError::CorruptChunk {
-            container, reason, ..
-        } => CasError::CorruptChunk {
-            id: *id,
-            container,
-            reason,
-        },
-        other => other,
     }
 }
 

@@ -15,6 +15,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// mimalloc keeps freed pages for reuse; with glibc's allocator the many
+/// multi-MiB buffers of ingest and read-back were returned to the kernel and
+/// faulted in again, which cost about a tenth of all CPU time.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let args = args::Cli::parse();
     match commands::run(args) {

@@ -129,6 +129,18 @@ impl Recipe {
         Ok(out)
     }
 
+    /// The chunk ids of the window starting at `pos` (a chunk boundary), and
+    /// where it ends, so windows never overlap.
+    fn window(&self, pos: u64) -> Result<(Vec<ChunkId>, u64)> {
+        let extents = self.extents(pos, (pos + WINDOW).min(self.len()))?;
+        let last = extents.last().ok_or_else(|| RecipeError::Malformed {
+            id: self.root_id,
+            reason: format!("no chunk covers offset {pos} of {}", self.len()),
+        })?;
+        let end = last.offset + last.len;
+        Ok((extents.iter().map(|e| e.id).collect(), end))
+    }
+
     /// Streams the whole content to `out`. A fetching thread reads and
     /// verifies the next window on every core while this one writes.
     pub fn write_to(&self, out: &mut dyn Write, progress: &(dyn Fn(u64) + Sync)) -> Result<u64> {
@@ -136,20 +148,21 @@ impl Recipe {
         std::thread::scope(|s| -> Result<u64> {
             let (tx, rx) = crossbeam_channel::bounded::<Result<Vec<Bytes>>>(1);
             let fetch = s.spawn(move || {
-                // `pos` stays on a chunk boundary, so windows never overlap.
-                let mut pos = 0;
-                while pos < total {
-                    let window = self.extents(pos, (pos + WINDOW).min(total)).and_then(|ex| {
-                        let last = ex.last().ok_or_else(|| RecipeError::Malformed {
-                            id: self.root_id,
-                            reason: format!("no chunk covers offset {pos} of {total}"),
-                        })?;
-                        pos = last.offset + last.len;
-                        let ids: Vec<ChunkId> = ex.iter().map(|e| e.id).collect();
+                let mut next = Some(self.window(0));
+                while let Some(current) = next.take() {
+                    // Hint the window after this one to the store before
+                    // reading this one, so the disk works while we decode.
+                    let current = current.and_then(|(ids, end)| {
+                        if end < total {
+                            next = Some(self.window(end));
+                            if let Some(Ok((ahead, _))) = &next {
+                                self.store.prefetch(ahead);
+                            }
+                        }
                         Ok(self.store.read_chunks(&ids)?)
                     });
-                    let failed = window.is_err();
-                    if tx.send(window).is_err() || failed {
+                    let failed = current.is_err();
+                    if tx.send(current).is_err() || failed {
                         return;
                     }
                 }

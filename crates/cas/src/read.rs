@@ -1,0 +1,244 @@
+//! The read path: locate, read regions (coalesced into few large reads),
+//! decompress, verify.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use rayon::prelude::*;
+
+use crate::container::ChunkLocation;
+use crate::id::{ChunkId, ContainerId};
+use crate::region;
+use crate::store::Store;
+use crate::{CasError, Result};
+
+/// Regions of one container closer than this are read in one request: a
+/// little wasted transfer costs less than another round trip to the disk.
+const COALESCE_GAP: u64 = 64 << 10;
+/// Upper bound on one coalesced read.
+const MAX_SPAN: u64 = 8 << 20;
+
+/// A byte range of one container covering several regions.
+struct Span {
+    container: ContainerId,
+    start: u64,
+    end: u64,
+}
+
+/// Groups regions into spans; returns the spans and, per region, its span.
+fn coalesce(regions: &[ChunkLocation]) -> (Vec<Span>, Vec<usize>) {
+    let mut order: Vec<usize> = (0..regions.len()).collect();
+    order.sort_by_key(|&i| (regions[i].container, regions[i].region_offset));
+    let mut spans: Vec<Span> = Vec::new();
+    let mut span_of = vec![0; regions.len()];
+    for i in order {
+        let r = &regions[i];
+        let end = r.region_offset + r.region_len as u64;
+        match spans.last_mut() {
+            Some(s)
+                if s.container == r.container
+                    && r.region_offset <= s.end + COALESCE_GAP
+                    && end.max(s.end) - s.start <= MAX_SPAN =>
+            {
+                s.end = s.end.max(end);
+            }
+            _ => spans.push(Span {
+                container: r.container,
+                start: r.region_offset,
+                end,
+            }),
+        }
+        span_of[i] = spans.len() - 1;
+    }
+    (spans, span_of)
+}
+
+impl Store {
+    pub(crate) fn read_region(&self, loc: &ChunkLocation) -> Result<Bytes> {
+        let stored = self.shared.branch.read_range(
+            &loc.container.blob_key(),
+            loc.region_offset,
+            loc.region_len as usize,
+        )?;
+        self.decode_region(loc, stored.into())
+    }
+
+    fn decode_region(&self, loc: &ChunkLocation, stored: Bytes) -> Result<Bytes> {
+        region::decode(stored).map_err(|e| CasError::CorruptChunk {
+            id: ChunkId::from_bytes([0; 32]),
+            container: loc.container,
+            reason: format!("region at offset {}: {e}", loc.region_offset),
+        })
+    }
+
+    /// Cuts a chunk out of its decoded region and verifies its id.
+    pub(crate) fn verify(
+        &self,
+        id: &ChunkId,
+        loc: &ChunkLocation,
+        region: &Bytes,
+    ) -> Result<Bytes> {
+        let corrupt = |reason: String| CasError::CorruptChunk {
+            id: *id,
+            container: loc.container,
+            reason,
+        };
+        let start = loc.offset_in_region as usize;
+        let end = start + loc.len as usize;
+        if end > region.len() {
+            return Err(corrupt(format!(
+                "bytes {start}..{end} lie outside its {}-byte region",
+                region.len()
+            )));
+        }
+        let data = region.slice(start..end);
+        if self.shared.key.chunk_id(&data) != *id {
+            return Err(corrupt("content does not match its id".into()));
+        }
+        Ok(data)
+    }
+
+    /// Reads and verifies one chunk.
+    pub fn read_chunk(&self, id: &ChunkId) -> Result<Bytes> {
+        let loc = self.locate(id)?;
+        let region = self.read_region(&loc).map_err(|e| name_chunk(e, id))?;
+        self.verify(id, &loc, &region)
+    }
+
+    /// The distinct regions holding `locs`, and which region each loc is in.
+    fn regions_of(locs: &[ChunkLocation]) -> (Vec<ChunkLocation>, Vec<usize>) {
+        let mut region_of = Vec::with_capacity(locs.len());
+        let mut regions = Vec::new();
+        let mut seen: HashMap<(ContainerId, u64), usize> = HashMap::new();
+        for loc in locs {
+            let slot = *seen
+                .entry((loc.container, loc.region_offset))
+                .or_insert_with(|| {
+                    regions.push(*loc);
+                    regions.len() - 1
+                });
+            region_of.push(slot);
+        }
+        (regions, region_of)
+    }
+
+    /// Reads and verifies many chunks, in order, using every core. Each
+    /// distinct region is read and decompressed once, and nearby regions of
+    /// a container are fetched in one request.
+    pub fn read_chunks(&self, ids: &[ChunkId]) -> Result<Vec<Bytes>> {
+        let locs = ids
+            .iter()
+            .map(|id| self.locate(id))
+            .collect::<Result<Vec<_>>>()?;
+        let (regions, region_of) = Self::regions_of(&locs);
+        let (spans, span_of) = coalesce(&regions);
+        let fetched = spans
+            .par_iter()
+            .map(|s| {
+                self.shared
+                    .branch
+                    .read_range(&s.container.blob_key(), s.start, (s.end - s.start) as usize)
+                    .map(Bytes::from)
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let decoded = regions
+            .par_iter()
+            .zip(span_of.par_iter())
+            .map(|(r, &s)| {
+                let from = (r.region_offset - spans[s].start) as usize;
+                self.decode_region(r, fetched[s].slice(from..from + r.region_len as usize))
+            })
+            .collect::<Vec<_>>();
+        ids.par_iter()
+            .zip(locs.par_iter())
+            .zip(region_of.par_iter())
+            .map(|((id, loc), &slot)| match &decoded[slot] {
+                Ok(region) => self.verify(id, loc, region),
+                Err(e) => Err(name_chunk(clone_corrupt(e), id)),
+            })
+            .collect()
+    }
+
+    /// Asks the branch to start fetching the regions of `ids` in the
+    /// background, so a later [`Store::read_chunks`] of them finds them
+    /// close at hand. Unknown chunks are skipped; this never fails.
+    pub fn prefetch(&self, ids: &[ChunkId]) {
+        let locs: Vec<ChunkLocation> = ids
+            .iter()
+            .filter_map(|id| self.shared.index.lookup(id).ok().flatten())
+            .collect();
+        let (regions, _) = Self::regions_of(&locs);
+        let (spans, _) = coalesce(&regions);
+        for s in spans {
+            self.shared
+                .branch
+                .prefetch(&s.container.blob_key(), s.start, s.end - s.start);
+        }
+    }
+}
+
+/// Region errors are shared by every chunk of the region; each chunk gets its
+/// own copy naming it.
+fn clone_corrupt(e: &CasError) -> CasError {
+    match e {
+        CasError::CorruptChunk {
+            id,
+            container,
+            reason,
+        } => CasError::CorruptChunk {
+            id: *id,
+            container: *container,
+            reason: reason.clone(),
+        },
+        other => CasError::CorruptChunk {
+            id: ChunkId::from_bytes([0; 32]),
+            container: ContainerId(0),
+            reason: other.to_string(),
+        },
+    }
+}
+
+/// A region-level error names no chunk; name the one being read.
+pub(crate) fn name_chunk(e: CasError, id: &ChunkId) -> CasError {
+    match e {
+        CasError::CorruptChunk {
+            container, reason, ..
+        } => CasError::CorruptChunk {
+            id: *id,
+            container,
+            reason,
+        },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loc(c: u64, off: u64, len: u32) -> ChunkLocation {
+        ChunkLocation {
+            container: ContainerId(c),
+            region_offset: off,
+            region_len: len,
+            offset_in_region: 0,
+            len,
+        }
+    }
+
+    #[test]
+    fn nearby_regions_share_a_read() {
+        let regions = [
+            loc(1, 8, 100),
+            loc(2, 8, 100),
+            loc(1, 108, 50),
+            loc(1, 1 << 20, 10),
+        ];
+        let (spans, span_of) = coalesce(&regions);
+        assert_eq!(spans.len(), 3);
+        assert_eq!(span_of[0], span_of[2]);
+        assert_ne!(span_of[0], span_of[3]);
+        let s = &spans[span_of[0]];
+        assert_eq!((s.start, s.end), (8, 158));
+    }
+}
