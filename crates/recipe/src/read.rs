@@ -148,7 +148,7 @@ impl Recipe {
         std::thread::scope(|s| -> Result<u64> {
             let (tx, rx) = crossbeam_channel::bounded::<Result<Vec<Bytes>>>(1);
             let fetch = s.spawn(move || {
-                let mut next = Some(self.window(0));
+                let mut next = (total > 0).then(|| self.window(0));
                 while let Some(current) = next.take() {
                     // Hint the window after this one to the store before
                     // reading this one, so the disk works while we decode.
