@@ -141,22 +141,40 @@ impl Store {
                     .map(Bytes::from)
             })
             .collect::<std::result::Result<Vec<_>, _>>()?;
-        let decoded = regions
+        // Decompress a region and verify its chunks in one task, while the
+        // region is still in cache.
+        let mut members: Vec<Vec<usize>> = vec![Vec::new(); regions.len()];
+        for (i, &r) in region_of.iter().enumerate() {
+            members[r].push(i);
+        }
+        let verified: Vec<Vec<(usize, Result<Bytes>)>> = regions
             .par_iter()
             .zip(span_of.par_iter())
-            .map(|(r, &s)| {
+            .zip(members.par_iter())
+            .map(|((r, &s), chunks)| {
                 let from = (r.region_offset - spans[s].start) as usize;
-                self.decode_region(r, fetched[s].slice(from..from + r.region_len as usize))
+                let region =
+                    self.decode_region(r, fetched[s].slice(from..from + r.region_len as usize));
+                chunks
+                    .iter()
+                    .map(|&i| {
+                        let result = match &region {
+                            Ok(region) => self.verify(&ids[i], &locs[i], region),
+                            Err(e) => Err(name_chunk(clone_corrupt(e), &ids[i])),
+                        };
+                        (i, result)
+                    })
+                    .collect()
             })
-            .collect::<Vec<_>>();
-        ids.par_iter()
-            .zip(locs.par_iter())
-            .zip(region_of.par_iter())
-            .map(|((id, loc), &slot)| match &decoded[slot] {
-                Ok(region) => self.verify(id, loc, region),
-                Err(e) => Err(name_chunk(clone_corrupt(e), id)),
-            })
-            .collect()
+            .collect();
+        let mut out: Vec<Option<Bytes>> = vec![None; ids.len()];
+        for (i, result) in verified.into_iter().flatten() {
+            out[i] = Some(result?);
+        }
+        Ok(out
+            .into_iter()
+            .map(|b| b.expect("every chunk belongs to a region"))
+            .collect())
     }
 
     /// Asks the branch to start fetching the regions of `ids` in the

@@ -188,6 +188,15 @@ impl Store {
         &self.shared.budget
     }
 
+    /// The ids of `chunks`, hashed on every core.
+    pub fn chunk_ids(&self, chunks: &[bytes::Bytes]) -> Vec<ChunkId> {
+        use rayon::prelude::*;
+        chunks
+            .par_iter()
+            .map(|c| self.shared.key.chunk_id(c))
+            .collect()
+    }
+
     /// A new write stream with its own open container, so the chunks of one
     /// stream stay together on disk.
     pub fn stream(&self) -> StreamWriter {

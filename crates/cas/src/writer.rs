@@ -57,8 +57,16 @@ impl StreamWriter {
     /// Stores consecutive chunks and returns their ids, in order. Hashing and
     /// compression run on every core; chunks already stored are skipped.
     pub fn write_batch(&mut self, chunks: &[Bytes]) -> Result<Vec<ChunkId>> {
-        let key = &self.store.shared.key;
-        let ids: Vec<ChunkId> = chunks.par_iter().map(|c| key.chunk_id(c)).collect();
+        let ids = self.store.chunk_ids(chunks);
+        self.write_hashed(chunks, &ids)?;
+        Ok(ids)
+    }
+
+    /// [`StreamWriter::write_batch`] for chunks whose ids the caller already
+    /// computed with [`Store::chunk_ids`] (a pipeline hashes the next batch
+    /// while this one compresses).
+    pub fn write_hashed(&mut self, chunks: &[Bytes], ids: &[ChunkId]) -> Result<()> {
+        assert_eq!(chunks.len(), ids.len(), "one id per chunk");
         let mut fresh = Vec::new();
         for (i, id) in ids.iter().enumerate() {
             self.stats.chunks += 1;
@@ -93,7 +101,7 @@ impl StreamWriter {
             let parts: Vec<&[u8]> = members.iter().map(|&i| &chunks[i][..]).collect();
             self.append_region(&enc, &parts, &meta)?;
         }
-        Ok(ids)
+        Ok(())
     }
 
     /// Whether a chunk is already stored or on its way, recording which
