@@ -17,10 +17,11 @@ pub enum Compression {
 }
 
 impl Default for Compression {
-    /// zstd level 1: about twice the speed of level 3 for a few percent of
-    /// ratio, which keeps 2 cores ahead of a typical disk.
+    /// zstd level 2: on a /usr/lib tar with 1 MiB regions it stores 6% fewer
+    /// bytes than level 1 for 9% more ingest time, and level 3 saves 4% more
+    /// for another 23% (see docs/chunk-store.md).
     fn default() -> Self {
-        Compression::Zstd { level: 1 }
+        Compression::Zstd { level: 2 }
     }
 }
 

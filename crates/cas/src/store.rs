@@ -33,7 +33,7 @@ impl Default for StoreSettings {
         StoreSettings {
             compression: Compression::default(),
             container_size: 4 << 20,
-            region_size: 256 << 10,
+            region_size: 1 << 20,
             memory_budget: 256 << 20,
         }
     }

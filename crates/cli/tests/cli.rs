@@ -312,7 +312,7 @@ fn malformed_config_and_truncated_containers_get_clear_errors() {
     ok(&repo, &["init"]);
     let config = repo.join("cairn.toml");
     let good = fs::read_to_string(&config).unwrap();
-    fs::write(&config, good.replace("level = 1", "levle = 1")).unwrap();
+    fs::write(&config, good.replace("level = 2", "levle = 2")).unwrap();
     let e = fails(&repo, &["stats"]);
     assert!(
         e.contains("cairn.toml") && e.contains("levle") && e.contains("line"),

@@ -37,8 +37,8 @@ max = "256KiB"
 [compression]
 # "zstd", "lz4" or "none". A region that does not shrink is stored raw.
 codec = "zstd"
-level = 1           # zstd level, 1 (fast) to 19 (small)
-region = "256KiB"   # raw bytes of consecutive chunks compressed together
+level = 2           # zstd level, 1 (fast) to 19 (small)
+region = "1MiB"     # raw bytes of consecutive chunks compressed together
 
 [containers]
 size = "4MiB"       # containers are sealed and written at about this size
@@ -107,7 +107,7 @@ enum Codec {
 struct RawCompression {
     #[serde(default = "zstd")]
     codec: Codec,
-    #[serde(default = "one")]
+    #[serde(default = "two")]
     level: i32,
     #[serde(default = "region")]
     region: Size,
@@ -116,18 +116,18 @@ struct RawCompression {
 fn zstd() -> Codec {
     Codec::Zstd
 }
-fn one() -> i32 {
-    1
+fn two() -> i32 {
+    2
 }
 fn region() -> Size {
-    Size(256 << 10)
+    Size(1 << 20)
 }
 
 impl Default for RawCompression {
     fn default() -> Self {
         RawCompression {
             codec: Codec::Zstd,
-            level: 1,
+            level: 2,
             region: region(),
         }
     }
