@@ -47,6 +47,7 @@ pub use check::{CheckProgress, CheckReport, Problem, RebuildReport};
 pub use container::{ChunkLocation, ContainerError};
 pub use id::{ChunkId, ContainerId, RepoKey, ShortFp};
 pub use index::ContainerInfo;
+pub use read::Fetched;
 pub use region::{Compression, RegionError};
 pub use store::{Store, StoreSettings, StoreStats, INDEX_FILE, ROOTS_FILE};
 pub use writer::{StreamWriter, WriteStats};

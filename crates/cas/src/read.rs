@@ -53,6 +53,18 @@ fn coalesce(regions: &[ChunkLocation]) -> (Vec<Span>, Vec<usize>) {
     (spans, span_of)
 }
 
+/// Regions read from the branch for a list of chunks, not yet decompressed
+/// or verified (see [`Store::fetch_chunks`]).
+pub struct Fetched {
+    ids: Vec<ChunkId>,
+    locs: Vec<ChunkLocation>,
+    regions: Vec<ChunkLocation>,
+    region_of: Vec<usize>,
+    spans: Vec<Span>,
+    span_of: Vec<usize>,
+    bytes: Vec<Bytes>,
+}
+
 impl Store {
     pub(crate) fn read_region(&self, loc: &ChunkLocation) -> Result<Bytes> {
         let stored = self.shared.branch.read_range(
@@ -126,14 +138,21 @@ impl Store {
     /// distinct region is read and decompressed once, and nearby regions of
     /// a container are fetched in one request.
     pub fn read_chunks(&self, ids: &[ChunkId]) -> Result<Vec<Bytes>> {
+        self.decode_fetched(self.fetch_chunks(ids)?)
+    }
+
+    /// The I/O half of [`Store::read_chunks`]: reads the regions of `ids`
+    /// (in a few large requests, on this thread, so no compute worker waits
+    /// on the disk) without decompressing or verifying them.
+    pub fn fetch_chunks(&self, ids: &[ChunkId]) -> Result<Fetched> {
         let locs = ids
             .iter()
             .map(|id| self.locate(id))
             .collect::<Result<Vec<_>>>()?;
         let (regions, region_of) = Self::regions_of(&locs);
         let (spans, span_of) = coalesce(&regions);
-        let fetched = spans
-            .par_iter()
+        let bytes = spans
+            .iter()
             .map(|s| {
                 self.shared
                     .branch
@@ -141,33 +160,47 @@ impl Store {
                     .map(Bytes::from)
             })
             .collect::<std::result::Result<Vec<_>, _>>()?;
-        // Decompress a region and verify its chunks in one task, while the
-        // region is still in cache.
-        let mut members: Vec<Vec<usize>> = vec![Vec::new(); regions.len()];
-        for (i, &r) in region_of.iter().enumerate() {
+        Ok(Fetched {
+            ids: ids.to_vec(),
+            locs,
+            regions,
+            region_of,
+            spans,
+            span_of,
+            bytes,
+        })
+    }
+
+    /// The compute half of [`Store::read_chunks`]: decompresses each region
+    /// and verifies its chunks in one task (while the region is still in
+    /// cache), on every core.
+    pub fn decode_fetched(&self, f: Fetched) -> Result<Vec<Bytes>> {
+        let mut members: Vec<Vec<usize>> = vec![Vec::new(); f.regions.len()];
+        for (i, &r) in f.region_of.iter().enumerate() {
             members[r].push(i);
         }
-        let verified: Vec<Vec<(usize, Result<Bytes>)>> = regions
+        let verified: Vec<Vec<(usize, Result<Bytes>)>> = f
+            .regions
             .par_iter()
-            .zip(span_of.par_iter())
+            .zip(f.span_of.par_iter())
             .zip(members.par_iter())
             .map(|((r, &s), chunks)| {
-                let from = (r.region_offset - spans[s].start) as usize;
+                let from = (r.region_offset - f.spans[s].start) as usize;
                 let region =
-                    self.decode_region(r, fetched[s].slice(from..from + r.region_len as usize));
+                    self.decode_region(r, f.bytes[s].slice(from..from + r.region_len as usize));
                 chunks
                     .iter()
                     .map(|&i| {
                         let result = match &region {
-                            Ok(region) => self.verify(&ids[i], &locs[i], region),
-                            Err(e) => Err(name_chunk(clone_corrupt(e), &ids[i])),
+                            Ok(region) => self.verify(&f.ids[i], &f.locs[i], region),
+                            Err(e) => Err(name_chunk(clone_corrupt(e), &f.ids[i])),
                         };
                         (i, result)
                     })
                     .collect()
             })
             .collect();
-        let mut out: Vec<Option<Bytes>> = vec![None; ids.len()];
+        let mut out: Vec<Option<Bytes>> = vec![None; f.ids.len()];
         for (i, result) in verified.into_iter().flatten() {
             out[i] = Some(result?);
         }

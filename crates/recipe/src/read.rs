@@ -141,17 +141,18 @@ impl Recipe {
         Ok((extents.iter().map(|e| e.id).collect(), end))
     }
 
-    /// Streams the whole content to `out`. A fetching thread reads and
-    /// verifies the next window on every core while this one writes.
+    /// Streams the whole content to `out` through three stages, one window
+    /// each: a fetching thread reads window N+2 from the branch (having hinted
+    /// N+3), a decoding thread decompresses and verifies window N+1 on every
+    /// core, and this thread writes window N.
     pub fn write_to(&self, out: &mut dyn Write, progress: &(dyn Fn(u64) + Sync)) -> Result<u64> {
         let total = self.len();
         std::thread::scope(|s| -> Result<u64> {
-            let (tx, rx) = crossbeam_channel::bounded::<Result<Vec<Bytes>>>(1);
-            let fetch = s.spawn(move || {
+            let (fetched_tx, fetched_rx) = crossbeam_channel::bounded::<Result<cas::Fetched>>(1);
+            let (decoded_tx, decoded_rx) = crossbeam_channel::bounded::<Result<Vec<Bytes>>>(1);
+            s.spawn(move || {
                 let mut next = (total > 0).then(|| self.window(0));
                 while let Some(current) = next.take() {
-                    // Hint the window after this one to the store before
-                    // reading this one, so the disk works while we decode.
                     let current = current.and_then(|(ids, end)| {
                         if end < total {
                             next = Some(self.window(end));
@@ -159,17 +160,26 @@ impl Recipe {
                                 self.store.prefetch(ahead);
                             }
                         }
-                        Ok(self.store.read_chunks(&ids)?)
+                        Ok(self.store.fetch_chunks(&ids)?)
                     });
                     let failed = current.is_err();
-                    if tx.send(current).is_err() || failed {
+                    if fetched_tx.send(current).is_err() || failed {
+                        return;
+                    }
+                }
+            });
+            s.spawn(move || {
+                for fetched in fetched_rx.iter() {
+                    let decoded = fetched.and_then(|f| Ok(self.store.decode_fetched(f)?));
+                    let failed = decoded.is_err();
+                    if decoded_tx.send(decoded).is_err() || failed {
                         return;
                     }
                 }
             });
             let mut written = 0u64;
             let result = (|| {
-                for window in rx.iter() {
+                for window in decoded_rx.iter() {
                     for chunk in window? {
                         out.write_all(&chunk).map_err(RecipeError::Output)?;
                         written += chunk.len() as u64;
@@ -179,8 +189,7 @@ impl Recipe {
                 out.flush().map_err(RecipeError::Output)?;
                 Ok(written)
             })();
-            drop(rx);
-            fetch.join().expect("fetch thread panicked");
+            drop(decoded_rx);
             result
         })
     }
