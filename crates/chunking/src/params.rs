@@ -73,7 +73,7 @@ fn check(name: &'static str, value: u32, lo: usize, hi: usize) -> Result<(), Par
             hi,
         });
     }
-    if value % 2 != 0 {
+    if !value.is_multiple_of(2) {
         return Err(ParamsError::Odd { name, value });
     }
     Ok(())
