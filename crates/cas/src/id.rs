@@ -13,7 +13,7 @@ pub struct ShortFp(pub u32);
 impl ChunkId {
     pub const LEN: usize = 32;
 
-    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
         ChunkId(bytes)
     }
 

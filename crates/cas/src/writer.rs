@@ -1,4 +1,4 @@
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
 use rayon::prelude::*;
@@ -27,8 +27,9 @@ pub struct WriteStats {
 pub struct StreamWriter {
     store: Store,
     open: Option<(ContainerBuilder, Permit)>,
-    /// Chunks decided new by this stream and not yet in a sealed container.
-    open_ids: HashSet<ChunkId>,
+    /// Chunks decided new by this stream and not yet in a sealed container,
+    /// kept so the stream can read back what it wrote before sealing.
+    open_ids: HashMap<ChunkId, Bytes>,
     /// Sealed containers this stream wrote or deduplicated against that must
     /// be durable before a flush returns.
     depends: HashSet<ContainerId>,
@@ -40,7 +41,7 @@ impl StreamWriter {
         StreamWriter {
             store,
             open: None,
-            open_ids: HashSet::new(),
+            open_ids: HashMap::new(),
             depends: HashSet::new(),
             stats: WriteStats::default(),
         }
@@ -48,6 +49,24 @@ impl StreamWriter {
 
     pub fn stats(&self) -> WriteStats {
         self.stats
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Reads a chunk, including one this stream wrote whose container is not
+    /// sealed yet (which no other reader can see).
+    pub fn read_chunk(&self, id: &ChunkId) -> Result<Bytes> {
+        match self.open_ids.get(id) {
+            Some(data) => Ok(data.clone()),
+            None => self.store.read_chunk(id),
+        }
+    }
+
+    /// Whether the stream holds data that a flush would make durable.
+    pub fn is_dirty(&self) -> bool {
+        self.open.as_ref().is_some_and(|(b, _)| !b.is_empty()) || !self.depends.is_empty()
     }
 
     pub fn write_chunk(&mut self, data: Bytes) -> Result<ChunkId> {
@@ -74,7 +93,7 @@ impl StreamWriter {
             if self.is_stored(id)? {
                 continue;
             }
-            self.open_ids.insert(*id);
+            self.open_ids.insert(*id, chunks[i].clone());
             self.stats.new_chunks += 1;
             self.stats.new_bytes += chunks[i].len() as u64;
             fresh.push(i);
@@ -107,7 +126,7 @@ impl StreamWriter {
     /// Whether a chunk is already stored or on its way, recording which
     /// in-flight container the stream now depends on.
     fn is_stored(&mut self, id: &ChunkId) -> Result<bool> {
-        if self.open_ids.contains(id) {
+        if self.open_ids.contains_key(id) {
             return Ok(true);
         }
         // Pending before the index: the I/O thread indexes a chunk before it

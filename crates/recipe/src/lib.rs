@@ -15,16 +15,22 @@
 //!   never scanning the file.
 //! - A recipe's root chunk is durable (with everything under it) before
 //!   [`store_stream`] returns.
+//! - Leaf entries with id [`HOLE`] read as zeros and refer to no chunk.
 
 mod node;
 mod read;
 mod write;
 
 pub use node::{Node, FANOUT};
-pub use read::Recipe;
-pub use write::{store_stream, Stored};
+pub use read::{Extent, Recipe};
+pub use write::{store_stream, store_tree, Stored};
 
 use cas::ChunkId;
+
+/// A leaf entry with this id is a run of zeros of its length, stored as
+/// nothing: sparse files and truncates that grow a file cost no data. (An
+/// all-zero BLAKE3 output is not a chunk id anyone will meet.)
+pub const HOLE: ChunkId = ChunkId::from_bytes([0; 32]);
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecipeError {

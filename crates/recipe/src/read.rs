@@ -6,6 +6,7 @@ use bytes::Bytes;
 use cas::{ChunkId, Store};
 
 use crate::node::Node;
+use crate::HOLE;
 use crate::{RecipeError, Result};
 
 /// A stored file's content, readable at any offset.
@@ -118,27 +119,20 @@ impl Recipe {
     pub fn read_at(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
         let end = (offset + len).min(self.len());
         let extents = self.extents(offset, end)?;
-        let ids: Vec<ChunkId> = extents.iter().map(|e| e.id).collect();
-        let chunks = self.store.read_chunks(&ids)?;
-        let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
-        for (e, data) in extents.iter().zip(chunks) {
-            let from = offset.saturating_sub(e.offset) as usize;
-            let to = ((end - e.offset) as usize).min(data.len());
-            out.extend_from_slice(&data[from..to]);
-        }
-        Ok(out)
+        let chunks = self.store.read_chunks(&data_ids(&extents))?;
+        Ok(copy_range(&extents, chunks, offset, end))
     }
 
-    /// The chunk ids of the window starting at `pos` (a chunk boundary), and
+    /// The extents of the window starting at `pos` (a chunk boundary), and
     /// where it ends, so windows never overlap.
-    fn window(&self, pos: u64) -> Result<(Vec<ChunkId>, u64)> {
+    fn window(&self, pos: u64) -> Result<(Vec<Extent>, u64)> {
         let extents = self.extents(pos, (pos + WINDOW).min(self.len()))?;
         let last = extents.last().ok_or_else(|| RecipeError::Malformed {
             id: self.root_id,
             reason: format!("no chunk covers offset {pos} of {}", self.len()),
         })?;
         let end = last.offset + last.len;
-        Ok((extents.iter().map(|e| e.id).collect(), end))
+        Ok((extents, end))
     }
 
     /// Streams the whole content to `out` through three stages, one window
@@ -148,19 +142,21 @@ impl Recipe {
     pub fn write_to(&self, out: &mut dyn Write, progress: &(dyn Fn(u64) + Sync)) -> Result<u64> {
         let total = self.len();
         std::thread::scope(|s| -> Result<u64> {
-            let (fetched_tx, fetched_rx) = crossbeam_channel::bounded::<Result<cas::Fetched>>(1);
+            let (fetched_tx, fetched_rx) =
+                crossbeam_channel::bounded::<Result<(Vec<Extent>, cas::Fetched)>>(1);
             let (decoded_tx, decoded_rx) = crossbeam_channel::bounded::<Result<Vec<Bytes>>>(1);
             s.spawn(move || {
                 let mut next = (total > 0).then(|| self.window(0));
                 while let Some(current) = next.take() {
-                    let current = current.and_then(|(ids, end)| {
+                    let current = current.and_then(|(extents, end)| {
                         if end < total {
                             next = Some(self.window(end));
                             if let Some(Ok((ahead, _))) = &next {
-                                self.store.prefetch(ahead);
+                                self.store.prefetch(&data_ids(ahead));
                             }
                         }
-                        Ok(self.store.fetch_chunks(&ids)?)
+                        let fetched = self.store.fetch_chunks(&data_ids(&extents))?;
+                        Ok((extents, fetched))
                     });
                     let failed = current.is_err();
                     if fetched_tx.send(current).is_err() || failed {
@@ -170,7 +166,9 @@ impl Recipe {
             });
             s.spawn(move || {
                 for fetched in fetched_rx.iter() {
-                    let decoded = fetched.and_then(|f| Ok(self.store.decode_fetched(f)?));
+                    let decoded = fetched.and_then(|(extents, f)| {
+                        Ok(with_holes(&extents, self.store.decode_fetched(f)?))
+                    });
                     let failed = decoded.is_err();
                     if decoded_tx.send(decoded).is_err() || failed {
                         return;
@@ -193,4 +191,52 @@ impl Recipe {
             result
         })
     }
+}
+
+/// The ids of the extents that refer to stored chunks (not holes).
+fn data_ids(extents: &[Extent]) -> Vec<ChunkId> {
+    extents
+        .iter()
+        .filter(|e| e.id != HOLE)
+        .map(|e| e.id)
+        .collect()
+}
+
+static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
+
+/// One piece per extent, in order: the chunk read for a data extent, zeros
+/// (in shared 1 MiB pieces) for a hole.
+fn with_holes(extents: &[Extent], chunks: Vec<Bytes>) -> Vec<Bytes> {
+    let mut chunks = chunks.into_iter();
+    let mut out = Vec::with_capacity(extents.len());
+    for e in extents {
+        if e.id == HOLE {
+            let mut left = e.len as usize;
+            while left > 0 {
+                let n = left.min(ZEROS.len());
+                out.push(Bytes::from_static(&ZEROS[..n]));
+                left -= n;
+            }
+        } else {
+            out.push(chunks.next().expect("one chunk per data extent"));
+        }
+    }
+    out
+}
+
+/// Copies `offset..end` out of `extents` whose data chunks are `chunks`.
+pub(crate) fn copy_range(extents: &[Extent], chunks: Vec<Bytes>, offset: u64, end: u64) -> Vec<u8> {
+    let mut chunks = chunks.into_iter();
+    let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
+    for e in extents {
+        let from = offset.saturating_sub(e.offset);
+        let to = (end - e.offset).min(e.len);
+        if e.id == HOLE {
+            out.resize(out.len() + (to - from) as usize, 0);
+        } else {
+            let data = chunks.next().expect("one chunk per data extent");
+            out.extend_from_slice(&data[from as usize..to as usize]);
+        }
+    }
+    out
 }

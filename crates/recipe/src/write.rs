@@ -72,6 +72,19 @@ pub fn store_stream<R: Read + Send>(
     })
 }
 
+/// Stores a recipe tree over `children` (each a data chunk's length and id,
+/// in file order; [`crate::HOLE`] for a run of zeros) and returns its root.
+pub fn store_tree(
+    writer: &mut StreamWriter,
+    children: impl IntoIterator<Item = (u64, ChunkId)>,
+) -> Result<ChunkId> {
+    let mut tree = TreeBuilder::default();
+    for (len, id) in children {
+        tree.push(writer, 0, len, id)?;
+    }
+    tree.finish(writer)
+}
+
 /// Bulk-loads a recipe tree bottom-up: each level collects entries until a
 /// node is full, stores it, and passes (length, id) up one level.
 #[derive(Default)]

@@ -117,3 +117,27 @@ fn input_errors_are_reported() {
     let err = store_stream(&s, Broken, ChunkerParams::default(), &|_| {}).unwrap_err();
     assert!(err.to_string().contains("disk on fire"), "{err}");
 }
+
+#[test]
+fn holes_read_as_zeros_without_storing_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    let mut w = s.stream();
+    let a = w.write_chunk(bytes::Bytes::from_static(b"hello")).unwrap();
+    let b = w.write_chunk(bytes::Bytes::from_static(b"world")).unwrap();
+    let big_hole = 3 << 20;
+    let root = recipe::store_tree(
+        &mut w,
+        [(5, a), (7, recipe::HOLE), (5, b), (big_hole, recipe::HOLE)],
+    )
+    .unwrap();
+    w.flush().unwrap();
+    let r = Recipe::open(&s, root).unwrap();
+    assert_eq!(r.len(), 17 + big_hole);
+    assert_eq!(r.read_at(0, 20).unwrap(), b"hello\0\0\0\0\0\0\0world\0\0\0");
+    let mut out = Vec::new();
+    r.write_to(&mut out, &|_| {}).unwrap();
+    assert_eq!(out.len() as u64, 17 + big_hole);
+    assert_eq!(&out[..17], b"hello\0\0\0\0\0\0\0world");
+    assert!(out[17..].iter().all(|&x| x == 0));
+}
