@@ -85,6 +85,31 @@ pub enum Command {
         rebuild_index: bool,
     },
 
+    /// Mount the repository's file system (in the foreground).
+    ///
+    /// Applications use the mount point like any directory: every file is
+    /// chunked, deduplicated and compressed into the repository. Ctrl-C or
+    /// SIGTERM (or `cairn umount`) unmounts cleanly after making all written
+    /// data durable. Needs /dev/fuse and fusermount3 (Debian package fuse3).
+    /// Run as root, the mount is shared with other users (allow_other) and the
+    /// kernel checks permissions (default_permissions).
+    Mount(MountArgs),
+
+    /// Unmount a cairn file system (fusermount3 -u).
+    Umount {
+        /// The mount point.
+        mountpoint: PathBuf,
+    },
+
+    /// The main job: create the repository if needed and mount it.
+    ///
+    /// Mounts at MOUNTPOINT, by default ~/cairn (created if missing), and
+    /// prints where; runs in the foreground until Ctrl-C or SIGTERM.
+    Serve {
+        /// Where to mount [default: ~/cairn].
+        mountpoint: Option<PathBuf>,
+    },
+
     /// Show the built-in tour: store a file twice, read it back, show stats.
     ///
     /// Creates the repository if it does not exist. FILE defaults to the
@@ -109,6 +134,18 @@ pub struct PutArgs {
     /// Point an existing label at the new data instead of refusing.
     #[arg(long)]
     pub replace: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct MountArgs {
+    /// The directory to mount on (must exist and be empty).
+    pub mountpoint: PathBuf,
+    /// Let other users access the mount (default when run as root).
+    #[arg(long)]
+    pub allow_other: bool,
+    /// FUSE worker threads.
+    #[arg(long, default_value_t = 4)]
+    pub threads: usize,
 }
 
 #[derive(Args, Debug)]

@@ -33,11 +33,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             rebuild(&open_for_rebuild(&root, quiet)?, quiet)
         }
         Command::Demo { file } => demo(&root, file, quiet),
+        Command::Mount(_) | Command::Umount { .. } | Command::Serve { .. } => {
+            anyhow::bail!("not built yet")
+        }
         Command::Bench(cmd) => crate::bench::run(cmd),
     }
 }
 
-fn open(root: &Path, quiet: bool) -> Result<Repo> {
+pub fn open(root: &Path, quiet: bool) -> Result<Repo> {
     let repo = Repo::open(root)?;
     if repo.discarded_partials > 0 && !quiet {
         eprintln!(
@@ -183,7 +186,11 @@ fn roots(repo: &Repo, json: bool) -> Result<ExitCode> {
 struct Stats {
     repository: PathBuf,
     roots: u64,
+    /// Bytes of every rooted stream plus every file in the file system.
     logical_bytes: u64,
+    fs_files: Option<u64>,
+    fs_dirs: Option<u64>,
+    fs_logical_bytes: Option<u64>,
     stored_bytes: u64,
     unique_bytes: u64,
     dedup_ratio: f64,
@@ -205,11 +212,16 @@ fn ratio(a: u64, b: u64) -> f64 {
 fn stats(repo: &Repo, json: bool) -> Result<ExitCode> {
     let s = repo.store.stats()?;
     let roots = root_lines(&repo.store)?;
-    let logical: u64 = roots.iter().filter_map(|r| r.bytes).sum();
+    let fs = fs_counts(repo)?;
+    let logical: u64 =
+        roots.iter().filter_map(|r| r.bytes).sum::<u64>() + fs.map_or(0, |(_, _, bytes)| bytes);
     let st = Stats {
         repository: repo.root.clone(),
         roots: roots.len() as u64,
         logical_bytes: logical,
+        fs_files: fs.map(|f| f.0),
+        fs_dirs: fs.map(|f| f.1),
+        fs_logical_bytes: fs.map(|f| f.2),
         stored_bytes: s.stored_bytes,
         unique_bytes: s.unique_bytes,
         dedup_ratio: ratio(logical, s.stored_bytes),
@@ -225,6 +237,12 @@ fn stats(repo: &Repo, json: bool) -> Result<ExitCode> {
     }
     println!("repository        {}", st.repository.display());
     println!("roots             {}", st.roots);
+    if let (Some(files), Some(dirs), Some(bytes)) = (st.fs_files, st.fs_dirs, st.fs_logical_bytes) {
+        println!(
+            "file system       {files} files, {dirs} directories, {}",
+            ui::bytes(bytes)
+        );
+    }
     println!("logical bytes     {}", ui::bytes(st.logical_bytes));
     println!(
         "unique bytes      {} (distinct chunks, uncompressed)",
@@ -250,6 +268,22 @@ fn stats(repo: &Repo, json: bool) -> Result<ExitCode> {
         st.index_ram_bytes_per_chunk
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Files, directories and bytes of the file system, if it was ever mounted.
+fn fs_counts(repo: &Repo) -> Result<Option<(u64, u64, u64)>> {
+    let path = repo.fs_meta_path();
+    if !path.exists() {
+        return Ok(None);
+    }
+    use meta::MetaStore;
+    let m = meta::RedbMeta::open(&path, 0, 0).context(
+        "cannot read the file system's metadata (is it mounted? stats of a mounted file system come with the control socket, issue 4)",
+    )?;
+    let counts = m.counts()?;
+    let mut bytes = 0;
+    m.for_each_content(&mut |_, _, size| bytes += size)?;
+    Ok(Some((counts.files, counts.dirs, bytes)))
 }
 
 fn progress_fn(pb: &indicatif::ProgressBar) -> impl Fn(CheckProgress) + Sync + '_ {

@@ -128,6 +128,11 @@ impl Repo {
         })
     }
 
+    /// The file system's metadata engine.
+    pub fn fs_meta_path(&self) -> PathBuf {
+        self.root.join(META).join("fs.redb")
+    }
+
     /// The fingerprint index file (derived state: `cairn repair
     /// --rebuild-index` recreates it from the containers).
     pub fn index_path(root: &Path) -> PathBuf {

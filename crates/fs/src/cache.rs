@@ -1,0 +1,84 @@
+//! The DRAM chunk cache: verified chunk bytes by id, least recently used
+//! out first, bounded in bytes.
+//!
+//! Recipe nodes do not pass through here: an open file keeps its whole
+//! extent list (its fast range map), so streaming data cannot evict the
+//! metadata a read needs (HydraFS's concern behind its weighted LRU).
+
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use cas::ChunkId;
+use lru::LruCache;
+
+pub struct ChunkCache {
+    inner: Mutex<Inner>,
+    capacity: usize,
+}
+
+struct Inner {
+    lru: LruCache<ChunkId, Bytes>,
+    bytes: usize,
+}
+
+impl ChunkCache {
+    pub fn new(capacity: usize) -> Self {
+        ChunkCache {
+            inner: Mutex::new(Inner {
+                lru: LruCache::unbounded(),
+                bytes: 0,
+            }),
+            capacity,
+        }
+    }
+
+    pub fn get(&self, id: &ChunkId) -> Option<Bytes> {
+        self.inner.lock().unwrap().lru.get(id).cloned()
+    }
+
+    pub fn contains(&self, id: &ChunkId) -> bool {
+        self.inner.lock().unwrap().lru.contains(id)
+    }
+
+    pub fn put(&self, id: ChunkId, data: Bytes) {
+        if data.len() > self.capacity {
+            return;
+        }
+        let mut inner = self.inner.lock().unwrap();
+        inner.bytes += data.len();
+        if let Some(old) = inner.lru.put(id, data) {
+            inner.bytes -= old.len();
+        }
+        while inner.bytes > self.capacity {
+            match inner.lru.pop_lru() {
+                Some((_, old)) => inner.bytes -= old.len(),
+                None => break,
+            }
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.inner.lock().unwrap().bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u8) -> ChunkId {
+        ChunkId::from_bytes([n; 32])
+    }
+
+    #[test]
+    fn evicts_least_recently_used_within_capacity() {
+        let c = ChunkCache::new(250);
+        c.put(id(1), Bytes::from(vec![1; 100]));
+        c.put(id(2), Bytes::from(vec![2; 100]));
+        assert!(c.get(&id(1)).is_some());
+        c.put(id(3), Bytes::from(vec![3; 100]));
+        assert!(c.contains(&id(1)) && c.contains(&id(3)));
+        assert!(!c.contains(&id(2)), "2 was least recently used");
+        assert!(c.bytes() <= 250);
+    }
+}

@@ -1,0 +1,478 @@
+//! The state of one open file: its committed extents, the dirty bytes
+//! written since, and the write stream its new chunks go to.
+//!
+//! Writes land in `dirty` (a map of non-overlapping byte runs). When a file
+//! holds too much dirty data, or is flushed, the dirty runs are *applied*:
+//! each cluster of nearby runs, together with the chunks it touches, is
+//! re-chunked and written behind to the store, and the extent list is
+//! spliced. Only the chunks around a change are rewritten; an overwrite in
+//! the middle of a 4 GiB file re-stores a few hundred KiB.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use cas::{ChunkId, StreamWriter};
+use chunking::{Chunker, ChunkerParams};
+use meta::{Content, InodeId, Timestamp};
+use recipe::{Extent, HOLE};
+
+use crate::cache::ChunkCache;
+use crate::Result;
+
+/// Dirty runs closer than this are applied together (re-reading the bytes
+/// between them costs less than splitting chunks twice).
+const CLUSTER_GAP: u64 = 1 << 20;
+
+pub struct FileState {
+    pub ino: InodeId,
+    pub size: u64,
+    /// The content as last recorded in the metadata engine.
+    pub content: Content,
+    /// Data chunks and holes covering `0..extents_end()`; beyond that, up
+    /// to `size`, bytes are dirty or zeros.
+    pub extents: Vec<Extent>,
+    pub dirty: BTreeMap<u64, Vec<u8>>,
+    pub dirty_bytes: usize,
+    pub writer: Option<StreamWriter>,
+    /// Content or size differ from what the metadata engine holds.
+    pub changed: bool,
+    pub mtime: Option<Timestamp>,
+    pub handles: u32,
+    /// Where the last read ended and how far read-ahead has been asked for.
+    pub read_next: u64,
+    pub read_ahead_until: u64,
+}
+
+impl FileState {
+    pub fn new(ino: InodeId, size: u64, content: Content, extents: Vec<Extent>) -> Self {
+        let mut f = FileState {
+            ino,
+            size,
+            content: content.clone(),
+            extents,
+            dirty: BTreeMap::new(),
+            dirty_bytes: 0,
+            writer: None,
+            changed: false,
+            mtime: None,
+            handles: 0,
+            read_next: 0,
+            read_ahead_until: 0,
+        };
+        if let Content::Inline(bytes) = content {
+            f.insert_dirty(0, &bytes);
+            f.dirty_bytes = f.dirty.values().map(Vec::len).sum();
+        }
+        f
+    }
+
+    pub fn extents_end(&self) -> u64 {
+        self.extents.last().map_or(0, |e| e.offset + e.len)
+    }
+
+    /// Records a write; returns how many dirty bytes it added.
+    pub fn write(&mut self, offset: u64, data: &[u8], now: Timestamp) -> usize {
+        let before = self.dirty_bytes;
+        self.insert_dirty(offset, data);
+        self.dirty_bytes = self.dirty.values().map(Vec::len).sum();
+        self.size = self.size.max(offset + data.len() as u64);
+        self.changed = true;
+        self.mtime = Some(now);
+        self.dirty_bytes.saturating_sub(before)
+    }
+
+    /// Puts `data` at `offset` over whatever dirty bytes are there, merging
+    /// runs that touch so the map stays non-overlapping.
+    fn insert_dirty(&mut self, offset: u64, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let end = offset + data.len() as u64;
+        let mut start = offset;
+        let mut merged: Vec<u8> = Vec::new();
+        // A run that starts before `offset` and reaches it is kept in front.
+        if let Some((&s, run)) = self.dirty.range(..offset).next_back() {
+            if s + run.len() as u64 >= offset {
+                start = s;
+                merged.extend_from_slice(&run[..(offset - s) as usize]);
+            }
+        }
+        merged.extend_from_slice(data);
+        let overlapping: Vec<u64> = self.dirty.range(start..=end).map(|(&s, _)| s).collect();
+        let before_start = self.dirty.range(..start).next_back().map(|(&s, _)| s);
+        for s in overlapping
+            .into_iter()
+            .chain(before_start.filter(|&s| s == start))
+        {
+            let run = self.dirty.remove(&s).expect("listed above");
+            let run_end = s + run.len() as u64;
+            if run_end > end {
+                merged.extend_from_slice(&run[(end - s) as usize..]);
+            }
+        }
+        self.dirty.insert(start, merged);
+    }
+
+    /// Cuts the file to `size`, dropping extents and dirty bytes past it.
+    pub fn truncate(
+        &mut self,
+        size: u64,
+        now: Timestamp,
+        read: &dyn Fn(&ChunkId) -> Result<Bytes>,
+    ) -> Result<()> {
+        if size < self.size {
+            let tails: Vec<u64> = self.dirty.range(..).map(|(&s, _)| s).collect();
+            for s in tails {
+                let run_end = s + self.dirty[&s].len() as u64;
+                if s >= size {
+                    self.dirty.remove(&s);
+                } else if run_end > size {
+                    self.dirty
+                        .get_mut(&s)
+                        .expect("present")
+                        .truncate((size - s) as usize);
+                }
+            }
+            let keep = self.extents.partition_point(|e| e.offset + e.len <= size);
+            if keep < self.extents.len() {
+                let e = self.extents[keep];
+                self.extents.truncate(keep);
+                if e.offset < size {
+                    if e.id == HOLE {
+                        self.extents.push(Extent {
+                            len: size - e.offset,
+                            ..e
+                        });
+                    } else {
+                        // The surviving head of a cut chunk becomes dirty data,
+                        // under any newer dirty bytes.
+                        let head = read(&e.id)?;
+                        let mut base = head[..(size - e.offset) as usize].to_vec();
+                        self.overlay_dirty(e.offset, &mut base);
+                        self.insert_dirty(e.offset, &base);
+                    }
+                }
+            }
+            self.dirty_bytes = self.dirty.values().map(Vec::len).sum();
+        }
+        self.size = size;
+        self.changed = true;
+        self.mtime = Some(now);
+        Ok(())
+    }
+
+    /// Reads `offset..offset+len` (clipped to the size): committed extents,
+    /// zeros past them, dirty bytes on top.
+    pub fn read(
+        &self,
+        offset: u64,
+        len: u64,
+        chunks: &dyn Fn(&[ChunkId]) -> Result<Vec<Bytes>>,
+    ) -> Result<Vec<u8>> {
+        let end = (offset + len).min(self.size);
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        let mut out = vec![0u8; (end - offset) as usize];
+        let first = self.extents.partition_point(|e| e.offset + e.len <= offset);
+        let covering: Vec<Extent> = self.extents[first..]
+            .iter()
+            .take_while(|e| e.offset < end)
+            .copied()
+            .collect();
+        let ids: Vec<ChunkId> = covering
+            .iter()
+            .filter(|e| e.id != HOLE)
+            .map(|e| e.id)
+            .collect();
+        let mut data = chunks(&ids)?.into_iter();
+        for e in &covering {
+            if e.id == HOLE {
+                continue;
+            }
+            let bytes = data.next().expect("one chunk per data extent");
+            let from = offset.max(e.offset);
+            let to = end.min(e.offset + e.len);
+            out[(from - offset) as usize..(to - offset) as usize]
+                .copy_from_slice(&bytes[(from - e.offset) as usize..(to - e.offset) as usize]);
+        }
+        self.overlay_dirty(offset, &mut out);
+        Ok(out)
+    }
+
+    /// Copies the dirty bytes that fall in `offset..offset+buf.len()` over
+    /// `buf`.
+    fn overlay_dirty(&self, offset: u64, buf: &mut [u8]) {
+        let end = offset + buf.len() as u64;
+        let start_key = self
+            .dirty
+            .range(..=offset)
+            .next_back()
+            .map_or(offset, |(&s, _)| s);
+        for (&s, run) in self.dirty.range(start_key..end) {
+            let from = offset.max(s);
+            let to = end.min(s + run.len() as u64);
+            if from < to {
+                buf[(from - offset) as usize..(to - offset) as usize]
+                    .copy_from_slice(&run[(from - s) as usize..(to - s) as usize]);
+            }
+        }
+    }
+
+    /// The clusters of dirty runs, as (start, end) byte ranges.
+    fn clusters(&self) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for (&s, run) in &self.dirty {
+            let e = s + run.len() as u64;
+            match out.last_mut() {
+                Some(c) if s <= c.1 + CLUSTER_GAP => c.1 = c.1.max(e),
+                _ => out.push((s, e)),
+            }
+        }
+        out
+    }
+
+    /// Writes every dirty byte behind to the store as chunks and splices the
+    /// extents. Without `whole`, the last chunk of the file stays dirty so
+    /// that the next append re-cuts it at a content-defined boundary.
+    pub fn apply(
+        &mut self,
+        whole: bool,
+        params: ChunkerParams,
+        writer: &mut StreamWriter,
+        cache: &ChunkCache,
+    ) -> Result<()> {
+        for (lo, hi) in self.clusters().into_iter().rev() {
+            self.apply_range(lo, hi, whole, params, writer, cache)?;
+        }
+        self.dirty_bytes = self.dirty.values().map(Vec::len).sum();
+        Ok(())
+    }
+
+    fn apply_range(
+        &mut self,
+        lo: u64,
+        hi: u64,
+        whole: bool,
+        params: ChunkerParams,
+        writer: &mut StreamWriter,
+        cache: &ChunkCache,
+    ) -> Result<()> {
+        // A gap between the extents and the runs becomes a hole.
+        let ext_end = self.extents_end();
+        if lo > ext_end {
+            self.extents.push(Extent {
+                offset: ext_end,
+                len: lo - ext_end,
+                id: HOLE,
+            });
+        }
+        // Holes are split at the cluster's edges so re-chunking never has to
+        // materialise hole bytes outside it.
+        let i = self.extents.partition_point(|e| e.offset + e.len <= lo);
+        self.split_hole_at(i, lo);
+        let j = self.extents.partition_point(|e| e.offset + e.len <= hi);
+        self.split_hole_at(j, hi);
+        // Extents a..b overlap the cluster. An append also re-cuts the old
+        // last chunk, whose end was only the end of the data then.
+        let mut a = self.extents.partition_point(|e| e.offset + e.len <= lo);
+        if a == self.extents.len() && a > 0 && self.extents[a - 1].id != HOLE {
+            a -= 1;
+        }
+        let b = self.extents.partition_point(|e| e.offset < hi).max(a);
+        let region_start = self.extents.get(a).map_or(self.extents_end(), |e| e.offset);
+        let old_end = if b > a {
+            self.extents[b - 1].offset + self.extents[b - 1].len
+        } else {
+            region_start
+        };
+        let region_end = old_end.max(hi);
+        // Old bytes of the region, then the dirty runs on top.
+        let mut region = vec![0u8; (region_end - region_start) as usize];
+        for e in &self.extents[a..b] {
+            if e.id != HOLE {
+                let data = match cache.get(&e.id) {
+                    Some(d) => d,
+                    None => writer.read_chunk(&e.id)?,
+                };
+                let at = (e.offset - region_start) as usize;
+                region[at..at + data.len()].copy_from_slice(&data);
+            }
+        }
+        let runs: Vec<u64> = self
+            .dirty
+            .range(region_start..region_end)
+            .map(|(&s, _)| s)
+            .collect();
+        for s in &runs {
+            let run = self.dirty.remove(s).expect("listed");
+            let at = (s - region_start) as usize;
+            region[at..at + run.len()].copy_from_slice(&run);
+        }
+        let mut chunks: Vec<Bytes> = Chunker::new(&region[..], params, region.len())
+            .flat_map(|b| b.expect("reading memory cannot fail").chunks)
+            .collect();
+        // Keep the file's last chunk dirty until the file is flushed: the
+        // next append will move its cut to where the content puts it.
+        let at_file_end = region_end >= self.size && region_end > region_start;
+        if !whole && at_file_end && chunks.len() > 1 {
+            let last = chunks.pop().expect("more than one");
+            let off = region_end - last.len() as u64;
+            self.dirty.insert(off, last.to_vec());
+        }
+        let ids = writer.write_batch(&chunks)?;
+        let mut offset = region_start;
+        let mut fresh = Vec::with_capacity(ids.len());
+        for (chunk, id) in chunks.iter().zip(ids) {
+            cache.put(id, chunk.clone());
+            fresh.push(Extent {
+                offset,
+                len: chunk.len() as u64,
+                id,
+            });
+            offset += chunk.len() as u64;
+        }
+        self.extents.splice(a..b, fresh);
+        Ok(())
+    }
+
+    /// Splits a hole extent at `at` (if extent `i` is a hole spanning it),
+    /// so re-chunking never has to materialise a large hole.
+    fn split_hole_at(&mut self, i: usize, at: u64) {
+        let Some(e) = self.extents.get(i).copied() else {
+            return;
+        };
+        if e.id == HOLE && e.offset < at && at < e.offset + e.len {
+            self.extents[i] = Extent {
+                len: at - e.offset,
+                ..e
+            };
+            self.extents.insert(
+                i + 1,
+                Extent {
+                    offset: at,
+                    len: e.offset + e.len - at,
+                    id: HOLE,
+                },
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    use branch::LocalDir;
+    use cas::{RepoKey, Store, StoreSettings};
+    use proptest::prelude::*;
+
+    fn store(dir: &std::path::Path) -> Store {
+        let (b, _) = LocalDir::open("t", dir.join("b")).unwrap();
+        Store::open(
+            Arc::new(b),
+            dir,
+            RepoKey::generate(),
+            StoreSettings::default(),
+        )
+        .unwrap()
+    }
+
+    const SMALL: ChunkerParams = ChunkerParams::ContentDefined {
+        min: 256,
+        avg: 1024,
+        max: 4096,
+    };
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Write(u64, Vec<u8>),
+        Truncate(u64),
+        Apply(bool),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u64..40_000, proptest::collection::vec(any::<u8>(), 1..6000)).prop_map(|(o, d)| Op::Write(o, d)),
+            1 => (0u64..50_000).prop_map(Op::Truncate),
+            2 => any::<bool>().prop_map(Op::Apply),
+        ]
+    }
+
+    fn check(f: &FileState, w: &StreamWriter, cache: &ChunkCache, model: &[u8]) {
+        assert_eq!(f.size, model.len() as u64);
+        let read = |ids: &[ChunkId]| -> Result<Vec<Bytes>> {
+            ids.iter()
+                .map(|id| Ok(cache.get(id).map_or_else(|| w.read_chunk(id), Ok)?))
+                .collect()
+        };
+        let all = f.read(0, f.size + 10, &read).unwrap();
+        assert!(all == model, "content differs");
+        let mid = f.read(model.len() as u64 / 3, 777, &read).unwrap();
+        let from = model.len() / 3;
+        assert!(mid[..] == model[from..(from + 777).min(model.len())]);
+        let mut end = 0;
+        for e in &f.extents {
+            assert_eq!(e.offset, end, "extents are contiguous");
+            end += e.len;
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn writes_truncates_and_applies_match_a_byte_model(ops in proptest::collection::vec(op(), 1..40)) {
+            let dir = tempfile::tempdir().unwrap();
+            let s = store(dir.path());
+            let mut w = s.stream();
+            let cache = ChunkCache::new(1 << 20);
+            let mut f = FileState::new(InodeId(2), 0, Content::Empty, Vec::new());
+            let mut model: Vec<u8> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Write(o, d) => {
+                        f.write(o, &d, Timestamp::default());
+                        let end = o as usize + d.len();
+                        if model.len() < end { model.resize(end, 0); }
+                        model[o as usize..end].copy_from_slice(&d);
+                    }
+                    Op::Truncate(n) => {
+                        let read = |id: &ChunkId| Ok(cache.get(id).map_or_else(|| w.read_chunk(id), Ok)?);
+                        f.truncate(n, Timestamp::default(), &read).unwrap();
+                        model.resize(n as usize, 0);
+                    }
+                    Op::Apply(whole) => f.apply(whole, SMALL, &mut w, &cache).unwrap(),
+                }
+                check(&f, &w, &cache, &model);
+            }
+            f.apply(true, SMALL, &mut w, &cache).unwrap();
+            prop_assert!(f.dirty.is_empty() || f.extents_end() < f.size);
+            check(&f, &w, &cache, &model);
+        }
+    }
+
+    #[test]
+    fn an_overwrite_in_the_middle_restores_only_nearby_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let mut w = s.stream();
+        let cache = ChunkCache::new(64 << 20);
+        let mut f = FileState::new(InodeId(2), 0, Content::Empty, Vec::new());
+        let data: Vec<u8> = (0..4_000_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        f.write(0, &data, Timestamp::default());
+        f.apply(true, ChunkerParams::default(), &mut w, &cache)
+            .unwrap();
+        let before = w.stats().new_bytes;
+        f.write(2_000_000, b"a small edit", Timestamp::default());
+        f.apply(true, ChunkerParams::default(), &mut w, &cache)
+            .unwrap();
+        let added = w.stats().new_bytes - before;
+        assert!(
+            added <= 3 * 256 * 1024,
+            "re-stored {added} bytes for a 12-byte edit"
+        );
+    }
+}

@@ -1,0 +1,706 @@
+//! The file system: POSIX files and directories over the chunk store.
+//!
+//! **Owns:** open-file state (extent lists, dirty bytes, one write stream
+//! per file), the write path (write-behind through content-defined
+//! chunking, re-chunking only the region around a change, admission control
+//! on dirty bytes), the read path (an extent list per open file as its range
+//! map, a DRAM chunk cache, sequential read-ahead in the background) and the
+//! committer that makes data and then metadata durable in batches.
+//!
+//! **Never:** opens a container or touches a branch (that is `cas`); speaks
+//! FUSE (that is the `fuse` crate); checks permissions (the kernel does, with
+//! `default_permissions`).
+//!
+//! **Invariants:**
+//! - Data is durable before metadata that points at it: every commit flushes
+//!   the write streams that hold a file's new chunks before it syncs the
+//!   metadata engine, and nothing else syncs the metadata engine.
+//! - `fsync` returns only when the file's data and the metadata that reaches
+//!   it are durable.
+//! - Dirty bytes are bounded: a writer past its file's limit, or past the
+//!   global limit, writes its own dirty bytes behind before it continues.
+
+mod cache;
+mod file;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cas::{CasError, ChunkId, Store, StreamWriter};
+use chunking::ChunkerParams;
+use meta::{
+    Attr, Content, Counts, DirEntry, FileKind, Inode, InodeId, MetaError, MetaStore, NewInode,
+    RenameFlags, SetAttr, Timestamp, XattrFlags,
+};
+use recipe::{Recipe, RecipeError};
+
+pub use cache::ChunkCache;
+use file::FileState;
+
+/// Tunables of the file system.
+#[derive(Debug, Clone)]
+pub struct FsSettings {
+    /// Files up to this size keep their bytes in the inode: one metadata
+    /// read serves them and they never touch a container.
+    pub inline_max: usize,
+    /// Dirty bytes one file may hold before they are written behind.
+    pub file_dirty_max: usize,
+    /// Dirty bytes all files together may hold.
+    pub total_dirty_max: usize,
+    /// How far ahead of a sequential reader chunks are fetched.
+    pub readahead: u64,
+    /// Bytes of the DRAM chunk cache.
+    pub cache_bytes: usize,
+    /// How often the committer makes written data and metadata durable.
+    pub commit_interval: Duration,
+}
+
+impl Default for FsSettings {
+    fn default() -> Self {
+        FsSettings {
+            inline_max: 4096,
+            file_dirty_max: 32 << 20,
+            total_dirty_max: 256 << 20,
+            readahead: 32 << 20,
+            cache_bytes: 256 << 20,
+            commit_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    #[error(transparent)]
+    Store(#[from] CasError),
+    #[error(transparent)]
+    Recipe(#[from] RecipeError),
+    #[error("not a regular file")]
+    NotFile,
+    #[error("operation not supported")]
+    NotSupported,
+}
+
+impl FsError {
+    /// The errno a POSIX caller sees.
+    pub fn errno(&self) -> i32 {
+        match self {
+            FsError::Meta(e) => match e {
+                MetaError::NotFound => libc::ENOENT,
+                MetaError::Exists => libc::EEXIST,
+                MetaError::NotEmpty => libc::ENOTEMPTY,
+                MetaError::NotDir => libc::ENOTDIR,
+                MetaError::IsDir => libc::EISDIR,
+                MetaError::NameTooLong => libc::ENAMETOOLONG,
+                MetaError::NoXattr => libc::ENODATA,
+                MetaError::Invalid(_) => libc::EINVAL,
+                _ => libc::EIO,
+            },
+            FsError::NotFile => libc::EINVAL,
+            FsError::NotSupported => libc::EOPNOTSUPP,
+            FsError::Store(_) | FsError::Recipe(_) => libc::EIO,
+        }
+    }
+}
+
+pub type Result<T, E = FsError> = std::result::Result<T, E>;
+
+/// Counters for `statfs` and `cairn stats`.
+#[derive(Debug, Clone, Copy)]
+pub struct FsStats {
+    pub files: u64,
+    pub dirs: u64,
+    pub stored_bytes: u64,
+}
+
+struct Inner {
+    meta: Arc<dyn MetaStore>,
+    store: Store,
+    params: ChunkerParams,
+    settings: FsSettings,
+    files: Mutex<HashMap<InodeId, Arc<Mutex<FileState>>>>,
+    /// Streams of closed files whose chunks the next commit must flush.
+    pending: Mutex<Vec<StreamWriter>>,
+    dirty_total: AtomicUsize,
+    cache: Arc<ChunkCache>,
+    commit_lock: Mutex<()>,
+    stop: (Mutex<bool>, Condvar),
+}
+
+/// The file system. Cheap to share between FUSE worker threads.
+pub struct Fs {
+    inner: Arc<Inner>,
+    committer: Mutex<Option<JoinHandle<()>>>,
+    stopped: AtomicBool,
+}
+
+fn now() -> Timestamp {
+    Timestamp::now()
+}
+
+impl Fs {
+    /// Opens the file system over a metadata engine and a store; orphans a
+    /// crash left behind are deleted, and the committer starts.
+    pub fn new(
+        meta: Arc<dyn MetaStore>,
+        store: Store,
+        params: ChunkerParams,
+        settings: FsSettings,
+    ) -> Result<Fs> {
+        meta.purge_orphans()?;
+        let inner = Arc::new(Inner {
+            meta,
+            store,
+            params,
+            cache: Arc::new(ChunkCache::new(settings.cache_bytes)),
+            settings,
+            files: Mutex::new(HashMap::new()),
+            pending: Mutex::new(Vec::new()),
+            dirty_total: AtomicUsize::new(0),
+            commit_lock: Mutex::new(()),
+            stop: (Mutex::new(false), Condvar::new()),
+        });
+        let bg = inner.clone();
+        let committer = std::thread::Builder::new()
+            .name("fs-commit".into())
+            .spawn(move || bg.commit_loop())
+            .expect("spawn the committer");
+        Ok(Fs {
+            inner,
+            committer: Mutex::new(Some(committer)),
+            stopped: AtomicBool::new(false),
+        })
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub fn meta(&self) -> &Arc<dyn MetaStore> {
+        &self.inner.meta
+    }
+
+    /// An inode with the live size and mtime of an open, written file.
+    pub fn getattr(&self, ino: InodeId) -> Result<Inode> {
+        let mut inode = self.inner.meta.get(ino)?;
+        self.inner.overlay(&mut inode);
+        Ok(inode)
+    }
+
+    pub fn lookup(&self, parent: InodeId, name: &[u8]) -> Result<Inode> {
+        let mut inode = self.inner.meta.lookup(parent, name)?;
+        self.inner.overlay(&mut inode);
+        Ok(inode)
+    }
+
+    /// Changes attributes; `size` truncates or extends a regular file.
+    /// Changing the owner of a non-directory clears its set-user-id bit, and
+    /// its set-group-id bit when group-executable, as Linux does.
+    pub fn setattr(&self, ino: InodeId, changes: &SetAttr, size: Option<u64>) -> Result<Inode> {
+        let t = now();
+        let mut changes = changes.clone();
+        if changes.uid.is_some() || changes.gid.is_some() {
+            let cur = self.inner.meta.get(ino)?;
+            if cur.attr.kind != FileKind::Dir {
+                let mut perm = changes.perm.unwrap_or(cur.attr.perm);
+                perm &= !0o4000;
+                if perm & 0o010 != 0 {
+                    perm &= !0o2000;
+                }
+                if perm != cur.attr.perm || changes.perm.is_some() {
+                    changes.perm = Some(perm);
+                }
+            }
+        }
+        if let Some(size) = size {
+            let state = self.inner.state(ino)?;
+            let mut f = state.lock().unwrap();
+            let before = f.dirty_bytes;
+            let inner = &self.inner;
+            let writer = f.writer.take();
+            let read = |id: &ChunkId| match &writer {
+                Some(w) => inner.read_one(id, Some(w)),
+                None => inner.read_one(id, None),
+            };
+            let truncated = f.truncate(size, t, &read);
+            f.writer = writer;
+            truncated?;
+            inner.account(before, f.dirty_bytes);
+            inner.finalize(&mut f)?;
+            drop(f);
+            self.inner.release_state(ino, state);
+        }
+        let mut inode = self.inner.meta.set_attr(ino, &changes, t)?;
+        self.inner.overlay(&mut inode);
+        Ok(inode)
+    }
+
+    pub fn create(&self, parent: InodeId, name: &[u8], new: NewInode) -> Result<Inode> {
+        Ok(self.inner.meta.create(parent, name, new, now())?)
+    }
+
+    pub fn link(&self, ino: InodeId, new_parent: InodeId, new_name: &[u8]) -> Result<Inode> {
+        let mut inode = self.inner.meta.link(ino, new_parent, new_name, now())?;
+        self.inner.overlay(&mut inode);
+        Ok(inode)
+    }
+
+    pub fn unlink(&self, parent: InodeId, name: &[u8]) -> Result<()> {
+        let target = self.inner.meta.lookup(parent, name)?.id;
+        let open = self.inner.is_open(target);
+        self.inner.meta.unlink(parent, name, open, now())?;
+        Ok(())
+    }
+
+    pub fn rmdir(&self, parent: InodeId, name: &[u8]) -> Result<()> {
+        Ok(self.inner.meta.rmdir(parent, name, now())?)
+    }
+
+    pub fn rename(
+        &self,
+        parent: InodeId,
+        name: &[u8],
+        new_parent: InodeId,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        let inner = &self.inner;
+        inner.meta.rename(
+            parent,
+            name,
+            new_parent,
+            new_name,
+            flags,
+            &|ino| inner.is_open(ino),
+            now(),
+        )?;
+        Ok(())
+    }
+
+    pub fn readlink(&self, ino: InodeId) -> Result<Vec<u8>> {
+        match self.inner.meta.get(ino)? {
+            Inode {
+                content: Content::Inline(target),
+                attr:
+                    Attr {
+                        kind: FileKind::Symlink,
+                        ..
+                    },
+                ..
+            } => Ok(target),
+            _ => Err(MetaError::Invalid("not a symbolic link").into()),
+        }
+    }
+
+    pub fn readdir(
+        &self,
+        dir: InodeId,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<DirEntry>> {
+        Ok(self.inner.meta.readdir(dir, after, limit)?)
+    }
+
+    pub fn get_xattr(&self, ino: InodeId, name: &[u8]) -> Result<Vec<u8>> {
+        Ok(self.inner.meta.get_xattr(ino, name)?)
+    }
+
+    pub fn set_xattr(
+        &self,
+        ino: InodeId,
+        name: &[u8],
+        value: &[u8],
+        flags: XattrFlags,
+    ) -> Result<()> {
+        Ok(self.inner.meta.set_xattr(ino, name, value, flags, now())?)
+    }
+
+    pub fn list_xattr(&self, ino: InodeId) -> Result<Vec<Vec<u8>>> {
+        Ok(self.inner.meta.list_xattr(ino)?)
+    }
+
+    pub fn remove_xattr(&self, ino: InodeId, name: &[u8]) -> Result<()> {
+        Ok(self.inner.meta.remove_xattr(ino, name, now())?)
+    }
+
+    /// Opens a regular file (one more handle on its state).
+    pub fn open(&self, ino: InodeId) -> Result<()> {
+        let state = self.inner.state(ino)?;
+        state.lock().unwrap().handles += 1;
+        Ok(())
+    }
+
+    /// Closes a handle: the last one writes the file behind and records its
+    /// content (durable at the next commit), and deletes it if it was
+    /// unlinked meanwhile.
+    pub fn release(&self, ino: InodeId) -> Result<()> {
+        let Some(state) = self.inner.files.lock().unwrap().get(&ino).cloned() else {
+            return Ok(());
+        };
+        let mut f = state.lock().unwrap();
+        f.handles = f.handles.saturating_sub(1);
+        let result = self.inner.finalize(&mut f);
+        drop(f);
+        self.inner.release_state(ino, state);
+        result
+    }
+
+    pub fn read(&self, ino: InodeId, offset: u64, len: u32) -> Result<Vec<u8>> {
+        let state = self.inner.state(ino)?;
+        let mut f = state.lock().unwrap();
+        let sequential = offset == f.read_next;
+        f.read_next = offset + len as u64;
+        if sequential {
+            self.inner.read_ahead(&mut f, offset);
+        }
+        let inner = &self.inner;
+        let writer = f.writer.as_ref();
+        let out = f.read(offset, len as u64, &|ids| inner.read_many(ids, writer));
+        drop(f);
+        self.inner.release_state(ino, state);
+        out
+    }
+
+    /// Writes at `offset`. Admission control: past the file's or the global
+    /// dirty limit, the writer first writes its own dirty bytes behind.
+    pub fn write(&self, ino: InodeId, offset: u64, data: &[u8]) -> Result<u32> {
+        let state = self.inner.state(ino)?;
+        let mut f = state.lock().unwrap();
+        let added = f.write(offset, data, now());
+        self.inner.dirty_total.fetch_add(added, Ordering::Relaxed);
+        let over = f.dirty_bytes > self.inner.settings.file_dirty_max
+            || self.inner.dirty_total.load(Ordering::Relaxed) > self.inner.settings.total_dirty_max;
+        let result = if over {
+            self.inner.apply(&mut f, false)
+        } else {
+            Ok(())
+        };
+        drop(f);
+        self.inner.release_state(ino, state);
+        result.map(|()| data.len() as u32)
+    }
+
+    /// `flush` (on close of a descriptor): records the content, durable at
+    /// the next commit.
+    pub fn flush(&self, ino: InodeId) -> Result<()> {
+        let Some(state) = self.inner.files.lock().unwrap().get(&ino).cloned() else {
+            return Ok(());
+        };
+        let mut f = state.lock().unwrap();
+        self.inner.finalize(&mut f)
+    }
+
+    /// Returns when the file's data and metadata are durable.
+    pub fn fsync(&self, ino: InodeId) -> Result<()> {
+        self.flush(ino)?;
+        self.inner.commit()
+    }
+
+    /// Records every open file's content and makes everything durable.
+    pub fn sync_all(&self) -> Result<()> {
+        self.inner.sync_all()
+    }
+
+    pub fn stats(&self) -> Result<FsStats> {
+        let Counts { files, dirs } = self.inner.meta.counts()?;
+        Ok(FsStats {
+            files,
+            dirs,
+            stored_bytes: self.inner.store.stats()?.stored_bytes,
+        })
+    }
+
+    /// Makes everything durable and stops the committer.
+    pub fn shutdown(&self) -> Result<()> {
+        if self.stopped.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let result = self.inner.sync_all();
+        *self.inner.stop.0.lock().unwrap() = true;
+        self.inner.stop.1.notify_all();
+        if let Some(t) = self.committer.lock().unwrap().take() {
+            let _ = t.join();
+        }
+        result
+    }
+}
+
+impl Drop for Fs {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+impl Inner {
+    fn overlay(&self, inode: &mut Inode) {
+        if let Some(state) = self.files.lock().unwrap().get(&inode.id) {
+            let f = state.lock().unwrap();
+            inode.attr.size = f.size;
+            if let Some(t) = f.mtime {
+                inode.attr.mtime = t;
+                inode.attr.ctime = t;
+            }
+        }
+    }
+
+    fn is_open(&self, ino: InodeId) -> bool {
+        self.files
+            .lock()
+            .unwrap()
+            .get(&ino)
+            .is_some_and(|s| s.lock().unwrap().handles > 0)
+    }
+
+    /// The open state of a regular file, loading its extents on first use.
+    fn state(&self, ino: InodeId) -> Result<Arc<Mutex<FileState>>> {
+        if let Some(s) = self.files.lock().unwrap().get(&ino) {
+            return Ok(s.clone());
+        }
+        let inode = self.meta.get(ino)?;
+        if inode.attr.kind != FileKind::File {
+            return Err(match inode.attr.kind {
+                FileKind::Dir => MetaError::IsDir.into(),
+                _ => FsError::NotFile,
+            });
+        }
+        let extents = match &inode.content {
+            Content::Recipe(root) => {
+                let r = Recipe::open(&self.store, *root)?;
+                r.extents(0, r.len())?
+            }
+            _ => Vec::new(),
+        };
+        let state = FileState::new(ino, inode.attr.size, inode.content.clone(), extents);
+        let mut files = self.files.lock().unwrap();
+        Ok(files
+            .entry(ino)
+            .or_insert_with(|| Arc::new(Mutex::new(state)))
+            .clone())
+    }
+
+    /// Forgets the state of a file nobody holds open and that has nothing
+    /// left to record; deletes an orphan whose last handle closed.
+    fn release_state(&self, ino: InodeId, state: Arc<Mutex<FileState>>) {
+        let mut files = self.files.lock().unwrap();
+        let f = state.lock().unwrap();
+        if f.handles > 0 || f.changed || f.writer.is_some() {
+            return;
+        }
+        drop(f);
+        files.remove(&ino);
+        drop(files);
+        if let Ok(inode) = self.meta.get(ino) {
+            if inode.attr.nlink == 0 {
+                let _ = self.meta.drop_orphan(ino);
+            }
+        }
+    }
+
+    fn account(&self, before: usize, after: usize) {
+        if after >= before {
+            self.dirty_total
+                .fetch_add(after - before, Ordering::Relaxed);
+        } else {
+            self.dirty_total
+                .fetch_sub(before - after, Ordering::Relaxed);
+        }
+    }
+
+    fn apply(&self, f: &mut FileState, whole: bool) -> Result<()> {
+        let before = f.dirty_bytes;
+        let mut writer = f.writer.take().unwrap_or_else(|| self.store.stream());
+        let result = f.apply(whole, self.params, &mut writer, &self.cache);
+        f.writer = Some(writer);
+        self.account(before, f.dirty_bytes);
+        result
+    }
+
+    /// Records the file's current content in the metadata engine (small
+    /// files inline, others as a recipe tree). Durable at the next commit.
+    fn finalize(&self, f: &mut FileState) -> Result<()> {
+        if f.changed {
+            let content = if f.size as usize <= self.settings.inline_max {
+                let writer = f.writer.as_ref();
+                let bytes = f.read(0, f.size, &|ids| self.read_many(ids, writer))?;
+                let before = f.dirty_bytes;
+                f.dirty.clear();
+                f.dirty_bytes = 0;
+                self.account(before, 0);
+                if bytes.is_empty() {
+                    f.extents.clear();
+                    Content::Empty
+                } else {
+                    f.dirty.insert(0, bytes.clone());
+                    f.dirty_bytes = bytes.len();
+                    self.account(0, bytes.len());
+                    f.extents.clear();
+                    Content::Inline(bytes)
+                }
+            } else {
+                self.apply(f, true)?;
+                if f.extents_end() < f.size {
+                    let end = f.extents_end();
+                    f.extents.push(recipe::Extent {
+                        offset: end,
+                        len: f.size - end,
+                        id: recipe::HOLE,
+                    });
+                }
+                let writer = f.writer.as_mut().expect("apply opened a stream");
+                let root = recipe::store_tree(writer, f.extents.iter().map(|e| (e.len, e.id)))?;
+                Content::Recipe(root)
+            };
+            let mtime = f.mtime.unwrap_or_else(now);
+            self.meta
+                .set_content(f.ino, content.clone(), f.size, mtime)?;
+            f.content = content;
+            f.changed = false;
+        }
+        if f.handles == 0 {
+            if let Some(w) = f.writer.take() {
+                self.pending.lock().unwrap().push(w);
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes every stream with new chunks, then syncs the metadata: data
+    /// is always durable before the metadata that reaches it.
+    fn commit(&self) -> Result<()> {
+        let _guard = self.commit_lock.lock().unwrap();
+        let pending: Vec<StreamWriter> = std::mem::take(&mut *self.pending.lock().unwrap());
+        for mut w in pending {
+            w.flush()?;
+        }
+        let open: Vec<Arc<Mutex<FileState>>> =
+            self.files.lock().unwrap().values().cloned().collect();
+        for state in open {
+            if let Some(w) = state.lock().unwrap().writer.as_mut() {
+                w.flush()?;
+            }
+        }
+        self.meta.sync()?;
+        Ok(())
+    }
+
+    fn sync_all(&self) -> Result<()> {
+        let open: Vec<(InodeId, Arc<Mutex<FileState>>)> = self
+            .files
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        for (ino, state) in open {
+            let mut f = state.lock().unwrap();
+            self.finalize(&mut f)?;
+            drop(f);
+            self.release_state(ino, state);
+        }
+        self.commit()
+    }
+
+    fn commit_loop(&self) {
+        let (lock, cv) = &self.stop;
+        let mut stopped = lock.lock().unwrap();
+        while !*stopped {
+            let (guard, _) = cv
+                .wait_timeout(stopped, self.settings.commit_interval)
+                .unwrap();
+            stopped = guard;
+            if *stopped {
+                break;
+            }
+            drop(stopped);
+            let _ = self.sync_all();
+            stopped = lock.lock().unwrap();
+        }
+    }
+
+    fn read_one(&self, id: &ChunkId, writer: Option<&StreamWriter>) -> Result<Bytes> {
+        if let Some(b) = self.cache.get(id) {
+            return Ok(b);
+        }
+        let data = match writer {
+            Some(w) => w.read_chunk(id)?,
+            None => self.store.read_chunk(id)?,
+        };
+        self.cache.put(*id, data.clone());
+        Ok(data)
+    }
+
+    /// Chunks by id: from the cache, the file's own stream, or the store
+    /// (missing ones fetched together, on every core).
+    fn read_many(&self, ids: &[ChunkId], writer: Option<&StreamWriter>) -> Result<Vec<Bytes>> {
+        let mut out: Vec<Option<Bytes>> = ids.iter().map(|id| self.cache.get(id)).collect();
+        let mut missing: Vec<ChunkId> = Vec::new();
+        for (i, slot) in out.iter_mut().enumerate() {
+            if slot.is_none() {
+                match writer.map(|w| w.read_chunk(&ids[i])) {
+                    Some(Ok(b)) => *slot = Some(b),
+                    _ => missing.push(ids[i]),
+                }
+            }
+        }
+        if !missing.is_empty() {
+            missing.sort();
+            missing.dedup();
+            let fetched = self.store.read_chunks(&missing)?;
+            let by_id: HashMap<ChunkId, Bytes> = missing.into_iter().zip(fetched).collect();
+            for (i, slot) in out.iter_mut().enumerate() {
+                if slot.is_none() {
+                    let b = by_id[&ids[i]].clone();
+                    self.cache.put(ids[i], b.clone());
+                    *slot = Some(b);
+                }
+            }
+        }
+        Ok(out.into_iter().map(|b| b.expect("filled above")).collect())
+    }
+
+    /// Keeps `readahead` bytes past a sequential reader in the cache: the
+    /// chunks of the next stretch are fetched by a background thread, so the
+    /// store has several requests in flight while the reader consumes.
+    fn read_ahead(&self, f: &mut FileState, offset: u64) {
+        let window = self.settings.readahead;
+        if window == 0 || offset + window / 2 < f.read_ahead_until {
+            return;
+        }
+        let from = f.read_ahead_until.max(offset);
+        let to = (offset + window).min(f.extents_end());
+        f.read_ahead_until = offset + window;
+        if from >= to {
+            return;
+        }
+        let first = f.extents.partition_point(|e| e.offset + e.len <= from);
+        let ids: Vec<ChunkId> = f.extents[first..]
+            .iter()
+            .take_while(|e| e.offset < to)
+            .filter(|e| e.id != recipe::HOLE && !self.cache.contains(&e.id))
+            .map(|e| e.id)
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let store = self.store.clone();
+        self.store.prefetch(&ids);
+        let cache = self.cache.clone();
+        std::thread::spawn(move || {
+            for part in ids.chunks(64) {
+                match store.read_chunks(part) {
+                    Ok(chunks) => {
+                        for (id, data) in part.iter().zip(chunks) {
+                            cache.put(*id, data);
+                        }
+                    }
+                    Err(_) => return,
+                }
+            }
+        });
+    }
+}
