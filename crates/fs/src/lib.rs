@@ -42,7 +42,7 @@ pub use cache::ChunkCache;
 use file::FileState;
 
 /// Tunables of the file system.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FsSettings {
     /// Files up to this size keep their bytes in the inode: one metadata
     /// read serves them and they never touch a container.

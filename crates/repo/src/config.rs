@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use cas::{Compression, StoreSettings};
+use fs::FsSettings;
 use chunking::ChunkerParams;
 use serde::Deserialize;
 
@@ -11,6 +12,7 @@ use serde::Deserialize;
 pub struct Config {
     pub chunking: ChunkerParams,
     pub store: StoreSettings,
+    pub fs: FsSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +47,14 @@ size = "4MiB"       # containers are sealed and written at about this size
 
 [memory]
 budget = "256MiB"   # data in flight (chunked, compressing, unwritten) at once
+
+[fs]
+inline_max = "4KiB"     # files up to this size live in their inode (one read, no container)
+file_dirty = "32MiB"    # written bytes one file buffers before writing them behind
+total_dirty = "256MiB"  # written bytes all files together buffer
+readahead = "32MiB"     # how far ahead of a sequential reader chunks are fetched
+cache = "256MiB"        # DRAM cache of chunks
+commit_seconds = 5      # written data and metadata become durable at least this often
 "#;
 
 #[derive(Deserialize, Default)]
@@ -58,6 +68,57 @@ struct Raw {
     containers: RawContainers,
     #[serde(default)]
     memory: RawMemory,
+    #[serde(default)]
+    fs: RawFs,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFs {
+    #[serde(default = "inline_max")]
+    inline_max: Size,
+    #[serde(default = "file_dirty")]
+    file_dirty: Size,
+    #[serde(default = "total_dirty")]
+    total_dirty: Size,
+    #[serde(default = "readahead")]
+    readahead: Size,
+    #[serde(default = "cache")]
+    cache: Size,
+    #[serde(default = "commit_seconds")]
+    commit_seconds: u64,
+}
+
+fn inline_max() -> Size {
+    Size(FsSettings::default().inline_max as u64)
+}
+fn file_dirty() -> Size {
+    Size(FsSettings::default().file_dirty_max as u64)
+}
+fn total_dirty() -> Size {
+    Size(FsSettings::default().total_dirty_max as u64)
+}
+fn readahead() -> Size {
+    Size(FsSettings::default().readahead)
+}
+fn cache() -> Size {
+    Size(FsSettings::default().cache_bytes as u64)
+}
+fn commit_seconds() -> u64 {
+    FsSettings::default().commit_interval.as_secs()
+}
+
+impl Default for RawFs {
+    fn default() -> Self {
+        RawFs {
+            inline_max: inline_max(),
+            file_dirty: file_dirty(),
+            total_dirty: total_dirty(),
+            readahead: readahead(),
+            cache: cache(),
+            commit_seconds: commit_seconds(),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -341,6 +402,21 @@ impl Config {
                 format!("{budget} must be at least 4 containers ({})", 4 * container),
             ));
         }
+        let f = &raw.fs;
+        if f.inline_max.0 > 64 << 10 {
+            return Err(at_key(text, "fs", "inline_max", format!("{} is over 64KiB", f.inline_max.0)));
+        }
+        if f.file_dirty.0 < 1 << 20 || f.total_dirty.0 < f.file_dirty.0 {
+            return Err(at_key(
+                text,
+                "fs",
+                "total_dirty",
+                "fs.file_dirty must be at least 1MiB and fs.total_dirty at least fs.file_dirty".into(),
+            ));
+        }
+        if !(1..=3600).contains(&f.commit_seconds) {
+            return Err(at_key(text, "fs", "commit_seconds", format!("{} is outside 1..=3600", f.commit_seconds)));
+        }
         Ok(Config {
             chunking,
             store: StoreSettings {
@@ -348,6 +424,14 @@ impl Config {
                 container_size: container as usize,
                 region_size: region as usize,
                 memory_budget: budget as usize,
+            },
+            fs: FsSettings {
+                inline_max: f.inline_max.0 as usize,
+                file_dirty_max: f.file_dirty.0 as usize,
+                total_dirty_max: f.total_dirty.0 as usize,
+                readahead: f.readahead.0,
+                cache_bytes: f.cache.0 as usize,
+                commit_interval: std::time::Duration::from_secs(f.commit_seconds),
             },
         })
     }
@@ -362,6 +446,11 @@ mod tests {
         let c = Config::parse(DEFAULT_TOML).unwrap();
         assert_eq!(c.chunking, ChunkerParams::default());
         assert_eq!(c.store, StoreSettings::default());
+        let d = FsSettings::default();
+        assert_eq!(
+            (c.fs.inline_max, c.fs.file_dirty_max, c.fs.total_dirty_max, c.fs.readahead, c.fs.cache_bytes),
+            (d.inline_max, d.file_dirty_max, d.total_dirty_max, d.readahead, d.cache_bytes)
+        );
         assert_eq!(Config::parse("").unwrap(), c);
     }
 

@@ -35,6 +35,10 @@ pub enum RepoError {
     Branch(#[from] branch::BranchError),
     #[error(transparent)]
     Store(#[from] cas::CasError),
+    #[error(transparent)]
+    Meta(#[from] meta::MetaError),
+    #[error(transparent)]
+    Fs(#[from] ::fs::FsError),
 }
 
 type Result<T> = std::result::Result<T, RepoError>;
@@ -131,6 +135,18 @@ impl Repo {
     /// The file system's metadata engine.
     pub fn fs_meta_path(&self) -> PathBuf {
         self.root.join(META).join("fs.redb")
+    }
+
+    /// Opens the repository's file system (its metadata engine, created on
+    /// first use with a root directory owned by `uid`/`gid`).
+    pub fn open_fs(&self, uid: u32, gid: u32) -> Result<::fs::Fs> {
+        let meta = meta::RedbMeta::open(&self.fs_meta_path(), uid, gid)?;
+        Ok(::fs::Fs::new(
+            Arc::new(meta),
+            self.store.clone(),
+            self.config.chunking,
+            self.config.fs.clone(),
+        )?)
     }
 
     /// The fingerprint index file (derived state: `cairn repair
