@@ -1,0 +1,1310 @@
+//! [`RedbMeta`]: the [`MetaStore`] over one redb file.
+//!
+//! Tables:
+//! - `inodes`: inode number -> record (see [`encode`]): the attributes, the
+//!   parent pointer of a directory, and the content.
+//! - `dirents`: 8-byte big-endian parent ++ name -> 8-byte little-endian
+//!   inode number ++ kind byte. Big-endian parents make a directory's
+//!   entries one contiguous key range, in byte order of name.
+//! - `xattrs`: 8-byte big-endian inode ++ name -> value.
+//! - `orphans`: inode number -> () for inodes with no name kept for an open
+//!   handle.
+//! - `meta`: `next_ino` (the next inode number to hand out), `files` and
+//!   `dirs` (the counts [`MetaStore::counts`] reports).
+//!
+//! Every mutation is one write transaction committed with
+//! [`Durability::None`]; [`MetaStore::sync`] commits an empty transaction
+//! with [`Durability::Immediate`], which makes every earlier commit durable.
+
+use std::collections::HashMap;
+use std::ops::Bound;
+use std::path::Path;
+
+use cas::ChunkId;
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, Table, TableDefinition, WriteTransaction,
+};
+
+use crate::{
+    Attr, Content, Counts, DirEntry, FileKind, Inode, InodeId, MetaError, MetaStore, NewInode,
+    RenameFlags, Result, SetAttr, Timestamp, XattrFlags, NAME_MAX,
+};
+
+const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
+const DIRENTS: TableDefinition<&[u8], [u8; 9]> = TableDefinition::new("dirents");
+const XATTRS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("xattrs");
+const ORPHANS: TableDefinition<u64, ()> = TableDefinition::new("orphans");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+const NEXT_INO: &str = "next_ino";
+const FILES: &str = "files";
+const DIRS: &str = "dirs";
+
+/// The longest extended-attribute name (Linux's `XATTR_NAME_MAX`).
+const XATTR_NAME_MAX: usize = 255;
+
+macro_rules! redb_errors {
+    ($($t:ty),*) => {$(
+        impl From<$t> for MetaError {
+            fn from(e: $t) -> Self {
+                MetaError::Store(redb::Error::from(e))
+            }
+        }
+    )*};
+}
+redb_errors!(
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    redb::SetDurabilityError
+);
+
+fn corrupt(what: String) -> MetaError {
+    MetaError::Store(redb::Error::Corrupted(what))
+}
+
+// ---------------------------------------------------------------------------
+// Encodings
+// ---------------------------------------------------------------------------
+
+/// An inode as stored: the inode and, for a directory, the directory holding
+/// its name (the root's parent is the root; 0 for non-directories).
+#[derive(Debug, Clone)]
+struct Rec {
+    inode: Inode,
+    parent: u64,
+}
+
+impl Rec {
+    fn is_dir(&self) -> bool {
+        self.inode.attr.kind == FileKind::Dir
+    }
+}
+
+const FORMAT: u8 = 1;
+/// Offset of the content tag in a record; the content payload follows it.
+const CONTENT_TAG_AT: usize = 1 + 1 + 2 + 4 + 4 + 8 + 4 + 4 + 4 * 12 + 8;
+const TAG_EMPTY: u8 = 0;
+const TAG_INLINE: u8 = 1;
+const TAG_RECIPE: u8 = 2;
+
+fn kind_byte(k: FileKind) -> u8 {
+    match k {
+        FileKind::File => 1,
+        FileKind::Dir => 2,
+        FileKind::Symlink => 3,
+        FileKind::Fifo => 4,
+        FileKind::Socket => 5,
+        FileKind::CharDevice => 6,
+        FileKind::BlockDevice => 7,
+    }
+}
+
+fn byte_kind(b: u8) -> Option<FileKind> {
+    Some(match b {
+        1 => FileKind::File,
+        2 => FileKind::Dir,
+        3 => FileKind::Symlink,
+        4 => FileKind::Fifo,
+        5 => FileKind::Socket,
+        6 => FileKind::CharDevice,
+        7 => FileKind::BlockDevice,
+        _ => return None,
+    })
+}
+
+/// The record layout, all little-endian: format (1), kind (1), perm (2),
+/// uid (4), gid (4), size (8), nlink (4), rdev (4), atime, mtime, ctime,
+/// crtime (each secs i64 + nanos u32), parent (8), content tag (1), then the
+/// inline bytes (to the end) or the 32-byte recipe chunk id.
+fn encode(rec: &Rec) -> Vec<u8> {
+    let a = &rec.inode.attr;
+    let extra = match &rec.inode.content {
+        Content::Empty => 0,
+        Content::Inline(b) => b.len(),
+        Content::Recipe(_) => ChunkId::LEN,
+    };
+    let mut out = Vec::with_capacity(CONTENT_TAG_AT + 1 + extra);
+    out.push(FORMAT);
+    out.push(kind_byte(a.kind));
+    out.extend_from_slice(&a.perm.to_le_bytes());
+    out.extend_from_slice(&a.uid.to_le_bytes());
+    out.extend_from_slice(&a.gid.to_le_bytes());
+    out.extend_from_slice(&a.size.to_le_bytes());
+    out.extend_from_slice(&a.nlink.to_le_bytes());
+    out.extend_from_slice(&a.rdev.to_le_bytes());
+    for t in [a.atime, a.mtime, a.ctime, a.crtime] {
+        out.extend_from_slice(&t.secs.to_le_bytes());
+        out.extend_from_slice(&t.nanos.to_le_bytes());
+    }
+    out.extend_from_slice(&rec.parent.to_le_bytes());
+    debug_assert_eq!(out.len(), CONTENT_TAG_AT);
+    match &rec.inode.content {
+        Content::Empty => out.push(TAG_EMPTY),
+        Content::Inline(b) => {
+            out.push(TAG_INLINE);
+            out.extend_from_slice(b);
+        }
+        Content::Recipe(id) => {
+            out.push(TAG_RECIPE);
+            out.extend_from_slice(id.as_bytes());
+        }
+    }
+    out
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> [u8; N] {
+        let (head, rest) = self.0.split_at(N);
+        self.0 = rest;
+        head.try_into().unwrap()
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes(self.take())
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes(self.take())
+    }
+    fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(self.take())
+    }
+    fn time(&mut self) -> Timestamp {
+        let secs = i64::from_le_bytes(self.take());
+        let nanos = self.u32();
+        Timestamp { secs, nanos }
+    }
+}
+
+fn decode(ino: u64, b: &[u8]) -> Result<Rec> {
+    let bad = |why: &str| corrupt(format!("inode {ino}: {why}"));
+    if b.len() <= CONTENT_TAG_AT {
+        return Err(bad("record too short"));
+    }
+    if b[0] != FORMAT {
+        return Err(bad("unknown record format"));
+    }
+    let mut r = Reader(&b[1..]);
+    let kind = byte_kind(r.take::<1>()[0]).ok_or_else(|| bad("unknown kind"))?;
+    let perm = r.u16();
+    let uid = r.u32();
+    let gid = r.u32();
+    let size = r.u64();
+    let nlink = r.u32();
+    let rdev = r.u32();
+    let atime = r.time();
+    let mtime = r.time();
+    let ctime = r.time();
+    let crtime = r.time();
+    let parent = r.u64();
+    let tag = r.take::<1>()[0];
+    let content = match (tag, r.0) {
+        (TAG_EMPTY, []) => Content::Empty,
+        (TAG_INLINE, bytes) => Content::Inline(bytes.to_vec()),
+        (TAG_RECIPE, id) if id.len() == ChunkId::LEN => {
+            Content::Recipe(ChunkId::from_bytes(id.try_into().unwrap()))
+        }
+        _ => return Err(bad("bad content")),
+    };
+    Ok(Rec {
+        inode: Inode {
+            id: InodeId(ino),
+            attr: Attr {
+                kind,
+                perm,
+                uid,
+                gid,
+                size,
+                nlink,
+                rdev,
+                atime,
+                mtime,
+                ctime,
+                crtime,
+            },
+            content,
+        },
+        parent,
+    })
+}
+
+/// The kind in a record, without decoding the rest.
+fn record_kind(ino: u64, b: &[u8]) -> Result<FileKind> {
+    match b {
+        [FORMAT, k, ..] => byte_kind(*k),
+        _ => None,
+    }
+    .ok_or_else(|| corrupt(format!("inode {ino}: bad record")))
+}
+
+fn dkey(parent: InodeId, name: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + name.len());
+    k.extend_from_slice(&parent.0.to_be_bytes());
+    k.extend_from_slice(name);
+    k
+}
+
+fn dval(ino: InodeId, kind: FileKind) -> [u8; 9] {
+    let mut v = [0u8; 9];
+    v[..8].copy_from_slice(&ino.0.to_le_bytes());
+    v[8] = kind_byte(kind);
+    v
+}
+
+fn dval_decode(v: [u8; 9]) -> Result<(InodeId, FileKind)> {
+    let ino = InodeId(u64::from_le_bytes(v[..8].try_into().unwrap()));
+    let kind = byte_kind(v[8]).ok_or_else(|| corrupt(format!("entry of {ino:?}: bad kind")))?;
+    Ok((ino, kind))
+}
+
+/// The key range of everything under the 8-byte big-endian prefix `id`.
+fn prefix_range(id: u64) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let lo = Bound::Included(id.to_be_bytes().to_vec());
+    let hi = match id.checked_add(1) {
+        Some(n) => Bound::Excluded(n.to_be_bytes().to_vec()),
+        None => Bound::Unbounded,
+    };
+    (lo, hi)
+}
+
+fn as_slices(r: &(Bound<Vec<u8>>, Bound<Vec<u8>>)) -> (Bound<&[u8]>, Bound<&[u8]>) {
+    (
+        r.0.as_ref().map(|v| v.as_slice()),
+        r.1.as_ref().map(|v| v.as_slice()),
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Validation
+// ---------------------------------------------------------------------------
+
+fn check_name(name: &[u8]) -> Result<()> {
+    if name.len() > NAME_MAX {
+        return Err(MetaError::NameTooLong);
+    }
+    if name.is_empty() {
+        return Err(MetaError::Invalid("empty name"));
+    }
+    if name == b"." || name == b".." {
+        return Err(MetaError::Invalid("`.` and `..` cannot be named"));
+    }
+    if name.iter().any(|&b| b == b'/' || b == 0) {
+        return Err(MetaError::Invalid("a name cannot contain `/` or NUL"));
+    }
+    Ok(())
+}
+
+fn check_xattr_name(name: &[u8]) -> Result<()> {
+    if name.len() > XATTR_NAME_MAX {
+        return Err(MetaError::NameTooLong);
+    }
+    if name.is_empty() {
+        return Err(MetaError::Invalid("empty extended-attribute name"));
+    }
+    if name.contains(&0) {
+        return Err(MetaError::Invalid(
+            "an extended-attribute name cannot contain NUL",
+        ));
+    }
+    Ok(())
+}
+
+/// The size a new inode starts with, or why `new` is refused.
+fn new_size(new: &NewInode) -> Result<u64> {
+    match (new.kind, &new.content) {
+        (FileKind::Symlink, Content::Inline(t)) if !t.is_empty() => Ok(t.len() as u64),
+        (FileKind::Symlink, _) => Err(MetaError::Invalid("a symlink needs a non-empty target")),
+        (FileKind::File, Content::Inline(b)) => Ok(b.len() as u64),
+        (_, Content::Empty) => Ok(0),
+        (FileKind::File, Content::Recipe(_)) => Err(MetaError::Invalid(
+            "a new file's content is empty or inline (set_content gives a recipe)",
+        )),
+        _ => Err(MetaError::Invalid("only files and symlinks have content")),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Write transactions
+// ---------------------------------------------------------------------------
+
+/// The tables of one write transaction, with the inodes it touched cached so
+/// that every change to an inode in the transaction applies to one copy
+/// (a rename within one directory updates that directory twice).
+struct W<'t> {
+    inodes: Table<'t, u64, &'static [u8]>,
+    dirents: Table<'t, &'static [u8], [u8; 9]>,
+    xattrs: Table<'t, &'static [u8], &'static [u8]>,
+    orphans: Table<'t, u64, ()>,
+    meta: Table<'t, &'static str, u64>,
+    /// Loaded records, with whether they changed.
+    cache: HashMap<u64, (Rec, bool)>,
+    files_delta: i64,
+    dirs_delta: i64,
+}
+
+impl<'t> W<'t> {
+    fn open(tx: &'t WriteTransaction) -> Result<Self> {
+        Ok(W {
+            inodes: tx.open_table(INODES)?,
+            dirents: tx.open_table(DIRENTS)?,
+            xattrs: tx.open_table(XATTRS)?,
+            orphans: tx.open_table(ORPHANS)?,
+            meta: tx.open_table(META)?,
+            cache: HashMap::new(),
+            files_delta: 0,
+            dirs_delta: 0,
+        })
+    }
+
+    fn load(&mut self, ino: InodeId) -> Result<&mut (Rec, bool)> {
+        if !self.cache.contains_key(&ino.0) {
+            let rec = match self.inodes.get(ino.0)? {
+                Some(v) => decode(ino.0, v.value())?,
+                None => return Err(MetaError::NotFound),
+            };
+            self.cache.insert(ino.0, (rec, false));
+        }
+        Ok(self.cache.get_mut(&ino.0).unwrap())
+    }
+
+    /// An inode, to read.
+    fn rec(&mut self, ino: InodeId) -> Result<&Rec> {
+        Ok(&self.load(ino)?.0)
+    }
+
+    /// An inode, to change: it is written back at the end.
+    fn rec_mut(&mut self, ino: InodeId) -> Result<&mut Rec> {
+        let slot = self.load(ino)?;
+        slot.1 = true;
+        Ok(&mut slot.0)
+    }
+
+    /// `ino`, which must be a directory.
+    fn dir(&mut self, ino: InodeId) -> Result<&Rec> {
+        let rec = self.rec(ino)?;
+        if !rec.is_dir() {
+            return Err(MetaError::NotDir);
+        }
+        Ok(rec)
+    }
+
+    fn entry(&self, parent: InodeId, name: &[u8]) -> Result<Option<(InodeId, FileKind)>> {
+        match self.dirents.get(dkey(parent, name).as_slice())? {
+            Some(v) => Ok(Some(dval_decode(v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    fn put_entry(
+        &mut self,
+        parent: InodeId,
+        name: &[u8],
+        ino: InodeId,
+        kind: FileKind,
+    ) -> Result<()> {
+        self.dirents
+            .insert(dkey(parent, name).as_slice(), dval(ino, kind))?;
+        Ok(())
+    }
+
+    fn del_entry(&mut self, parent: InodeId, name: &[u8]) -> Result<()> {
+        self.dirents.remove(dkey(parent, name).as_slice())?;
+        Ok(())
+    }
+
+    fn is_empty_dir(&self, dir: InodeId) -> Result<bool> {
+        let range = prefix_range(dir.0);
+        Ok(self
+            .dirents
+            .range::<&[u8]>(as_slices(&range))?
+            .next()
+            .is_none())
+    }
+
+    /// A directory's contents changed.
+    fn touch_dir(&mut self, dir: InodeId, now: Timestamp) -> Result<()> {
+        let a = &mut self.rec_mut(dir)?.inode.attr;
+        a.mtime = now;
+        a.ctime = now;
+        Ok(())
+    }
+
+    fn add_nlink(&mut self, ino: InodeId, delta: i32) -> Result<()> {
+        let a = &mut self.rec_mut(ino)?.inode.attr;
+        a.nlink = a
+            .nlink
+            .checked_add_signed(delta)
+            .ok_or(MetaError::Invalid("too many links"))?;
+        Ok(())
+    }
+
+    fn alloc_ino(&mut self) -> Result<InodeId> {
+        let next = self.meta.get(NEXT_INO)?.map(|v| v.value()).unwrap_or(2);
+        self.meta.insert(NEXT_INO, next + 1)?;
+        Ok(InodeId(next))
+    }
+
+    fn insert_new(&mut self, rec: Rec) {
+        if rec.is_dir() {
+            self.dirs_delta += 1;
+        } else {
+            self.files_delta += 1;
+        }
+        self.cache.insert(rec.inode.id.0, (rec, true));
+    }
+
+    /// Deletes an inode, its xattrs and its orphan mark (not its names).
+    fn delete_inode(&mut self, ino: InodeId) -> Result<()> {
+        if self.rec(ino)?.is_dir() {
+            self.dirs_delta -= 1;
+        } else {
+            self.files_delta -= 1;
+        }
+        self.cache.remove(&ino.0);
+        self.inodes.remove(ino.0)?;
+        self.orphans.remove(ino.0)?;
+        let range = prefix_range(ino.0);
+        self.xattrs
+            .retain_in::<&[u8], _>(as_slices(&range), |_, _| false)?;
+        Ok(())
+    }
+
+    /// A non-directory lost one name: lowers its link count and, at zero,
+    /// keeps it as an orphan or deletes it. Returns it as it is after.
+    fn drop_link(&mut self, ino: InodeId, keep_orphan: bool, now: Timestamp) -> Result<Inode> {
+        let rec = self.rec_mut(ino)?;
+        let a = &mut rec.inode.attr;
+        a.nlink = a.nlink.saturating_sub(1);
+        a.ctime = now;
+        let out = rec.inode.clone();
+        if out.attr.nlink == 0 {
+            if keep_orphan {
+                self.orphans.insert(ino.0, ())?;
+            } else {
+                self.delete_inode(ino)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether `dir` is `ancestor` or lies below it, following parent
+    /// pointers up to the root.
+    fn is_within(&mut self, mut dir: InodeId, ancestor: InodeId) -> Result<bool> {
+        // A bound against a corrupt parent cycle.
+        for _ in 0..1_000_000 {
+            if dir == ancestor {
+                return Ok(true);
+            }
+            if dir == InodeId::ROOT {
+                return Ok(false);
+            }
+            dir = InodeId(self.rec(dir)?.parent);
+        }
+        Err(corrupt(format!("a parent-pointer cycle above {dir:?}")))
+    }
+
+    fn flush(mut self) -> Result<()> {
+        for (ino, (rec, dirty)) in &self.cache {
+            if *dirty {
+                self.inodes.insert(*ino, encode(rec).as_slice())?;
+            }
+        }
+        for (key, delta) in [(FILES, self.files_delta), (DIRS, self.dirs_delta)] {
+            if delta != 0 {
+                let n = self.meta.get(key)?.map(|v| v.value()).unwrap_or(0);
+                self.meta.insert(key, n.saturating_add_signed(delta))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The store
+// ---------------------------------------------------------------------------
+
+/// The metadata store in one redb file.
+pub struct RedbMeta {
+    db: Database,
+}
+
+impl std::fmt::Debug for RedbMeta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedbMeta").finish_non_exhaustive()
+    }
+}
+
+impl RedbMeta {
+    /// Opens the store at `path`, creating it (with a root directory owned by
+    /// `root_uid`/`root_gid`, mode 0755) if it does not exist.
+    pub fn open(path: &Path, root_uid: u32, root_gid: u32) -> Result<Self> {
+        let db = match Database::create(path) {
+            Ok(db) => db,
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                return Err(MetaError::Busy(path.to_path_buf()))
+            }
+            Err(e) => {
+                return Err(MetaError::Open {
+                    path: path.to_path_buf(),
+                    source: e.into(),
+                })
+            }
+        };
+        let tx = db.begin_write()?;
+        {
+            let mut w = W::open(&tx)?;
+            if w.inodes.get(InodeId::ROOT.0)?.is_none() {
+                let now = Timestamp::now();
+                w.insert_new(Rec {
+                    inode: Inode {
+                        id: InodeId::ROOT,
+                        attr: Attr {
+                            kind: FileKind::Dir,
+                            perm: 0o755,
+                            uid: root_uid,
+                            gid: root_gid,
+                            size: 0,
+                            nlink: 2,
+                            rdev: 0,
+                            atime: now,
+                            mtime: now,
+                            ctime: now,
+                            crtime: now,
+                        },
+                        content: Content::Empty,
+                    },
+                    parent: InodeId::ROOT.0,
+                });
+                if w.meta.get(NEXT_INO)?.is_none() {
+                    w.meta.insert(NEXT_INO, InodeId::ROOT.0 + 1)?;
+                }
+            }
+            w.flush()?;
+        }
+        tx.commit()?;
+        Ok(RedbMeta { db })
+    }
+
+    /// Runs `f` in one write transaction, committed without fsync if it
+    /// succeeds and aborted if it fails.
+    fn write<T>(&self, f: impl FnOnce(&mut W<'_>) -> Result<T>) -> Result<T> {
+        let mut tx = self.db.begin_write()?;
+        tx.set_durability(Durability::None)?;
+        let out = {
+            let mut w = W::open(&tx)?;
+            match f(&mut w) {
+                Ok(v) => w.flush().map(|()| v),
+                Err(e) => Err(e),
+            }
+        };
+        match out {
+            Ok(v) => {
+                tx.commit()?;
+                Ok(v)
+            }
+            Err(e) => {
+                // The error of the operation is the one that matters.
+                let _ = tx.abort();
+                Err(e)
+            }
+        }
+    }
+
+    /// Checks every invariant of the store (an fsck): entries point at
+    /// inodes of their kind, link counts match the names, parent pointers
+    /// match, every inode has a name or an orphan mark, the counters and the
+    /// next inode number are right, xattrs belong to inodes. Returns the
+    /// problems found, none when the store is consistent.
+    pub fn verify(&self) -> Result<Vec<String>> {
+        let tx = self.db.begin_read()?;
+        let inodes = tx.open_table(INODES)?;
+        let dirents = tx.open_table(DIRENTS)?;
+        let xattrs = tx.open_table(XATTRS)?;
+        let orphans = tx.open_table(ORPHANS)?;
+        let meta = tx.open_table(META)?;
+        let mut problems = Vec::new();
+
+        let mut recs: HashMap<u64, Rec> = HashMap::new();
+        let mut max_ino = 0;
+        for entry in inodes.iter()? {
+            let (k, v) = entry?;
+            let ino = k.value();
+            max_ino = max_ino.max(ino);
+            match decode(ino, v.value()) {
+                Ok(rec) => {
+                    recs.insert(ino, rec);
+                }
+                Err(e) => problems.push(e.to_string()),
+            }
+        }
+        let mut names: HashMap<u64, u32> = HashMap::new();
+        let mut subdirs: HashMap<u64, u32> = HashMap::new();
+        for entry in dirents.iter()? {
+            let (k, v) = entry?;
+            let key = k.value();
+            if key.len() < 9 {
+                problems.push(format!("entry key {key:?} too short"));
+                continue;
+            }
+            let parent = u64::from_be_bytes(key[..8].try_into().unwrap());
+            let name = &key[8..];
+            let Ok((ino, kind)) = dval_decode(v.value()) else {
+                problems.push(format!("entry {parent}/{name:?}: bad value"));
+                continue;
+            };
+            if check_name(name).is_err() {
+                problems.push(format!("entry {parent}/{name:?}: invalid name"));
+            }
+            match recs.get(&parent) {
+                Some(p) if p.is_dir() => {}
+                _ => problems.push(format!(
+                    "entry {parent}/{name:?}: parent is not a directory"
+                )),
+            }
+            match recs.get(&ino.0) {
+                None => problems.push(format!("entry {parent}/{name:?}: inode {} missing", ino.0)),
+                Some(rec) => {
+                    if rec.inode.attr.kind != kind {
+                        problems.push(format!("entry {parent}/{name:?}: kind differs from inode"));
+                    }
+                    if rec.is_dir() {
+                        *subdirs.entry(parent).or_default() += 1;
+                        if rec.parent != parent {
+                            problems.push(format!(
+                                "directory {}: parent pointer {} but named in {parent}",
+                                ino.0, rec.parent
+                            ));
+                        }
+                    }
+                }
+            }
+            *names.entry(ino.0).or_default() += 1;
+        }
+        let mut orphan_set = std::collections::HashSet::new();
+        for entry in orphans.iter()? {
+            orphan_set.insert(entry?.0.value());
+        }
+        let (mut files, mut dirs) = (0u64, 0u64);
+        for (ino, rec) in &recs {
+            let n = names.get(ino).copied().unwrap_or(0);
+            let nlink = rec.inode.attr.nlink;
+            let orphan = orphan_set.contains(ino);
+            if rec.is_dir() {
+                dirs += 1;
+                let want = 2 + subdirs.get(ino).copied().unwrap_or(0);
+                if nlink != want {
+                    problems.push(format!("directory {ino}: nlink {nlink}, want {want}"));
+                }
+                let want_names = u32::from(*ino != InodeId::ROOT.0);
+                if n != want_names {
+                    problems.push(format!("directory {ino}: {n} names"));
+                }
+                if orphan {
+                    problems.push(format!("directory {ino} is an orphan"));
+                }
+            } else {
+                files += 1;
+                if nlink != n {
+                    problems.push(format!("inode {ino}: nlink {nlink}, {n} names"));
+                }
+                if (n == 0) != orphan {
+                    problems.push(format!("inode {ino}: {n} names, orphan mark {orphan}"));
+                }
+            }
+        }
+        for ino in &orphan_set {
+            if !recs.contains_key(ino) {
+                problems.push(format!("orphan {ino} has no inode"));
+            }
+        }
+        match recs.get(&InodeId::ROOT.0) {
+            Some(r) if r.is_dir() && r.parent == InodeId::ROOT.0 => {}
+            _ => problems.push("the root directory is missing or wrong".into()),
+        }
+        let counter =
+            |key: &str| -> Result<u64> { Ok(meta.get(key)?.map(|v| v.value()).unwrap_or(0)) };
+        if counter(FILES)? != files || counter(DIRS)? != dirs {
+            problems.push(format!(
+                "counters say {} files, {} dirs; there are {files}, {dirs}",
+                counter(FILES)?,
+                counter(DIRS)?
+            ));
+        }
+        if counter(NEXT_INO)? <= max_ino {
+            problems.push(format!(
+                "next inode {} not above {max_ino}",
+                counter(NEXT_INO)?
+            ));
+        }
+        for entry in xattrs.iter()? {
+            let (k, _) = entry?;
+            let key = k.value();
+            let owner = key
+                .get(..8)
+                .map(|b| u64::from_be_bytes(b.try_into().unwrap()));
+            if !owner.is_some_and(|o| recs.contains_key(&o)) {
+                problems.push(format!("xattr {key:?} has no inode"));
+            }
+        }
+        Ok(problems)
+    }
+}
+
+impl MetaStore for RedbMeta {
+    fn get(&self, ino: InodeId) -> Result<Inode> {
+        let tx = self.db.begin_read()?;
+        let inodes = tx.open_table(INODES)?;
+        match inodes.get(ino.0)? {
+            Some(v) => Ok(decode(ino.0, v.value())?.inode),
+            None => Err(MetaError::NotFound),
+        }
+    }
+
+    fn lookup(&self, parent: InodeId, name: &[u8]) -> Result<Inode> {
+        check_name(name)?;
+        let tx = self.db.begin_read()?;
+        let inodes = tx.open_table(INODES)?;
+        let dirents = tx.open_table(DIRENTS)?;
+        match inodes.get(parent.0)? {
+            None => return Err(MetaError::NotFound),
+            Some(v) if record_kind(parent.0, v.value())? != FileKind::Dir => {
+                return Err(MetaError::NotDir)
+            }
+            Some(_) => {}
+        }
+        let Some(v) = dirents.get(dkey(parent, name).as_slice())? else {
+            return Err(MetaError::NotFound);
+        };
+        let (ino, _) = dval_decode(v.value())?;
+        match inodes.get(ino.0)? {
+            Some(v) => Ok(decode(ino.0, v.value())?.inode),
+            None => Err(corrupt(format!("entry for missing inode {}", ino.0))),
+        }
+    }
+
+    fn create(&self, parent: InodeId, name: &[u8], new: NewInode, now: Timestamp) -> Result<Inode> {
+        check_name(name)?;
+        let size = new_size(&new)?;
+        self.write(|w| {
+            w.dir(parent)?;
+            if w.entry(parent, name)?.is_some() {
+                return Err(MetaError::Exists);
+            }
+            let ino = w.alloc_ino()?;
+            let is_dir = new.kind == FileKind::Dir;
+            let rec = Rec {
+                inode: Inode {
+                    id: ino,
+                    attr: Attr {
+                        kind: new.kind,
+                        perm: new.perm & 0o7777,
+                        uid: new.uid,
+                        gid: new.gid,
+                        size,
+                        nlink: if is_dir { 2 } else { 1 },
+                        rdev: new.rdev,
+                        atime: now,
+                        mtime: now,
+                        ctime: now,
+                        crtime: now,
+                    },
+                    content: new.content,
+                },
+                parent: if is_dir { parent.0 } else { 0 },
+            };
+            let out = rec.inode.clone();
+            w.put_entry(parent, name, ino, new.kind)?;
+            if is_dir {
+                w.add_nlink(parent, 1)?;
+            }
+            w.touch_dir(parent, now)?;
+            w.insert_new(rec);
+            Ok(out)
+        })
+    }
+
+    fn link(
+        &self,
+        ino: InodeId,
+        new_parent: InodeId,
+        new_name: &[u8],
+        now: Timestamp,
+    ) -> Result<Inode> {
+        check_name(new_name)?;
+        self.write(|w| {
+            let rec = w.rec(ino)?;
+            if rec.is_dir() {
+                return Err(MetaError::Invalid("a directory cannot be hard-linked"));
+            }
+            if rec.inode.attr.nlink == 0 {
+                // Linux refuses to give an unlinked file a name again.
+                return Err(MetaError::NotFound);
+            }
+            let kind = rec.inode.attr.kind;
+            w.dir(new_parent)?;
+            if w.entry(new_parent, new_name)?.is_some() {
+                return Err(MetaError::Exists);
+            }
+            w.put_entry(new_parent, new_name, ino, kind)?;
+            w.touch_dir(new_parent, now)?;
+            w.add_nlink(ino, 1)?;
+            let rec = w.rec_mut(ino)?;
+            rec.inode.attr.ctime = now;
+            Ok(rec.inode.clone())
+        })
+    }
+
+    fn unlink(
+        &self,
+        parent: InodeId,
+        name: &[u8],
+        keep_orphan: bool,
+        now: Timestamp,
+    ) -> Result<Inode> {
+        check_name(name)?;
+        self.write(|w| {
+            w.dir(parent)?;
+            let (ino, kind) = w.entry(parent, name)?.ok_or(MetaError::NotFound)?;
+            if kind == FileKind::Dir {
+                return Err(MetaError::IsDir);
+            }
+            w.del_entry(parent, name)?;
+            w.touch_dir(parent, now)?;
+            w.drop_link(ino, keep_orphan, now)
+        })
+    }
+
+    fn rmdir(&self, parent: InodeId, name: &[u8], now: Timestamp) -> Result<()> {
+        check_name(name)?;
+        self.write(|w| {
+            w.dir(parent)?;
+            let (ino, kind) = w.entry(parent, name)?.ok_or(MetaError::NotFound)?;
+            if kind != FileKind::Dir {
+                return Err(MetaError::NotDir);
+            }
+            if !w.is_empty_dir(ino)? {
+                return Err(MetaError::NotEmpty);
+            }
+            w.del_entry(parent, name)?;
+            w.add_nlink(parent, -1)?;
+            w.touch_dir(parent, now)?;
+            w.delete_inode(ino)
+        })
+    }
+
+    fn rename(
+        &self,
+        parent: InodeId,
+        name: &[u8],
+        new_parent: InodeId,
+        new_name: &[u8],
+        flags: RenameFlags,
+        keep_orphan: &dyn Fn(InodeId) -> bool,
+        now: Timestamp,
+    ) -> Result<Option<Inode>> {
+        check_name(name)?;
+        check_name(new_name)?;
+        if flags.exchange && flags.noreplace {
+            return Err(MetaError::Invalid("RENAME_EXCHANGE with RENAME_NOREPLACE"));
+        }
+        self.write(|w| {
+            w.dir(parent)?;
+            w.dir(new_parent)?;
+            let (src, src_kind) = w.entry(parent, name)?.ok_or(MetaError::NotFound)?;
+            let dst = w.entry(new_parent, new_name)?;
+            if flags.noreplace && dst.is_some() {
+                return Err(MetaError::Exists);
+            }
+            if flags.exchange && dst.is_none() {
+                return Err(MetaError::NotFound);
+            }
+            if dst.is_some_and(|(d, _)| d == src) {
+                // The same name, or two hard links of one inode: nothing to do.
+                return Ok(None);
+            }
+            let src_dir = src_kind == FileKind::Dir;
+            if src_dir && w.is_within(new_parent, src)? {
+                return Err(MetaError::Invalid("a directory cannot move into itself"));
+            }
+
+            if flags.exchange {
+                let (dst, dst_kind) = dst.unwrap();
+                let dst_dir = dst_kind == FileKind::Dir;
+                if dst_dir && w.is_within(parent, dst)? {
+                    return Err(MetaError::Invalid("a directory cannot move into itself"));
+                }
+                w.put_entry(parent, name, dst, dst_kind)?;
+                w.put_entry(new_parent, new_name, src, src_kind)?;
+                if parent != new_parent {
+                    if src_dir {
+                        w.add_nlink(parent, -1)?;
+                        w.add_nlink(new_parent, 1)?;
+                        w.rec_mut(src)?.parent = new_parent.0;
+                    }
+                    if dst_dir {
+                        w.add_nlink(new_parent, -1)?;
+                        w.add_nlink(parent, 1)?;
+                        w.rec_mut(dst)?.parent = parent.0;
+                    }
+                }
+                w.touch_dir(parent, now)?;
+                w.touch_dir(new_parent, now)?;
+                w.rec_mut(src)?.inode.attr.ctime = now;
+                w.rec_mut(dst)?.inode.attr.ctime = now;
+                return Ok(None);
+            }
+
+            let mut gone = None;
+            if let Some((dst, dst_kind)) = dst {
+                let dst_dir = dst_kind == FileKind::Dir;
+                match (src_dir, dst_dir) {
+                    (true, false) => return Err(MetaError::NotDir),
+                    (false, true) => return Err(MetaError::IsDir),
+                    _ => {}
+                }
+                if dst_dir {
+                    if !w.is_empty_dir(dst)? {
+                        return Err(MetaError::NotEmpty);
+                    }
+                    w.add_nlink(new_parent, -1)?;
+                    let mut out = w.rec(dst)?.inode.clone();
+                    out.attr.nlink = 0;
+                    out.attr.ctime = now;
+                    w.delete_inode(dst)?;
+                    gone = Some(out);
+                } else {
+                    let keep = w.rec(dst)?.inode.attr.nlink == 1 && keep_orphan(dst);
+                    let out = w.drop_link(dst, keep, now)?;
+                    if out.attr.nlink == 0 {
+                        gone = Some(out);
+                    }
+                }
+            }
+            w.del_entry(parent, name)?;
+            w.put_entry(new_parent, new_name, src, src_kind)?;
+            if src_dir && parent != new_parent {
+                w.add_nlink(parent, -1)?;
+                w.add_nlink(new_parent, 1)?;
+                w.rec_mut(src)?.parent = new_parent.0;
+            }
+            w.touch_dir(parent, now)?;
+            w.touch_dir(new_parent, now)?;
+            w.rec_mut(src)?.inode.attr.ctime = now;
+            Ok(gone)
+        })
+    }
+
+    fn readdir(&self, dir: InodeId, after: Option<&[u8]>, limit: usize) -> Result<Vec<DirEntry>> {
+        let tx = self.db.begin_read()?;
+        let inodes = tx.open_table(INODES)?;
+        let dirents = tx.open_table(DIRENTS)?;
+        match inodes.get(dir.0)? {
+            None => return Err(MetaError::NotFound),
+            Some(v) if record_kind(dir.0, v.value())? != FileKind::Dir => {
+                return Err(MetaError::NotDir)
+            }
+            Some(_) => {}
+        }
+        let mut range = prefix_range(dir.0);
+        if let Some(after) = after {
+            range.0 = Bound::Excluded(dkey(dir, after));
+        }
+        let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        for entry in dirents.range::<&[u8]>(as_slices(&range))? {
+            let (k, v) = entry?;
+            let (ino, kind) = dval_decode(v.value())?;
+            out.push(DirEntry {
+                name: k.value()[8..].to_vec(),
+                ino,
+                kind,
+            });
+            if out.len() == limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    fn set_attr(&self, ino: InodeId, changes: &SetAttr, now: Timestamp) -> Result<Inode> {
+        self.write(|w| {
+            let rec = w.rec_mut(ino)?;
+            let a = &mut rec.inode.attr;
+            if let Some(perm) = changes.perm {
+                a.perm = perm & 0o7777;
+            }
+            if let Some(uid) = changes.uid {
+                a.uid = uid;
+            }
+            if let Some(gid) = changes.gid {
+                a.gid = gid;
+            }
+            if let Some(atime) = changes.atime {
+                a.atime = atime;
+            }
+            if let Some(mtime) = changes.mtime {
+                a.mtime = mtime;
+            }
+            a.ctime = now;
+            Ok(rec.inode.clone())
+        })
+    }
+
+    fn set_content(
+        &self,
+        ino: InodeId,
+        content: Content,
+        size: u64,
+        mtime: Timestamp,
+    ) -> Result<Inode> {
+        self.write(|w| {
+            let rec = w.rec_mut(ino)?;
+            match rec.inode.attr.kind {
+                FileKind::File => {}
+                FileKind::Dir => return Err(MetaError::IsDir),
+                _ => {
+                    return Err(MetaError::Invalid(
+                        "only a regular file's content can be set",
+                    ))
+                }
+            }
+            rec.inode.content = content;
+            let a = &mut rec.inode.attr;
+            a.size = size;
+            a.mtime = mtime;
+            a.ctime = mtime;
+            Ok(rec.inode.clone())
+        })
+    }
+
+    fn get_xattr(&self, ino: InodeId, name: &[u8]) -> Result<Vec<u8>> {
+        check_xattr_name(name)?;
+        let tx = self.db.begin_read()?;
+        if tx.open_table(INODES)?.get(ino.0)?.is_none() {
+            return Err(MetaError::NotFound);
+        }
+        let xattrs = tx.open_table(XATTRS)?;
+        let v = xattrs.get(dkey(ino, name).as_slice())?;
+        v.map(|v| v.value().to_vec()).ok_or(MetaError::NoXattr)
+    }
+
+    fn set_xattr(
+        &self,
+        ino: InodeId,
+        name: &[u8],
+        value: &[u8],
+        flags: XattrFlags,
+        now: Timestamp,
+    ) -> Result<()> {
+        check_xattr_name(name)?;
+        self.write(|w| {
+            w.rec_mut(ino)?.inode.attr.ctime = now;
+            let key = dkey(ino, name);
+            let exists = w.xattrs.get(key.as_slice())?.is_some();
+            match flags {
+                XattrFlags::Create if exists => return Err(MetaError::Exists),
+                XattrFlags::Replace if !exists => return Err(MetaError::NoXattr),
+                _ => {}
+            }
+            w.xattrs.insert(key.as_slice(), value)?;
+            Ok(())
+        })
+    }
+
+    fn list_xattr(&self, ino: InodeId) -> Result<Vec<Vec<u8>>> {
+        let tx = self.db.begin_read()?;
+        if tx.open_table(INODES)?.get(ino.0)?.is_none() {
+            return Err(MetaError::NotFound);
+        }
+        let xattrs = tx.open_table(XATTRS)?;
+        let range = prefix_range(ino.0);
+        let mut out = Vec::new();
+        for entry in xattrs.range::<&[u8]>(as_slices(&range))? {
+            out.push(entry?.0.value()[8..].to_vec());
+        }
+        Ok(out)
+    }
+
+    fn remove_xattr(&self, ino: InodeId, name: &[u8], now: Timestamp) -> Result<()> {
+        check_xattr_name(name)?;
+        self.write(|w| {
+            w.rec_mut(ino)?.inode.attr.ctime = now;
+            if w.xattrs.remove(dkey(ino, name).as_slice())?.is_none() {
+                return Err(MetaError::NoXattr);
+            }
+            Ok(())
+        })
+    }
+
+    fn drop_orphan(&self, ino: InodeId) -> Result<()> {
+        self.write(|w| {
+            if w.orphans.get(ino.0)?.is_some() {
+                w.delete_inode(ino)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn purge_orphans(&self) -> Result<u64> {
+        self.write(|w| {
+            let mut all = Vec::new();
+            for entry in w.orphans.iter()? {
+                all.push(InodeId(entry?.0.value()));
+            }
+            for &ino in &all {
+                w.delete_inode(ino)?;
+            }
+            Ok(all.len() as u64)
+        })
+    }
+
+    fn for_each_content(&self, f: &mut dyn FnMut(InodeId, &Content, u64)) -> Result<()> {
+        let tx = self.db.begin_read()?;
+        let inodes = tx.open_table(INODES)?;
+        for entry in inodes.iter()? {
+            let (k, v) = entry?;
+            let bytes = v.value();
+            // Decode only the records that hold a recipe.
+            if bytes.get(CONTENT_TAG_AT) == Some(&TAG_RECIPE) {
+                let rec = decode(k.value(), bytes)?;
+                f(rec.inode.id, &rec.inode.content, rec.inode.attr.size);
+            }
+        }
+        Ok(())
+    }
+
+    fn counts(&self) -> Result<Counts> {
+        let tx = self.db.begin_read()?;
+        let meta = tx.open_table(META)?;
+        let get = |key: &str| -> Result<u64> { Ok(meta.get(key)?.map(|v| v.value()).unwrap_or(0)) };
+        Ok(Counts {
+            files: get(FILES)?,
+            dirs: get(DIRS)?,
+        })
+    }
+
+    fn sync(&self) -> Result<()> {
+        let mut tx = self.db.begin_write()?;
+        tx.set_durability(Durability::Immediate)?;
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(kind: FileKind, content: Content, parent: u64) -> Rec {
+        let ts = |s| Timestamp {
+            secs: s,
+            nanos: 999_999_999,
+        };
+        Rec {
+            inode: Inode {
+                id: InodeId(u64::MAX - 1),
+                attr: Attr {
+                    kind,
+                    perm: 0o7777,
+                    uid: u32::MAX,
+                    gid: 7,
+                    size: u64::MAX,
+                    nlink: 3,
+                    rdev: 0x1234_5678,
+                    atime: ts(-1),
+                    mtime: ts(i64::MAX),
+                    ctime: ts(i64::MIN),
+                    crtime: ts(0),
+                },
+                content,
+            },
+            parent,
+        }
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let kinds = [
+            FileKind::File,
+            FileKind::Dir,
+            FileKind::Symlink,
+            FileKind::Fifo,
+            FileKind::Socket,
+            FileKind::CharDevice,
+            FileKind::BlockDevice,
+        ];
+        let contents = [
+            Content::Empty,
+            Content::Inline(Vec::new()),
+            Content::Inline(b"some bytes".to_vec()),
+            Content::Recipe(ChunkId::from_bytes([0xab; 32])),
+        ];
+        for kind in kinds {
+            for content in &contents {
+                let r = rec(kind, content.clone(), 42);
+                let bytes = encode(&r);
+                let back = decode(r.inode.id.0, &bytes).unwrap();
+                assert_eq!(back.inode, r.inode);
+                assert_eq!(back.parent, 42);
+                assert_eq!(record_kind(1, &bytes).unwrap(), kind);
+                assert_eq!(
+                    bytes[CONTENT_TAG_AT] == TAG_RECIPE,
+                    matches!(content, Content::Recipe(_))
+                );
+            }
+        }
+        // The fixed part is small: 85 bytes.
+        assert_eq!(encode(&rec(FileKind::File, Content::Empty, 0)).len(), 85);
+    }
+
+    #[test]
+    fn bad_records_are_errors_not_panics() {
+        let good = encode(&rec(
+            FileKind::File,
+            Content::Recipe(ChunkId::from_bytes([1; 32])),
+            0,
+        ));
+        for len in 0..good.len() {
+            assert!(decode(5, &good[..len]).is_err(), "truncated to {len}");
+        }
+        let mut bad = good.clone();
+        bad[0] = 9;
+        assert!(decode(5, &bad).is_err(), "unknown format");
+        assert!(record_kind(5, &bad).is_err());
+        let mut bad = good.clone();
+        bad[1] = 0;
+        assert!(decode(5, &bad).is_err(), "unknown kind");
+        let mut bad = good.clone();
+        bad[CONTENT_TAG_AT] = 3;
+        assert!(decode(5, &bad).is_err(), "unknown content tag");
+        let mut bad = good;
+        bad.push(0);
+        assert!(decode(5, &bad).is_err(), "a recipe id of 33 bytes");
+        assert!(dval_decode([0; 9]).is_err());
+    }
+
+    #[test]
+    fn entry_keys_sort_by_parent_then_name() {
+        let mut keys = [
+            dkey(InodeId(256), b"a"),
+            dkey(InodeId(1), b"zz"),
+            dkey(InodeId(255), b"\xff"),
+            dkey(InodeId(1), b"z"),
+            dkey(InodeId(2), b""),
+        ];
+        keys.sort();
+        let parents: Vec<u64> = keys
+            .iter()
+            .map(|k| u64::from_be_bytes(k[..8].try_into().unwrap()))
+            .collect();
+        assert_eq!(parents, [1, 1, 2, 255, 256]);
+        assert_eq!(&keys[0][8..], b"z");
+        let (lo, hi) = prefix_range(u64::MAX);
+        assert_eq!(lo, Bound::Included(vec![0xff; 8]));
+        assert_eq!(hi, Bound::Unbounded);
+    }
+}

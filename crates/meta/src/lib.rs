@@ -1,0 +1,186 @@
+//! The metadata engine: the namespace of the file system.
+//!
+//! **Owns:** inodes (attributes, link count, content reference or inline
+//! bytes), directory entries keyed by (parent inode, name), symlink targets,
+//! extended attributes, inode-number allocation, and orphans (inodes whose
+//! last name is gone while a file handle still holds them).
+//!
+//! **Never:** reads or writes file data (that is `fs` over `cas`); enforces
+//! permissions (the kernel does, with `default_permissions`); knows about
+//! FUSE.
+//!
+//! **Invariants:**
+//! - Every operation is atomic: it applies whole or not at all.
+//! - Inode numbers are never reused and are stable across remounts; the root
+//!   directory is [`InodeId::ROOT`].
+//! - A directory's `nlink` is 2 + its number of subdirectories; a file's is
+//!   its number of names. An inode with no names and no orphan mark does not
+//!   exist. Only non-directories become orphans (their `nlink` is 0);
+//!   a directory is deleted with its last name.
+//! - Every directory but the root has exactly one name, and records the
+//!   directory holding it (its parent pointer; the root's is itself). A
+//!   rename keeps it current, and it is how a rename that would move a
+//!   directory into its own subtree is refused. [`RedbMeta::verify`] checks
+//!   this and every other invariant.
+//! - Operations are applied at once but made durable in batches: a
+//!   mutation returns before it is on disk, [`MetaStore::sync`] makes every
+//!   earlier mutation durable (the metadata log + committer of HydraFS, with
+//!   redb's non-durable commits as the log).
+//!
+//! The trait is deliberately small so that the metaserver ring (a later
+//! issue) can implement it over the network.
+
+mod engine;
+mod types;
+
+pub use engine::RedbMeta;
+pub use types::*;
+
+/// The longest name a directory entry may have, in bytes.
+pub const NAME_MAX: usize = 255;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetaError {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("file exists")]
+    Exists,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("file name too long (over {NAME_MAX} bytes)")]
+    NameTooLong,
+    #[error("no such extended attribute")]
+    NoXattr,
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    #[error("metadata store: {0}")]
+    Store(#[from] redb::Error),
+    #[error("the metadata store at {path} cannot be opened: {source}")]
+    Open {
+        path: std::path::PathBuf,
+        #[source]
+        source: redb::Error,
+    },
+    #[error("the metadata store at {0} is in use by another cairn process")]
+    Busy(std::path::PathBuf),
+}
+
+pub type Result<T, E = MetaError> = std::result::Result<T, E>;
+
+/// The namespace operations the file system needs. Names are raw bytes (a
+/// POSIX name is any bytes but `/` and NUL). Every mutation that changes a
+/// directory updates that directory's mtime and ctime to `now`.
+pub trait MetaStore: Send + Sync {
+    /// An inode by number.
+    fn get(&self, ino: InodeId) -> Result<Inode>;
+
+    /// The inode named `name` in directory `parent`.
+    fn lookup(&self, parent: InodeId, name: &[u8]) -> Result<Inode>;
+
+    /// Creates a file, directory, symlink or special file named `name` in
+    /// `parent`. `Exists` if the name is taken; `NotDir` if `parent` is not
+    /// a directory. A symlink's target is its `Content::Inline` (and its
+    /// size); a file's content is `Empty` or `Inline`; other kinds take
+    /// `Empty`; anything else is `Invalid`.
+    fn create(&self, parent: InodeId, name: &[u8], new: NewInode, now: Timestamp) -> Result<Inode>;
+
+    /// Adds the name `new_name` in `new_parent` for the existing non-directory
+    /// `ino` (a hard link); returns the inode with its raised link count.
+    /// `Invalid` for a directory, `NotFound` for an orphan (as Linux).
+    fn link(
+        &self,
+        ino: InodeId,
+        new_parent: InodeId,
+        new_name: &[u8],
+        now: Timestamp,
+    ) -> Result<Inode>;
+
+    /// Removes a non-directory name. When it was the last name the inode
+    /// becomes an orphan if `keep_orphan` (an open handle still uses it) and
+    /// is deleted otherwise. Returns the inode as it was after the unlink.
+    fn unlink(
+        &self,
+        parent: InodeId,
+        name: &[u8],
+        keep_orphan: bool,
+        now: Timestamp,
+    ) -> Result<Inode>;
+
+    /// Removes an empty directory.
+    fn rmdir(&self, parent: InodeId, name: &[u8], now: Timestamp) -> Result<()>;
+
+    /// Renames, with `RENAME_NOREPLACE` and `RENAME_EXCHANGE` semantics. A
+    /// replaced target follows the rules of `unlink`/`rmdir` (a replaced
+    /// directory must be empty; a file cannot replace a directory nor the
+    /// other way round). Returns the inode that lost its last name, if any,
+    /// so the caller can decide about orphans (`keep_orphan` as in unlink;
+    /// asked only for a non-directory about to lose its last name; a
+    /// replaced directory is deleted and returned with `nlink` 0). As in
+    /// Linux, `noreplace` gives `Exists` for any existing target, even the
+    /// source itself; otherwise a source and target naming one inode is a
+    /// successful no-op.
+    #[allow(clippy::too_many_arguments)]
+    fn rename(
+        &self,
+        parent: InodeId,
+        name: &[u8],
+        new_parent: InodeId,
+        new_name: &[u8],
+        flags: RenameFlags,
+        keep_orphan: &dyn Fn(InodeId) -> bool,
+        now: Timestamp,
+    ) -> Result<Option<Inode>>;
+
+    /// Directory entries of `dir` in name order, starting after `after`
+    /// (exclusive), at most `limit` of them. Does not include `.` and `..`.
+    fn readdir(&self, dir: InodeId, after: Option<&[u8]>, limit: usize) -> Result<Vec<DirEntry>>;
+
+    /// Changes attributes; `None` fields stay. Sets ctime to `now`.
+    fn set_attr(&self, ino: InodeId, changes: &SetAttr, now: Timestamp) -> Result<Inode>;
+
+    /// Replaces a file's content reference and size (a write or truncate
+    /// committed by `fs`), setting mtime and ctime to `mtime`. `IsDir` for a
+    /// directory, `Invalid` for other non-regular files.
+    fn set_content(
+        &self,
+        ino: InodeId,
+        content: Content,
+        size: u64,
+        mtime: Timestamp,
+    ) -> Result<Inode>;
+
+    fn get_xattr(&self, ino: InodeId, name: &[u8]) -> Result<Vec<u8>>;
+    /// `Exists` with `XattrFlags::Create` if present, `NoXattr` with
+    /// `XattrFlags::Replace` if absent.
+    fn set_xattr(
+        &self,
+        ino: InodeId,
+        name: &[u8],
+        value: &[u8],
+        flags: XattrFlags,
+        now: Timestamp,
+    ) -> Result<()>;
+    fn list_xattr(&self, ino: InodeId) -> Result<Vec<Vec<u8>>>;
+    fn remove_xattr(&self, ino: InodeId, name: &[u8], now: Timestamp) -> Result<()>;
+
+    /// Deletes an orphan once its last handle is closed. An inode that is
+    /// not an orphan (it has a name, or is gone already) is left alone.
+    fn drop_orphan(&self, ino: InodeId) -> Result<()>;
+
+    /// Deletes every orphan (a crash left them): returns how many.
+    fn purge_orphans(&self) -> Result<u64>;
+
+    /// Every chunk-bearing content reference (for statistics now, for GC
+    /// later): calls `f` for each inode with `Content::Recipe`.
+    fn for_each_content(&self, f: &mut dyn FnMut(InodeId, &Content, u64)) -> Result<()>;
+
+    /// Counts of files (non-directories) and directories.
+    fn counts(&self) -> Result<Counts>;
+
+    /// Makes every mutation so far durable.
+    fn sync(&self) -> Result<()>;
+}

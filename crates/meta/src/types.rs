@@ -1,0 +1,123 @@
+use cas::ChunkId;
+
+/// An inode number. Stable across remounts, never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct InodeId(pub u64);
+
+impl InodeId {
+    /// The root directory (FUSE's root inode number).
+    pub const ROOT: InodeId = InodeId(1);
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+/// Seconds and nanoseconds since the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Timestamp {
+    pub secs: i64,
+    pub nanos: u32,
+}
+
+impl Timestamp {
+    pub fn now() -> Self {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timestamp {
+            secs: d.as_secs() as i64,
+            nanos: d.subsec_nanos(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    pub kind: FileKind,
+    /// Permission bits including setuid, setgid and sticky (mode & 0o7777).
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub nlink: u32,
+    pub rdev: u32,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
+    pub crtime: Timestamp,
+}
+
+/// Where a file's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Content {
+    /// No bytes (directories, special files, empty files).
+    Empty,
+    /// The bytes themselves: small files and symlink targets.
+    Inline(Vec<u8>),
+    /// A recipe tree in the chunk store (see the `recipe` crate).
+    Recipe(ChunkId),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inode {
+    pub id: InodeId,
+    pub attr: Attr,
+    pub content: Content,
+}
+
+/// What `create` makes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewInode {
+    pub kind: FileKind,
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    /// A symlink's target goes here as `Content::Inline`.
+    pub content: Content,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub ino: InodeId,
+    pub kind: FileKind,
+}
+
+/// Attribute changes; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub perm: Option<u16>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime: Option<Timestamp>,
+    pub mtime: Option<Timestamp>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    pub noreplace: bool,
+    pub exchange: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum XattrFlags {
+    #[default]
+    Either,
+    Create,
+    Replace,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub files: u64,
+    pub dirs: u64,
+}
