@@ -110,8 +110,11 @@ impl Store {
         Ok(data)
     }
 
-    /// Reads and verifies one chunk.
+    /// Reads and verifies one chunk (also one whose container is still open).
     pub fn read_chunk(&self, id: &ChunkId) -> Result<Bytes> {
+        if let Some(data) = self.shared.unsealed.lock().unwrap().get(id) {
+            return Ok(data.clone());
+        }
         let loc = self.locate(id)?;
         let region = self.read_region(&loc).map_err(|e| name_chunk(e, id))?;
         self.verify(id, &loc, &region)
@@ -138,7 +141,24 @@ impl Store {
     /// distinct region is read and decompressed once, and nearby regions of
     /// a container are fetched in one request.
     pub fn read_chunks(&self, ids: &[ChunkId]) -> Result<Vec<Bytes>> {
-        self.decode_fetched(self.fetch_chunks(ids)?)
+        let open: Vec<Option<Bytes>> = {
+            let unsealed = self.shared.unsealed.lock().unwrap();
+            ids.iter().map(|id| unsealed.get(id).cloned()).collect()
+        };
+        if open.iter().all(Option::is_none) {
+            return self.decode_fetched(self.fetch_chunks(ids)?);
+        }
+        let rest: Vec<ChunkId> = ids
+            .iter()
+            .zip(&open)
+            .filter(|(_, o)| o.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        let mut fetched = self.decode_fetched(self.fetch_chunks(&rest)?)?.into_iter();
+        Ok(open
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| fetched.next().expect("one per missing id")))
+            .collect())
     }
 
     /// The I/O half of [`Store::read_chunks`]: reads the regions of `ids`

@@ -23,8 +23,11 @@ pub struct StoreSettings {
     pub container_size: usize,
     /// Raw bytes of consecutive new chunks compressed together.
     pub region_size: usize,
-    /// Bytes of data that may be in flight (being compressed, in open or
-    /// sealed-but-not-durable containers) across all writers.
+    /// Bytes of data that may be in flight across all writers: batches
+    /// waiting to be compressed and sealed containers waiting for the disk.
+    /// (Each stream's one open container, at most `container_size`, is not
+    /// counted: a writer blocked on the budget must never hold what the
+    /// budget waits for.)
     pub memory_budget: usize,
 }
 
@@ -83,6 +86,10 @@ impl BufferPool {
 
 pub(crate) struct Shared {
     pub branch: Arc<dyn Branch>,
+    /// Chunks in streams' open containers: readable before they are sealed
+    /// (a file reopened right after it was written), never deduplicated
+    /// against by other streams (they could not wait for its durability).
+    pub unsealed: Mutex<HashMap<ChunkId, bytes::Bytes>>,
     pub buffers: BufferPool,
     pub key: RepoKey,
     pub settings: StoreSettings,
@@ -150,6 +157,7 @@ impl Store {
         let index = Index::open(&meta_dir.join(INDEX_FILE), &meta_dir.join(ROOTS_FILE))?;
         let shared = Arc::new(Shared {
             branch,
+            unsealed: Mutex::new(HashMap::new()),
             buffers: BufferPool::default(),
             key,
             settings,

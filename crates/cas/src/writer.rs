@@ -1,9 +1,8 @@
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use bytes::Bytes;
 use rayon::prelude::*;
 
-use crate::budget::Permit;
 use crate::container::ContainerBuilder;
 use crate::id::{ChunkId, ContainerId};
 use crate::region;
@@ -26,10 +25,10 @@ pub struct WriteStats {
 /// stream per writer.
 pub struct StreamWriter {
     store: Store,
-    open: Option<(ContainerBuilder, Permit)>,
-    /// Chunks decided new by this stream and not yet in a sealed container,
-    /// kept so the stream can read back what it wrote before sealing.
-    open_ids: HashMap<ChunkId, Bytes>,
+    open: Option<ContainerBuilder>,
+    /// Chunks decided new by this stream and not yet in a sealed container
+    /// (readable meanwhile through the store's unsealed map).
+    open_ids: HashSet<ChunkId>,
     /// Sealed containers this stream wrote or deduplicated against that must
     /// be durable before a flush returns.
     depends: HashSet<ContainerId>,
@@ -41,7 +40,7 @@ impl StreamWriter {
         StreamWriter {
             store,
             open: None,
-            open_ids: HashMap::new(),
+            open_ids: HashSet::new(),
             depends: HashSet::new(),
             stats: WriteStats::default(),
         }
@@ -55,18 +54,9 @@ impl StreamWriter {
         &self.store
     }
 
-    /// Reads a chunk, including one this stream wrote whose container is not
-    /// sealed yet (which no other reader can see).
-    pub fn read_chunk(&self, id: &ChunkId) -> Result<Bytes> {
-        match self.open_ids.get(id) {
-            Some(data) => Ok(data.clone()),
-            None => self.store.read_chunk(id),
-        }
-    }
-
     /// Whether the stream holds data that a flush would make durable.
     pub fn is_dirty(&self) -> bool {
-        self.open.as_ref().is_some_and(|(b, _)| !b.is_empty()) || !self.depends.is_empty()
+        self.open.as_ref().is_some_and(|b| !b.is_empty()) || !self.depends.is_empty()
     }
 
     pub fn write_chunk(&mut self, data: Bytes) -> Result<ChunkId> {
@@ -87,17 +77,20 @@ impl StreamWriter {
     pub fn write_hashed(&mut self, chunks: &[Bytes], ids: &[ChunkId]) -> Result<()> {
         assert_eq!(chunks.len(), ids.len(), "one id per chunk");
         let mut fresh = Vec::new();
+        let mut unsealed = Vec::new();
         for (i, id) in ids.iter().enumerate() {
             self.stats.chunks += 1;
             self.stats.bytes += chunks[i].len() as u64;
             if self.is_stored(id)? {
                 continue;
             }
-            self.open_ids.insert(*id, chunks[i].clone());
+            self.open_ids.insert(*id);
+            unsealed.push((*id, chunks[i].clone()));
             self.stats.new_chunks += 1;
             self.stats.new_bytes += chunks[i].len() as u64;
             fresh.push(i);
         }
+        self.store.shared.unsealed.lock().unwrap().extend(unsealed);
         let regions = self.group_regions(chunks, &fresh);
         let compression = self.store.shared.settings.compression;
         let encoded: Vec<region::Encoded> = regions
@@ -126,7 +119,7 @@ impl StreamWriter {
     /// Whether a chunk is already stored or on its way, recording which
     /// in-flight container the stream now depends on.
     fn is_stored(&mut self, id: &ChunkId) -> Result<bool> {
-        if self.open_ids.contains_key(id) {
+        if self.open_ids.contains(id) {
             return Ok(true);
         }
         // Pending before the index: the I/O thread indexes a chunk before it
@@ -165,26 +158,29 @@ impl StreamWriter {
     ) -> Result<()> {
         let limit = self.store.shared.settings.container_size;
         let stored_len = enc.stored_len();
-        if let Some((b, _)) = &self.open {
+        if let Some(b) = &self.open {
             if !b.is_empty() && b.len() + stored_len > limit {
                 self.seal()?;
             }
         }
         if self.open.is_none() {
-            let permit = self.store.shared.budget.acquire(limit);
             let id = self.store.allocate_container()?;
             let buf = self.store.shared.buffers.take(limit + (64 << 10));
-            self.open = Some((ContainerBuilder::new(id, buf), permit));
+            self.open = Some(ContainerBuilder::new(id, buf));
         }
-        let (builder, _) = self.open.as_mut().expect("opened above");
+        let builder = self.open.as_mut().expect("opened above");
         builder.append_region(|out| enc.write_to(parts, out), meta);
         self.stats.stored_bytes += stored_len as u64;
         Ok(())
     }
 
-    /// Seals the open container and hands it to the I/O thread.
-    fn seal(&mut self) -> Result<()> {
-        let Some((builder, permit)) = self.open.take() else {
+    /// Seals the open container and hands it to the I/O thread without
+    /// waiting for it to be durable. Sealed containers waiting for the disk
+    /// hold permits from the store's memory budget: when the budget is full,
+    /// this blocks until the I/O thread has written enough (the I/O thread
+    /// never waits for a writer, so this always ends).
+    pub fn seal(&mut self) -> Result<()> {
+        let Some(builder) = self.open.take() else {
             return Ok(());
         };
         if builder.is_empty() {
@@ -199,7 +195,15 @@ impl StreamWriter {
             }
             inflight.containers.insert(sealed.id);
         }
+        // Only now that the chunks are pending may they leave the unsealed
+        // map: a reader always finds them in one or the other.
+        let mut unsealed = self.store.shared.unsealed.lock().unwrap();
+        for (id, _) in &sealed.entries {
+            unsealed.remove(id);
+        }
+        drop(unsealed);
         self.depends.insert(sealed.id);
+        let permit = self.store.shared.budget.acquire(sealed.bytes.len());
         self.store.io.send(IoJob {
             sealed,
             _permit: permit,
@@ -224,6 +228,19 @@ impl StreamWriter {
         match failure {
             Some((container, reason)) => Err(CasError::WriteFailed { container, reason }),
             None => Ok(()),
+        }
+    }
+}
+
+impl Drop for StreamWriter {
+    /// A stream dropped without a flush abandons its open container; its
+    /// chunks stop being readable.
+    fn drop(&mut self) {
+        if !self.open_ids.is_empty() {
+            let mut unsealed = self.store.shared.unsealed.lock().unwrap();
+            for id in &self.open_ids {
+                unsealed.remove(id);
+            }
         }
     }
 }

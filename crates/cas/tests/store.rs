@@ -461,3 +461,23 @@ fn writers_that_outrun_the_branch_stay_within_the_budget() {
         assert_eq!(store.read_chunk(&id).unwrap(), data);
     }
 }
+
+#[test]
+fn chunks_are_readable_before_their_container_is_sealed() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = RepoKey::generate();
+    let (store, _) = open(dir.path(), &key);
+    let mut w = store.stream();
+    let data = text(30_000, 9);
+    let id = w.write_chunk(data.clone()).unwrap();
+    assert_eq!(store.read_chunk(&id).unwrap(), data);
+    assert_eq!(
+        store.read_chunks(&[id, id]).unwrap(),
+        vec![data.clone(), data.clone()]
+    );
+    drop(w);
+    assert!(
+        matches!(store.read_chunk(&id), Err(CasError::UnknownChunk(_))),
+        "an abandoned stream's chunks vanish"
+    );
+}

@@ -33,9 +33,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             rebuild(&open_for_rebuild(&root, quiet)?, quiet)
         }
         Command::Demo { file } => demo(&root, file, quiet),
-        Command::Mount(_) | Command::Umount { .. } | Command::Serve { .. } => {
-            anyhow::bail!("not built yet")
-        }
+        Command::Mount(args) => crate::mount::mount(&root, &args, quiet),
+        Command::Umount { mountpoint } => crate::mount::umount(&mountpoint),
+        Command::Serve { mountpoint } => crate::mount::serve(&root, mountpoint, quiet),
         Command::Bench(cmd) => crate::bench::run(cmd),
     }
 }

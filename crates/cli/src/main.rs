@@ -9,6 +9,7 @@
 mod args;
 mod bench;
 mod commands;
+mod mount;
 mod ui;
 
 use std::process::ExitCode;

@@ -82,35 +82,40 @@ impl FileState {
     }
 
     /// Puts `data` at `offset` over whatever dirty bytes are there, merging
-    /// runs that touch so the map stays non-overlapping.
+    /// runs that touch so the map stays non-overlapping. A run that reaches
+    /// `offset` grows in place, so a stream of appends costs no copying.
     fn insert_dirty(&mut self, offset: u64, data: &[u8]) {
         if data.is_empty() {
             return;
         }
         let end = offset + data.len() as u64;
-        let mut start = offset;
-        let mut merged: Vec<u8> = Vec::new();
-        // A run that starts before `offset` and reaches it is kept in front.
-        if let Some((&s, run)) = self.dirty.range(..offset).next_back() {
-            if s + run.len() as u64 >= offset {
-                start = s;
-                merged.extend_from_slice(&run[..(offset - s) as usize]);
-            }
-        }
-        merged.extend_from_slice(data);
-        let overlapping: Vec<u64> = self.dirty.range(start..=end).map(|(&s, _)| s).collect();
-        let before_start = self.dirty.range(..start).next_back().map(|(&s, _)| s);
-        for s in overlapping
+        let start = match self.dirty.range(..=offset).next_back() {
+            Some((&s, run)) if s + run.len() as u64 >= offset => s,
+            _ => offset,
+        };
+        let later: Vec<(u64, Vec<u8>)> = self
+            .dirty
+            .range(start + 1..=end)
+            .map(|(&s, _)| s)
+            .collect::<Vec<_>>()
             .into_iter()
-            .chain(before_start.filter(|&s| s == start))
-        {
-            let run = self.dirty.remove(&s).expect("listed above");
-            let run_end = s + run.len() as u64;
-            if run_end > end {
-                merged.extend_from_slice(&run[(end - s) as usize..]);
+            .map(|s| (s, self.dirty.remove(&s).expect("listed")))
+            .collect();
+        let run = self.dirty.entry(start).or_default();
+        let at = (offset - start) as usize;
+        if at + data.len() <= run.len() {
+            run[at..at + data.len()].copy_from_slice(data);
+        } else {
+            run.truncate(at);
+            run.extend_from_slice(data);
+        }
+        for (s, old) in later {
+            let run_end = start + run.len() as u64;
+            let old_end = s + old.len() as u64;
+            if old_end > run_end {
+                run.extend_from_slice(&old[(run_end - s) as usize..]);
             }
         }
-        self.dirty.insert(start, merged);
     }
 
     /// Cuts the file to `size`, dropping extents and dirty bytes past it.
@@ -293,7 +298,7 @@ impl FileState {
             if e.id != HOLE {
                 let data = match cache.get(&e.id) {
                     Some(d) => d,
-                    None => writer.read_chunk(&e.id)?,
+                    None => writer.store().read_chunk(&e.id)?,
                 };
                 let at = (e.offset - region_start) as usize;
                 region[at..at + data.len()].copy_from_slice(&data);
@@ -404,7 +409,7 @@ mod tests {
         assert_eq!(f.size, model.len() as u64);
         let read = |ids: &[ChunkId]| -> Result<Vec<Bytes>> {
             ids.iter()
-                .map(|id| Ok(cache.get(id).map_or_else(|| w.read_chunk(id), Ok)?))
+                .map(|id| Ok(cache.get(id).map_or_else(|| w.store().read_chunk(id), Ok)?))
                 .collect()
         };
         let all = f.read(0, f.size + 10, &read).unwrap();
@@ -438,7 +443,7 @@ mod tests {
                         model[o as usize..end].copy_from_slice(&d);
                     }
                     Op::Truncate(n) => {
-                        let read = |id: &ChunkId| Ok(cache.get(id).map_or_else(|| w.read_chunk(id), Ok)?);
+                        let read = |id: &ChunkId| Ok(cache.get(id).map_or_else(|| w.store().read_chunk(id), Ok)?);
                         f.truncate(n, Timestamp::default(), &read).unwrap();
                         model.resize(n as usize, 0);
                     }

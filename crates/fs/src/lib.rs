@@ -45,7 +45,8 @@ use file::FileState;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FsSettings {
     /// Files up to this size keep their bytes in the inode: one metadata
-    /// read serves them and they never touch a container.
+    /// read serves them and they never touch a container (hashFS's one-I/O
+    /// small-file read; most files of a typical tree are this small).
     pub inline_max: usize,
     /// Dirty bytes one file may hold before they are written behind.
     pub file_dirty_max: usize,
@@ -62,7 +63,7 @@ pub struct FsSettings {
 impl Default for FsSettings {
     fn default() -> Self {
         FsSettings {
-            inline_max: 4096,
+            inline_max: 16 << 10,
             file_dirty_max: 32 << 20,
             total_dirty_max: 256 << 20,
             readahead: 32 << 20,
@@ -222,14 +223,8 @@ impl Fs {
             let mut f = state.lock().unwrap();
             let before = f.dirty_bytes;
             let inner = &self.inner;
-            let writer = f.writer.take();
-            let read = |id: &ChunkId| match &writer {
-                Some(w) => inner.read_one(id, Some(w)),
-                None => inner.read_one(id, None),
-            };
-            let truncated = f.truncate(size, t, &read);
-            f.writer = writer;
-            truncated?;
+            let read = |id: &ChunkId| inner.read_one(id);
+            f.truncate(size, t, &read)?;
             inner.account(before, f.dirty_bytes);
             inner.finalize(&mut f)?;
             drop(f);
@@ -359,8 +354,7 @@ impl Fs {
             self.inner.read_ahead(&mut f, offset);
         }
         let inner = &self.inner;
-        let writer = f.writer.as_ref();
-        let out = f.read(offset, len as u64, &|ids| inner.read_many(ids, writer));
+        let out = f.read(offset, len as u64, &|ids| inner.read_many(ids));
         drop(f);
         self.inner.release_state(ino, state);
         out
@@ -525,8 +519,7 @@ impl Inner {
     fn finalize(&self, f: &mut FileState) -> Result<()> {
         if f.changed {
             let content = if f.size as usize <= self.settings.inline_max {
-                let writer = f.writer.as_ref();
-                let bytes = f.read(0, f.size, &|ids| self.read_many(ids, writer))?;
+                let bytes = f.read(0, f.size, &|ids| self.read_many(ids))?;
                 let before = f.dirty_bytes;
                 f.dirty.clear();
                 f.dirty_bytes = 0;
@@ -562,7 +555,10 @@ impl Inner {
             f.changed = false;
         }
         if f.handles == 0 {
-            if let Some(w) = f.writer.take() {
+            if let Some(mut w) = f.writer.take() {
+                // Sealed now, so a closed file holds no open container; the
+                // next commit waits for it to be durable.
+                w.seal()?;
                 self.pending.lock().unwrap().push(w);
             }
         }
@@ -622,31 +618,25 @@ impl Inner {
         }
     }
 
-    fn read_one(&self, id: &ChunkId, writer: Option<&StreamWriter>) -> Result<Bytes> {
+    fn read_one(&self, id: &ChunkId) -> Result<Bytes> {
         if let Some(b) = self.cache.get(id) {
             return Ok(b);
         }
-        let data = match writer {
-            Some(w) => w.read_chunk(id)?,
-            None => self.store.read_chunk(id)?,
-        };
+        let data = self.store.read_chunk(id)?;
         self.cache.put(*id, data.clone());
         Ok(data)
     }
 
-    /// Chunks by id: from the cache, the file's own stream, or the store
-    /// (missing ones fetched together, on every core).
-    fn read_many(&self, ids: &[ChunkId], writer: Option<&StreamWriter>) -> Result<Vec<Bytes>> {
+    /// Chunks by id: from the cache, else from the store (the missing ones
+    /// fetched together, on every core).
+    fn read_many(&self, ids: &[ChunkId]) -> Result<Vec<Bytes>> {
         let mut out: Vec<Option<Bytes>> = ids.iter().map(|id| self.cache.get(id)).collect();
-        let mut missing: Vec<ChunkId> = Vec::new();
-        for (i, slot) in out.iter_mut().enumerate() {
-            if slot.is_none() {
-                match writer.map(|w| w.read_chunk(&ids[i])) {
-                    Some(Ok(b)) => *slot = Some(b),
-                    _ => missing.push(ids[i]),
-                }
-            }
-        }
+        let mut missing: Vec<ChunkId> = ids
+            .iter()
+            .zip(&out)
+            .filter(|(_, b)| b.is_none())
+            .map(|(id, _)| *id)
+            .collect();
         if !missing.is_empty() {
             missing.sort();
             missing.dedup();

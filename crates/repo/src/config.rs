@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use cas::{Compression, StoreSettings};
-use fs::FsSettings;
 use chunking::ChunkerParams;
+use fs::FsSettings;
 use serde::Deserialize;
 
 /// The settings of a repository, already validated.
@@ -49,7 +49,7 @@ size = "4MiB"       # containers are sealed and written at about this size
 budget = "256MiB"   # data in flight (chunked, compressing, unwritten) at once
 
 [fs]
-inline_max = "4KiB"     # files up to this size live in their inode (one read, no container)
+inline_max = "16KiB"    # files up to this size live in their inode (one read, no container)
 file_dirty = "32MiB"    # written bytes one file buffers before writing them behind
 total_dirty = "256MiB"  # written bytes all files together buffer
 readahead = "32MiB"     # how far ahead of a sequential reader chunks are fetched
@@ -404,18 +404,29 @@ impl Config {
         }
         let f = &raw.fs;
         if f.inline_max.0 > 64 << 10 {
-            return Err(at_key(text, "fs", "inline_max", format!("{} is over 64KiB", f.inline_max.0)));
+            return Err(at_key(
+                text,
+                "fs",
+                "inline_max",
+                format!("{} is over 64KiB", f.inline_max.0),
+            ));
         }
         if f.file_dirty.0 < 1 << 20 || f.total_dirty.0 < f.file_dirty.0 {
             return Err(at_key(
                 text,
                 "fs",
                 "total_dirty",
-                "fs.file_dirty must be at least 1MiB and fs.total_dirty at least fs.file_dirty".into(),
+                "fs.file_dirty must be at least 1MiB and fs.total_dirty at least fs.file_dirty"
+                    .into(),
             ));
         }
         if !(1..=3600).contains(&f.commit_seconds) {
-            return Err(at_key(text, "fs", "commit_seconds", format!("{} is outside 1..=3600", f.commit_seconds)));
+            return Err(at_key(
+                text,
+                "fs",
+                "commit_seconds",
+                format!("{} is outside 1..=3600", f.commit_seconds),
+            ));
         }
         Ok(Config {
             chunking,
@@ -448,8 +459,20 @@ mod tests {
         assert_eq!(c.store, StoreSettings::default());
         let d = FsSettings::default();
         assert_eq!(
-            (c.fs.inline_max, c.fs.file_dirty_max, c.fs.total_dirty_max, c.fs.readahead, c.fs.cache_bytes),
-            (d.inline_max, d.file_dirty_max, d.total_dirty_max, d.readahead, d.cache_bytes)
+            (
+                c.fs.inline_max,
+                c.fs.file_dirty_max,
+                c.fs.total_dirty_max,
+                c.fs.readahead,
+                c.fs.cache_bytes
+            ),
+            (
+                d.inline_max,
+                d.file_dirty_max,
+                d.total_dirty_max,
+                d.readahead,
+                d.cache_bytes
+            )
         );
         assert_eq!(Config::parse("").unwrap(), c);
     }

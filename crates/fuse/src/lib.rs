@@ -1,0 +1,1663 @@
+//! The FUSE adapter: cairn's file system as a kernel mount.
+//!
+//! **Owns:** translating kernel FUSE requests (through `fuser`) into
+//! [`fs::Fs`] calls and their errors into errno values
+//! ([`fs::FsError::errno`]); converting attributes between
+//! [`meta::Attr`] and the kernel's; the per-`opendir` directory listings
+//! that keep `readdir` offsets stable; the mount, its worker threads and
+//! its unmount ([`mount`], [`Mounted`]).
+//!
+//! **Never:** stores, chunks, caches or commits data, and never touches the
+//! metadata engine directly: every operation goes through [`fs::Fs`], which
+//! owns the ordering of data before metadata. It checks no permissions
+//! either: the mount uses `default_permissions`, so the kernel does.
+//!
+//! **Invariants:**
+//! - Every request gets exactly one reply; every failure of `fs` reaches the
+//!   caller as `FsError::errno()`, never as a panic.
+//! - A name longer than [`meta::NAME_MAX`] bytes is refused with
+//!   `ENAMETOOLONG` before `fs` sees it.
+//! - Each successful `open`/`create` is matched by exactly one
+//!   [`fs::Fs::release`] (the kernel sends one `release` per open).
+//! - Directory offsets handed to the kernel index a listing that only grows
+//!   for the life of the directory handle, so an offset always resumes
+//!   where the previous `readdir` stopped.
+//! - Inode numbers are the metadata engine's, unchanged (the root is 1 on
+//!   both sides), and never reused, so the generation is always 0.
+//! - When the session ends (unmount from inside or outside) every open
+//!   file's content is recorded and made durable ([`fs::Fs::sync_all`])
+//!   before [`Mounted::unmount`] or [`Mounted::wait`] return.
+
+use std::collections::HashMap;
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fs::{Fs, FsError};
+use fuser::{
+    AccessFlags, BackgroundSession, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags,
+    Generation, INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
+};
+use meta::{Attr, Content, FileKind, InodeId, NewInode, SetAttr, Timestamp, XattrFlags, NAME_MAX};
+
+/// How long the kernel may cache attributes and directory entries
+/// (including negative ones) before asking again.
+const TTL: Duration = Duration::from_secs(1);
+/// The block size reported by `stat` and `statfs`.
+const BLOCK_SIZE: u32 = 4096;
+/// The largest write the kernel is asked to send in one request.
+const MAX_WRITE: u32 = 1 << 20;
+/// A cap on read-ahead so that fuser's page count stays representable.
+const MAX_READAHEAD: u32 = 16 << 20;
+/// Free blocks and inodes reported by `statfs`: the store grows as needed.
+const FREE_BLOCKS: u64 = 1 << 40;
+const FREE_FILES: u64 = 1 << 32;
+/// Directory entries fetched from `fs` at a time.
+const DIR_PAGE: usize = 1024;
+
+const DEV_FUSE: &str = "/dev/fuse";
+
+/// How to mount.
+#[derive(Debug, Clone)]
+pub struct MountOptions {
+    /// Let users other than the one mounting use the mount (`allow_other`;
+    /// an unprivileged user needs `user_allow_other` in /etc/fuse.conf).
+    pub allow_other: bool,
+    /// The source shown in /proc/mounts and `df`.
+    pub fsname: String,
+    /// Kernel request worker threads.
+    pub threads: usize,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            allow_other: false,
+            fsname: "cairn".into(),
+            threads: 4,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FuseError {
+    #[error(
+        "/dev/fuse is missing: load the fuse module (modprobe fuse) or run with --device /dev/fuse"
+    )]
+    DevFuseMissing,
+    #[error("fusermount3 not found: install the fuse3 package (apt-get install fuse3)")]
+    FusermountMissing,
+    #[error("cannot mount at {}: {source}", path.display())]
+    Mountpoint {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot mount at {}: not a directory", path.display())]
+    NotADirectory { path: PathBuf },
+    #[error("cannot mount at {}: the file-system name {name:?} must not be empty or contain ','", path.display())]
+    InvalidFsname { path: PathBuf, name: String },
+    #[error("cannot mount at {}: {source}", path.display())]
+    Mount {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot unmount {}: {source}", path.display())]
+    Unmount {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "cannot unmount {}: it is busy (a process has a file open or its working directory in it)",
+        path.display()
+    )]
+    Busy { path: PathBuf },
+    #[error("the FUSE session at {} failed: {source}", path.display())]
+    Session {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("unmounted {}, but making its data durable failed: {source}", path.display())]
+    Sync {
+        path: PathBuf,
+        #[source]
+        source: Box<FsError>,
+    },
+}
+
+/// Checks that FUSE can be used here: `/dev/fuse` exists and the
+/// `fusermount3` helper (which unprivileged mounts and unmounts need) is
+/// installed.
+pub fn check_fuse_available() -> Result<(), FuseError> {
+    check_dev_fuse()?;
+    fusermount_bin().ok_or(FuseError::FusermountMissing)?;
+    Ok(())
+}
+
+fn check_dev_fuse() -> Result<(), FuseError> {
+    // Existence only: an unprivileged user may not open it, fusermount3 does.
+    match std::fs::metadata(DEV_FUSE) {
+        Ok(m) if m.file_type().is_char_device() => Ok(()),
+        _ => Err(FuseError::DevFuseMissing),
+    }
+}
+
+/// The FUSE mount helper, found the way fuser finds it.
+fn fusermount_bin() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FUSERMOUNT_PATH") {
+        let p = PathBuf::from(p);
+        return p.is_file().then_some(p);
+    }
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    dirs.extend(["/bin", "/sbin", "/usr/bin", "/usr/sbin"].map(PathBuf::from));
+    for name in ["fusermount3", "fusermount"] {
+        for dir in &dirs {
+            let p = dir.join(name);
+            if std::fs::metadata(&p)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+/// Mounts `fs` at `mountpoint` and serves it from `opts.threads` background
+/// threads. Returns once the kernel has completed its handshake, so the
+/// mount is usable as soon as this returns.
+pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> Result<Mounted, FuseError> {
+    check_dev_fuse()?;
+    let path = mountpoint.to_path_buf();
+    let meta = std::fs::metadata(mountpoint).map_err(|source| FuseError::Mountpoint {
+        path: path.clone(),
+        source,
+    })?;
+    if !meta.is_dir() {
+        return Err(FuseError::NotADirectory { path });
+    }
+    let path = mountpoint
+        .canonicalize()
+        .map_err(|source| FuseError::Mountpoint {
+            path: path.clone(),
+            source,
+        })?;
+    if opts.fsname.is_empty() || opts.fsname.contains(',') {
+        return Err(FuseError::InvalidFsname {
+            path,
+            name: opts.fsname.clone(),
+        });
+    }
+
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        MountOption::DefaultPermissions,
+        MountOption::FSName(opts.fsname.clone()),
+        MountOption::Subtype("cairn".into()),
+    ];
+    // fuser adds `allow_other` to the mount options for `SessionACL::All`.
+    config.acl = if opts.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    let threads = opts.threads.max(1);
+    config.n_threads = Some(threads);
+    // One /dev/fuse descriptor per worker (FUSE_DEV_IOC_CLONE, Linux 4.5+).
+    config.clone_fd = threads > 1;
+
+    let shared = Arc::new(Shared::default());
+    let filesystem = CairnFs::new(fs, shared.clone());
+    let mount_error = |source: io::Error| {
+        if source.kind() == io::ErrorKind::NotFound && fusermount_bin().is_none() {
+            FuseError::FusermountMissing
+        } else {
+            FuseError::Mount {
+                path: path.clone(),
+                source,
+            }
+        }
+    };
+    let session = fuser::Session::new(filesystem, &path, &config).map_err(mount_error)?;
+    let session = session.spawn().map_err(mount_error)?;
+    Ok(Mounted {
+        mountpoint: path,
+        session: Some(session),
+        shared,
+    })
+}
+
+/// A mounted file system. Dropping it unmounts (as [`Mounted::unmount`],
+/// ignoring errors).
+pub struct Mounted {
+    mountpoint: PathBuf,
+    session: Option<BackgroundSession>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Mounted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mounted")
+            .field("mountpoint", &self.mountpoint)
+            .field("ended", &self.is_ended())
+            .finish()
+    }
+}
+
+impl Mounted {
+    /// Where it is mounted (canonical path).
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Whether the session has ended: the kernel unmounted the file system
+    /// (`fusermount3 -u`, `umount`) and its data was made durable.
+    pub fn is_ended(&self) -> bool {
+        self.shared.state.lock().unwrap().ended
+    }
+
+    /// Blocks until the session ends: until someone unmounts the file
+    /// system from outside and its data has been made durable. Call
+    /// [`Mounted::unmount`] afterwards to collect the outcome.
+    pub fn wait(&self) {
+        let mut state = self.shared.state.lock().unwrap();
+        while !state.ended {
+            state = self.shared.ended.wait(state).unwrap();
+        }
+    }
+
+    /// Like [`Mounted::wait`], giving up after `timeout`; true if the
+    /// session ended.
+    pub fn wait_timeout(&self, timeout: Duration) -> bool {
+        let state = self.shared.state.lock().unwrap();
+        let (state, _) = self
+            .shared
+            .ended
+            .wait_timeout_while(state, timeout, |s| !s.ended)
+            .unwrap();
+        state.ended
+    }
+
+    /// A handle that can ask for the unmount from another thread (a signal
+    /// handler's, say) while this one is in [`Mounted::wait`].
+    pub fn unmounter(&self) -> Unmounter {
+        Unmounter {
+            mountpoint: self.mountpoint.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Unmounts (unless the kernel already did), waits for the worker
+    /// threads, and reports whether the data was made durable. When the
+    /// mount is busy (or the unmount fails otherwise) it is detached lazily
+    /// instead and [`FuseError::Busy`] (or [`FuseError::Unmount`]) is
+    /// returned: the mount leaves the namespace at once, and its worker
+    /// threads serve the files still open until the last one is closed,
+    /// then make the data durable.
+    pub fn unmount(mut self) -> Result<(), FuseError> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<(), FuseError> {
+        let Some(session) = self.session.take() else {
+            return Ok(());
+        };
+        let path = self.mountpoint.clone();
+        if !self.is_ended() {
+            if let Err(e) = unmount_path(&path, false) {
+                if e.raw_os_error() != Some(libc::EINVAL) {
+                    // Still mounted: detach it; the worker threads go on
+                    // serving open files until the last one is closed.
+                    let _ = unmount_path(&path, true);
+                    drop(session);
+                    return Err(if e.raw_os_error() == Some(libc::EBUSY) {
+                        FuseError::Busy { path }
+                    } else {
+                        FuseError::Unmount { path, source: e }
+                    });
+                }
+                // EINVAL: not mounted any more; the session is ending.
+            }
+        }
+        session.join().map_err(|source| FuseError::Session {
+            path: path.clone(),
+            source,
+        })?;
+        match self.shared.state.lock().unwrap().sync_error.take() {
+            Some(source) => Err(FuseError::Sync {
+                path,
+                source: Box::new(source),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+/// Asks the kernel to unmount a [`Mounted`] file system, from any thread;
+/// [`Mounted::wait`] returns once it has.
+#[derive(Debug, Clone)]
+pub struct Unmounter {
+    mountpoint: PathBuf,
+    shared: Arc<Shared>,
+}
+
+impl Unmounter {
+    /// Unmounts (not lazily): `Busy` if something still uses the mount,
+    /// which then stays mounted. Ok if it is unmounted already.
+    pub fn unmount(&self) -> Result<(), FuseError> {
+        if self.shared.state.lock().unwrap().ended {
+            return Ok(());
+        }
+        match unmount_path(&self.mountpoint, false) {
+            Ok(()) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Err(FuseError::Busy {
+                path: self.mountpoint.clone(),
+            }),
+            Err(source) => Err(FuseError::Unmount {
+                path: self.mountpoint.clone(),
+                source,
+            }),
+        }
+    }
+}
+
+/// Unmounts `path` directly (root) or through fusermount3 (anyone else).
+fn unmount_path(path: &Path, lazy: bool) -> io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes())?;
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::EPERM) {
+        return Err(err);
+    }
+    let Some(bin) = fusermount_bin() else {
+        return Err(err);
+    };
+    let mut cmd = Command::new(bin);
+    cmd.arg("-u");
+    if lazy {
+        cmd.arg("-z");
+    }
+    let out = cmd.arg("--").arg(path).output()?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let msg = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    Err(if msg.contains("busy") {
+        io::Error::from_raw_os_error(libc::EBUSY)
+    } else if msg.contains("not found in") || msg.contains("not mounted") {
+        io::Error::from_raw_os_error(libc::EINVAL)
+    } else {
+        io::Error::other(msg)
+    })
+}
+
+/// What the file system and the [`Mounted`] handle share: whether the
+/// session ended, and how making the data durable at its end went.
+#[derive(Default, Debug)]
+struct Shared {
+    state: Mutex<SessionState>,
+    ended: Condvar,
+}
+
+#[derive(Default, Debug)]
+struct SessionState {
+    ended: bool,
+    sync_error: Option<FsError>,
+}
+
+// ---------------------------------------------------------------------------
+// Pure helpers
+
+fn errno(e: &FsError) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+/// The kind `mknod` asks for in `mode`'s file-type bits.
+fn mknod_kind(mode: u32) -> Option<FileKind> {
+    match mode & libc::S_IFMT {
+        libc::S_IFREG | 0 => Some(FileKind::File),
+        libc::S_IFIFO => Some(FileKind::Fifo),
+        libc::S_IFSOCK => Some(FileKind::Socket),
+        libc::S_IFCHR => Some(FileKind::CharDevice),
+        libc::S_IFBLK => Some(FileKind::BlockDevice),
+        _ => None,
+    }
+}
+
+fn to_system_time(t: Timestamp) -> SystemTime {
+    let nanos = Duration::from_nanos(u64::from(t.nanos.min(999_999_999)));
+    let base = if t.secs >= 0 {
+        UNIX_EPOCH.checked_add(Duration::from_secs(t.secs as u64))
+    } else {
+        UNIX_EPOCH.checked_sub(Duration::from_secs(t.secs.unsigned_abs()))
+    };
+    base.and_then(|b| b.checked_add(nanos))
+        .unwrap_or(UNIX_EPOCH)
+}
+
+fn from_system_time(t: SystemTime) -> Timestamp {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => Timestamp {
+            secs: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            nanos: d.subsec_nanos(),
+        },
+        Err(e) => {
+            let d = e.duration();
+            let mut secs = -i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+            let mut nanos = d.subsec_nanos();
+            if nanos > 0 {
+                secs -= 1;
+                nanos = 1_000_000_000 - nanos;
+            }
+            Timestamp { secs, nanos }
+        }
+    }
+}
+
+fn time_or_now(t: TimeOrNow) -> Timestamp {
+    match t {
+        TimeOrNow::Now => Timestamp::now(),
+        TimeOrNow::SpecificTime(t) => from_system_time(t),
+    }
+}
+
+/// The kernel's view of an inode's attributes.
+fn file_attr(ino: InodeId, a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino.0),
+        size: a.size,
+        blocks: a.size.div_ceil(512),
+        atime: to_system_time(a.atime),
+        mtime: to_system_time(a.mtime),
+        ctime: to_system_time(a.ctime),
+        crtime: to_system_time(a.crtime),
+        kind: file_type(a.kind),
+        perm: a.perm & 0o7777,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: BLOCK_SIZE,
+        flags: 0,
+    }
+}
+
+/// The permission bits after a write by an unprivileged user: set-user-id
+/// goes, and set-group-id when the group may execute (otherwise it marks
+/// mandatory locking and stays). `None` if nothing changes.
+fn kill_priv(perm: u16) -> Option<u16> {
+    let mut new = perm & !0o4000;
+    if perm & 0o010 != 0 {
+        new &= !0o2000;
+    }
+    (new != perm).then_some(new)
+}
+
+/// `renameat2` flags to the engine's; `RENAME_WHITEOUT` (overlayfs only),
+/// unknown bits and contradictory combinations are `EINVAL`.
+fn rename_flags(flags: fuser::RenameFlags) -> Result<meta::RenameFlags, Errno> {
+    let bits = flags.bits();
+    let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
+    if bits & !known != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let out = meta::RenameFlags {
+        noreplace: bits & libc::RENAME_NOREPLACE != 0,
+        exchange: bits & libc::RENAME_EXCHANGE != 0,
+    };
+    if out.noreplace && out.exchange {
+        return Err(Errno::EINVAL);
+    }
+    Ok(out)
+}
+
+/// `setxattr` flags to the engine's.
+fn xattr_flags(flags: i32) -> Result<XattrFlags, Errno> {
+    match flags {
+        0 => Ok(XattrFlags::Either),
+        libc::XATTR_CREATE => Ok(XattrFlags::Create),
+        libc::XATTR_REPLACE => Ok(XattrFlags::Replace),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+/// How to answer a `getxattr`/`listxattr` of a `len`-byte value for a
+/// caller's buffer of `size` bytes.
+#[derive(Debug, PartialEq, Eq)]
+enum XattrAnswer {
+    /// A size probe (`size == 0`): report the length.
+    Size(u32),
+    /// The value fits: send it.
+    Data,
+    /// The buffer is too small: `ERANGE`.
+    TooSmall,
+}
+
+fn xattr_answer(len: usize, size: u32) -> XattrAnswer {
+    if size == 0 {
+        match u32::try_from(len) {
+            Ok(n) => XattrAnswer::Size(n),
+            Err(_) => XattrAnswer::TooSmall,
+        }
+    } else if len > size as usize {
+        XattrAnswer::TooSmall
+    } else {
+        XattrAnswer::Data
+    }
+}
+
+fn reply_xattr(reply: ReplyXattr, value: &[u8], size: u32) {
+    match xattr_answer(value.len(), size) {
+        XattrAnswer::Size(n) => reply.size(n),
+        XattrAnswer::Data => reply.data(value),
+        XattrAnswer::TooSmall => reply.error(Errno::ERANGE),
+    }
+}
+
+/// `listxattr`'s format: each name followed by a NUL.
+fn xattr_list(names: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(names.iter().map(|n| n.len() + 1).sum());
+    for n in names {
+        out.extend_from_slice(n);
+        out.push(0);
+    }
+    out
+}
+
+fn check_name(name: &OsStr) -> Result<&[u8], Errno> {
+    let b = name.as_bytes();
+    if b.len() > NAME_MAX {
+        Err(Errno::ENAMETOOLONG)
+    } else {
+        Ok(b)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Directory handles
+
+struct DirEntryOut {
+    name: Vec<u8>,
+    ino: InodeId,
+    kind: FileKind,
+}
+
+/// The entries of one open directory, loaded a page at a time. An entry's
+/// offset is its index + 1 and the list only grows until the kernel
+/// rewinds (offset 0), so offsets stay valid while entries are added to or
+/// removed from the directory.
+struct DirListing {
+    entries: Vec<DirEntryOut>,
+    complete: bool,
+}
+
+struct DirHandle {
+    ino: InodeId,
+    listing: Mutex<DirListing>,
+}
+
+// ---------------------------------------------------------------------------
+// The file system
+
+struct CairnFs {
+    fs: Arc<Fs>,
+    dirs: Mutex<HashMap<u64, Arc<DirHandle>>>,
+    next_fh: AtomicU64,
+    /// The parent of each directory seen (directories have one name), for
+    /// the `..` entry of `readdir`.
+    parents: Mutex<HashMap<InodeId, InodeId>>,
+    shared: Arc<Shared>,
+}
+
+impl CairnFs {
+    fn new(fs: Arc<Fs>, shared: Arc<Shared>) -> CairnFs {
+        CairnFs {
+            fs,
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            parents: Mutex::new(HashMap::new()),
+            shared,
+        }
+    }
+
+    fn note_parent(&self, inode: &meta::Inode, parent: InodeId) {
+        if inode.attr.kind == FileKind::Dir {
+            self.parents.lock().unwrap().insert(inode.id, parent);
+        }
+    }
+
+    fn parent_of(&self, dir: InodeId) -> InodeId {
+        if dir == InodeId::ROOT {
+            return dir;
+        }
+        self.parents
+            .lock()
+            .unwrap()
+            .get(&dir)
+            .copied()
+            .unwrap_or(dir)
+    }
+
+    /// A new inode's description: owned by the caller, except that in a
+    /// set-group-id directory it takes the directory's group (and a new
+    /// directory inherits the set-group-id bit), as on Linux.
+    fn new_inode(
+        &self,
+        req: &Request,
+        parent: InodeId,
+        kind: FileKind,
+        perm: u16,
+        rdev: u32,
+        content: Content,
+    ) -> Result<NewInode, FsError> {
+        let dir = self.fs.getattr(parent)?;
+        let mut gid = req.gid();
+        let mut perm = perm & 0o7777;
+        if dir.attr.perm & 0o2000 != 0 {
+            gid = dir.attr.gid;
+            if kind == FileKind::Dir {
+                perm |= 0o2000;
+            }
+        }
+        Ok(NewInode {
+            kind,
+            perm,
+            uid: req.uid(),
+            gid,
+            rdev,
+            content,
+        })
+    }
+
+    fn make(
+        &self,
+        parent: InodeId,
+        name: &[u8],
+        new: Result<NewInode, FsError>,
+        reply: ReplyEntry,
+    ) {
+        match new.and_then(|new| self.fs.create(parent, name, new)) {
+            Ok(inode) => {
+                self.note_parent(&inode, parent);
+                reply.entry(&TTL, &file_attr(inode.id, &inode.attr), Generation(0));
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn dir_handle(&self, fh: FileHandle) -> Option<Arc<DirHandle>> {
+        self.dirs.lock().unwrap().get(&fh.0).cloned()
+    }
+
+    fn rewind(&self, h: &DirHandle, l: &mut DirListing) {
+        l.entries.clear();
+        l.entries.push(DirEntryOut {
+            name: b".".to_vec(),
+            ino: h.ino,
+            kind: FileKind::Dir,
+        });
+        l.entries.push(DirEntryOut {
+            name: b"..".to_vec(),
+            ino: self.parent_of(h.ino),
+            kind: FileKind::Dir,
+        });
+        l.complete = false;
+    }
+
+    /// Makes sure entry `i` is loaded if the directory has one; false at
+    /// the end of the directory.
+    fn load_upto(&self, h: &DirHandle, l: &mut DirListing, i: usize) -> Result<bool, FsError> {
+        while i >= l.entries.len() {
+            if l.complete {
+                return Ok(false);
+            }
+            let after = if l.entries.len() > 2 {
+                Some(l.entries.last().expect("non-empty").name.clone())
+            } else {
+                None
+            };
+            let page = match self.fs.readdir(h.ino, after.as_deref(), DIR_PAGE) {
+                Ok(page) => page,
+                // Removed while open: an empty directory from here on.
+                Err(e) if e.errno() == libc::ENOENT => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            if page.len() < DIR_PAGE {
+                l.complete = true;
+            }
+            l.entries.extend(page.into_iter().map(|e| DirEntryOut {
+                name: e.name,
+                ino: e.ino,
+                kind: e.kind,
+            }));
+        }
+        Ok(true)
+    }
+
+    fn finish_session(&self, sync: Option<Result<(), FsError>>) {
+        let mut state = self.shared.state.lock().unwrap();
+        if let Some(Err(e)) = sync {
+            state.sync_error = Some(e);
+        }
+        state.ended = true;
+        self.shared.ended.notify_all();
+    }
+}
+
+impl Drop for CairnFs {
+    fn drop(&mut self) {
+        // `destroy` has normally said so already; this covers a session that
+        // ended some other way.
+        self.finish_session(None);
+    }
+}
+
+impl Filesystem for CairnFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        for flag in [
+            InitFlags::FUSE_ASYNC_READ,
+            InitFlags::FUSE_BIG_WRITES,
+            InitFlags::FUSE_MAX_PAGES,
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            // The engine's operations are atomic: lookups and readdirs of
+            // one directory may run in parallel.
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            // A symlink's target never changes.
+            InitFlags::FUSE_CACHE_SYMLINKS,
+        ] {
+            // A flag the kernel lacks is simply left off.
+            let _ = config.add_capabilities(flag);
+        }
+        if let Err(max) = config.set_max_write(MAX_WRITE) {
+            let _ = config.set_max_write(max);
+        }
+        // The kernel offers its largest read-ahead; only less can be asked.
+        if let Err(max) = config.set_max_readahead(u32::MAX) {
+            let _ = config.set_max_readahead(max.min(MAX_READAHEAD));
+        }
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        // Unmounted: record every open file's content and make it durable.
+        let result = self.fs.sync_all();
+        self.finish_session(Some(result));
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let name = match check_name(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let parent = InodeId(parent.0);
+        match self.fs.lookup(parent, name) {
+            Ok(inode) => {
+                self.note_parent(&inode, parent);
+                reply.entry(&TTL, &file_attr(inode.id, &inode.attr), Generation(0));
+            }
+            Err(e) if e.errno() == libc::ENOENT => {
+                // A negative entry: the kernel remembers the name is absent
+                // for TTL (every create goes through the kernel and
+                // replaces it).
+                reply.entry(&TTL, &file_attr(InodeId(0), &empty_attr()), Generation(0));
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {
+        // Inodes live in the metadata engine; nothing is held per lookup.
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(InodeId(ino.0)) {
+            Ok(inode) => reply.attr(&TTL, &file_attr(inode.id, &inode.attr)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        // ctime is the engine's: every change sets it.
+        let changes = SetAttr {
+            perm: mode.map(|m| (m & 0o7777) as u16),
+            uid,
+            gid,
+            atime: atime.map(time_or_now),
+            mtime: mtime.map(time_or_now),
+        };
+        match self.fs.setattr(InodeId(ino.0), &changes, size) {
+            Ok(inode) => reply.attr(&TTL, &file_attr(inode.id, &inode.attr)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(InodeId(ino.0)) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let name = match check_name(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let Some(kind) = mknod_kind(mode) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let rdev = match kind {
+            FileKind::CharDevice | FileKind::BlockDevice => rdev,
+            _ => 0,
+        };
+        let parent = InodeId(parent.0);
+        // The kernel has applied the umask already (no FUSE_DONT_MASK).
+        let new = self.new_inode(req, parent, kind, mode as u16, rdev, Content::Empty);
+        self.make(parent, name, new, reply);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let name = match check_name(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let parent = InodeId(parent.0);
+        let new = self.new_inode(req, parent, FileKind::Dir, mode as u16, 0, Content::Empty);
+        self.make(parent, name, new, reply);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = match check_name(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        match self.fs.unlink(InodeId(parent.0), name) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = match check_name(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        match self.fs.rmdir(InodeId(parent.0), name) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let name = match check_name(link_name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let parent = InodeId(parent.0);
+        let target = target.as_os_str().as_bytes().to_vec();
+        let new = self.new_inode(
+            req,
+            parent,
+            FileKind::Symlink,
+            0o777,
+            0,
+            Content::Inline(target),
+        );
+        self.make(parent, name, new, reply);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let (name, newname) = match (check_name(name), check_name(newname)) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => return reply.error(e),
+        };
+        let flags = match rename_flags(flags) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let (parent, newparent) = (InodeId(parent.0), InodeId(newparent.0));
+        match self.fs.rename(parent, name, newparent, newname, flags) {
+            Ok(()) => {
+                reply.ok();
+                // Keep `..` right for directories that moved.
+                if parent != newparent {
+                    if let Ok(moved) = self.fs.lookup(newparent, newname) {
+                        self.note_parent(&moved, newparent);
+                    }
+                    if flags.exchange {
+                        if let Ok(other) = self.fs.lookup(parent, name) {
+                            self.note_parent(&other, parent);
+                        }
+                    }
+                }
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let name = match check_name(newname) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        match self.fs.link(InodeId(ino.0), InodeId(newparent.0), name) {
+            Ok(inode) => reply.entry(&TTL, &file_attr(inode.id, &inode.attr), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        // Directories arrive as opendir: this is never one.
+        if flags.0 & libc::O_DIRECTORY != 0 {
+            return reply.error(Errno::ENOTDIR);
+        }
+        match self.fs.open(InodeId(ino.0)) {
+            // `fs` is the only writer, through this kernel: its page cache
+            // stays valid across opens.
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(InodeId(ino.0), offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let ino = InodeId(ino.0);
+        if req.uid() != 0 {
+            // A write by anyone but root drops set-user-id/set-group-id.
+            let cleared = self
+                .fs
+                .getattr(ino)
+                .and_then(|inode| match kill_priv(inode.attr.perm) {
+                    Some(perm) => {
+                        let changes = SetAttr {
+                            perm: Some(perm),
+                            ..SetAttr::default()
+                        };
+                        self.fs.setattr(ino, &changes, None).map(|_| ())
+                    }
+                    None => Ok(()),
+                });
+            if let Err(e) = cleared {
+                return reply.error(errno(&e));
+            }
+        }
+        match self.fs.write(ino, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.flush(InodeId(ino.0)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.release(InodeId(ino.0)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.fs.fsync(InodeId(ino.0)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let ino = InodeId(ino.0);
+        match self.fs.getattr(ino) {
+            Ok(inode) if inode.attr.kind != FileKind::Dir => return reply.error(Errno::ENOTDIR),
+            Ok(_) => {}
+            Err(e) => return reply.error(errno(&e)),
+        }
+        let h = DirHandle {
+            ino,
+            listing: Mutex::new(DirListing {
+                entries: Vec::new(),
+                complete: false,
+            }),
+        };
+        self.rewind(&h, &mut h.listing.lock().unwrap());
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.dirs.lock().unwrap().insert(fh, Arc::new(h));
+        reply.opened(FileHandle(fh), FopenFlags::empty());
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let Some(h) = self.dir_handle(fh) else {
+            return reply.error(Errno::EBADF);
+        };
+        let mut l = h.listing.lock().unwrap();
+        if offset == 0 {
+            self.rewind(&h, &mut l);
+        }
+        let mut i = offset as usize;
+        loop {
+            match self.load_upto(&h, &mut l, i) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => return reply.error(errno(&e)),
+            }
+            let e = &l.entries[i];
+            let name = OsStr::from_bytes(&e.name);
+            if reply.add(INodeNo(e.ino.0), i as u64 + 1, file_type(e.kind), name) {
+                break;
+            }
+            i += 1;
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let Some(h) = self.dir_handle(fh) else {
+            return reply.error(Errno::EBADF);
+        };
+        let mut l = h.listing.lock().unwrap();
+        if offset == 0 {
+            self.rewind(&h, &mut l);
+        }
+        let mut i = offset as usize;
+        let mut added = 0usize;
+        loop {
+            match self.load_upto(&h, &mut l, i) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) if added == 0 => return reply.error(errno(&e)),
+                Err(_) => break,
+            }
+            let e = &l.entries[i];
+            // The kernel ignores the attributes of `.` and `..`; they get
+            // the directory's own.
+            let target = if i < 2 { h.ino } else { e.ino };
+            let inode = match self.fs.getattr(target) {
+                Ok(inode) => inode,
+                // Gone since it was listed: skip it.
+                Err(err) if err.errno() == libc::ENOENT => {
+                    i += 1;
+                    continue;
+                }
+                Err(err) if added == 0 => return reply.error(errno(&err)),
+                Err(_) => break,
+            };
+            if i >= 2 {
+                self.note_parent(&inode, h.ino);
+            }
+            let mut attr = file_attr(inode.id, &inode.attr);
+            attr.ino = INodeNo(e.ino.0);
+            let name = OsStr::from_bytes(&e.name);
+            if reply.add(
+                INodeNo(e.ino.0),
+                i as u64 + 1,
+                name,
+                &TTL,
+                &attr,
+                Generation(0),
+            ) {
+                break;
+            }
+            added += 1;
+            i += 1;
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.lock().unwrap().remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // `fs` offers no narrower commit: entries become durable with
+        // everything else.
+        match self.fs.sync_all() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.stats() {
+            Ok(s) => {
+                let used = s.stored_bytes.div_ceil(u64::from(BLOCK_SIZE));
+                let files = s.files + s.dirs;
+                reply.statfs(
+                    used + FREE_BLOCKS,
+                    FREE_BLOCKS,
+                    FREE_BLOCKS,
+                    files + FREE_FILES,
+                    FREE_FILES,
+                    BLOCK_SIZE,
+                    NAME_MAX as u32,
+                    BLOCK_SIZE,
+                );
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        if position != 0 {
+            return reply.error(Errno::EINVAL);
+        }
+        let flags = match xattr_flags(flags) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        match self
+            .fs
+            .set_xattr(InodeId(ino.0), name.as_bytes(), value, flags)
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.fs.get_xattr(InodeId(ino.0), name.as_bytes()) {
+            Ok(value) => reply_xattr(reply, &value, size),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.fs.list_xattr(InodeId(ino.0)) {
+            Ok(names) => reply_xattr(reply, &xattr_list(&names), size),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.fs.remove_xattr(InodeId(ino.0), name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // With default_permissions the kernel checks; only existence here.
+        match self.fs.getattr(InodeId(ino.0)) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let name = match check_name(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        if flags & libc::O_DIRECTORY != 0 {
+            return reply.error(Errno::EINVAL);
+        }
+        let parent = InodeId(parent.0);
+        let created = self
+            .new_inode(req, parent, FileKind::File, mode as u16, 0, Content::Empty)
+            .and_then(|new| self.fs.create(parent, name, new))
+            .and_then(|inode| self.fs.open(inode.id).map(|()| inode));
+        match created {
+            Ok(inode) => reply.created(
+                &TTL,
+                &file_attr(inode.id, &inode.attr),
+                Generation(0),
+                FileHandle(0),
+                FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        // Only plain allocation, which for cairn means making the file long
+        // enough (space is never reserved in a deduplicating store).
+        if mode != 0 {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        let Some(end) = offset.checked_add(length).filter(|&e| e <= i64::MAX as u64) else {
+            return reply.error(Errno::EFBIG);
+        };
+        let ino = InodeId(ino.0);
+        let extended = self.fs.getattr(ino).and_then(|inode| {
+            if end > inode.attr.size {
+                self.fs
+                    .setattr(ino, &SetAttr::default(), Some(end))
+                    .map(|_| ())
+            } else {
+                Ok(())
+            }
+        });
+        match extended {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}
+
+/// Attributes for a negative lookup reply (only its inode number, 0,
+/// matters to the kernel).
+fn empty_attr() -> Attr {
+    Attr {
+        kind: FileKind::File,
+        perm: 0,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        nlink: 0,
+        rdev: 0,
+        atime: Timestamp::default(),
+        mtime: Timestamp::default(),
+        ctime: Timestamp::default(),
+        crtime: Timestamp::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attr(kind: FileKind, size: u64) -> Attr {
+        Attr {
+            kind,
+            perm: 0o4755,
+            uid: 1000,
+            gid: 100,
+            size,
+            nlink: 3,
+            rdev: 0x0801,
+            atime: Timestamp { secs: 1, nanos: 2 },
+            mtime: Timestamp {
+                secs: 1_700_000_000,
+                nanos: 999_999_999,
+            },
+            ctime: Timestamp {
+                secs: -1,
+                nanos: 500_000_000,
+            },
+            crtime: Timestamp::default(),
+        }
+    }
+
+    #[test]
+    fn attr_conversion() {
+        let a = file_attr(InodeId(42), &attr(FileKind::File, 1025));
+        assert_eq!(a.ino, INodeNo(42));
+        assert_eq!(a.kind, FileType::RegularFile);
+        assert_eq!(a.perm, 0o4755);
+        assert_eq!((a.nlink, a.uid, a.gid, a.rdev), (3, 1000, 100, 0x0801));
+        assert_eq!(a.size, 1025);
+        assert_eq!(a.blocks, 3, "ceil(1025 / 512)");
+        assert_eq!(a.blksize, 4096);
+        assert_eq!(a.atime, UNIX_EPOCH + Duration::new(1, 2));
+        assert_eq!(
+            a.mtime,
+            UNIX_EPOCH + Duration::new(1_700_000_000, 999_999_999)
+        );
+        assert_eq!(a.ctime, UNIX_EPOCH - Duration::from_millis(500));
+        assert_eq!(file_attr(InodeId(1), &attr(FileKind::File, 0)).blocks, 0);
+        assert_eq!(file_attr(InodeId(1), &attr(FileKind::File, 512)).blocks, 1);
+        for (k, t) in [
+            (FileKind::Dir, FileType::Directory),
+            (FileKind::Symlink, FileType::Symlink),
+            (FileKind::Fifo, FileType::NamedPipe),
+            (FileKind::Socket, FileType::Socket),
+            (FileKind::CharDevice, FileType::CharDevice),
+            (FileKind::BlockDevice, FileType::BlockDevice),
+        ] {
+            assert_eq!(file_attr(InodeId(1), &attr(k, 0)).kind, t);
+        }
+    }
+
+    #[test]
+    fn timestamps_round_trip() {
+        for t in [
+            Timestamp { secs: 0, nanos: 0 },
+            Timestamp { secs: 5, nanos: 7 },
+            Timestamp {
+                secs: -1,
+                nanos: 500_000_000,
+            },
+            Timestamp {
+                secs: -86_400,
+                nanos: 0,
+            },
+            Timestamp {
+                secs: 4_102_444_800,
+                nanos: 123,
+            },
+        ] {
+            assert_eq!(from_system_time(to_system_time(t)), t);
+        }
+    }
+
+    #[test]
+    fn xattr_size_protocol() {
+        assert_eq!(xattr_answer(10, 0), XattrAnswer::Size(10));
+        assert_eq!(xattr_answer(0, 0), XattrAnswer::Size(0));
+        assert_eq!(xattr_answer(10, 9), XattrAnswer::TooSmall);
+        assert_eq!(xattr_answer(10, 10), XattrAnswer::Data);
+        assert_eq!(xattr_answer(10, 4096), XattrAnswer::Data);
+        assert_eq!(
+            xattr_list(&[b"user.a".to_vec(), b"user.bc".to_vec()]),
+            b"user.a\0user.bc\0"
+        );
+        assert_eq!(xattr_list(&[]), b"");
+    }
+
+    #[test]
+    fn flag_mapping() {
+        use fuser::RenameFlags as K;
+        assert_eq!(rename_flags(K::empty()), Ok(meta::RenameFlags::default()));
+        assert_eq!(
+            rename_flags(K::RENAME_NOREPLACE),
+            Ok(meta::RenameFlags {
+                noreplace: true,
+                exchange: false
+            })
+        );
+        assert_eq!(
+            rename_flags(K::RENAME_EXCHANGE),
+            Ok(meta::RenameFlags {
+                noreplace: false,
+                exchange: true
+            })
+        );
+        assert_eq!(rename_flags(K::RENAME_WHITEOUT), Err(Errno::EINVAL));
+        assert_eq!(
+            rename_flags(K::RENAME_NOREPLACE | K::RENAME_EXCHANGE),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(
+            rename_flags(K::from_bits_retain(1 << 20)),
+            Err(Errno::EINVAL)
+        );
+
+        assert_eq!(xattr_flags(0), Ok(XattrFlags::Either));
+        assert_eq!(xattr_flags(libc::XATTR_CREATE), Ok(XattrFlags::Create));
+        assert_eq!(xattr_flags(libc::XATTR_REPLACE), Ok(XattrFlags::Replace));
+        assert_eq!(
+            xattr_flags(libc::XATTR_CREATE | libc::XATTR_REPLACE),
+            Err(Errno::EINVAL)
+        );
+
+        assert_eq!(mknod_kind(libc::S_IFREG | 0o644), Some(FileKind::File));
+        assert_eq!(mknod_kind(libc::S_IFIFO | 0o644), Some(FileKind::Fifo));
+        assert_eq!(mknod_kind(libc::S_IFSOCK), Some(FileKind::Socket));
+        assert_eq!(mknod_kind(libc::S_IFCHR), Some(FileKind::CharDevice));
+        assert_eq!(mknod_kind(libc::S_IFBLK), Some(FileKind::BlockDevice));
+        assert_eq!(mknod_kind(libc::S_IFDIR), None);
+    }
+
+    #[test]
+    fn kill_priv_on_write() {
+        assert_eq!(kill_priv(0o4755), Some(0o0755));
+        assert_eq!(
+            kill_priv(0o2755),
+            Some(0o0755),
+            "setgid with group exec goes"
+        );
+        assert_eq!(kill_priv(0o2745), None, "setgid without group exec stays");
+        assert_eq!(kill_priv(0o6775), Some(0o0775));
+        assert_eq!(kill_priv(0o6745), Some(0o2745));
+        assert_eq!(kill_priv(0o1777), None);
+        assert_eq!(kill_priv(0o644), None);
+    }
+
+    #[test]
+    fn long_names_refused() {
+        let ok = OsStr::from_bytes(&[b'a'; NAME_MAX]);
+        let long = OsStr::from_bytes(&[b'a'; NAME_MAX + 1]);
+        assert!(check_name(ok).is_ok());
+        assert_eq!(check_name(long), Err(Errno::ENAMETOOLONG));
+    }
+
+    #[test]
+    fn mount_errors_name_the_mountpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("repo");
+        repo::Repo::init(&root).unwrap();
+        let fs = Arc::new(repo::Repo::open(&root).unwrap().open_fs(0, 0).unwrap());
+        let opts = MountOptions::default();
+        if check_dev_fuse().is_err() {
+            let e = mount(fs, dir.path(), &opts).unwrap_err();
+            assert!(e.to_string().starts_with("/dev/fuse is missing"), "{e}");
+            return;
+        }
+        let missing = dir.path().join("missing");
+        let e = mount(fs.clone(), &missing, &opts).unwrap_err();
+        assert!(matches!(e, FuseError::Mountpoint { .. }), "{e:?}");
+        assert!(e.to_string().contains(&*missing.to_string_lossy()), "{e}");
+
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let e = mount(fs.clone(), &file, &opts).unwrap_err();
+        assert!(matches!(e, FuseError::NotADirectory { .. }), "{e:?}");
+        assert!(e.to_string().contains(&*file.to_string_lossy()), "{e}");
+
+        let bad = MountOptions {
+            fsname: "a,b".into(),
+            ..MountOptions::default()
+        };
+        let e = mount(fs, dir.path(), &bad).unwrap_err();
+        assert!(matches!(e, FuseError::InvalidFsname { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn handles_cross_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Mounted>();
+        send_sync::<Unmounter>();
+    }
+
+    #[test]
+    fn default_options() {
+        let o = MountOptions::default();
+        assert!(!o.allow_other);
+        assert_eq!(o.fsname, "cairn");
+        assert_eq!(o.threads, 4);
+    }
+}
