@@ -329,7 +329,6 @@ impl FileState {
         let mut offset = region_start;
         let mut fresh = Vec::with_capacity(ids.len());
         for (chunk, id) in chunks.iter().zip(ids) {
-            cache.put(id, chunk.clone());
             fresh.push(Extent {
                 offset,
                 len: chunk.len() as u64,
