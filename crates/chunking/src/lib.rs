@@ -23,4 +23,4 @@ mod params;
 mod stream;
 
 pub use params::{ChunkerParams, ParamsError};
-pub use stream::{Batch, Chunker};
+pub use stream::{cut_points, Batch, Chunker};

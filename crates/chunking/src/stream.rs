@@ -122,6 +122,20 @@ impl<R: Read> Chunker<R> {
     }
 }
 
+/// The chunk ends of `data` taken as a whole stream: what [`Chunker`] would
+/// cut, without reading or copying anything.
+pub fn cut_points(data: &[u8], params: ChunkerParams) -> Vec<usize> {
+    let whole = Chunker {
+        source: io::empty(),
+        params,
+        read_size: 0,
+        carry: Vec::new(),
+        offset: 0,
+        eof: true,
+    };
+    whole.cut_points(data)
+}
+
 impl<R: Read> Iterator for Chunker<R> {
     type Item = io::Result<Batch>;
 
@@ -185,6 +199,21 @@ mod tests {
     const GOLDEN_SMALL: &[usize] = &[
         1948, 9535, 3560, 7197, 3555, 5382, 4242, 5910, 2710, 1773, 6395, 6013, 7316,
     ];
+
+    #[test]
+    fn cut_points_of_a_buffer_match_the_stream() {
+        let data = pseudo_random(700_000, 5);
+        let ends = cut_points(&data, ChunkerParams::default());
+        let mut end = 0;
+        let streamed: Vec<usize> = lengths(&data, ChunkerParams::default(), 0)
+            .into_iter()
+            .map(|l| {
+                end += l;
+                end
+            })
+            .collect();
+        assert_eq!(ends, streamed);
+    }
 
     #[test]
     fn fixed_mode_cuts_every_size() {

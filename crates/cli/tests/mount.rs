@@ -563,7 +563,10 @@ fn fsynced_data_survives_kill_dash_nine() {
 fn memory_stays_bounded_under_a_write_flood() {
     let base = tempfile::tempdir().unwrap();
     let repo = base.path().join("repo");
-    let init = Command::new(CAIRN).args(["--repo", repo.to_str().unwrap(), "init"]).output().unwrap();
+    let init = Command::new(CAIRN)
+        .args(["--repo", repo.to_str().unwrap(), "init"])
+        .output()
+        .unwrap();
     assert!(init.status.success());
     let config = repo.join("cairn.toml");
     let text = fs::read_to_string(&config)
@@ -599,9 +602,14 @@ fn memory_stays_bounded_under_a_write_flood() {
         .parse()
         .unwrap();
     // The budgets: 64 MiB of sealed containers in flight, 64 MiB of dirty
-    // file data, a 32 MiB cache and one open 4 MiB container per writer,
-    // plus the binary, allocator and index. 2 GiB were written: a leak or an
-    // unbounded queue would hold far more than this bound.
-    assert!(hwm_kib < 400 * 1024, "daemon peak RSS {hwm_kib} KiB after a 2 GiB flood");
+    // file data and a 32 MiB cache; per writer one open 4 MiB container and
+    // the 16 MiB region its unsealed chunks share; together about 300 MiB,
+    // plus the binary, index and allocator (mimalloc keeps freed pages a
+    // while). 2 GiB were written: a leak or an unbounded queue would hold
+    // far more than this bound.
+    assert!(
+        hwm_kib < 640 * 1024,
+        "daemon peak RSS {hwm_kib} KiB after a 2 GiB flood"
+    );
     m.unmount();
 }

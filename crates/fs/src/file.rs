@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use cas::{ChunkId, StreamWriter};
-use chunking::{Chunker, ChunkerParams};
+use chunking::ChunkerParams;
 use meta::{Content, InodeId, Timestamp};
 use recipe::{Extent, HOLE};
 
@@ -314,8 +314,16 @@ impl FileState {
             let at = (s - region_start) as usize;
             region[at..at + run.len()].copy_from_slice(&run);
         }
-        let mut chunks: Vec<Bytes> = Chunker::new(&region[..], params, region.len())
-            .flat_map(|b| b.expect("reading memory cannot fail").chunks)
+        let ends = chunking::cut_points(&region, params);
+        let region = Bytes::from(region);
+        let mut start = 0;
+        let mut chunks: Vec<Bytes> = ends
+            .into_iter()
+            .map(|end| {
+                let c = region.slice(start..end);
+                start = end;
+                c
+            })
             .collect();
         // Keep the file's last chunk dirty until the file is flushed: the
         // next append will move its cut to where the content puts it.
