@@ -41,10 +41,12 @@ Usage (as root, from the repository root, after `cargo build --release`):
     python3 bench/fs.py --json /tmp/fs.json --keep
 
 bindfs and postmark are installed with `apt-get install -y bindfs postmark` when missing.
-Progress goes to stderr, the table to stdout. Exit status: 0 when every command
-succeeded (targets NOT MET do not change it: this is a benchmark, not a test); 1 when a
-command failed (its stderr is printed); 2 when the run finished but data read back did
-not match what was written. Every mount this script made is unmounted on the way out.
+Progress goes to stderr, the table to stdout. Every step on a mount is bounded by
+--step-timeout (default 900 s): on overrun the mounts are aborted and the run fails.
+Exit status: 0 when every command succeeded (targets NOT MET do not change it: this is
+a benchmark, not a test); 1 when a command failed or a step timed out (its stderr is
+printed); 2 when the run finished but data read back did not match what was written.
+Every mount this script made is unmounted on the way out, also on failure.
 Standard library only (Python 3.11); helpers are shared with bench/ingest.py.
 """
 
@@ -61,7 +63,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 
 sys.dont_write_bytecode = True  # no bench/__pycache__ from importing ingest.py
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -76,7 +80,6 @@ SMALL_SIZE = 4096
 SMALL_DIRS = 100
 READ_SEED = 20261122
 MOUNT_TIMEOUT_S = 30.0
-UMOUNT_TIMEOUT_S = 1800.0
 
 TARGETS = {
     "fs_write_vs_put": 0.95,
@@ -162,7 +165,18 @@ class Mounts:
         self.bin = cairn_bin
         self.active: dict[str, dict] = {}   # mount point -> {"kind", "proc"?, ...}
         self.cairn_log: list[dict] = []     # one row per cairn mount, filled at unmount
+        self.killed: list[dict] = []        # cairn mounts the watchdog killed
         self.seq = 0
+
+    def kill_cairn(self) -> None:
+        """SIGKILL every cairn mount process this script started that is still running
+        (the kernel then fails the mount's pending requests)."""
+        for m in list(self.active.values()):
+            proc = m.get("proc")
+            if proc is not None and proc.returncode is None and proc.poll() is None:
+                log(f"TIMEOUT: SIGKILL cairn mount pid {proc.pid}")
+                proc.kill()
+                self.killed.append(m)
 
     # ---- cairn
     def cairn_mount(self, repo: str, mnt: str, purpose: str) -> None:
@@ -193,15 +207,16 @@ class Mounts:
         t0 = time.monotonic()
         self.r.run([self.bin, "-q", "umount", mnt], name="cairn-umount")
         # The mount process makes data durable, then exits 0.
+        hwm_exit = hwm
         while True:
+            h = vm_hwm_bytes(proc.pid)  # keeps growing while the unmount flushes
             pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 proc.returncode = os.waitstatus_to_exitcode(status)
                 break
-            if time.monotonic() - t0 > UMOUNT_TIMEOUT_S:
-                raise BenchError(f"cairn mount process {proc.pid} still running "
-                                 f"{UMOUNT_TIMEOUT_S:.0f} s after `cairn umount {mnt}`")
-            time.sleep(0.01)
+            if h:
+                hwm_exit = max(hwm_exit or 0, h)
+            time.sleep(0.01)  # bounded by the watchdog around every unmount
         secs = time.monotonic() - t0
         del self.active[mnt]
         if proc.returncode != 0:
@@ -211,7 +226,7 @@ class Mounts:
         if is_mounted(mnt):
             raise BenchError(f"{mnt} is still mounted after `cairn umount` and process exit")
         row = {"purpose": m["purpose"], "pid": proc.pid, "vm_hwm_bytes": hwm,
-               "ru_maxrss_bytes": ru.ru_maxrss * 1024, "cpu_s": ru.ru_utime + ru.ru_stime,
+               "vm_hwm_exit_bytes": hwm_exit, "cpu_s": ru.ru_utime + ru.ru_stime,
                "mount_s": m.get("mount_s"), "umount_s": secs,
                "lifetime_s": time.monotonic() - m["t_start"]}
         self.cairn_log.append(row)
@@ -239,6 +254,18 @@ class Mounts:
         del self.active[mnt]
 
     # ---- failure path
+    def dead_daemons(self) -> str:
+        """Exit status and stderr of cairn mount processes that died while mounted."""
+        text = ""
+        for mnt, m in self.active.items():
+            proc = m.get("proc")
+            if proc is not None and m not in self.killed and proc.poll() is not None:
+                text += (f"\ncairn mount process for {mnt} exited with status "
+                         f"{proc.returncode} while mounted\n--- stderr of "
+                         f"`{' '.join(m['cmd'])}` ---\n{read_tail(m['err']) or '(empty)'}\n"
+                         f"--- end stderr ---")
+        return text
+
     def cleanup(self) -> None:
         """Lazy-unmount everything still mounted; stop cairn mount processes we started."""
         for mnt, m in list(self.active.items()):
@@ -260,6 +287,87 @@ class Mounts:
                         proc.kill()
                         proc.wait()
             del self.active[mnt]
+
+
+def fuse_conn_id(mnt: str) -> str | None:
+    """The /sys/fs/fuse/connections entry of a mount (its anonymous device number), from
+    /proc/self/mountinfo, so that a hung mount point need not be touched."""
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 4 and _unescape_mount_field(parts[4]) == mnt:
+                    major, minor = (int(x) for x in parts[2].split(":"))
+                    return str((major << 20) | minor)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class Watchdog:
+    """Bounds every step that touches a mount. When a step overruns, the FUSE connections
+    of the active mounts are aborted (through fusectl when it is mounted), the cairn mount
+    processes and the registered child (postmark) are killed, so the blocked system call
+    fails and the step raises BenchError. If the main thread is still stuck 60 s later, the
+    mounts are cleaned up and the script exits 1."""
+
+    def __init__(self, mounts: "Mounts", timeout: float):
+        self.mounts = mounts
+        self.timeout = timeout
+        self.fired: str | None = None
+        self.child: subprocess.Popen | None = None
+        self.done = threading.Event()
+
+    @contextmanager
+    def step(self, label: str):
+        self.done.clear()
+        timer = threading.Timer(self.timeout, self._fire, args=(label,))
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        except BaseException as e:
+            if self.fired:
+                raise BenchError(self._message(label)) from e
+            raise
+        finally:
+            timer.cancel()
+            self.done.set()
+        if self.fired:
+            raise BenchError(self._message(label))
+
+    def _message(self, label: str) -> str:
+        msg = (f"step '{label}' did not finish within {self.timeout:.0f} s (--step-timeout); "
+               f"its mounts were aborted")
+        for m in self.mounts.killed:
+            msg += (f"\n--- stderr of `{' '.join(m['cmd'])}` ---\n"
+                    f"{read_tail(m['err']) or '(empty)'}\n--- end stderr ---")
+        return msg
+
+    def _fire(self, label: str) -> None:
+        self.fired = label
+        log(f"TIMEOUT: step '{label}' still running after {self.timeout:.0f} s; aborting")
+        for mnt in list(self.mounts.active):
+            conn = fuse_conn_id(mnt)
+            abort = f"/sys/fs/fuse/connections/{conn}/abort"
+            if conn and os.path.exists(abort):
+                try:
+                    with open(abort, "w") as f:
+                        f.write("1")
+                    log(f"TIMEOUT: aborted the FUSE connection of {mnt}")
+                except OSError as e:
+                    log(f"TIMEOUT: cannot abort {abort}: {e}")
+        self.mounts.kill_cairn()
+        if self.child is not None and self.child.poll() is None:
+            log(f"TIMEOUT: SIGKILL {self.child.args[0]} pid {self.child.pid}")
+            self.child.kill()
+        if not self.done.wait(60):
+            print(f"\nFAILED: {self._message(label)}\nthe main thread is still blocked; "
+                  "cleaning up and exiting", file=sys.stderr, flush=True)
+            try:
+                self.mounts.cleanup()
+            finally:
+                os._exit(1)
 
 
 # --------------------------------------------------------------------------- cairn CLI
@@ -341,7 +449,8 @@ def postmark_config(location: str, files: int, tx: int) -> str:
             f"quit\n")
 
 
-def run_postmark(runner: Runner, location: str, files: int, tx: int, name: str) -> dict:
+def run_postmark(runner: Runner, location: str, files: int, tx: int, name: str,
+                 watch: Watchdog) -> dict:
     """Run postmark on location. Its progress output is flushed at every phase, so the
     transaction phase is timed from the moment "Performing transactions" appears on its
     stdout to the moment "Deleting files" appears. Returns our timing and postmark's own
@@ -361,6 +470,7 @@ def run_postmark(runner: Runner, location: str, files: int, tx: int, name: str) 
                                  stderr=err, close_fds=True, cwd=runner.logdir)
         except OSError as e:
             raise BenchError(f"cannot start postmark: {e}") from e
+        watch.child = p
         text = ""
         fd = p.stdout.fileno()
         while True:
@@ -377,6 +487,7 @@ def run_postmark(runner: Runner, location: str, files: int, tx: int, name: str) 
         p.stdout.close()
         rc = p.wait()
         wall = time.monotonic() - t0
+        watch.child = None
     with open(base + ".out", "wb") as f:
         f.write(b"".join(chunks))
     if rc != 0:
@@ -401,14 +512,6 @@ def run_postmark(runner: Runner, location: str, files: int, tx: int, name: str) 
 
 # --------------------------------------------------------------------------- phases
 
-def fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def timed_write(src: str, dst: str) -> dict:
     warm(src)
     os.sync()
@@ -429,7 +532,7 @@ def timed_cold_read(path: str, dropper: CacheDropper, expect: int, problems: lis
 
 def phase_big(ctx: dict) -> dict:
     wd, cairn, mounts, dropper = ctx["workdir"], ctx["cairn"], ctx["mounts"], ctx["dropper"]
-    problems = ctx["problems"]
+    problems, step = ctx["problems"], ctx["watch"].step
     size = int(ctx["args"].big_gib * GIB)
     src = os.path.join(wd, "src", "big.bin")
     os.makedirs(os.path.dirname(src))
@@ -467,26 +570,30 @@ def phase_big(ctx: dict) -> dict:
     mnt = os.path.join(wd, "mnt", "cairn")
     cairn.init(repo)
     mounts.cairn_mount(repo, mnt, "big: write")
-    log("big: cairn FS: write + fsync")
-    out["cairn_write"] = timed_write(src, os.path.join(mnt, "big.bin"))
-    log(f"big: cairn FS write {out['cairn_write']['mb_s']:.1f} MB/s")
-    out["cairn_write"]["umount_s"] = mounts.cairn_umount(mnt)["umount_s"]
+    with step("cairn FS: big write + fsync + unmount"):
+        log("big: cairn FS: write + fsync")
+        out["cairn_write"] = timed_write(src, os.path.join(mnt, "big.bin"))
+        log(f"big: cairn FS write {out['cairn_write']['mb_s']:.1f} MB/s")
+        out["cairn_write"]["umount_s"] = mounts.cairn_umount(mnt)["umount_s"]
 
     dropper.drop()
     mounts.cairn_mount(repo, mnt, "big: cold read")
-    log("big: cairn FS: cold read")
-    out["cairn_read"] = timed_cold_read(os.path.join(mnt, "big.bin"), dropper, size, problems,
-                                        "cairn FS big read", drop=False)
-    log(f"big: cairn FS read {out['cairn_read']['mb_s']:.1f} MB/s")
-    mounts.cairn_umount(mnt)
+    with step("cairn FS: big cold read + unmount"):
+        log("big: cairn FS: cold read")
+        out["cairn_read"] = timed_cold_read(os.path.join(mnt, "big.bin"), dropper, size,
+                                            problems, "cairn FS big read", drop=False)
+        log(f"big: cairn FS read {out['cairn_read']['mb_s']:.1f} MB/s")
+        mounts.cairn_umount(mnt)
     before = du_bytes(repo)
     stats_before = cairn.stats(repo)
 
+    warm(src)
     mounts.cairn_mount(repo, mnt, "copy: write")
-    log("copy: cairn FS: second copy, write + fsync")
-    copy = timed_write(src, os.path.join(mnt, "big-copy.bin"))
-    log(f"copy: cairn FS second copy {copy['mb_s']:.1f} MB/s")
-    copy["umount_s"] = mounts.cairn_umount(mnt)["umount_s"]
+    with step("cairn FS: second copy write + fsync + unmount"):
+        log("copy: cairn FS: second copy, write + fsync")
+        copy = timed_write(src, os.path.join(mnt, "big-copy.bin"))
+        log(f"copy: cairn FS second copy {copy['mb_s']:.1f} MB/s")
+        copy["umount_s"] = mounts.cairn_umount(mnt)["umount_s"]
     after = du_bytes(repo)
     stats_after = cairn.stats(repo)
     copy.update({"repo_bytes_before": before, "repo_bytes_after": after,
@@ -495,8 +602,9 @@ def phase_big(ctx: dict) -> dict:
 
     log("copy: verifying the copy against the source through the mount (untimed)")
     mounts.cairn_mount(repo, mnt, "copy: verify")
-    ok, detail = files_identical(src, os.path.join(mnt, "big-copy.bin"))
-    mounts.cairn_umount(mnt)
+    with step("cairn FS: verify second copy + unmount"):
+        ok, detail = files_identical(src, os.path.join(mnt, "big-copy.bin"))
+        mounts.cairn_umount(mnt)
     copy["verify"] = {"ok": ok, "detail": detail}
     if not ok:
         problems.append(f"second copy on the cairn mount differs from the source: {detail}")
@@ -509,12 +617,14 @@ def phase_big(ctx: dict) -> dict:
     bsrc = os.path.join(wd, "bindfs-src")
     bmnt = os.path.join(wd, "mnt", "bindfs")
     mounts.bindfs_mount(bsrc, bmnt)
-    log("big: bindfs: write + fsync")
-    out["bindfs_write"] = timed_write(src, os.path.join(bmnt, "big.bin"))
-    log("big: bindfs: cold read")
-    out["bindfs_read"] = timed_cold_read(os.path.join(bmnt, "big.bin"), dropper, size,
-                                         problems, "bindfs big read")
-    mounts.bindfs_umount(bmnt)
+    with step("bindfs: big write + fsync"):
+        log("big: bindfs: write + fsync")
+        out["bindfs_write"] = timed_write(src, os.path.join(bmnt, "big.bin"))
+    with step("bindfs: big cold read + unmount"):
+        log("big: bindfs: cold read")
+        out["bindfs_read"] = timed_cold_read(os.path.join(bmnt, "big.bin"), dropper, size,
+                                             problems, "bindfs big read")
+        mounts.bindfs_umount(bmnt)
     shutil.rmtree(bsrc)
     os.sync()
 
@@ -534,41 +644,37 @@ def phase_big(ctx: dict) -> dict:
 
 def phase_postmark(ctx: dict) -> dict:
     wd, cairn, mounts, runner = ctx["workdir"], ctx["cairn"], ctx["mounts"], ctx["runner"]
+    watch = ctx["watch"]
     a = ctx["args"]
     out: dict = {"files": a.postmark_files, "tx": a.postmark_tx}
+
+    def pm(kind: str, loc: str) -> None:
+        os.makedirs(loc)
+        os.sync()
+        log(f"postmark: {kind}")
+        out[kind] = run_postmark(runner, loc, a.postmark_files, a.postmark_tx, kind, watch)
+        log(f"postmark: {kind} {out[kind]['tx_per_s']:.0f} tx/s")
 
     repo = os.path.join(wd, "repos", "fs-files")
     mnt = os.path.join(wd, "mnt", "cairn")
     cairn.init(repo)
     mounts.cairn_mount(repo, mnt, "postmark")
-    loc = os.path.join(mnt, "postmark")
-    os.makedirs(loc)
-    os.sync()
-    log("postmark: cairn FS")
-    out["cairn"] = run_postmark(runner, loc, a.postmark_files, a.postmark_tx, "cairn")
-    mounts.cairn_umount(mnt)
-    log(f"postmark: cairn {out['cairn']['tx_per_s']:.0f} tx/s")
+    with watch.step("cairn FS: postmark + unmount"):
+        pm("cairn", os.path.join(mnt, "postmark"))
+        mounts.cairn_umount(mnt)
 
     bsrc = os.path.join(wd, "bindfs-src")
     bmnt = os.path.join(wd, "mnt", "bindfs")
     mounts.bindfs_mount(bsrc, bmnt)
-    loc = os.path.join(bmnt, "postmark")
-    os.makedirs(loc)
-    os.sync()
-    log("postmark: bindfs")
-    out["bindfs"] = run_postmark(runner, loc, a.postmark_files, a.postmark_tx, "bindfs")
-    mounts.bindfs_umount(bmnt)
+    with watch.step("bindfs: postmark + unmount"):
+        pm("bindfs", os.path.join(bmnt, "postmark"))
+        mounts.bindfs_umount(bmnt)
     shutil.rmtree(bsrc)
-    log(f"postmark: bindfs {out['bindfs']['tx_per_s']:.0f} tx/s")
 
-    loc = os.path.join(wd, "plain", "postmark")
-    os.makedirs(loc)
-    os.sync()
-    log("postmark: plain dir")
-    out["plain"] = run_postmark(runner, loc, a.postmark_files, a.postmark_tx, "plain")
+    with watch.step("plain dir: postmark"):
+        pm("plain", os.path.join(wd, "plain", "postmark"))
     shutil.rmtree(os.path.join(wd, "plain"))
     os.sync()
-    log(f"postmark: plain {out['plain']['tx_per_s']:.0f} tx/s")
     return out
 
 
@@ -619,7 +725,7 @@ def small_read(root: str, rels: list[str], pool: memoryview) -> tuple[float, int
 
 
 def phase_small(ctx: dict) -> dict:
-    wd, mounts, dropper = ctx["workdir"], ctx["mounts"], ctx["dropper"]
+    wd, mounts, dropper, step = ctx["workdir"], ctx["mounts"], ctx["dropper"], ctx["watch"].step
     n = ctx["args"].small_files
     rels = small_layout(n)
     pool = memoryview(os.urandom(n * SMALL_SIZE))  # distinct content: nothing dedups
@@ -634,39 +740,43 @@ def phase_small(ctx: dict) -> dict:
         log(f"small: {kind}: {out[kind]['creates_per_s']:.0f} creates/s, "
             f"{out[kind]['reads_per_s']:.0f} cold reads/s")
 
-    # cairn FS (same repository as postmark)
+    # cairn FS (same repository as postmark); unmounted, caches dropped, remounted.
     repo = os.path.join(wd, "repos", "fs-files")
     mnt = os.path.join(wd, "mnt", "cairn")
-    mounts.cairn_mount(repo, mnt, "small: create")
     root = os.path.join(mnt, "small")
-    os.makedirs(root)
-    os.sync()
-    log(f"small: cairn FS: create {n} files")
-    cs = small_create(root, rels, pool)
-    mounts.cairn_umount(mnt)
+    mounts.cairn_mount(repo, mnt, "small: create")
+    with step("cairn FS: small-file creates + unmount"):
+        os.makedirs(root)
+        os.sync()
+        log(f"small: cairn FS: create {n} files")
+        cs = small_create(root, rels, pool)
+        mounts.cairn_umount(mnt)
     dropper.drop()
     mounts.cairn_mount(repo, mnt, "small: cold read")
-    log("small: cairn FS: cold random-order read")
-    rs, bad = small_read(root, rels, pool)
-    mounts.cairn_umount(mnt)
+    with step("cairn FS: small-file cold reads + unmount"):
+        log("small: cairn FS: cold random-order read")
+        rs, bad = small_read(root, rels, pool)
+        mounts.cairn_umount(mnt)
     record("cairn", cs, rs, bad)
     out["fs_repo_bytes"] = du_bytes(repo)
 
-    # bindfs (informational)
+    # bindfs (informational); also unmounted and remounted around the cache drop.
     bsrc = os.path.join(wd, "bindfs-src")
     bmnt = os.path.join(wd, "mnt", "bindfs")
-    mounts.bindfs_mount(bsrc, bmnt)
     root = os.path.join(bmnt, "small")
-    os.makedirs(root)
-    os.sync()
-    log(f"small: bindfs: create {n} files")
-    cs = small_create(root, rels, pool)
-    mounts.bindfs_umount(bmnt)
+    mounts.bindfs_mount(bsrc, bmnt)
+    with step("bindfs: small-file creates + unmount"):
+        os.makedirs(root)
+        os.sync()
+        log(f"small: bindfs: create {n} files")
+        cs = small_create(root, rels, pool)
+        mounts.bindfs_umount(bmnt)
     dropper.drop()
     mounts.bindfs_mount(bsrc, bmnt)
-    log("small: bindfs: cold random-order read")
-    rs, bad = small_read(root, rels, pool)
-    mounts.bindfs_umount(bmnt)
+    with step("bindfs: small-file cold reads + unmount"):
+        log("small: bindfs: cold random-order read")
+        rs, bad = small_read(root, rels, pool)
+        mounts.bindfs_umount(bmnt)
     record("bindfs", cs, rs, bad)
     shutil.rmtree(bsrc)
 
@@ -687,13 +797,12 @@ def phase_small(ctx: dict) -> dict:
 
 # --------------------------------------------------------------------------- report
 
-def target(name: str, value, goal: float, kind: str = "ge", detail: str = "") -> dict:
+def target(name: str, value, goal: float, kind: str = "ge", percent: bool = False) -> dict:
+    t = {"name": name, "value": value, "target": goal, "kind": kind, "percent": percent}
     if value is None:
-        return {"name": name, "value": None, "target": goal, "kind": kind, "status": "SKIPPED",
-                "detail": detail}
+        return {**t, "status": "SKIPPED"}
     met = value >= goal if kind == "ge" else value <= goal
-    return {"name": name, "value": value, "target": goal, "kind": kind,
-            "status": "MET" if met else "NOT MET", "detail": detail}
+    return {**t, "status": "MET" if met else "NOT MET"}
 
 
 def ratio(a, b):
@@ -775,7 +884,7 @@ def build_report(res: dict) -> tuple[str, list]:
                f"copy == source: {'OK' if c['verify']['ok'] else 'FAIL'} "
                f"({c['verify']['detail']})")
     targets.append(target("second copy: bytes added / its size", c["added_fraction"],
-                          TARGETS["copy_added_fraction"], kind="le"))
+                          TARGETS["copy_added_fraction"], kind="le", percent=True))
 
     # 3
     out.append("")
@@ -825,11 +934,14 @@ def build_report(res: dict) -> tuple[str, list]:
     peak = max((m["vm_hwm_bytes"] or 0 for m in mrows), default=0)
     out.append(f"5. cairn mount daemon: peak RSS (VmHWM just before unmount) over "
                f"{len(mrows)} mounts: {mib(peak)} MiB")
-    rows = [[m["purpose"], mib(m["vm_hwm_bytes"]), mib(m["ru_maxrss_bytes"]), f2(m["cpu_s"]),
+    peak_exit = max((m["vm_hwm_exit_bytes"] or 0 for m in mrows), default=0)
+    rows = [[m["purpose"], mib(m["vm_hwm_bytes"]), mib(m["vm_hwm_exit_bytes"]), f2(m["cpu_s"]),
              f2(m["mount_s"]), f2(m["umount_s"])] for m in mrows]
-    out.append(fmt_table(["mount", "VmHWM MiB", "maxrss at exit MiB", "CPU s", "mount s",
+    out.append(fmt_table(["mount", "VmHWM MiB", "incl. unmount MiB", "CPU s", "mount s",
                           "umount s"], rows))
-    out.append("   maxrss at exit (from wait4) also covers the flush during unmount")
+    out.append(f"   incl. unmount: VmHWM last read while the process flushed and exited after "
+               f"`cairn umount` (peak {mib(peak_exit)} MiB); CPU s from wait4")
+    res["peak_rss_incl_unmount_bytes"] = peak_exit
     res["peak_rss_bytes"] = peak
 
     out.append("")
@@ -837,9 +949,12 @@ def build_report(res: dict) -> tuple[str, list]:
     rows = []
     for t in targets:
         v = t["value"]
-        vs = f"{v:.4f}" if t["kind"] == "le" and isinstance(v, float) else f2(v)
-        rows.append([t["name"], vs, f"{'>=' if t['kind'] == 'ge' else '<='} {t['target']:g}",
-                     t["status"]])
+        if t["percent"]:
+            vs = f"{100 * v:.3f}%" if isinstance(v, (int, float)) else "-"
+            ts = f"{100 * t['target']:g}%"
+        else:
+            vs, ts = f2(v), f"{t['target']:g}"
+        rows.append([t["name"], vs, f"{'>=' if t['kind'] == 'ge' else '<='} {ts}", t["status"]])
     out.append(fmt_table(["target", "measured", "target", "status"], rows))
     out.append(f"(informational) peak RSS of the cairn mount daemon: {mib(peak)} MiB")
     if res["problems"]:
@@ -866,6 +981,9 @@ def parse_args(argv=None):
                    help="postmark transactions (default: %(default)s)")
     p.add_argument("--small-files", type=int, default=20000,
                    help="number of 4 KiB files (default: %(default)s)")
+    p.add_argument("--step-timeout", type=float, default=900.0, metavar="SECONDS",
+                   help="abort the mounts and fail when one step on a mount (a write, a read, "
+                        "a postmark run, an unmount) takes longer (default: %(default)s)")
     p.add_argument("--json", metavar="OUT", help="also write all figures as JSON to OUT")
     p.add_argument("--keep", action="store_true",
                    help="keep the scratch dir (logs, postmark configs); mounts are always "
@@ -875,6 +993,8 @@ def parse_args(argv=None):
         p.error("--big-gib must be at least 1 MiB worth")
     if a.postmark_files < 1 or a.postmark_tx < 1 or a.small_files < 1:
         p.error("--postmark-files, --postmark-tx and --small-files must be >= 1")
+    if a.step_timeout <= 0:
+        p.error("--step-timeout must be > 0")
     return a
 
 
@@ -905,7 +1025,8 @@ def main(argv=None) -> int:
     runner = Runner(os.path.join(workdir, "logs"))
     mounts = Mounts(runner, cairn_bin)
     ctx = {"args": args, "workdir": workdir, "runner": runner, "problems": [],
-           "cairn": Cairn(runner, cairn_bin), "mounts": mounts, "dropper": CacheDropper()}
+           "cairn": Cairn(runner, cairn_bin), "mounts": mounts, "dropper": CacheDropper(),
+           "watch": Watchdog(mounts, args.step_timeout)}
     results: dict = {"args": vars(args), "problems": ctx["problems"], "targets_def": TARGETS}
     old_handlers = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGHUP)}
     rc = 0
@@ -930,8 +1051,9 @@ def main(argv=None) -> int:
             rc = 2
     except (BenchError, OSError) as e:
         what = "" if isinstance(e, BenchError) else f"{type(e).__name__}: "
-        print(f"\nFAILED: {what}{e}", file=sys.stderr)
-        results["error"] = f"{what}{e}"
+        msg = f"{what}{e}{mounts.dead_daemons()}"
+        print(f"\nFAILED: {msg}", file=sys.stderr)
+        results["error"] = msg
         rc = 1
     except (KeyboardInterrupt, Interrupted) as e:
         print(f"\ninterrupted ({e or 'Ctrl-C'})", file=sys.stderr)

@@ -59,7 +59,9 @@ pub struct Index {
 }
 
 fn open_db(path: &Path) -> Result<Database> {
-    match Database::create(path) {
+    // redb's default page cache is 1 GiB; the compact index already answers
+    // "is it new?" from RAM, so the B-tree needs only its hot pages.
+    match redb::Builder::new().set_cache_size(64 << 20).create(path) {
         Ok(db) => Ok(db),
         Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(CasError::Busy(path.to_path_buf())),
         Err(e) => Err(CasError::IndexOpen {

@@ -540,7 +540,9 @@ impl RedbMeta {
     /// Opens the store at `path`, creating it (with a root directory owned by
     /// `root_uid`/`root_gid`, mode 0755) if it does not exist.
     pub fn open(path: &Path, root_uid: u32, root_gid: u32) -> Result<Self> {
-        let db = match Database::create(path) {
+        // redb's default page cache is 1 GiB: with many inline files it grew
+        // the daemon by that much. 64 MiB keeps the hot namespace in memory.
+        let db = match redb::Builder::new().set_cache_size(64 << 20).create(path) {
             Ok(db) => db,
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
                 return Err(MetaError::Busy(path.to_path_buf()))
