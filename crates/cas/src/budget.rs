@@ -26,10 +26,6 @@ impl Budget {
         }
     }
 
-    pub fn limit(&self) -> usize {
-        self.limit
-    }
-
     pub fn in_use(&self) -> usize {
         *self.inner.0.lock().unwrap()
     }

@@ -182,10 +182,6 @@ impl Store {
         })
     }
 
-    pub fn key(&self) -> &RepoKey {
-        &self.shared.key
-    }
-
     pub fn settings(&self) -> &StoreSettings {
         &self.shared.settings
     }

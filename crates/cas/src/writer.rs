@@ -54,11 +54,6 @@ impl StreamWriter {
         &self.store
     }
 
-    /// Whether the stream holds data that a flush would make durable.
-    pub fn is_dirty(&self) -> bool {
-        self.open.as_ref().is_some_and(|b| !b.is_empty()) || !self.depends.is_empty()
-    }
-
     pub fn write_chunk(&mut self, data: Bytes) -> Result<ChunkId> {
         Ok(self.write_batch(std::slice::from_ref(&data))?[0])
     }

@@ -182,10 +182,6 @@ impl Fs {
         &self.inner.store
     }
 
-    pub fn meta(&self) -> &Arc<dyn MetaStore> {
-        &self.inner.meta
-    }
-
     /// An inode with the live size and mtime of an open, written file.
     pub fn getattr(&self, ino: InodeId) -> Result<Inode> {
         let mut inode = self.inner.meta.get(ino)?;

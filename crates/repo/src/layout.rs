@@ -148,12 +148,6 @@ impl Repo {
             self.config.fs.clone(),
         )?)
     }
-
-    /// The fingerprint index file (derived state: `cairn repair
-    /// --rebuild-index` recreates it from the containers).
-    pub fn index_path(root: &Path) -> PathBuf {
-        root.join(META).join(cas::INDEX_FILE)
-    }
 }
 
 #[cfg(test)]
