@@ -432,6 +432,14 @@ struct SessionState {
 // ---------------------------------------------------------------------------
 // Pure helpers
 
+/// Answers an operation that returns nothing: ok, or its errno.
+fn reply_empty(reply: ReplyEmpty, result: fs::Result<()>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
 fn errno(e: &FsError) -> Errno {
     Errno::from_i32(e.errno())
 }
@@ -944,10 +952,7 @@ impl Filesystem for CairnFs {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        match self.fs.unlink(InodeId(parent.0), name) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_empty(reply, self.fs.unlink(InodeId(parent.0), name))
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -955,10 +960,7 @@ impl Filesystem for CairnFs {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        match self.fs.rmdir(InodeId(parent.0), name) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_empty(reply, self.fs.rmdir(InodeId(parent.0), name))
     }
 
     fn symlink(
@@ -1118,10 +1120,7 @@ impl Filesystem for CairnFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        match self.fs.flush(InodeId(ino.0)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_empty(reply, self.fs.flush(InodeId(ino.0)))
     }
 
     fn release(
@@ -1134,10 +1133,7 @@ impl Filesystem for CairnFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        match self.fs.release(InodeId(ino.0)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_empty(reply, self.fs.release(InodeId(ino.0)))
     }
 
     fn fsync(
@@ -1148,10 +1144,7 @@ impl Filesystem for CairnFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.fs.fsync(InodeId(ino.0)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_empty(reply, self.fs.fsync(InodeId(ino.0)))
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -1288,10 +1281,7 @@ impl Filesystem for CairnFs {
     ) {
         // `fs` offers no narrower commit: entries become durable with
         // everything else.
-        match self.fs.sync_all() {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_empty(reply, self.fs.sync_all())
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -1331,13 +1321,11 @@ impl Filesystem for CairnFs {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        match self
-            .fs
-            .set_xattr(InodeId(ino.0), name.as_bytes(), value, flags)
-        {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_empty(
+            reply,
+            self.fs
+                .set_xattr(InodeId(ino.0), name.as_bytes(), value, flags),
+        )
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -1355,10 +1343,7 @@ impl Filesystem for CairnFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.fs.remove_xattr(InodeId(ino.0), name.as_bytes()) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_empty(reply, self.fs.remove_xattr(InodeId(ino.0), name.as_bytes()))
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
@@ -1431,10 +1416,7 @@ impl Filesystem for CairnFs {
                 Ok(())
             }
         });
-        match extended {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        reply_empty(reply, extended)
     }
 }
 
