@@ -230,7 +230,7 @@ impl Store {
         Ok(report)
     }
 
-    fn container_ids(&self) -> Result<Vec<ContainerId>> {
+    pub(crate) fn container_ids(&self) -> Result<Vec<ContainerId>> {
         let keys = self.shared.branch.list(ContainerId::list_prefix())?;
         let mut ids: Vec<ContainerId> =
             keys.iter().filter_map(ContainerId::from_blob_key).collect();

@@ -93,6 +93,9 @@ pub struct Sealed {
     pub bytes: Vec<u8>,
     pub entries: Vec<(ChunkId, ChunkLocation)>,
     pub raw_bytes: u64,
+    /// Garbage collection copied these chunks forward: their index entries
+    /// move here even though the chunks are indexed elsewhere already.
+    pub relocated: bool,
 }
 
 impl ContainerBuilder {
@@ -164,6 +167,7 @@ impl ContainerBuilder {
             bytes: self.buf,
             entries: self.entries,
             raw_bytes: self.raw_bytes,
+            relocated: false,
         }
     }
 }

@@ -110,7 +110,7 @@ impl Index {
         Ok(index)
     }
 
-    fn reload_compact(&self) -> Result<()> {
+    pub(crate) fn reload_compact(&self) -> Result<()> {
         let mut compact = CompactIndex::default();
         let tx = self.db.begin_read()?;
         let table = tx.open_table(CHUNKS)?;
@@ -151,7 +151,7 @@ impl Index {
             let mut containers = tx.open_table(CONTAINERS)?;
             for s in sealed {
                 for (id, loc) in &s.entries {
-                    if chunks.get(id.as_bytes())?.is_none() {
+                    if s.relocated || chunks.get(id.as_bytes())?.is_none() {
                         chunks.insert(id.as_bytes(), loc.encode())?;
                         added.push(id.short());
                     }
@@ -220,6 +220,31 @@ impl Index {
         }
         tx.commit()?;
         Ok(first)
+    }
+
+    /// Forgets container `container`: removes the entries among `ids` that
+    /// still point into it and its accounting row, durably, in one
+    /// transaction. Returns how many entries went.
+    pub fn forget_container(&self, container: ContainerId, ids: &[ChunkId]) -> Result<u64> {
+        let mut tx = self.db.begin_write()?;
+        tx.set_durability(Durability::Immediate)
+            .expect("no persistent savepoints are used");
+        let mut removed = 0;
+        {
+            let mut chunks = tx.open_table(CHUNKS)?;
+            for id in ids {
+                let here = chunks
+                    .get(id.as_bytes())?
+                    .is_some_and(|v| ChunkLocation::decode(&v.value()).container == container);
+                if here {
+                    chunks.remove(id.as_bytes())?;
+                    removed += 1;
+                }
+            }
+            tx.open_table(CONTAINERS)?.remove(container.0)?;
+        }
+        tx.commit()?;
+        Ok(removed)
     }
 
     /// Every index entry, in id order.

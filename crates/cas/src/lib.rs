@@ -18,11 +18,14 @@
 //!    it; [`StreamWriter::flush`] returns only when every chunk the stream
 //!    wrote or deduplicated against is durable and indexed.
 //! 3. The index can be rebuilt from the containers alone
-//!    ([`Store::rebuild_index`]); the roots are the only state that cannot.
+//!    ([`Store::rebuild_index`]), and the roots from their blobs on the
+//!    branch ([`Store::recover_roots`]): the branch alone holds everything.
 //! 4. A chunk that is already stored is not stored again by the same stream,
 //!    nor by another stream once it is sealed. (Two streams that write the
 //!    same new chunk at the same moment, before either seals its container,
 //!    may both store it; the index keeps the first copy.)
+//! 5. Garbage collection never deletes a chunk that is marked or that a
+//!    writer deduplicated against while it ran (the protocol is in `gc.rs`).
 //!
 //! The container format and the compact index are written by hand because
 //! they are what makes cairn cairn (DDFS's container and short-fingerprint
@@ -33,6 +36,7 @@ mod budget;
 mod check;
 mod compact;
 pub mod container;
+mod gc;
 mod id;
 mod index;
 mod read;
@@ -45,6 +49,7 @@ use std::path::PathBuf;
 pub use budget::{Budget, Permit};
 pub use check::{CheckProgress, CheckReport, Problem, RebuildReport};
 pub use container::{ChunkLocation, ContainerError};
+pub use gc::{Assessment, Collection, Reclaimed};
 pub use id::{ChunkId, ContainerId, RepoKey, ShortFp};
 pub use index::ContainerInfo;
 pub use read::Fetched;
@@ -93,6 +98,8 @@ pub enum CasError {
     BadLabel(String),
     #[error("no root named {0:?}")]
     NoSuchRoot(String),
+    #[error("a garbage collection is already running on this store")]
+    CollectionRunning,
 }
 
 pub type Result<T, E = CasError> = std::result::Result<T, E>;

@@ -115,9 +115,11 @@ impl Store {
         if let Some(data) = self.shared.unsealed.lock().unwrap().get(id) {
             return Ok(data.clone());
         }
-        let loc = self.locate(id)?;
-        let region = self.read_region(&loc).map_err(|e| name_chunk(e, id))?;
-        self.verify(id, &loc, &region)
+        moved_retry(|| {
+            let loc = self.locate(id)?;
+            let region = self.read_region(&loc).map_err(|e| name_chunk(e, id))?;
+            self.verify(id, &loc, &region)
+        })
     }
 
     /// The distinct regions holding `locs`, and which region each loc is in.
@@ -165,6 +167,10 @@ impl Store {
     /// (in a few large requests, on this thread, so no compute worker waits
     /// on the disk) without decompressing or verifying them.
     pub fn fetch_chunks(&self, ids: &[ChunkId]) -> Result<Fetched> {
+        moved_retry(|| self.fetch_located(ids))
+    }
+
+    fn fetch_located(&self, ids: &[ChunkId]) -> Result<Fetched> {
         let locs = ids
             .iter()
             .map(|id| self.locate(id))
@@ -266,6 +272,16 @@ fn clone_corrupt(e: &CasError) -> CasError {
             container: ContainerId(0),
             reason: other.to_string(),
         },
+    }
+}
+
+/// Runs a read once more when its container vanished under it: garbage
+/// collection may have moved the chunk between the index lookup and the
+/// read, and a second lookup finds the copy.
+fn moved_retry<T>(read: impl Fn() -> Result<T>) -> Result<T> {
+    match read() {
+        Err(CasError::Branch(branch::BranchError::NotFound { .. })) => read(),
+        other => other,
     }
 }
 

@@ -1,6 +1,6 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 
 use branch::Branch;
@@ -98,6 +98,25 @@ pub(crate) struct Shared {
     pub inflight: Mutex<Inflight>,
     pub inflight_cv: Condvar,
     ids: Mutex<(u64, u64)>,
+    /// While a garbage collection runs, the chunks writers deduplicated
+    /// against (see the `gc` module for the protocol).
+    pub retained: RwLock<Option<Mutex<HashSet<ChunkId>>>>,
+}
+
+impl Shared {
+    /// Whether a chunk is indexed, for a writer about to reference it instead
+    /// of storing it. While a collection runs the hit is recorded, and the
+    /// read lock orders it against the sweep's removal of index entries.
+    pub(crate) fn dedup_lookup(&self, id: &ChunkId) -> Result<bool> {
+        let retained = self.retained.read().unwrap();
+        let hit = self.index.lookup(id)?.is_some();
+        if hit {
+            if let Some(set) = retained.as_ref() {
+                set.lock().unwrap().insert(*id);
+            }
+        }
+        Ok(hit)
+    }
 }
 
 pub(crate) struct IoJob {
@@ -166,6 +185,7 @@ impl Store {
             inflight: Mutex::new(Inflight::default()),
             inflight_cv: Condvar::new(),
             ids: Mutex::new((0, 0)),
+            retained: RwLock::new(None),
         });
         let (tx, rx) = crossbeam_channel::unbounded();
         let io_shared = shared.clone();
@@ -204,7 +224,13 @@ impl Store {
     /// A new write stream with its own open container, so the chunks of one
     /// stream stay together on disk.
     pub fn stream(&self) -> StreamWriter {
-        StreamWriter::new(self.clone())
+        StreamWriter::new(self.clone(), false)
+    }
+
+    /// Garbage collection's stream: stores chunks even when they are indexed
+    /// (in a container being reclaimed) and points their entries at the copy.
+    pub(crate) fn relocation_stream(&self) -> StreamWriter {
+        StreamWriter::new(self.clone(), true)
     }
 
     pub(crate) fn allocate_container(&self) -> Result<ContainerId> {
@@ -255,9 +281,16 @@ impl Store {
         }
     }
 
+    /// Names `id` as root `label`. The root is written twice: as a small
+    /// blob on the branch (so a repository whose metadata files are lost can
+    /// find its roots again, see [`Store::recover_roots`]) and in
+    /// `roots.redb`, which is what lookups read.
     pub fn put_root(&self, label: &str, id: &ChunkId) -> Result<()> {
         check_label(label)?;
         self.locate(id)?;
+        let key = root_blob_key(label);
+        self.shared.branch.delete(&key)?;
+        self.shared.branch.put(&key, id.as_bytes())?;
         self.shared.index.put_root(label, id)
     }
 
@@ -270,10 +303,30 @@ impl Store {
 
     pub fn delete_root(&self, label: &str) -> Result<()> {
         if self.shared.index.delete_root(label)? {
+            self.shared.branch.delete(&root_blob_key(label))?;
             Ok(())
         } else {
             Err(CasError::NoSuchRoot(label.to_string()))
         }
+    }
+
+    /// Puts back into `roots.redb` every root whose blob is on the branch
+    /// (after the metadata files were lost). Returns how many.
+    pub fn recover_roots(&self) -> Result<usize> {
+        let keys = self.shared.branch.list(ROOTS_PREFIX)?;
+        let mut n = 0;
+        for key in keys {
+            let Some(label) = label_of_root_blob(&key) else {
+                continue;
+            };
+            let bytes = self.shared.branch.get(&key)?;
+            let Ok(id) = <[u8; 32]>::try_from(bytes.as_slice()) else {
+                continue;
+            };
+            self.shared.index.put_root(&label, &ChunkId::from_bytes(id))?;
+            n += 1;
+        }
+        Ok(n)
     }
 
     pub fn list_roots(&self) -> Result<Vec<(String, ChunkId)>> {
@@ -294,11 +347,57 @@ impl Store {
     }
 }
 
+const ROOTS_PREFIX: &str = "roots/";
+/// Hex digits per key segment: a label of 255 bytes is 510 digits, more
+/// than a file name may hold.
+const ROOT_SEGMENT: usize = 200;
+
+/// `roots/<hex of the label, in segments>/r`: hex keeps any label a valid
+/// key, and the final `r` keeps a short label's blob from colliding with a
+/// longer label's directory.
+fn root_blob_key(label: &str) -> branch::BlobKey {
+    let hex: String = label.bytes().map(|b| format!("{b:02x}")).collect();
+    let segments: Vec<&str> = hex
+        .as_bytes()
+        .chunks(ROOT_SEGMENT)
+        .map(|c| std::str::from_utf8(c).expect("hex is ascii"))
+        .collect();
+    branch::BlobKey::new(format!("{ROOTS_PREFIX}{}/r", segments.join("/")))
+        .expect("hex segments are valid keys")
+}
+
+fn label_of_root_blob(key: &branch::BlobKey) -> Option<String> {
+    let hex: String = key
+        .as_str()
+        .strip_prefix(ROOTS_PREFIX)?
+        .strip_suffix("/r")?
+        .split('/')
+        .collect();
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    String::from_utf8(bytes).ok()
+}
+
 fn check_label(label: &str) -> Result<()> {
     if label.is_empty() || label.len() > 255 || label.chars().any(char::is_control) {
         return Err(CasError::BadLabel(label.to_string()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_blob_keys_round_trip() {
+        for label in ["a", "version/12", "snapshot/with space", &"x".repeat(255)] {
+            let key = root_blob_key(label);
+            assert_eq!(label_of_root_blob(&key).as_deref(), Some(label));
+        }
+    }
 }
 
 fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {

@@ -33,16 +33,20 @@ pub struct StreamWriter {
     /// be durable before a flush returns.
     depends: HashSet<ContainerId>,
     stats: WriteStats,
+    /// Garbage collection's copy-forward stream: stores every chunk it is
+    /// given, and its containers take over the chunks' index entries.
+    relocating: bool,
 }
 
 impl StreamWriter {
-    pub(crate) fn new(store: Store) -> Self {
+    pub(crate) fn new(store: Store, relocating: bool) -> Self {
         StreamWriter {
             store,
             open: None,
             open_ids: HashSet::new(),
             depends: HashSet::new(),
             stats: WriteStats::default(),
+            relocating,
         }
     }
 
@@ -117,13 +121,16 @@ impl StreamWriter {
         if self.open_ids.contains(id) {
             return Ok(true);
         }
+        if self.relocating {
+            return Ok(false);
+        }
         // Pending before the index: the I/O thread indexes a chunk before it
         // leaves `pending`, so this order never misses one in between.
         if let Some(c) = self.store.shared.inflight.lock().unwrap().pending.get(id) {
             self.depends.insert(*c);
             return Ok(true);
         }
-        Ok(self.store.shared.index.lookup(id)?.is_some())
+        self.store.shared.dedup_lookup(id)
     }
 
     /// Groups consecutive new chunks into regions of about `region_size` raw
@@ -181,7 +188,8 @@ impl StreamWriter {
         if builder.is_empty() {
             return Ok(());
         }
-        let sealed = builder.seal();
+        let mut sealed = builder.seal();
+        sealed.relocated = self.relocating;
         {
             let mut inflight = self.store.shared.inflight.lock().unwrap();
             for (id, _) in &sealed.entries {

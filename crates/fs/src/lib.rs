@@ -22,6 +22,10 @@
 
 mod cache;
 mod file;
+pub mod history;
+pub mod reach;
+mod snapview;
+pub mod tree;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -39,6 +43,8 @@ use meta::{
 use recipe::{Recipe, RecipeError};
 
 pub use cache::ChunkCache;
+pub use snapview::{is_virtual, SNAPSHOTS_DIR};
+use snapview::is_snapshots_name;
 use file::FileState;
 
 /// Tunables of the file system.
@@ -58,6 +64,11 @@ pub struct FsSettings {
     pub cache_bytes: usize,
     /// How often the committer makes written data and metadata durable.
     pub commit_interval: Duration,
+    /// How often the committer writes a version of the namespace (when
+    /// anything changed); zero turns periodic versions off.
+    pub version_interval: Duration,
+    /// How many versions are kept; older ones are dropped.
+    pub versions_keep: usize,
 }
 
 impl Default for FsSettings {
@@ -69,6 +80,8 @@ impl Default for FsSettings {
             readahead: 32 << 20,
             cache_bytes: 256 << 20,
             commit_interval: Duration::from_secs(5),
+            version_interval: Duration::from_secs(30),
+            versions_keep: 10,
         }
     }
 }
@@ -85,6 +98,16 @@ pub enum FsError {
     NotFile,
     #[error("operation not supported")]
     NotSupported,
+    #[error("read-only: snapshots under .snapshots cannot be changed")]
+    ReadOnly,
+    #[error("{0}")]
+    BadName(String),
+    #[error("{0}")]
+    NotFoundNamed(String),
+    #[error("{0}")]
+    Exists(String),
+    #[error("damaged history in the store: {0}")]
+    Malformed(String),
 }
 
 impl FsError {
@@ -102,9 +125,12 @@ impl FsError {
                 MetaError::Invalid(_) => libc::EINVAL,
                 _ => libc::EIO,
             },
-            FsError::NotFile => libc::EINVAL,
+            FsError::NotFile | FsError::BadName(_) => libc::EINVAL,
             FsError::NotSupported => libc::EOPNOTSUPP,
-            FsError::Store(_) | FsError::Recipe(_) => libc::EIO,
+            FsError::ReadOnly => libc::EROFS,
+            FsError::NotFoundNamed(_) => libc::ENOENT,
+            FsError::Exists(_) => libc::EEXIST,
+            FsError::Store(_) | FsError::Recipe(_) | FsError::Malformed(_) => libc::EIO,
         }
     }
 }
@@ -130,6 +156,9 @@ struct Inner {
     dirty_total: AtomicUsize,
     cache: Arc<ChunkCache>,
     commit_lock: Mutex<()>,
+    /// See [`history`]: versions and garbage collection's marking.
+    history: Mutex<()>,
+    snapshots: snapview::SnapView,
     stop: (Mutex<bool>, Condvar),
 }
 
@@ -142,6 +171,25 @@ pub struct Fs {
 
 fn now() -> Timestamp {
     Timestamp::now()
+}
+
+/// Refuses changes to anything under `.snapshots`.
+fn writable(ino: InodeId) -> Result<()> {
+    if is_virtual(ino) {
+        Err(FsError::ReadOnly)
+    } else {
+        Ok(())
+    }
+}
+
+/// Refuses changes under `.snapshots` and to `.snapshots` itself.
+fn writable_name(parent: InodeId, name: &[u8]) -> Result<()> {
+    writable(parent)?;
+    if is_snapshots_name(parent, name) {
+        Err(FsError::ReadOnly)
+    } else {
+        Ok(())
+    }
 }
 
 impl Fs {
@@ -164,6 +212,8 @@ impl Fs {
             pending: Mutex::new(Vec::new()),
             dirty_total: AtomicUsize::new(0),
             commit_lock: Mutex::new(()),
+            history: Mutex::new(()),
+            snapshots: snapview::SnapView::default(),
             stop: (Mutex::new(false), Condvar::new()),
         });
         let bg = inner.clone();
@@ -184,12 +234,21 @@ impl Fs {
 
     /// An inode with the live size and mtime of an open, written file.
     pub fn getattr(&self, ino: InodeId) -> Result<Inode> {
+        if is_virtual(ino) {
+            return self.snap_getattr(ino);
+        }
         let mut inode = self.inner.meta.get(ino)?;
         self.inner.overlay(&mut inode);
         Ok(inode)
     }
 
     pub fn lookup(&self, parent: InodeId, name: &[u8]) -> Result<Inode> {
+        if is_virtual(parent) {
+            return self.snap_lookup(parent, name);
+        }
+        if is_snapshots_name(parent, name) {
+            return self.snap_getattr(InodeId(snapview::SNAP_BASE));
+        }
         let mut inode = self.inner.meta.lookup(parent, name)?;
         self.inner.overlay(&mut inode);
         Ok(inode)
@@ -199,6 +258,7 @@ impl Fs {
     /// Changing the owner of a non-directory clears its set-user-id bit, and
     /// its set-group-id bit when group-executable, as Linux does.
     pub fn setattr(&self, ino: InodeId, changes: &SetAttr, size: Option<u64>) -> Result<Inode> {
+        writable(ino)?;
         let t = now();
         let mut changes = changes.clone();
         if changes.uid.is_some() || changes.gid.is_some() {
@@ -232,16 +292,26 @@ impl Fs {
     }
 
     pub fn create(&self, parent: InodeId, name: &[u8], new: NewInode) -> Result<Inode> {
+        writable(parent)?;
+        if is_snapshots_name(parent, name) {
+            return Err(MetaError::Exists.into());
+        }
         Ok(self.inner.meta.create(parent, name, new, now())?)
     }
 
     pub fn link(&self, ino: InodeId, new_parent: InodeId, new_name: &[u8]) -> Result<Inode> {
+        writable(ino)?;
+        writable(new_parent)?;
+        if is_snapshots_name(new_parent, new_name) {
+            return Err(MetaError::Exists.into());
+        }
         let mut inode = self.inner.meta.link(ino, new_parent, new_name, now())?;
         self.inner.overlay(&mut inode);
         Ok(inode)
     }
 
     pub fn unlink(&self, parent: InodeId, name: &[u8]) -> Result<()> {
+        writable_name(parent, name)?;
         let target = self.inner.meta.lookup(parent, name)?.id;
         let open = self.inner.is_open(target);
         self.inner.meta.unlink(parent, name, open, now())?;
@@ -249,6 +319,7 @@ impl Fs {
     }
 
     pub fn rmdir(&self, parent: InodeId, name: &[u8]) -> Result<()> {
+        writable_name(parent, name)?;
         Ok(self.inner.meta.rmdir(parent, name, now())?)
     }
 
@@ -260,6 +331,8 @@ impl Fs {
         new_name: &[u8],
         flags: RenameFlags,
     ) -> Result<()> {
+        writable_name(parent, name)?;
+        writable_name(new_parent, new_name)?;
         let inner = &self.inner;
         inner.meta.rename(
             parent,
@@ -274,6 +347,9 @@ impl Fs {
     }
 
     pub fn readlink(&self, ino: InodeId) -> Result<Vec<u8>> {
+        if is_virtual(ino) {
+            return self.snap_readlink(ino);
+        }
         match self.inner.meta.get(ino)? {
             Inode {
                 content: Content::Inline(target),
@@ -294,10 +370,21 @@ impl Fs {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<DirEntry>> {
+        if is_virtual(dir) {
+            return self.snap_readdir(dir, after, limit);
+        }
         Ok(self.inner.meta.readdir(dir, after, limit)?)
     }
 
     pub fn get_xattr(&self, ino: InodeId, name: &[u8]) -> Result<Vec<u8>> {
+        if is_virtual(ino) {
+            return self
+                .snap_xattrs(ino)?
+                .into_iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v)
+                .ok_or(MetaError::NoXattr.into());
+        }
         Ok(self.inner.meta.get_xattr(ino, name)?)
     }
 
@@ -308,19 +395,27 @@ impl Fs {
         value: &[u8],
         flags: XattrFlags,
     ) -> Result<()> {
+        writable(ino)?;
         Ok(self.inner.meta.set_xattr(ino, name, value, flags, now())?)
     }
 
     pub fn list_xattr(&self, ino: InodeId) -> Result<Vec<Vec<u8>>> {
+        if is_virtual(ino) {
+            return Ok(self.snap_xattrs(ino)?.into_iter().map(|(n, _)| n).collect());
+        }
         Ok(self.inner.meta.list_xattr(ino)?)
     }
 
     pub fn remove_xattr(&self, ino: InodeId, name: &[u8]) -> Result<()> {
+        writable(ino)?;
         Ok(self.inner.meta.remove_xattr(ino, name, now())?)
     }
 
     /// Opens a regular file (one more handle on its state).
     pub fn open(&self, ino: InodeId) -> Result<()> {
+        if is_virtual(ino) {
+            return self.snap_open(ino);
+        }
         let state = self.inner.state(ino)?;
         state.lock().unwrap().handles += 1;
         Ok(())
@@ -330,6 +425,10 @@ impl Fs {
     /// content (durable at the next commit), and deletes it if it was
     /// unlinked meanwhile.
     pub fn release(&self, ino: InodeId) -> Result<()> {
+        if is_virtual(ino) {
+            self.snap_release(ino);
+            return Ok(());
+        }
         let Some(state) = self.inner.files.lock().unwrap().get(&ino).cloned() else {
             return Ok(());
         };
@@ -342,6 +441,9 @@ impl Fs {
     }
 
     pub fn read(&self, ino: InodeId, offset: u64, len: u32) -> Result<Vec<u8>> {
+        if is_virtual(ino) {
+            return self.snap_read(ino, offset, len);
+        }
         let state = self.inner.state(ino)?;
         let mut f = state.lock().unwrap();
         let sequential = offset == f.read_next;
@@ -359,6 +461,7 @@ impl Fs {
     /// Writes at `offset`. Admission control: past the file's or the global
     /// dirty limit, the writer first writes its own dirty bytes behind.
     pub fn write(&self, ino: InodeId, offset: u64, data: &[u8]) -> Result<u32> {
+        writable(ino)?;
         let state = self.inner.state(ino)?;
         let mut f = state.lock().unwrap();
         let added = f.write(offset, data, now());
@@ -599,6 +702,7 @@ impl Inner {
 
     fn commit_loop(&self) {
         let (lock, cv) = &self.stop;
+        let mut last_version = std::time::Instant::now();
         let mut stopped = lock.lock().unwrap();
         while !*stopped {
             let (guard, _) = cv
@@ -610,6 +714,13 @@ impl Inner {
             }
             drop(stopped);
             let _ = self.sync_all();
+            let every = self.settings.version_interval;
+            if !every.is_zero() && last_version.elapsed() >= every {
+                last_version = std::time::Instant::now();
+                if let Err(e) = self.write_version() {
+                    eprintln!("cairn: writing a version of the file system failed: {e}");
+                }
+            }
             stopped = lock.lock().unwrap();
         }
     }

@@ -30,15 +30,15 @@ use crate::{
     RenameFlags, Result, SetAttr, Timestamp, XattrFlags, NAME_MAX,
 };
 
-const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
-const DIRENTS: TableDefinition<&[u8], [u8; 9]> = TableDefinition::new("dirents");
-const XATTRS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("xattrs");
-const ORPHANS: TableDefinition<u64, ()> = TableDefinition::new("orphans");
-const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+pub(crate) const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
+pub(crate) const DIRENTS: TableDefinition<&[u8], [u8; 9]> = TableDefinition::new("dirents");
+pub(crate) const XATTRS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("xattrs");
+pub(crate) const ORPHANS: TableDefinition<u64, ()> = TableDefinition::new("orphans");
+pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
-const NEXT_INO: &str = "next_ino";
-const FILES: &str = "files";
-const DIRS: &str = "dirs";
+pub(crate) const NEXT_INO: &str = "next_ino";
+pub(crate) const FILES: &str = "files";
+pub(crate) const DIRS: &str = "dirs";
 
 /// The longest extended-attribute name (Linux's `XATTR_NAME_MAX`).
 const XATTR_NAME_MAX: usize = 255;
@@ -71,13 +71,13 @@ fn corrupt(what: String) -> MetaError {
 /// An inode as stored: the inode and, for a directory, the directory holding
 /// its name (the root's parent is the root; 0 for non-directories).
 #[derive(Debug, Clone)]
-struct Rec {
-    inode: Inode,
-    parent: u64,
+pub(crate) struct Rec {
+    pub inode: Inode,
+    pub parent: u64,
 }
 
 impl Rec {
-    fn is_dir(&self) -> bool {
+    pub fn is_dir(&self) -> bool {
         self.inode.attr.kind == FileKind::Dir
     }
 }
@@ -118,7 +118,7 @@ fn byte_kind(b: u8) -> Option<FileKind> {
 /// uid (4), gid (4), size (8), nlink (4), rdev (4), atime, mtime, ctime,
 /// crtime (each secs i64 + nanos u32), parent (8), content tag (1), then the
 /// inline bytes (to the end) or the 32-byte recipe chunk id.
-fn encode(rec: &Rec) -> Vec<u8> {
+pub(crate) fn encode(rec: &Rec) -> Vec<u8> {
     let a = &rec.inode.attr;
     let extra = match &rec.inode.content {
         Content::Empty => 0,
@@ -178,7 +178,7 @@ impl Reader<'_> {
     }
 }
 
-fn decode(ino: u64, b: &[u8]) -> Result<Rec> {
+pub(crate) fn decode(ino: u64, b: &[u8]) -> Result<Rec> {
     let bad = |why: &str| corrupt(format!("inode {ino}: {why}"));
     if b.len() <= CONTENT_TAG_AT {
         return Err(bad("record too short"));
@@ -239,28 +239,28 @@ fn record_kind(ino: u64, b: &[u8]) -> Result<FileKind> {
     .ok_or_else(|| corrupt(format!("inode {ino}: bad record")))
 }
 
-fn dkey(parent: InodeId, name: &[u8]) -> Vec<u8> {
+pub(crate) fn dkey(parent: InodeId, name: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(8 + name.len());
     k.extend_from_slice(&parent.0.to_be_bytes());
     k.extend_from_slice(name);
     k
 }
 
-fn dval(ino: InodeId, kind: FileKind) -> [u8; 9] {
+pub(crate) fn dval(ino: InodeId, kind: FileKind) -> [u8; 9] {
     let mut v = [0u8; 9];
     v[..8].copy_from_slice(&ino.0.to_le_bytes());
     v[8] = kind_byte(kind);
     v
 }
 
-fn dval_decode(v: [u8; 9]) -> Result<(InodeId, FileKind)> {
+pub(crate) fn dval_decode(v: [u8; 9]) -> Result<(InodeId, FileKind)> {
     let ino = InodeId(u64::from_le_bytes(v[..8].try_into().unwrap()));
     let kind = byte_kind(v[8]).ok_or_else(|| corrupt(format!("entry of {ino:?}: bad kind")))?;
     Ok((ino, kind))
 }
 
 /// The key range of everything under the 8-byte big-endian prefix `id`.
-fn prefix_range(id: u64) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+pub(crate) fn prefix_range(id: u64) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     let lo = Bound::Included(id.to_be_bytes().to_vec());
     let hi = match id.checked_add(1) {
         Some(n) => Bound::Excluded(n.to_be_bytes().to_vec()),
@@ -269,7 +269,7 @@ fn prefix_range(id: u64) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     (lo, hi)
 }
 
-fn as_slices(r: &(Bound<Vec<u8>>, Bound<Vec<u8>>)) -> (Bound<&[u8]>, Bound<&[u8]>) {
+pub(crate) fn as_slices(r: &(Bound<Vec<u8>>, Bound<Vec<u8>>)) -> (Bound<&[u8]>, Bound<&[u8]>) {
     (
         r.0.as_ref().map(|v| v.as_slice()),
         r.1.as_ref().map(|v| v.as_slice()),
@@ -527,7 +527,7 @@ impl<'t> W<'t> {
 
 /// The metadata store in one redb file.
 pub struct RedbMeta {
-    db: Database,
+    pub(crate) db: Database,
 }
 
 impl std::fmt::Debug for RedbMeta {
@@ -1187,6 +1187,10 @@ impl MetaStore for RedbMeta {
             files: get(FILES)?,
             dirs: get(DIRS)?,
         })
+    }
+
+    fn view(&self) -> Result<Box<dyn crate::MetaView>> {
+        Ok(Box::new(crate::view::RedbView(self.db.begin_read()?)))
     }
 
     fn sync(&self) -> Result<()> {

@@ -32,8 +32,10 @@
 
 mod engine;
 mod types;
+mod view;
 
 pub use engine::RedbMeta;
+pub use view::{ImportEntry, ImportInode};
 pub use types::*;
 
 /// The longest name a directory entry may have, in bytes.
@@ -181,6 +183,22 @@ pub trait MetaStore: Send + Sync {
     /// Counts of files (non-directories) and directories.
     fn counts(&self) -> Result<Counts>;
 
+    /// A read-only view of the whole namespace as it is now; later
+    /// mutations do not show in it (versions and garbage collection read a
+    /// consistent instant through it while the file system stays in use).
+    fn view(&self) -> Result<Box<dyn MetaView>>;
+
     /// Makes every mutation so far durable.
     fn sync(&self) -> Result<()>;
+}
+
+/// See [`MetaStore::view`].
+pub trait MetaView: Send {
+    fn get(&self, ino: InodeId) -> Result<Inode>;
+    /// Every entry of a directory, in name order.
+    fn entries(&self, dir: InodeId) -> Result<Vec<DirEntry>>;
+    /// Every extended attribute of an inode, in name order.
+    fn xattrs(&self, ino: InodeId) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+    /// Every inode, in number order.
+    fn for_each_inode(&self, f: &mut dyn FnMut(&Inode)) -> Result<()>;
 }

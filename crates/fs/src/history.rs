@@ -1,0 +1,579 @@
+//! Versions, snapshots, clones and restores: the file system's history.
+//!
+//! A version is the whole namespace written into the store as a Merkle tree
+//! (see [`crate::tree`]) and rooted as `version/<n>`; the committer writes
+//! one every `version_interval` when something changed, and keeps the last
+//! `versions_keep`. A snapshot is the same, rooted as `snapshot/<name>` and
+//! kept until deleted. Clones and restores copy recipes, never data: a file
+//! is a reference to an immutable recipe, so a copy is independent by
+//! construction.
+//!
+//! The history lock serializes writing versions with garbage collection's
+//! mark phase: a version carries references from a view of the namespace to
+//! a root, and a collection must see them in one place or the other.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::MutexGuard;
+
+use cas::{CasError, ChunkId};
+use meta::{Content, FileKind, Inode, InodeId, NewInode, SetAttr, Timestamp, XattrFlags};
+use serde::Serialize;
+
+use crate::reach::{self, MarkSet};
+use crate::tree::{self, Record, TreeContent, TreeEntry, TreeStats};
+use crate::{Fs, FsError, Inner, Result};
+
+pub const VERSION_PREFIX: &str = "version/";
+pub const SNAPSHOT_PREFIX: &str = "snapshot/";
+
+/// What writing a version did.
+#[derive(Debug, Clone, Serialize)]
+pub struct VersionReport {
+    /// `version/<n>`, or the previous version's label when nothing changed.
+    pub label: String,
+    pub written: bool,
+    pub files: u64,
+    pub dirs: u64,
+    /// Directory listings stored (changed or not: unchanged ones dedupe).
+    pub dirs_written: u64,
+    /// Bytes the version added to the store, before compression.
+    pub new_bytes: u64,
+    pub seconds: f64,
+    /// Old versions dropped by retention.
+    pub dropped: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SnapshotInfo {
+    pub name: String,
+    /// Seconds since the Unix epoch.
+    pub created: i64,
+    pub files: u64,
+    pub dirs: u64,
+    pub logical_bytes: u64,
+    /// Raw bytes of data no other snapshot, version, root or live file holds.
+    pub unique_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    Added,
+    Removed,
+    Changed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Change {
+    pub kind: ChangeKind,
+    pub path: String,
+}
+
+/// What a clone or restore created.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct CopyReport {
+    pub files: u64,
+    pub dirs: u64,
+    pub bytes: u64,
+}
+
+fn check_snapshot_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 200
+        && name != "."
+        && name != ".."
+        && !name.contains('/')
+        && !name.chars().any(char::is_control);
+    if ok {
+        Ok(())
+    } else {
+        Err(FsError::BadName(format!(
+            "invalid snapshot name {name:?}: use 1-200 bytes, no '/' or control characters"
+        )))
+    }
+}
+
+fn no_root(e: CasError, what: impl FnOnce() -> String) -> FsError {
+    match e {
+        CasError::NoSuchRoot(_) => FsError::NotFoundNamed(what()),
+        e => e.into(),
+    }
+}
+
+/// Splits a path inside the file system into names ("/a/b", "a/b").
+fn components(path: &str) -> Vec<&[u8]> {
+    path.split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .map(str::as_bytes)
+        .collect()
+}
+
+impl Fs {
+    /// Held while a version is written; garbage collection holds it while it
+    /// marks.
+    pub fn history_lock(&self) -> MutexGuard<'_, ()> {
+        self.inner.history.lock().unwrap()
+    }
+
+    /// The versions, oldest first: (number, record id).
+    pub fn versions(&self) -> Result<Vec<(u64, ChunkId)>> {
+        self.inner.versions()
+    }
+
+    /// Writes a version if anything changed since the last one, then drops
+    /// versions beyond the retention count.
+    pub fn write_version(&self) -> Result<VersionReport> {
+        self.inner.write_version()
+    }
+
+    pub fn snapshot_create(&self, name: &str) -> Result<SnapshotInfo> {
+        check_snapshot_name(name)?;
+        let label = format!("{SNAPSHOT_PREFIX}{name}");
+        let _history = self.history_lock();
+        if self.inner.store.get_root(&label).is_ok() {
+            return Err(FsError::Exists(format!("snapshot {name:?} exists")));
+        }
+        let (id, record, _) = self.inner.write_record()?;
+        self.inner.store.put_root(&label, &id)?;
+        Ok(info(name, &record, None))
+    }
+
+    fn snapshot_record(&self, name: &str) -> Result<(ChunkId, Record)> {
+        check_snapshot_name(name)?;
+        let id = self
+            .inner
+            .store
+            .get_root(&format!("{SNAPSHOT_PREFIX}{name}"))
+            .map_err(|e| no_root(e, || format!("no snapshot named {name:?}")))?;
+        Ok((id, tree::read_record(&self.inner.store, &id)?))
+    }
+
+    /// Every snapshot, by name; with `unique`, also the bytes each alone
+    /// holds (one mark pass over everything else per snapshot).
+    pub fn snapshot_list(&self, unique: bool) -> Result<Vec<SnapshotInfo>> {
+        let roots = self.inner.store.list_roots()?;
+        let mut out = Vec::new();
+        for (label, id) in &roots {
+            let Some(name) = label.strip_prefix(SNAPSHOT_PREFIX) else {
+                continue;
+            };
+            let record = tree::read_record(&self.inner.store, id)?;
+            let unique_bytes = if unique {
+                let mut others = MarkSet::default();
+                self.mark_live(&mut others)?;
+                for (other, oid) in &roots {
+                    if other != label {
+                        others.root(&self.inner.store, oid)?;
+                    }
+                }
+                Some(reach::unique_bytes(&self.inner.store, id, &others)?)
+            } else {
+                None
+            };
+            out.push(info(name, &record, unique_bytes));
+        }
+        Ok(out)
+    }
+
+    pub fn snapshot_delete(&self, name: &str) -> Result<()> {
+        check_snapshot_name(name)?;
+        self.inner
+            .store
+            .delete_root(&format!("{SNAPSHOT_PREFIX}{name}"))
+            .map_err(|e| no_root(e, || format!("no snapshot named {name:?}")))
+    }
+
+    /// Paths added, removed and changed from snapshot `a` to snapshot `b`
+    /// (directories that did not change are skipped whole).
+    pub fn snapshot_diff(&self, a: &str, b: &str) -> Result<Vec<Change>> {
+        let (_, ra) = self.snapshot_record(a)?;
+        let (_, rb) = self.snapshot_record(b)?;
+        let mut out = Vec::new();
+        if let (TreeContent::Dir(la), TreeContent::Dir(lb)) = (&ra.root.content, &rb.root.content)
+        {
+            self.diff_dirs("", la, lb, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn diff_dirs(&self, at: &str, a: &ChunkId, b: &ChunkId, out: &mut Vec<Change>) -> Result<()> {
+        if a == b {
+            return Ok(());
+        }
+        let store = &self.inner.store;
+        let ea = tree::read_listing(store, a)?;
+        let eb = tree::read_listing(store, b)?;
+        let mut by_name: HashMap<&[u8], &TreeEntry> =
+            eb.iter().map(|e| (e.name.as_slice(), e)).collect();
+        let path = |e: &TreeEntry| format!("{at}/{}", String::from_utf8_lossy(&e.name));
+        for x in &ea {
+            match by_name.remove(x.name.as_slice()) {
+                None => out.push(Change {
+                    kind: ChangeKind::Removed,
+                    path: path(x),
+                }),
+                Some(y) => match (&x.content, &y.content) {
+                    (TreeContent::Dir(da), TreeContent::Dir(db)) => {
+                        self.diff_dirs(&path(x), da, db, out)?
+                    }
+                    _ if x.attr.kind != y.attr.kind => {
+                        out.push(Change {
+                            kind: ChangeKind::Removed,
+                            path: path(x),
+                        });
+                        out.push(Change {
+                            kind: ChangeKind::Added,
+                            path: path(y),
+                        });
+                    }
+                    _ if !x.same_as(y) => out.push(Change {
+                        kind: ChangeKind::Changed,
+                        path: path(x),
+                    }),
+                    _ => {}
+                },
+            }
+        }
+        for y in &eb {
+            if by_name.contains_key(y.name.as_slice()) {
+                out.push(Change {
+                    kind: ChangeKind::Added,
+                    path: path(y),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The live inode at `path` (relative to the file system's root).
+    pub fn resolve(&self, path: &str) -> Result<Inode> {
+        let mut inode = self.getattr(InodeId::ROOT)?;
+        for name in components(path) {
+            inode = self.lookup(inode.id, name).map_err(|e| match e {
+                FsError::Meta(meta::MetaError::NotFound) => {
+                    FsError::NotFoundNamed(format!("{path}: no such file or directory"))
+                }
+                e => e,
+            })?;
+        }
+        Ok(inode)
+    }
+
+    /// The directory that will hold `path` and the new name.
+    fn parent_of<'p>(&self, path: &'p str) -> Result<(InodeId, &'p [u8])> {
+        let mut parts = components(path);
+        let name = parts
+            .pop()
+            .ok_or_else(|| FsError::BadName(format!("{path:?} names the root")))?;
+        let dir = parts
+            .iter()
+            .try_fold(self.getattr(InodeId::ROOT)?, |d, n| self.lookup(d.id, n))
+            .map_err(|_| FsError::NotFoundNamed(format!("the directory of {path} does not exist")))?;
+        Ok((dir.id, name))
+    }
+
+    /// Copies the file or tree at `src` to `dst` by copying recipes.
+    pub fn clone_path(&self, src: &str, dst: &str) -> Result<CopyReport> {
+        let from = self.resolve(src)?;
+        let (parent, name) = self.parent_of(dst)?;
+        let entry = self.live_entry(name.to_vec(), &from)?;
+        let mut cx = CopyCx::default();
+        self.materialize(parent, &entry, &Source::Live, &mut cx)?;
+        Ok(cx.report)
+    }
+
+    /// Brings `path` back from snapshot `name` to `to` (default: the same
+    /// path), copying recipes. With `overwrite`, existing files there are
+    /// replaced and directories merged; otherwise an existing target is an
+    /// error.
+    pub fn restore(
+        &self,
+        name: &str,
+        path: &str,
+        to: Option<&str>,
+        overwrite: bool,
+    ) -> Result<CopyReport> {
+        let (_, record) = self.snapshot_record(name)?;
+        let mut entry = record.root.clone();
+        for part in components(path) {
+            let TreeContent::Dir(listing) = &entry.content else {
+                return Err(FsError::NotFoundNamed(format!(
+                    "{path} is not in snapshot {name:?}"
+                )));
+            };
+            entry = tree::read_listing(&self.inner.store, listing)?
+                .into_iter()
+                .find(|e| e.name == part)
+                .ok_or_else(|| FsError::NotFoundNamed(format!("{path} is not in snapshot {name:?}")))?;
+        }
+        let target = to.unwrap_or(path);
+        let mut cx = CopyCx::default();
+        let source = Source::Stored { overwrite };
+        if components(target).is_empty() {
+            // Restoring onto the root: merge the snapshot's top level into it.
+            let TreeContent::Dir(listing) = &entry.content else {
+                return Err(FsError::BadName("only a directory can be restored onto the root".into()));
+            };
+            for child in tree::read_listing(&self.inner.store, listing)? {
+                self.materialize(InodeId::ROOT, &child, &source, &mut cx)?;
+            }
+            return Ok(cx.report);
+        }
+        let (parent, new_name) = self.parent_of(target)?;
+        entry.name = new_name.to_vec();
+        self.materialize(parent, &entry, &source, &mut cx)?;
+        Ok(cx.report)
+    }
+
+    /// A live inode as a tree entry (its data recorded first, so an open
+    /// file's latest writes are part of the copy).
+    fn live_entry(&self, name: Vec<u8>, inode: &Inode) -> Result<TreeEntry> {
+        if inode.attr.kind == FileKind::File {
+            self.flush(inode.id)?;
+        }
+        let inode = self.getattr(inode.id)?;
+        let content = match (&inode.attr.kind, &inode.content) {
+            (FileKind::Dir, _) => TreeContent::Dir(ChunkId::from_bytes([0; 32])),
+            (_, Content::Empty) => TreeContent::Empty,
+            (_, Content::Inline(b)) => TreeContent::Inline(b.clone()),
+            (_, Content::Recipe(id)) => TreeContent::Recipe(*id),
+        };
+        let mut xattrs = Vec::new();
+        for x in self.list_xattr(inode.id)? {
+            let v = self.get_xattr(inode.id, &x)?;
+            xattrs.push((x, v));
+        }
+        Ok(TreeEntry {
+            name,
+            ino: inode.id,
+            attr: inode.attr,
+            content,
+            xattrs,
+        })
+    }
+
+    fn children(&self, entry: &TreeEntry, source: &Source) -> Result<Vec<TreeEntry>> {
+        match (source, &entry.content) {
+            (Source::Live, _) => {
+                let mut out = Vec::new();
+                let mut after: Option<Vec<u8>> = None;
+                loop {
+                    let batch = self.readdir(entry.ino, after.as_deref(), 1024)?;
+                    if batch.is_empty() {
+                        break;
+                    }
+                    for e in &batch {
+                        let inode = self.getattr(e.ino)?;
+                        out.push(self.live_entry(e.name.clone(), &inode)?);
+                    }
+                    after = batch.last().map(|e| e.name.clone());
+                }
+                Ok(out)
+            }
+            (Source::Stored { .. }, TreeContent::Dir(listing)) => {
+                tree::read_listing(&self.inner.store, listing)
+            }
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    /// Creates `entry` (and, for a directory, everything below it) in
+    /// `parent`. Hard links inside the copied tree stay hard links.
+    fn materialize(
+        &self,
+        parent: InodeId,
+        entry: &TreeEntry,
+        source: &Source,
+        cx: &mut CopyCx,
+    ) -> Result<()> {
+        let a = &entry.attr;
+        let existing = match self.lookup(parent, &entry.name) {
+            Ok(i) => Some(i),
+            Err(FsError::Meta(meta::MetaError::NotFound)) => None,
+            Err(e) => return Err(e),
+        };
+        let overwrite = matches!(source, Source::Stored { overwrite: true });
+        let created = match existing {
+            Some(cur) if overwrite && cur.attr.kind == FileKind::Dir && a.kind == FileKind::Dir => {
+                cur
+            }
+            Some(cur) if overwrite && cur.attr.kind != FileKind::Dir && a.kind != FileKind::Dir => {
+                self.unlink(parent, &entry.name)?;
+                return self.materialize(parent, entry, source, cx);
+            }
+            Some(_) => {
+                return Err(FsError::Exists(format!(
+                    "{} exists",
+                    String::from_utf8_lossy(&entry.name)
+                )))
+            }
+            None => {
+                if a.kind != FileKind::Dir {
+                    if let Some(&target) = cx.links.get(&entry.ino) {
+                        self.link(target, parent, &entry.name)?;
+                        return Ok(());
+                    }
+                }
+                let content = match &entry.content {
+                    TreeContent::Inline(b) => Content::Inline(b.clone()),
+                    _ => Content::Empty,
+                };
+                let new = NewInode {
+                    kind: a.kind,
+                    perm: a.perm,
+                    uid: a.uid,
+                    gid: a.gid,
+                    rdev: a.rdev,
+                    content,
+                };
+                self.create(parent, &entry.name, new)?
+            }
+        };
+        cx.made.insert(created.id);
+        if let TreeContent::Recipe(id) = entry.content {
+            self.inner
+                .meta
+                .set_content(created.id, Content::Recipe(id), a.size, a.mtime)?;
+        }
+        for (name, value) in &entry.xattrs {
+            self.set_xattr(created.id, name, value, XattrFlags::Either)?;
+        }
+        if a.kind == FileKind::Dir {
+            cx.report.dirs += 1;
+            for child in self.children(entry, source)? {
+                // A copy made inside its own source is not copied again.
+                if !cx.made.contains(&child.ino) {
+                    self.materialize(created.id, &child, source, cx)?;
+                }
+            }
+        } else {
+            cx.report.files += 1;
+            cx.report.bytes += a.size;
+            cx.links.insert(entry.ino, created.id);
+        }
+        let times = SetAttr {
+            atime: Some(a.atime),
+            mtime: Some(a.mtime),
+            ..Default::default()
+        };
+        self.inner.meta.set_attr(created.id, &times, Timestamp::now())?;
+        Ok(())
+    }
+
+    /// Marks everything the live file system references: every inode's
+    /// recipe and every open file's extents (including data written but not
+    /// yet recorded). Call with the history lock held.
+    pub fn mark_live(&self, set: &mut MarkSet) -> Result<()> {
+        let open: Vec<_> = self.inner.files.lock().unwrap().values().cloned().collect();
+        for state in open {
+            let f = state.lock().unwrap();
+            set.chunks(f.extents.iter().map(|e| e.id));
+            if let Content::Recipe(id) = f.content {
+                set.recipe(&self.inner.store, &id)?;
+            }
+        }
+        let view = self.inner.meta.view()?;
+        set.namespace(&self.inner.store, view.as_ref())
+    }
+}
+
+/// The state of one clone or restore.
+#[derive(Default)]
+struct CopyCx {
+    /// Source inode -> its copy, so hard links stay links.
+    links: HashMap<InodeId, InodeId>,
+    /// Inodes this copy created.
+    made: HashSet<InodeId>,
+    report: CopyReport,
+}
+
+enum Source {
+    Live,
+    Stored { overwrite: bool },
+}
+
+impl Inner {
+    /// Writes the namespace as it is now into the store (everything written
+    /// before the call included) and returns the record's id, durable.
+    pub(crate) fn write_record(&self) -> Result<(ChunkId, Record, TreeStats)> {
+        self.sync_all()?;
+        let view = self.meta.view()?;
+        let mut writer = self.store.stream();
+        let out = tree::write_tree(view.as_ref(), &mut writer, self.params)?;
+        writer.flush()?;
+        // Files recorded between the sync above and the view: their data
+        // must be durable before a root reaches it.
+        self.commit()?;
+        Ok(out)
+    }
+
+    /// The versions, oldest first: (number, record id).
+    pub(crate) fn versions(&self) -> Result<Vec<(u64, ChunkId)>> {
+        let mut out: Vec<(u64, ChunkId)> = self
+            .store
+            .list_roots()?
+            .into_iter()
+            .filter_map(|(label, id)| {
+                let n = label.strip_prefix(VERSION_PREFIX)?.parse().ok()?;
+                Some((n, id))
+            })
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// Writes a version if anything changed since the last one, then drops
+    /// versions beyond the retention count.
+    pub(crate) fn write_version(&self) -> Result<VersionReport> {
+        let started = std::time::Instant::now();
+        let _history = self.history.lock().unwrap();
+        let (id, record, stats) = self.write_record()?;
+        let versions = self.versions()?;
+        let unchanged = match versions.last() {
+            Some((_, last)) => tree::read_record(&self.store, last)
+                .map(|r| r.root.content == record.root.content && r.root.same_as(&record.root))
+                .unwrap_or(false),
+            None => false,
+        };
+        let next = versions.last().map_or(1, |(n, _)| n + 1);
+        let label = if unchanged {
+            format!("{VERSION_PREFIX}{}", next - 1)
+        } else {
+            let label = format!("{VERSION_PREFIX}{next}");
+            self.store.put_root(&label, &id)?;
+            label
+        };
+        let mut dropped = Vec::new();
+        let versions = self.versions()?;
+        let keep = self.settings.versions_keep.max(1);
+        if versions.len() > keep {
+            for (n, _) in &versions[..versions.len() - keep] {
+                let old = format!("{VERSION_PREFIX}{n}");
+                self.store.delete_root(&old)?;
+                dropped.push(old);
+            }
+        }
+        Ok(VersionReport {
+            label,
+            written: !unchanged,
+            files: record.files,
+            dirs: record.dirs,
+            dirs_written: stats.dirs_written,
+            new_bytes: stats.new_bytes,
+            seconds: started.elapsed().as_secs_f64(),
+            dropped,
+        })
+    }
+
+}
+
+fn info(name: &str, r: &Record, unique_bytes: Option<u64>) -> SnapshotInfo {
+    SnapshotInfo {
+        name: name.to_string(),
+        created: r.created.secs,
+        files: r.files,
+        dirs: r.dirs,
+        logical_bytes: r.logical_bytes,
+        unique_bytes,
+    }
+}

@@ -1,0 +1,525 @@
+//! The namespace as a Merkle tree in the chunk store: what a version and a
+//! snapshot are.
+//!
+//! A directory is stored as a *listing*: its entries in name order, each
+//! with the inode's number, attributes, extended attributes and content (a
+//! file's recipe root or inline bytes, a symlink's target, a subdirectory's
+//! listing root). The listing's bytes are content-defined-chunked and stored
+//! under a recipe tree like a file, so a directory that did not change
+//! produces the very same root id and costs nothing, and a huge directory
+//! where one entry changed re-stores a chunk or two.
+//!
+//! A *version record* is one chunk: magic `CVER`, format, creation time,
+//! counters and the root directory as an entry. Roots (`version/<n>`,
+//! `snapshot/<name>`) point at records.
+//!
+//! Formats (little-endian): a listing is `CDIR`, format u8, entry count u32,
+//! entries. An entry is name (u16 length + bytes), ino u64, kind u8, perm
+//! u16, uid u32, gid u32, size u64, rdev u32, atime/mtime/ctime/crtime (i64
+//! secs + u32 nanos), content (tag u8: 0 none, 1 inline u32+bytes, 2 recipe
+//! 32 bytes, 3 directory listing 32 bytes), xattrs (u16 count, each name
+//! u16+bytes and value u32+bytes). Link counts are not stored: they follow
+//! from the entries.
+
+use bytes::Bytes;
+use cas::{ChunkId, Store, StreamWriter};
+use chunking::ChunkerParams;
+use meta::{Attr, Content, FileKind, Inode, InodeId, MetaView, Timestamp};
+use recipe::Recipe;
+
+use crate::{FsError, Result};
+
+const LISTING_MAGIC: &[u8; 4] = b"CDIR";
+const RECORD_MAGIC: &[u8; 4] = b"CVER";
+const FORMAT: u8 = 1;
+
+/// What an entry holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TreeContent {
+    Empty,
+    Inline(Vec<u8>),
+    Recipe(ChunkId),
+    /// A directory: the root of its listing.
+    Dir(ChunkId),
+}
+
+/// One name in a stored directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeEntry {
+    pub name: Vec<u8>,
+    pub ino: InodeId,
+    /// Attributes as they were (`nlink` is not stored and reads as 1).
+    pub attr: Attr,
+    pub content: TreeContent,
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl TreeEntry {
+    /// The entry's content as the metadata engine holds it (a directory's
+    /// content is its entries, which the engine keeps apart).
+    pub fn meta_content(&self) -> Content {
+        match &self.content {
+            TreeContent::Empty | TreeContent::Dir(_) => Content::Empty,
+            TreeContent::Inline(b) => Content::Inline(b.clone()),
+            TreeContent::Recipe(id) => Content::Recipe(*id),
+        }
+    }
+
+    /// Whether two entries describe the same file as far as a user can see,
+    /// apart from their name and inode number.
+    pub fn same_as(&self, other: &TreeEntry) -> bool {
+        let (a, b) = (&self.attr, &other.attr);
+        self.content == other.content
+            && self.xattrs == other.xattrs
+            && (a.kind, a.perm, a.uid, a.gid, a.size, a.rdev, a.mtime)
+                == (b.kind, b.perm, b.uid, b.gid, b.size, b.rdev, b.mtime)
+    }
+}
+
+/// A version record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub created: Timestamp,
+    pub files: u64,
+    pub dirs: u64,
+    /// Sum of the sizes of regular files (hard links counted once).
+    pub logical_bytes: u64,
+    pub root: TreeEntry,
+}
+
+/// What storing a tree cost.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TreeStats {
+    pub dirs_written: u64,
+    pub new_bytes: u64,
+}
+
+fn put_time(out: &mut Vec<u8>, t: Timestamp) {
+    out.extend_from_slice(&t.secs.to_le_bytes());
+    out.extend_from_slice(&t.nanos.to_le_bytes());
+}
+
+fn kind_byte(k: FileKind) -> u8 {
+    match k {
+        FileKind::File => 1,
+        FileKind::Dir => 2,
+        FileKind::Symlink => 3,
+        FileKind::Fifo => 4,
+        FileKind::Socket => 5,
+        FileKind::CharDevice => 6,
+        FileKind::BlockDevice => 7,
+    }
+}
+
+fn byte_kind(b: u8) -> Option<FileKind> {
+    Some(match b {
+        1 => FileKind::File,
+        2 => FileKind::Dir,
+        3 => FileKind::Symlink,
+        4 => FileKind::Fifo,
+        5 => FileKind::Socket,
+        6 => FileKind::CharDevice,
+        7 => FileKind::BlockDevice,
+        _ => return None,
+    })
+}
+
+fn encode_entry(e: &TreeEntry, out: &mut Vec<u8>) {
+    out.extend_from_slice(&(e.name.len() as u16).to_le_bytes());
+    out.extend_from_slice(&e.name);
+    out.extend_from_slice(&e.ino.0.to_le_bytes());
+    let a = &e.attr;
+    out.push(kind_byte(a.kind));
+    out.extend_from_slice(&a.perm.to_le_bytes());
+    out.extend_from_slice(&a.uid.to_le_bytes());
+    out.extend_from_slice(&a.gid.to_le_bytes());
+    out.extend_from_slice(&a.size.to_le_bytes());
+    out.extend_from_slice(&a.rdev.to_le_bytes());
+    for t in [a.atime, a.mtime, a.ctime, a.crtime] {
+        put_time(out, t);
+    }
+    match &e.content {
+        TreeContent::Empty => out.push(0),
+        TreeContent::Inline(b) => {
+            out.push(1);
+            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            out.extend_from_slice(b);
+        }
+        TreeContent::Recipe(id) => {
+            out.push(2);
+            out.extend_from_slice(id.as_bytes());
+        }
+        TreeContent::Dir(id) => {
+            out.push(3);
+            out.extend_from_slice(id.as_bytes());
+        }
+    }
+    out.extend_from_slice(&(e.xattrs.len() as u16).to_le_bytes());
+    for (name, value) in &e.xattrs {
+        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        out.extend_from_slice(name);
+        out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        out.extend_from_slice(value);
+    }
+}
+
+/// A cursor over stored bytes whose every read names what is wrong.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    what: &'a str,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.bytes.len() < n {
+            return Err(FsError::Malformed(format!("{} ends early", self.what)));
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+    fn arr<const N: usize>(&mut self) -> Result<[u8; N]> {
+        Ok(self.take(N)?.try_into().expect("took N"))
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.arr::<1>()?[0])
+    }
+    fn u16(&mut self) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.arr()?))
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.arr()?))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.arr()?))
+    }
+    fn time(&mut self) -> Result<Timestamp> {
+        Ok(Timestamp {
+            secs: i64::from_le_bytes(self.arr()?),
+            nanos: self.u32()?,
+        })
+    }
+    fn id(&mut self) -> Result<ChunkId> {
+        Ok(ChunkId::from_bytes(self.arr()?))
+    }
+    fn bad(&self, why: &str) -> FsError {
+        FsError::Malformed(format!("{}: {why}", self.what))
+    }
+}
+
+fn decode_entry(c: &mut Cursor<'_>) -> Result<TreeEntry> {
+    let name_len = c.u16()? as usize;
+    let name = c.take(name_len)?.to_vec();
+    let ino = InodeId(c.u64()?);
+    let kind = byte_kind(c.u8()?).ok_or_else(|| c.bad("unknown file kind"))?;
+    let perm = c.u16()?;
+    let uid = c.u32()?;
+    let gid = c.u32()?;
+    let size = c.u64()?;
+    let rdev = c.u32()?;
+    let (atime, mtime, ctime, crtime) = (c.time()?, c.time()?, c.time()?, c.time()?);
+    let content = match c.u8()? {
+        0 => TreeContent::Empty,
+        1 => {
+            let n = c.u32()? as usize;
+            TreeContent::Inline(c.take(n)?.to_vec())
+        }
+        2 => TreeContent::Recipe(c.id()?),
+        3 => TreeContent::Dir(c.id()?),
+        _ => return Err(c.bad("unknown content tag")),
+    };
+    if (kind == FileKind::Dir) != matches!(content, TreeContent::Dir(_)) {
+        return Err(c.bad("directory kind and content disagree"));
+    }
+    let count = c.u16()?;
+    let mut xattrs = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let n = c.u16()? as usize;
+        let name = c.take(n)?.to_vec();
+        let n = c.u32()? as usize;
+        xattrs.push((name, c.take(n)?.to_vec()));
+    }
+    Ok(TreeEntry {
+        name,
+        ino,
+        attr: Attr {
+            kind,
+            perm,
+            uid,
+            gid,
+            size,
+            nlink: 1,
+            rdev,
+            atime,
+            mtime,
+            ctime,
+            crtime,
+        },
+        content,
+        xattrs,
+    })
+}
+
+pub fn encode_listing(entries: &[TreeEntry]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(LISTING_MAGIC);
+    out.push(FORMAT);
+    out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+    for e in entries {
+        encode_entry(e, &mut out);
+    }
+    out
+}
+
+pub fn decode_listing(bytes: &[u8]) -> Result<Vec<TreeEntry>> {
+    let mut c = Cursor {
+        bytes,
+        what: "directory listing",
+    };
+    if c.take(4)? != LISTING_MAGIC || c.u8()? != FORMAT {
+        return Err(c.bad("not a directory listing"));
+    }
+    let count = c.u32()?;
+    let mut out = Vec::with_capacity(count.min(1 << 20) as usize);
+    for _ in 0..count {
+        out.push(decode_entry(&mut c)?);
+    }
+    if !c.bytes.is_empty() {
+        return Err(c.bad("trailing bytes"));
+    }
+    Ok(out)
+}
+
+pub fn encode_record(r: &Record) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(RECORD_MAGIC);
+    out.push(FORMAT);
+    put_time(&mut out, r.created);
+    out.extend_from_slice(&r.files.to_le_bytes());
+    out.extend_from_slice(&r.dirs.to_le_bytes());
+    out.extend_from_slice(&r.logical_bytes.to_le_bytes());
+    encode_entry(&r.root, &mut out);
+    out
+}
+
+/// Whether a chunk is a version record (by its magic).
+pub fn is_record(bytes: &[u8]) -> bool {
+    bytes.starts_with(RECORD_MAGIC)
+}
+
+pub fn decode_record(bytes: &[u8]) -> Result<Record> {
+    let mut c = Cursor {
+        bytes,
+        what: "version record",
+    };
+    if c.take(4)? != RECORD_MAGIC || c.u8()? != FORMAT {
+        return Err(c.bad("not a version record"));
+    }
+    let created = c.time()?;
+    let (files, dirs, logical_bytes) = (c.u64()?, c.u64()?, c.u64()?);
+    let root = decode_entry(&mut c)?;
+    if !matches!(root.content, TreeContent::Dir(_)) {
+        return Err(c.bad("its root is not a directory"));
+    }
+    Ok(Record {
+        created,
+        files,
+        dirs,
+        logical_bytes,
+        root,
+    })
+}
+
+pub fn read_record(store: &Store, id: &ChunkId) -> Result<Record> {
+    decode_record(&store.read_chunk(id)?)
+}
+
+/// The entries of a stored directory, in name order.
+pub fn read_listing(store: &Store, root: &ChunkId) -> Result<Vec<TreeEntry>> {
+    let recipe = Recipe::open(store, *root)?;
+    decode_listing(&recipe.read_at(0, recipe.len())?)
+}
+
+/// Writes the namespace seen by `view` into the store through `writer`
+/// (not flushed) and returns the record's chunk id and the record.
+pub fn write_tree(
+    view: &dyn MetaView,
+    writer: &mut StreamWriter,
+    params: ChunkerParams,
+) -> Result<(ChunkId, Record, TreeStats)> {
+    let root_inode = view.get(InodeId::ROOT)?;
+    let mut w = TreeWriter {
+        view,
+        writer,
+        params,
+        stats: TreeStats::default(),
+        files: 0,
+        dirs: 1,
+        logical: 0,
+        seen_links: std::collections::HashSet::new(),
+    };
+    let listing = w.dir(InodeId::ROOT)?;
+    let root = w.entry(Vec::new(), &root_inode, TreeContent::Dir(listing))?;
+    let record = Record {
+        created: Timestamp::now(),
+        files: w.files,
+        dirs: w.dirs,
+        logical_bytes: w.logical,
+        root,
+    };
+    let before = w.writer.stats().new_bytes;
+    let id = w.writer.write_chunk(Bytes::from(encode_record(&record)))?;
+    w.stats.new_bytes += w.writer.stats().new_bytes - before;
+    Ok((id, record, w.stats))
+}
+
+struct TreeWriter<'a> {
+    view: &'a dyn MetaView,
+    writer: &'a mut StreamWriter,
+    params: ChunkerParams,
+    stats: TreeStats,
+    files: u64,
+    dirs: u64,
+    logical: u64,
+    seen_links: std::collections::HashSet<InodeId>,
+}
+
+impl TreeWriter<'_> {
+    fn entry(&self, name: Vec<u8>, inode: &Inode, content: TreeContent) -> Result<TreeEntry> {
+        Ok(TreeEntry {
+            name,
+            ino: inode.id,
+            attr: Attr {
+                nlink: 1,
+                ..inode.attr
+            },
+            content,
+            xattrs: self.view.xattrs(inode.id)?,
+        })
+    }
+
+    /// Stores a directory's listing (its subdirectories first) and returns
+    /// the listing's root.
+    fn dir(&mut self, dir: InodeId) -> Result<ChunkId> {
+        let mut entries = Vec::new();
+        for e in self.view.entries(dir)? {
+            let inode = self.view.get(e.ino)?;
+            let content = match (&inode.attr.kind, &inode.content) {
+                (FileKind::Dir, _) => {
+                    self.dirs += 1;
+                    TreeContent::Dir(self.dir(e.ino)?)
+                }
+                (_, c) => {
+                    self.files += 1;
+                    if inode.attr.kind == FileKind::File && self.seen_links.insert(inode.id) {
+                        self.logical += inode.attr.size;
+                    }
+                    match c {
+                        Content::Empty => TreeContent::Empty,
+                        Content::Inline(b) => TreeContent::Inline(b.clone()),
+                        Content::Recipe(id) => TreeContent::Recipe(*id),
+                    }
+                }
+            };
+            entries.push(self.entry(e.name, &inode, content)?);
+        }
+        self.store_listing(&encode_listing(&entries))
+    }
+
+    fn store_listing(&mut self, bytes: &[u8]) -> Result<ChunkId> {
+        let before = self.writer.stats().new_bytes;
+        let mut chunks = Vec::new();
+        let mut start = 0;
+        for end in chunking::cut_points(bytes, self.params) {
+            chunks.push(Bytes::copy_from_slice(&bytes[start..end]));
+            start = end;
+        }
+        let ids = self.writer.write_batch(&chunks)?;
+        let root = recipe::store_tree(
+            self.writer,
+            chunks.iter().zip(ids).map(|(c, id)| (c.len() as u64, id)),
+        )?;
+        self.stats.dirs_written += 1;
+        self.stats.new_bytes += self.writer.stats().new_bytes - before;
+        Ok(root)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn entry_strategy() -> impl Strategy<Value = TreeEntry> {
+        (
+            proptest::collection::vec(any::<u8>(), 1..40),
+            any::<u64>(),
+            0u8..4,
+            any::<u16>(),
+            any::<(u32, u32, u64, u32)>(),
+            any::<(i64, u32)>(),
+            proptest::collection::vec(any::<u8>(), 0..100),
+            any::<[u8; 32]>(),
+            proptest::collection::vec(
+                (
+                    proptest::collection::vec(any::<u8>(), 1..20),
+                    proptest::collection::vec(any::<u8>(), 0..50),
+                ),
+                0..3,
+            ),
+        )
+            .prop_map(
+                |(name, ino, tag, perm, (uid, gid, size, rdev), (s, n), inline, id, xattrs)| {
+                    let t = Timestamp { secs: s, nanos: n };
+                    let (kind, content) = match tag {
+                        0 => (FileKind::File, TreeContent::Empty),
+                        1 => (FileKind::Symlink, TreeContent::Inline(inline)),
+                        2 => (FileKind::File, TreeContent::Recipe(ChunkId::from_bytes(id))),
+                        _ => (FileKind::Dir, TreeContent::Dir(ChunkId::from_bytes(id))),
+                    };
+                    TreeEntry {
+                        name,
+                        ino: InodeId(ino),
+                        attr: Attr {
+                            kind,
+                            perm,
+                            uid,
+                            gid,
+                            size,
+                            nlink: 1,
+                            rdev,
+                            atime: t,
+                            mtime: t,
+                            ctime: t,
+                            crtime: t,
+                        },
+                        content,
+                        xattrs,
+                    }
+                },
+            )
+    }
+
+    proptest! {
+        #[test]
+        fn listings_round_trip(entries in proptest::collection::vec(entry_strategy(), 0..20)) {
+            let bytes = encode_listing(&entries);
+            prop_assert_eq!(decode_listing(&bytes).unwrap(), entries);
+        }
+
+        #[test]
+        fn truncated_listings_are_errors(entries in proptest::collection::vec(entry_strategy(), 1..5), cut in 1usize..200) {
+            let bytes = encode_listing(&entries);
+            let cut = cut.min(bytes.len());
+            prop_assert!(decode_listing(&bytes[..bytes.len() - cut]).is_err());
+        }
+
+        #[test]
+        fn records_round_trip(mut root in entry_strategy(), files in any::<u64>(), dirs in any::<u64>()) {
+            root.attr.kind = FileKind::Dir;
+            root.content = TreeContent::Dir(ChunkId::from_bytes([7; 32]));
+            let r = Record { created: Timestamp { secs: 5, nanos: 6 }, files, dirs, logical_bytes: 9, root };
+            prop_assert_eq!(decode_record(&encode_record(&r)).unwrap(), r);
+        }
+    }
+}

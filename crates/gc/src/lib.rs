@@ -1,0 +1,189 @@
+//! Garbage collection: reclaiming the space of chunks nothing reaches.
+//!
+//! **Owns:** the order of a collection — start the store's retained-set
+//! recording, mark from every root (versions, snapshots, stored files) and
+//! from the live file system, choose the containers whose live fraction is
+//! under a threshold, and have the store copy their live chunks forward and
+//! delete them.
+//!
+//! **Never:** decides what a chunk holds (the file system's `reach` module
+//! walks recipes and listings) nor how a container is rewritten (that is
+//! `cas::Collection`). It runs while the file system is mounted and in use.
+//!
+//! **Invariants** (the protocol, with the store's half in `cas`'s `gc.rs`):
+//! 1. Recording of dedup hits starts before marking starts, so a chunk a
+//!    writer references after the mark phase looked is retained.
+//! 2. Marking holds the file system's history lock, so a version being
+//!    written (a view of the namespace on its way to a root) is either
+//!    finished and rooted before marking reads the roots, or starts after
+//!    recording began.
+//! 3. The live file system is marked after the roots, open files before the
+//!    namespace: a reference moving from an open file into the namespace is
+//!    seen in one or the other.
+//! 4. Only containers indexed when the collection began are candidates;
+//!    anything written since is untouched.
+//!
+//! Memory is the mark set (8 bytes of id per reachable chunk, in a hash set)
+//! plus a few words per candidate container: bounded by the chunk count,
+//! never by the data size.
+
+use cas::{Assessment, Store};
+use fs::reach::MarkSet;
+use fs::Fs;
+use serde::Serialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    #[error(transparent)]
+    Store(#[from] cas::CasError),
+    #[error(transparent)]
+    Fs(#[from] fs::FsError),
+    #[error("the live fraction threshold must be between 0 and 1, not {0}")]
+    BadThreshold(f64),
+}
+
+pub type Result<T, E = GcError> = std::result::Result<T, E>;
+
+/// How a collection runs.
+#[derive(Debug, Clone, Copy)]
+pub struct GcOptions {
+    /// Containers whose live fraction (live raw bytes / raw bytes) is below
+    /// this are reclaimed. 1.0 reclaims every container with any garbage.
+    pub threshold: f64,
+    /// Only report what would be reclaimed.
+    pub dry_run: bool,
+}
+
+impl Default for GcOptions {
+    fn default() -> Self {
+        GcOptions {
+            threshold: 0.5,
+            dry_run: false,
+        }
+    }
+}
+
+/// Where a collection is, for a progress bar.
+#[derive(Debug, Clone, Copy)]
+pub enum GcProgress {
+    Marking { chunks: u64 },
+    Sweeping { done: u64, total: u64, freed_bytes: u64 },
+}
+
+/// What a collection did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GcReport {
+    pub marked_chunks: u64,
+    pub candidates: u64,
+    pub reclaimed_containers: u64,
+    /// Container bytes deleted (after compression: disk space given back).
+    pub freed_bytes: u64,
+    pub copied_chunks: u64,
+    pub copied_bytes: u64,
+    pub dropped_chunks: u64,
+    /// Containers left alone although they hold some garbage.
+    pub kept_with_garbage: u64,
+    pub orphans_removed: u64,
+    pub orphan_bytes: u64,
+    pub mark_seconds: f64,
+    pub sweep_seconds: f64,
+    /// Containers that could not be reclaimed (damaged), with why; they are
+    /// left as they are for `cairn check` to report.
+    pub skipped: Vec<String>,
+}
+
+/// What marking sees: the store's roots and, when there is one, the live
+/// file system.
+pub enum Live<'a> {
+    Mounted(&'a Fs),
+    /// A store with no file system (only `cairn put` roots).
+    StoreOnly,
+}
+
+/// Runs one collection over `store` (the file system's store when `live`
+/// is one).
+pub fn collect(
+    store: &Store,
+    live: Live<'_>,
+    options: GcOptions,
+    progress: &dyn Fn(GcProgress),
+) -> Result<GcReport> {
+    if !(0.0..=1.0).contains(&options.threshold) {
+        return Err(GcError::BadThreshold(options.threshold));
+    }
+    let mut report = GcReport::default();
+    let started = std::time::Instant::now();
+    let (collection, marks) = {
+        let _history = match &live {
+            Live::Mounted(fs) => Some(fs.history_lock()),
+            Live::StoreOnly => None,
+        };
+        let collection = store.begin_collection()?;
+        let mut marks = MarkSet::default();
+        for (_, id) in store.list_roots()? {
+            marks.root(store, &id)?;
+            progress(GcProgress::Marking {
+                chunks: marks.len() as u64,
+            });
+        }
+        if let Live::Mounted(fs) = &live {
+            fs.mark_live(&mut marks)?;
+        }
+        (collection, marks)
+    };
+    report.marked_chunks = marks.len() as u64;
+    report.mark_seconds = started.elapsed().as_secs_f64();
+    progress(GcProgress::Marking {
+        chunks: report.marked_chunks,
+    });
+
+    let started = std::time::Instant::now();
+    let marked = |id: &cas::ChunkId| marks.contains(id);
+    let assessed = collection.assess(&marked)?;
+    report.candidates = assessed.len() as u64;
+    let chosen: Vec<&Assessment> = assessed
+        .iter()
+        .filter(|a| a.live_fraction() < options.threshold || a.live_chunks == 0)
+        .collect();
+    report.kept_with_garbage = assessed
+        .iter()
+        .filter(|a| a.live_raw_bytes < a.info.raw_bytes)
+        .count() as u64
+        - chosen
+            .iter()
+            .filter(|a| a.live_raw_bytes < a.info.raw_bytes)
+            .count() as u64;
+    if options.dry_run {
+        report.freed_bytes = chosen.iter().map(|a| a.info.stored_bytes).sum();
+        report.reclaimed_containers = chosen.len() as u64;
+        report.sweep_seconds = started.elapsed().as_secs_f64();
+        return Ok(report);
+    }
+    let total = chosen.len() as u64;
+    for (i, a) in chosen.iter().enumerate() {
+        match collection.reclaim(a.container, &marked) {
+            Ok(r) => {
+                report.reclaimed_containers += 1;
+                report.freed_bytes += r.freed_bytes;
+                report.copied_chunks += r.copied_chunks;
+                report.copied_bytes += r.copied_bytes;
+                report.dropped_chunks += r.dropped_chunks;
+            }
+            Err(e @ (cas::CasError::CorruptContainer { .. } | cas::CasError::CorruptChunk { .. })) => {
+                report.skipped.push(format!("container {}: {e}", a.container));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        progress(GcProgress::Sweeping {
+            done: i as u64 + 1,
+            total,
+            freed_bytes: report.freed_bytes,
+        });
+    }
+    let (orphans, orphan_bytes) = collection.remove_orphans()?;
+    report.orphans_removed = orphans;
+    report.orphan_bytes = orphan_bytes;
+    report.freed_bytes += orphan_bytes;
+    report.sweep_seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
