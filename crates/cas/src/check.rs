@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use rayon::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::container::{self, ChunkLocation};
 use crate::id::{ChunkId, ContainerId};
@@ -22,7 +22,7 @@ pub struct CheckProgress {
     pub bytes_done: u64,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Problem {
     /// The container cannot be parsed: none of its chunks can be trusted.
@@ -81,7 +81,7 @@ impl fmt::Display for Problem {
     }
 }
 
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct CheckReport {
     pub containers: u64,
     pub containers_ok: u64,

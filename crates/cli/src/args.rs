@@ -119,9 +119,119 @@ pub enum Command {
         file: Option<PathBuf>,
     },
 
+    /// Create, list, compare and delete snapshots of the file system.
+    ///
+    /// A snapshot is the whole namespace frozen at one instant, stored in the
+    /// repository as a Merkle tree (an unchanged directory costs nothing).
+    /// Every snapshot is readable at MOUNTPOINT/.snapshots/NAME/ (read-only;
+    /// `.snapshots` is hidden from the root's listing but reachable by name).
+    /// Works on a mounted file system (through its daemon) and on an
+    /// unmounted repository.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
+
+    /// Bring files or trees back from a snapshot.
+    ///
+    /// Copies recipes, not data: instant, and the restored files are
+    /// independent of the snapshot. PATH is a path inside the file system
+    /// (absolute paths under the mount point work too).
+    Restore {
+        /// The snapshot.
+        name: String,
+        /// What to restore (a file or directory; / for everything).
+        path: String,
+        /// Where to put it [default: PATH itself].
+        #[arg(long, value_name = "DEST")]
+        to: Option<String>,
+        /// Replace existing files at the destination (directories are merged)
+        /// instead of refusing.
+        #[arg(long)]
+        overwrite: bool,
+    },
+
+    /// Copy a file or tree by copying its recipes, not its data.
+    ///
+    /// Instant whatever the size; the copy is independent: writing one does
+    /// not change the other. Hard links inside the tree stay links.
+    Clone {
+        /// The file or directory to copy (a path inside the file system).
+        src: String,
+        /// The new path (must not exist; its directory must).
+        dst: String,
+    },
+
+    /// Write a version of the namespace now.
+    ///
+    /// The file system also does this every `fs.version_seconds` when
+    /// anything changed, and keeps the last `fs.versions_keep` versions
+    /// (roots version/<n>). `cairn recover` rebuilds from the newest.
+    Version {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Reclaim the space of data nothing references any more.
+    ///
+    /// Marks every chunk reachable from roots (versions, snapshots, stored
+    /// files) and from the live file system, including data written but not
+    /// yet committed, then rewrites containers whose live fraction is under
+    /// the threshold: their live chunks are copied forward and the containers
+    /// deleted. Safe while the file system is mounted and busy: a chunk that
+    /// a concurrent write deduplicates against is never lost.
+    Gc {
+        /// Reclaim containers whose live fraction is below this (0..1).
+        #[arg(long, default_value_t = 0.5)]
+        threshold: f64,
+        /// Only report what would be reclaimed.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Rebuild the file system's metadata from the store alone.
+    ///
+    /// For a metadata engine that is damaged or was deleted: rebuilds the
+    /// fingerprint index from the containers, the roots from their copies on
+    /// the branch, and the namespace from the newest version (or the one
+    /// named), so the tree is exactly as it was in that version. The old
+    /// metadata file is kept beside as fs.redb.damaged. The file system must
+    /// not be mounted.
+    Recover {
+        /// Recover from this version number instead of the newest.
+        #[arg(long, value_name = "N", conflicts_with = "snapshot")]
+        version: Option<u64>,
+        /// Recover from this snapshot instead of a version.
+        #[arg(long, value_name = "NAME")]
+        snapshot: Option<String>,
+    },
+
     /// Measurements used by the benchmarks under bench/.
     #[command(subcommand)]
     Bench(BenchCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SnapshotCommand {
+    /// Snapshot the file system as it is now (all data written before the
+    /// command is included).
+    Create {
+        /// 1-200 bytes, no '/'.
+        name: String,
+    },
+    /// List snapshots: creation time, files, logical size and the bytes
+    /// unique to each (what deleting it alone would let gc free).
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a snapshot (its data is reclaimed by the next gc).
+    Delete { name: String },
+    /// Paths added (+), removed (-) and changed (M) from snapshot A to B.
+    Diff { a: String, b: String },
 }
 
 #[derive(Args, Debug)]

@@ -26,8 +26,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             open(&root, quiet)?.store.delete_root(&label)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Stats { json } => stats(&open(&root, quiet)?, json),
-        Command::Check(args) => check(&open(&root, quiet)?, &args, quiet),
+        Command::Stats { json } => stats(&root, json, quiet),
+        Command::Check(args) => check(&root, &args, quiet),
         Command::Repair { rebuild_index } => {
             debug_assert!(rebuild_index);
             rebuild(&open_for_rebuild(&root, quiet)?, quiet)
@@ -37,6 +37,32 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Umount { mountpoint } => crate::mount::umount(&mountpoint),
         Command::Serve { mountpoint } => crate::mount::serve(&root, mountpoint, quiet),
         Command::Bench(cmd) => crate::bench::run(cmd),
+        Command::Snapshot(cmd) => crate::history::snapshot(&root, cmd, quiet),
+        Command::Restore {
+            name,
+            path,
+            to,
+            overwrite,
+        } => crate::history::restore(
+            &root,
+            crate::ops::Request::Restore {
+                name,
+                path,
+                to,
+                overwrite,
+            },
+            quiet,
+        ),
+        Command::Clone { src, dst } => crate::history::clone(&root, src, dst, quiet),
+        Command::Version { json } => crate::history::version(&root, json, quiet),
+        Command::Gc {
+            threshold,
+            dry_run,
+            json,
+        } => crate::history::gc(&root, threshold, dry_run, json, quiet),
+        Command::Recover { version, snapshot } => {
+            crate::history::recover(&root, version, snapshot, quiet)
+        }
     }
 }
 
@@ -155,12 +181,20 @@ fn root_lines(store: &Store) -> Result<Vec<RootLine>> {
         .list_roots()?
         .into_iter()
         .map(|(label, id)| {
-            let r = Recipe::open(store, id);
+            let size = if is_history(&label) {
+                fs::tree::read_record(store, &id)
+                    .map(|r| r.logical_bytes)
+                    .map_err(|e| e.to_string())
+            } else {
+                Recipe::open(store, id)
+                    .map(|r| r.len())
+                    .map_err(|e| e.to_string())
+            };
             RootLine {
                 label,
                 root: id.to_string(),
-                bytes: r.as_ref().ok().map(Recipe::len),
-                error: r.err().map(|e| e.to_string()),
+                bytes: size.as_ref().ok().copied(),
+                error: size.err(),
             }
         })
         .collect())
@@ -182,9 +216,8 @@ fn roots(repo: &Repo, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-#[derive(Serialize)]
-struct Stats {
-    repository: PathBuf,
+#[derive(Serialize, serde::Deserialize)]
+pub struct Stats {
     roots: u64,
     /// Bytes of every rooted stream plus every file in the file system.
     logical_bytes: u64,
@@ -209,14 +242,18 @@ fn ratio(a: u64, b: u64) -> f64 {
     }
 }
 
-fn stats(repo: &Repo, json: bool) -> Result<ExitCode> {
-    let s = repo.store.stats()?;
-    let roots = root_lines(&repo.store)?;
-    let fs = fs_counts(repo)?;
-    let logical: u64 =
-        roots.iter().filter_map(|r| r.bytes).sum::<u64>() + fs.map_or(0, |(_, _, bytes)| bytes);
-    let st = Stats {
-        repository: repo.root.clone(),
+/// What `cairn stats` reports, for a store and (when known) its file
+/// system's files, directories and bytes.
+pub fn stats_of(store: &Store, fs: Option<(u64, u64, u64)>) -> Result<Stats> {
+    let s = store.stats()?;
+    let roots = root_lines(store)?;
+    let logical: u64 = roots
+        .iter()
+        .filter(|r| !is_history(&r.label))
+        .filter_map(|r| r.bytes)
+        .sum::<u64>()
+        + fs.map_or(0, |(_, _, bytes)| bytes);
+    Ok(Stats {
         roots: roots.len() as u64,
         logical_bytes: logical,
         fs_files: fs.map(|f| f.0),
@@ -230,12 +267,31 @@ fn stats(repo: &Repo, json: bool) -> Result<ExitCode> {
         containers: s.containers,
         index_ram_bytes: s.index_ram_bytes,
         index_ram_bytes_per_chunk: s.index_ram_bytes_per_chunk,
+    })
+}
+
+/// Versions and snapshots: their data is the file system's, counted once.
+fn is_history(label: &str) -> bool {
+    label.starts_with(fs::history::VERSION_PREFIX) || label.starts_with(fs::history::SNAPSHOT_PREFIX)
+}
+
+fn stats(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
+    let st: Stats = match crate::control::call(root, &crate::ops::Request::Stats, &|_| {})? {
+        Some(v) => serde_json::from_value(v)?,
+        None => {
+            let repo = open(root, quiet)?;
+            stats_of(&repo.store, fs_counts(&repo)?)?
+        }
     };
+    print_stats(root, &st, json)
+}
+
+fn print_stats(root: &Path, st: &Stats, json: bool) -> Result<ExitCode> {
     if json {
-        println!("{}", serde_json::to_string_pretty(&st)?);
+        println!("{}", serde_json::to_string_pretty(st)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("repository        {}", st.repository.display());
+    println!("repository        {}", root.display());
     println!("roots             {}", st.roots);
     if let (Some(files), Some(dirs), Some(bytes)) = (st.fs_files, st.fs_dirs, st.fs_logical_bytes) {
         println!(
@@ -277,9 +333,8 @@ fn fs_counts(repo: &Repo) -> Result<Option<(u64, u64, u64)>> {
         return Ok(None);
     }
     use meta::MetaStore;
-    let m = meta::RedbMeta::open(&path, 0, 0).context(
-        "cannot read the file system's metadata (is it mounted? stats of a mounted file system come with the control socket, issue 4)",
-    )?;
+    let m = meta::RedbMeta::open(&path, 0, 0)
+        .context("cannot read the file system's metadata (try `cairn recover`)")?;
     let counts = m.counts()?;
     let mut bytes = 0;
     m.for_each_content(&mut |_, _, size| bytes += size)?;
@@ -298,6 +353,12 @@ fn progress_fn(pb: &indicatif::ProgressBar) -> impl Fn(CheckProgress) + Sync + '
 fn damaged_roots(store: &Store, damaged: &HashSet<String>) -> Result<Vec<(String, String)>> {
     let mut out = Vec::new();
     for (label, id) in store.list_roots()? {
+        if is_history(&label) {
+            if let Err(e) = fs::reach::MarkSet::default().root(store, &id) {
+                out.push((label, format!("tree unreadable: {e}")));
+            }
+            continue;
+        }
         let verdict = match Recipe::open(store, id) {
             Err(e) => Some(format!("recipe unreadable: {e}")),
             Ok(r) => match r.extents(0, r.len()) {
@@ -333,7 +394,42 @@ fn damaged_chunks(problems: &[Problem]) -> HashSet<String> {
         .collect()
 }
 
-fn check(repo: &Repo, args: &CheckArgs, quiet: bool) -> Result<ExitCode> {
+/// What `cairn check` found: the store's report and the roots it harms.
+#[derive(Serialize, serde::Deserialize)]
+pub struct CheckOut {
+    check: cas::CheckReport,
+    damaged_roots: Vec<(String, String)>,
+}
+
+pub fn check_store(store: &Store, progress: &(dyn Fn(CheckProgress) + Sync)) -> Result<CheckOut> {
+    let check = store.check(progress)?;
+    let damaged_roots = damaged_roots(store, &damaged_chunks(&check.problems))?;
+    Ok(CheckOut {
+        check,
+        damaged_roots,
+    })
+}
+
+fn check(root: &Path, args: &CheckArgs, quiet: bool) -> Result<ExitCode> {
+    // A mounted file system owns the index: ask its daemon.
+    let pb = ui::count_bar(quiet, "check");
+    let request = crate::ops::Request::Check;
+    let answer = crate::control::call(root, &request, &|p| {
+        pb.set_length(p.total);
+        pb.set_position(p.done);
+    })?;
+    pb.finish_and_clear();
+    if let Some(v) = answer {
+        let out: CheckOut = serde_json::from_value(v)?;
+        if args.repair && !out.check.is_clean() {
+            anyhow::bail!(
+                "damage found while the file system is mounted; `cairn check --repair` \
+                 rebuilds the index: unmount, then run it again"
+            );
+        }
+        return check_print(out.check, out.damaged_roots, None, args.json);
+    }
+    let repo = open(root, quiet)?;
     let pb = ui::count_bar(quiet, "check");
     let report = repo.store.check(&progress_fn(&pb))?;
     pb.finish_and_clear();
@@ -348,7 +444,16 @@ fn check(repo: &Repo, args: &CheckArgs, quiet: bool) -> Result<ExitCode> {
         lost = damaged_roots(&repo.store, &damaged)?;
         repaired = Some(r);
     }
-    if args.json {
+    check_print(report, lost, repaired, args.json)
+}
+
+fn check_print(
+    report: cas::CheckReport,
+    lost: Vec<(String, String)>,
+    repaired: Option<cas::RebuildReport>,
+    json: bool,
+) -> Result<ExitCode> {
+    if json {
         #[derive(Serialize)]
         struct Out<'a> {
             check: &'a cas::CheckReport,
@@ -482,5 +587,5 @@ fn demo(root: &Path, file: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
         labels[1],
         back.len()
     );
-    stats(&repo, false)
+    print_stats(&repo.root, &stats_of(&repo.store, fs_counts(&repo)?)?, false)
 }

@@ -4,12 +4,16 @@
 //! typed errors from the layers below into messages and exit codes.
 //!
 //! **Never:** implements storage logic; every command is a thin call into
-//! `repo`, `recipe` and `cas`.
+//! `repo`, `recipe`, `cas`, `fs` and `gc`. While the file system is mounted,
+//! commands reach it through the daemon's control socket (`control`).
 
 mod args;
 mod bench;
 mod commands;
+mod control;
+mod history;
 mod mount;
+mod ops;
 mod ui;
 
 use std::process::ExitCode;

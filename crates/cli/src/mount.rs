@@ -29,6 +29,8 @@ pub fn mount(root: &Path, args: &MountArgs, quiet: bool) -> Result<ExitCode> {
         ..Default::default()
     };
     let mounted = fuse::mount(fs.clone(), &args.mountpoint, &opts)?;
+    let mountpoint = std::fs::canonicalize(&args.mountpoint).unwrap_or(args.mountpoint.clone());
+    let control = crate::control::serve(&repo.root, fs.clone(), mountpoint)?;
     if !quiet {
         eprintln!(
             "cairn: mounted {} at {} (Ctrl-C or `cairn umount {}` to unmount)",
@@ -53,6 +55,7 @@ pub fn mount(root: &Path, args: &MountArgs, quiet: bool) -> Result<ExitCode> {
     handle.close();
     let _ = watcher.join();
     drop(mounted);
+    drop(control);
     fs.shutdown()
         .context("making written data durable at unmount")?;
     if !quiet {

@@ -75,3 +75,35 @@ mod tests {
         assert_eq!(super::bytes(3 << 30), "3.00 GiB");
     }
 }
+
+/// Seconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS` (UTC).
+pub fn utc(secs: i64) -> String {
+    let days = secs.div_euclid(86400);
+    let rem = secs.rem_euclid(86400);
+    // Civil-from-days (proleptic Gregorian), shifted so years start in March.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_dates() {
+        assert_eq!(super::utc(0), "1970-01-01 00:00:00");
+        assert_eq!(super::utc(951_782_400), "2000-02-29 00:00:00");
+        assert_eq!(super::utc(1_795_000_000), "2026-11-18 09:46:40");
+    }
+}

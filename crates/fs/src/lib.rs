@@ -145,6 +145,13 @@ pub struct FsStats {
     pub stored_bytes: u64,
 }
 
+#[derive(Debug, Clone, Copy)]
+pub struct Usage {
+    pub files: u64,
+    pub dirs: u64,
+    pub bytes: u64,
+}
+
 struct Inner {
     meta: Arc<dyn MetaStore>,
     store: Store,
@@ -506,6 +513,19 @@ impl Fs {
             dirs,
             stored_bytes: self.inner.store.stats()?.stored_bytes,
         })
+    }
+
+    /// Files, directories and bytes of regular files (hard links counted
+    /// once), from one consistent view.
+    pub fn usage(&self) -> Result<Usage> {
+        let Counts { files, dirs } = self.inner.meta.counts()?;
+        let mut bytes = 0;
+        self.inner.meta.view()?.for_each_inode(&mut |i| {
+            if i.attr.kind == FileKind::File {
+                bytes += i.attr.size;
+            }
+        })?;
+        Ok(Usage { files, dirs, bytes })
     }
 
     /// Makes everything durable and stops the committer.

@@ -55,6 +55,8 @@ total_dirty = "256MiB"  # written bytes all files together buffer
 readahead = "32MiB"     # how far ahead of a sequential reader chunks are fetched
 cache = "256MiB"        # DRAM cache of chunks
 commit_seconds = 5      # written data and metadata become durable at least this often
+version_seconds = 30    # a version of the namespace is written this often (0: never)
+versions_keep = 10      # how many versions are kept; older ones are dropped
 "#;
 
 #[derive(Deserialize, Default)]
@@ -87,6 +89,10 @@ struct RawFs {
     cache: Size,
     #[serde(default = "commit_seconds")]
     commit_seconds: u64,
+    #[serde(default = "version_seconds")]
+    version_seconds: u64,
+    #[serde(default = "versions_keep")]
+    versions_keep: u64,
 }
 
 fn inline_max() -> Size {
@@ -107,6 +113,12 @@ fn cache() -> Size {
 fn commit_seconds() -> u64 {
     FsSettings::default().commit_interval.as_secs()
 }
+fn version_seconds() -> u64 {
+    FsSettings::default().version_interval.as_secs()
+}
+fn versions_keep() -> u64 {
+    FsSettings::default().versions_keep as u64
+}
 
 impl Default for RawFs {
     fn default() -> Self {
@@ -117,6 +129,8 @@ impl Default for RawFs {
             readahead: readahead(),
             cache: cache(),
             commit_seconds: commit_seconds(),
+            version_seconds: version_seconds(),
+            versions_keep: versions_keep(),
         }
     }
 }
@@ -428,6 +442,22 @@ impl Config {
                 format!("{} is outside 1..=3600", f.commit_seconds),
             ));
         }
+        if f.version_seconds > 7 * 86400 {
+            return Err(at_key(
+                text,
+                "fs",
+                "version_seconds",
+                format!("{} is over a week (604800)", f.version_seconds),
+            ));
+        }
+        if !(1..=100_000).contains(&f.versions_keep) {
+            return Err(at_key(
+                text,
+                "fs",
+                "versions_keep",
+                format!("{} is outside 1..=100000", f.versions_keep),
+            ));
+        }
         Ok(Config {
             chunking,
             store: StoreSettings {
@@ -443,6 +473,8 @@ impl Config {
                 readahead: f.readahead.0,
                 cache_bytes: f.cache.0 as usize,
                 commit_interval: std::time::Duration::from_secs(f.commit_seconds),
+                version_interval: std::time::Duration::from_secs(f.version_seconds),
+                versions_keep: f.versions_keep as usize,
             },
         })
     }

@@ -39,6 +39,12 @@ pub enum RepoError {
     Meta(#[from] meta::MetaError),
     #[error(transparent)]
     Fs(#[from] ::fs::FsError),
+    #[error(
+        "the file system's metadata engine at {} is damaged or missing ({reason}); \
+         run `cairn recover` to rebuild it from the latest version in the store",
+        path.display()
+    )]
+    MetaDamaged { path: PathBuf, reason: String },
 }
 
 type Result<T> = std::result::Result<T, RepoError>;
@@ -139,8 +145,29 @@ impl Repo {
 
     /// Opens the repository's file system (its metadata engine, created on
     /// first use with a root directory owned by `uid`/`gid`).
+    ///
+    /// A damaged engine, or a missing one while the store holds versions of
+    /// the file system, is [`RepoError::MetaDamaged`]: mounting an empty tree
+    /// over a store full of history would hide it.
     pub fn open_fs(&self, uid: u32, gid: u32) -> Result<::fs::Fs> {
-        let meta = meta::RedbMeta::open(&self.fs_meta_path(), uid, gid)?;
+        let path = self.fs_meta_path();
+        let damaged = |reason: String| RepoError::MetaDamaged {
+            path: path.clone(),
+            reason,
+        };
+        if !path.exists() {
+            let versions = self.store.list_roots()?.into_iter().any(|(l, _)| {
+                l.starts_with(::fs::history::VERSION_PREFIX)
+            });
+            if versions {
+                return Err(damaged("it is missing, and the store holds versions".into()));
+            }
+        }
+        let meta = match meta::RedbMeta::open(&path, uid, gid) {
+            Ok(m) => m,
+            Err(e @ meta::MetaError::Busy(_)) => return Err(e.into()),
+            Err(e) => return Err(damaged(e.to_string())),
+        };
         Ok(::fs::Fs::new(
             Arc::new(meta),
             self.store.clone(),
