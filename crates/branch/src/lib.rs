@@ -2,7 +2,8 @@
 //!
 //! **Owns:** moving bytes to and from one place (a local directory today; S3
 //! buckets and remote nodes behind the same trait later), and making a blob
-//! durable and atomically visible.
+//! durable and atomically visible. [`FaultyBranch`] wraps any branch to
+//! inject failures, slowness or corruption in tests.
 //!
 //! **Never:** interprets a blob. A branch does not know what a chunk or a
 //! container is; `cas` decides what the blobs mean and what they are called.
@@ -13,9 +14,11 @@
 //! - A short read is an error naming the blob, never silently fewer bytes.
 
 mod aligned;
+mod fault;
 mod key;
 mod local;
 
+pub use fault::{Fault, FaultControl, FaultyBranch};
 pub use key::{BlobKey, KeyError};
 pub use local::LocalDir;
 
