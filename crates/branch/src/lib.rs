@@ -9,7 +9,8 @@
 //! container is; `cas` decides what the blobs mean and what they are called.
 //! A branch never hides a failure behind partial or substitute data.
 //!
-//! **Invariants:**
+//! **Invariants** (every implementation passes the same conformance suite,
+//! `testing::conformance`, behind the `testing` feature):
 //! - `put` returns only when the blob is durable, and a reader sees either the
 //!   whole blob or none of it (never a half-written one, even after `kill -9`).
 //! - `put` never replaces: a key already present gives [`BranchError::Exists`].
@@ -26,6 +27,9 @@ mod fault;
 mod key;
 mod local;
 mod s3;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing;
 
 pub use fault::{Fault, FaultControl, FaultyBranch};
 pub use key::{BlobKey, KeyError};
