@@ -6,14 +6,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use branch::{BlobKey, Branch, FaultControl, FaultyBranch, LocalDir};
-use redundancy::{BranchId, Policy, Redundant};
+use redundancy::{BranchId, Discovery, Policy, Redundant};
 
 pub use branch::testing::pattern;
 
 pub struct Rig {
-    pub dir: tempfile::TempDir,
+    pub dir: Arc<tempfile::TempDir>,
     pub store: Arc<Redundant>,
     pub controls: Vec<FaultControl>,
+    /// What opening the store discovered on the branches.
+    pub found: Discovery,
 }
 
 pub fn key(s: &str) -> BlobKey {
@@ -31,17 +33,22 @@ pub fn branch_root(dir: &Path, i: usize) -> PathBuf {
 
 /// Opens `n` branches under `dir` as a fresh `Redundant` (discovering what
 /// they hold), each wrapped so faults can be injected.
-pub fn open(dir: &Path, n: usize) -> (Arc<Redundant>, Vec<FaultControl>) {
+fn open(dir: Arc<tempfile::TempDir>, n: usize) -> Rig {
     let mut branches: Vec<Arc<dyn Branch>> = Vec::new();
     let mut controls = Vec::new();
     for i in 0..n {
-        let (local, _) = LocalDir::open(format!("b{i}"), branch_root(dir, i)).unwrap();
+        let (local, _) = LocalDir::open(format!("b{i}"), branch_root(dir.path(), i)).unwrap();
         let faulty = FaultyBranch::new(Arc::new(local));
         controls.push(faulty.control());
         branches.push(Arc::new(faulty));
     }
-    let (store, _) = Redundant::open(branches).unwrap();
-    (Arc::new(store), controls)
+    let (store, found) = Redundant::open(branches).unwrap();
+    Rig {
+        dir,
+        store: Arc::new(store),
+        controls,
+        found,
+    }
 }
 
 impl Rig {
@@ -54,17 +61,12 @@ impl Rig {
         } else {
             tempfile::tempdir().unwrap()
         };
-        let (store, controls) = open(dir.path(), n);
-        Rig {
-            dir,
-            store,
-            controls,
-        }
+        open(Arc::new(dir), n)
     }
 
     /// A new `Redundant` over the same directories, as after a restart.
-    pub fn reopen(&self) -> (Arc<Redundant>, Vec<FaultControl>) {
-        open(self.dir.path(), self.controls.len())
+    pub fn reopen(&self) -> Rig {
+        open(self.dir.clone(), self.controls.len())
     }
 
     pub fn all(&self) -> Vec<BranchId> {
