@@ -23,7 +23,8 @@
 //!   naming the container, its policy, and each lost shard with why.
 //! - The shards of one container are on distinct branches.
 //!
-//! See [`shard`] for the blob format and the shard key naming.
+//! See [`shard`] for the blob format and [`shard_key`] for how shard blobs
+//! are named.
 
 mod codec;
 mod discover;

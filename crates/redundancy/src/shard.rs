@@ -74,6 +74,8 @@ pub struct Layout {
     /// S, the payload bytes of every shard.
     pub shard_len: u64,
     pub key_tag: [u8; 8],
+    /// Kept, as every read's offsets start from it.
+    header_len: u64,
 }
 
 impl Layout {
@@ -86,6 +88,7 @@ impl Layout {
             }
         };
         Layout {
+            header_len: (FIXED + policy.to_string().len() + CHECKSUM) as u64,
             policy,
             container_len,
             shard_len,
@@ -102,7 +105,7 @@ impl Layout {
     }
 
     pub fn header_len(&self) -> u64 {
-        (FIXED + self.policy.to_string().len() + CHECKSUM) as u64
+        self.header_len
     }
 
     pub fn blocks(&self) -> u64 {
@@ -262,20 +265,16 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, Corrupt> {
         .map_err(|_| Corrupt("policy text is not UTF-8".into()))?;
     let policy: Policy = text.parse().map_err(|e| Corrupt(format!("{e}")))?;
     let (index, k, m) = (u16_at(bytes, 8), u16_at(bytes, 10), u16_at(bytes, 12));
-    let layout = Layout {
-        container_len: u64_at(bytes, 16),
-        shard_len: u64_at(bytes, 24),
-        key_tag: bytes[48..56].try_into().expect("8 bytes"),
-        policy,
-    };
-    let expected = Layout::new(layout.policy.clone(), "", layout.container_len);
+    let shard_len = u64_at(bytes, 24);
+    let mut layout = Layout::new(policy, "", u64_at(bytes, 16));
+    layout.key_tag = bytes[48..56].try_into().expect("8 bytes");
     if (k, m) != (layout.k(), layout.shards() - layout.k())
-        || expected.shard_len != layout.shard_len
+        || shard_len != layout.shard_len
         || index >= layout.shards()
     {
         return bad(format!(
-            "header's geometry (shard {index}, K={k}, M={m}, S={}) does not fit {} over {} bytes",
-            layout.shard_len, layout.policy, layout.container_len
+            "header's geometry (shard {index}, K={k}, M={m}, S={shard_len}) does not fit {} over {} bytes",
+            layout.policy, layout.container_len
         ));
     }
     Ok(Header {
