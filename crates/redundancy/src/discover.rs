@@ -121,11 +121,7 @@ impl Redundant {
 
 /// One container from its shards: the layout most of them agree on, and
 /// every shard's place (bad ones included).
-fn assemble(
-    key: &BlobKey,
-    shards: &[Sighting],
-    report: &mut Discovery,
-) -> Option<Entry> {
+fn assemble(key: &BlobKey, shards: &[Sighting], report: &mut Discovery) -> Option<Entry> {
     let agreeing = |l: &Layout| shards.iter().filter(|(_, h)| h.as_ref() == Ok(l)).count();
     let layout = shards
         .iter()
@@ -149,7 +145,13 @@ fn assemble(
     for (f, header) in shards {
         match header {
             Ok(l) if *l == entry.layout => intact[usize::from(f.index)] = true,
-            Ok(l) => bad(f, format!("its layout ({} over {} bytes) disagrees with the container's other shards", l.policy, l.container_len)),
+            Ok(l) => bad(
+                f,
+                format!(
+                    "its layout ({} over {} bytes) disagrees with the container's other shards",
+                    l.policy, l.container_len
+                ),
+            ),
             Err(why) => bad(f, why.clone()),
         }
         if let Some(place) = entry.locations.get_mut(usize::from(f.index)) {

@@ -20,7 +20,11 @@ pub struct ShardFault {
 impl fmt::Display for ShardFault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.branch {
-            Some(b) => write!(f, "shard {} on {b}: {} ({})", self.index, self.kind, self.detail),
+            Some(b) => write!(
+                f,
+                "shard {} on {b}: {} ({})",
+                self.index, self.kind, self.detail
+            ),
             None => write!(f, "shard {}: {}", self.index, self.detail),
         }
     }
@@ -54,7 +58,9 @@ pub enum Error {
         needs: usize,
         has: usize,
     },
-    #[error("policy {policy} puts parity on branch {branch:?}, which is not among its allowed branches")]
+    #[error(
+        "policy {policy} puts parity on branch {branch:?}, which is not among its allowed branches"
+    )]
     ParityBranchNotAllowed { policy: Policy, branch: String },
     #[error("container {0} not found")]
     NotFound(BlobKey),

@@ -158,7 +158,9 @@ impl Redundant {
     }
 
     fn entry(&self, key: &BlobKey) -> Result<Arc<map::Entry>> {
-        self.map.get(key).ok_or_else(|| Error::NotFound(key.clone()))
+        self.map
+            .get(key)
+            .ok_or_else(|| Error::NotFound(key.clone()))
     }
 
     fn member(&self, id: BranchId) -> &Member {

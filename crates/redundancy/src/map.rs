@@ -137,7 +137,10 @@ mod tests {
     #[test]
     fn shard_names_round_trip() {
         let k = key("containers/00000/0000000000000001");
-        assert_eq!(shard_key(&k, 3).as_str(), "containers/00000/0000000000000001.s3");
+        assert_eq!(
+            shard_key(&k, 3).as_str(),
+            "containers/00000/0000000000000001.s3"
+        );
         assert_eq!(parse_shard_key(&shard_key(&k, 3)), Some((k, 3)));
         let odd = key("a.s1");
         assert_eq!(parse_shard_key(&shard_key(&odd, 0)), Some((odd, 0)));

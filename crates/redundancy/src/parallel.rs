@@ -51,7 +51,10 @@ mod tests {
     #[test]
     fn results_keep_item_order() {
         let items: Vec<u32> = (0..100).collect();
-        assert_eq!(fan_out(&items, |x| x * 2), (0..100).map(|x| x * 2).collect::<Vec<_>>());
+        assert_eq!(
+            fan_out(&items, |x| x * 2),
+            (0..100).map(|x| x * 2).collect::<Vec<_>>()
+        );
         assert_eq!(fan_out(&[] as &[u32], |x| *x), Vec::<u32>::new());
     }
 
@@ -59,6 +62,10 @@ mod tests {
     fn blocking_calls_overlap() {
         let start = Instant::now();
         fan_out(&[0; 8], |_| thread::sleep(Duration::from_millis(50)));
-        assert!(start.elapsed() < Duration::from_millis(200), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_millis(200),
+            "{:?}",
+            start.elapsed()
+        );
     }
 }

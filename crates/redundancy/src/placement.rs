@@ -101,14 +101,22 @@ mod tests {
     #[test]
     fn validation_names_the_problem() {
         let err = validate(&p("rs:4+2"), &ids(5), name).unwrap_err();
-        assert_eq!(err.to_string(), "policy rs:4+2 needs 6 distinct branches but has 5");
+        assert_eq!(
+            err.to_string(),
+            "policy rs:4+2 needs 6 distinct branches but has 5"
+        );
         let err = validate(&p("mirror:2"), &[BranchId(0), BranchId(0)], name).unwrap_err();
         assert!(matches!(err, Error::DuplicateBranch(n) if n == "a"));
         let err = validate(&p("mirror:2"), &[BranchId(0), BranchId(9)], name).unwrap_err();
         assert!(matches!(err, Error::UnknownBranch(BranchId(9))));
         let err = validate(&p("parity:2@fast"), &ids(3), name).unwrap_err();
         assert!(err.to_string().contains("\"fast\""), "{err}");
-        validate(&p("parity:2@fast"), &[BranchId(4), BranchId(1), BranchId(2)], name).unwrap();
+        validate(
+            &p("parity:2@fast"),
+            &[BranchId(4), BranchId(1), BranchId(2)],
+            name,
+        )
+        .unwrap();
         validate(&p("stripe:3"), &ids(5), name).unwrap();
     }
 
@@ -133,7 +141,10 @@ mod tests {
             let used: Vec<usize> = starts.iter().copied().filter(|&n| n > 0).collect();
             let expect = if parity_at.is_some() { 4 } else { 5 };
             assert_eq!(used.len(), expect, "{policy}: {starts:?}");
-            assert!(used.iter().all(|&n| n > 500 / expect / 2), "{policy}: {starts:?}");
+            assert!(
+                used.iter().all(|&n| n > 500 / expect / 2),
+                "{policy}: {starts:?}"
+            );
         }
     }
 

@@ -20,10 +20,20 @@ use reed_solomon_simd::ReedSolomonEncoder;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Policy {
     Single,
-    Mirror { copies: u16 },
-    Stripe { width: u16 },
-    Parity { data: u16, parity_branch: Option<String> },
-    ReedSolomon { data: u16, parity: u16 },
+    Mirror {
+        copies: u16,
+    },
+    Stripe {
+        width: u16,
+    },
+    Parity {
+        data: u16,
+        parity_branch: Option<String>,
+    },
+    ReedSolomon {
+        data: u16,
+        parity: u16,
+    },
 }
 
 /// How a policy turns a container into shards.
@@ -189,7 +199,11 @@ fn parse(input: &str) -> Result<Policy, String> {
             copies: count(n, 2, "a mirror keeps at least 2 copies; use single for one")?,
         },
         ("stripe", w) => Policy::Stripe {
-            width: count(w, 2, "a stripe spans at least 2 branches; use single for one")?,
+            width: count(
+                w,
+                2,
+                "a stripe spans at least 2 branches; use single for one",
+            )?,
         },
         ("parity", arg) => {
             let (k, name) = match arg.split_once('@') {
@@ -198,7 +212,9 @@ fn parse(input: &str) -> Result<Policy, String> {
             };
             let data = count(k, 1, "parity needs at least 1 data shard")?;
             if data == u16::MAX {
-                return Err(format!("{data} data shards leave no room for the parity shard"));
+                return Err(format!(
+                    "{data} data shards leave no room for the parity shard"
+                ));
             }
             Policy::Parity {
                 data,
@@ -210,7 +226,11 @@ fn parse(input: &str) -> Result<Policy, String> {
                 .split_once('+')
                 .ok_or_else(|| format!("rs takes K+M (data + parity shards), got {arg:?}"))?;
             let data = count(k, 1, "rs needs at least 1 data shard")?;
-            let parity = count(m, 1, "rs needs at least 1 parity shard; use single for none")?;
+            let parity = count(
+                m,
+                1,
+                "rs needs at least 1 parity shard; use single for none",
+            )?;
             let fits = u32::from(data) + u32::from(parity) <= u32::from(u16::MAX);
             if !fits || !ReedSolomonEncoder::supports(data.into(), parity.into()) {
                 return Err(format!(
@@ -318,7 +338,9 @@ mod tests {
 
     #[test]
     fn strength_orders_by_tolerance_then_overhead() {
-        let order = ["single", "parity:4", "mirror:2", "rs:4+2", "rs:2+2", "mirror:3"];
+        let order = [
+            "single", "parity:4", "mirror:2", "rs:4+2", "rs:2+2", "mirror:3",
+        ];
         for pair in order.windows(2) {
             let (weak, strong) = (p(pair[0]), p(pair[1]));
             assert!(strong.at_least_as_strong_as(&weak), "{strong} >= {weak}");

@@ -94,8 +94,8 @@ impl Redundant {
         }
         let score = |id: BranchId| self.member(id).score().unwrap_or(0.0);
         for (index, span) in data_spans(layout, offset..end) {
-            // Any copy can serve a copy policy; the best scored is the
-            // likeliest pick.
+            // Any copy can serve a copy policy: the first without
+            // balancing, else the best scored is the likeliest pick.
             let candidates = match layout.policy.coding() {
                 Coding::Copies => located(&entry, &[]),
                 Coding::Xor | Coding::ReedSolomon => located(&entry, &[])
@@ -103,9 +103,13 @@ impl Redundant {
                     .filter(|(i, _)| *i == index)
                     .collect(),
             };
-            let best = candidates
-                .into_iter()
-                .min_by(|a, b| score(a.1).total_cmp(&score(b.1)));
+            let best = if self.balancing() {
+                candidates
+                    .into_iter()
+                    .min_by(|a, b| score(a.1).total_cmp(&score(b.1)))
+            } else {
+                candidates.into_iter().next()
+            };
             if let Some((shard, id)) = best {
                 let (off, n) = layout.blob_span(&layout.blocks_for(&span));
                 self.member(id)
@@ -372,7 +376,10 @@ fn data_spans(layout: &Layout, range: Range<u64>) -> Vec<(u16, Range<u64>)> {
     (first..=last)
         .map(|i| {
             let base = i * s;
-            (i as u16, range.start.max(base) - base..range.end.min(base + s) - base)
+            (
+                i as u16,
+                range.start.max(base) - base..range.end.min(base + s) - base,
+            )
         })
         .collect()
 }

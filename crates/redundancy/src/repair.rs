@@ -213,7 +213,9 @@ impl Redundant {
             }
             for index in targets {
                 if let Err(why) = self.rebuild_shard(key, entry, index, old, new, &mut report) {
-                    report.failed.push((key.clone(), format!("shard {index}: {why}")));
+                    report
+                        .failed
+                        .push((key.clone(), format!("shard {index}: {why}")));
                 }
             }
             progress(Progress {
@@ -240,7 +242,8 @@ impl Redundant {
         if here.contains(&new) {
             if self.read_shard(key, layout, index, new, &all).is_ok() {
                 report.already_present += 1;
-                self.map.update(key, |locs| locs[usize::from(index)].retain(|id| *id != old));
+                self.map
+                    .update(key, |locs| locs[usize::from(index)].retain(|id| *id != old));
                 return Ok(());
             }
         } else if entry.holds(new) {

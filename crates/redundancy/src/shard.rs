@@ -189,7 +189,12 @@ pub fn encode(layout: &Layout, index: u16, payload: &[u8]) -> Vec<u8> {
         blob.extend_from_slice(&digest);
         blob.extend_from_slice(data);
     }
-    write_header(layout, index, &truncate(root.finalize()), &mut blob[..header_len]);
+    write_header(
+        layout,
+        index,
+        &truncate(root.finalize()),
+        &mut blob[..header_len],
+    );
     blob
 }
 
@@ -242,7 +247,10 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 pub fn decode_header(bytes: &[u8]) -> Result<Header, Corrupt> {
     let bad = |why: String| Err(Corrupt(why));
     if bytes.len() < FIXED + CHECKSUM {
-        return bad(format!("{} bytes is too short for a shard header", bytes.len()));
+        return bad(format!(
+            "{} bytes is too short for a shard header",
+            bytes.len()
+        ));
     }
     if &bytes[..4] != MAGIC {
         return bad("not a shard: bad magic".into());
@@ -325,7 +333,10 @@ pub fn decode_blocks(
 ) -> Result<Vec<u8>, Corrupt> {
     let (_, want) = layout.blob_span(blocks);
     if bytes.len() != want {
-        return Err(Corrupt(format!("read {} bytes of blocks, wanted {want}", bytes.len())));
+        return Err(Corrupt(format!(
+            "read {} bytes of blocks, wanted {want}",
+            bytes.len()
+        )));
     }
     let mut root = blake3::Hasher::new();
     let len = verify_blocks_in_place(layout, index, blocks.start, &mut bytes, 0, &mut root)?;
@@ -369,11 +380,17 @@ mod tests {
     use proptest::prelude::*;
 
     fn layout(policy: &str, len: u64) -> Layout {
-        Layout::new(policy.parse().unwrap(), "containers/00000/0000000000000001", len)
+        Layout::new(
+            policy.parse().unwrap(),
+            "containers/00000/0000000000000001",
+            len,
+        )
     }
 
     fn payload(len: usize, seed: u8) -> Vec<u8> {
-        (0..len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+            .collect()
     }
 
     #[test]

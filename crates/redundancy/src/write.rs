@@ -31,9 +31,11 @@ impl Redundant {
         if self.map.contains(key) {
             return Err(Error::Exists(key.clone()));
         }
-        let parity_at = policy
-            .fixed_parity_branch()
-            .and_then(|name| allowed.iter().position(|id| self.branch_name(*id) == Some(name)));
+        let parity_at = policy.fixed_parity_branch().and_then(|name| {
+            allowed
+                .iter()
+                .position(|id| self.branch_name(*id) == Some(name))
+        });
         let ids = placement::choose(policy, key.as_str(), allowed, parity_at);
         let layout = Layout::new(policy.clone(), key.as_str(), data.len() as u64);
         let redundant =

@@ -15,7 +15,9 @@ fn mirrored(rig: &Rig) -> Vec<BlobKey> {
         .map(|i| {
             let k = key(&format!("containers/{i:04}"));
             let data = pattern(100_000, i as u64);
-            rig.store.put(&k, &data, &policy("mirror:2"), &rig.all()).unwrap();
+            rig.store
+                .put(&k, &data, &policy("mirror:2"), &rig.all())
+                .unwrap();
             k
         })
         .collect()
@@ -45,7 +47,10 @@ fn reads_move_off_a_slow_branch() {
     // Let the estimate learn the slowdown, then measure.
     shares(&rig, &keys, 100);
     let slow = shares(&rig, &keys, 300)[0];
-    assert!(slow < 0.2, "the slow branch still serves {slow:.2} of reads");
+    assert!(
+        slow < 0.2,
+        "the slow branch still serves {slow:.2} of reads"
+    );
 }
 
 #[test]
@@ -68,7 +73,10 @@ fn without_balancing_every_read_goes_to_the_first_copy() {
     rig.controls[0].set(Fault::Slow(Duration::from_millis(1)));
     let s = shares(&rig, &keys, 2 * CONTAINERS);
     let primaries_on_0 = keys.iter().filter(|k| rig.holder(k, 0).0 == 0).count();
-    assert!(primaries_on_0 > 0 && primaries_on_0 < CONTAINERS, "placement rotates");
+    assert!(
+        primaries_on_0 > 0 && primaries_on_0 < CONTAINERS,
+        "placement rotates"
+    );
     let expected = primaries_on_0 as f64 / CONTAINERS as f64;
     assert!((s[0] - expected).abs() < 1e-9, "{s:?} vs {expected}");
 }
@@ -78,7 +86,9 @@ fn degraded_reads_rebuild_from_the_faster_shards() {
     let rig = Rig::new(3);
     let k = key("containers/0001");
     let data = pattern(200_000, 1);
-    rig.store.put(&k, &data, &policy("rs:1+2"), &rig.all()).unwrap();
+    rig.store
+        .put(&k, &data, &policy("rs:1+2"), &rig.all())
+        .unwrap();
     let holders: Vec<usize> = (0..3).map(|i| usize::from(rig.holder(&k, i).0)).collect();
     rig.controls[holders[0]].set(Fault::FailReads);
     rig.controls[holders[1]].set(Fault::Slow(Duration::from_millis(4)));
@@ -89,7 +99,13 @@ fn degraded_reads_rebuild_from_the_faster_shards() {
     for _ in 0..200 {
         assert!(rig.store.read_range(&k, 1000, 5000).unwrap() == data[1000..6000]);
     }
-    let (slow, fast) = (rig.controls[holders[1]].reads(), rig.controls[holders[2]].reads());
+    let (slow, fast) = (
+        rig.controls[holders[1]].reads(),
+        rig.controls[holders[2]].reads(),
+    );
     assert_eq!(slow + fast, 200, "one helper per read");
-    assert!(slow < 40, "the slow parity shard served {slow} of 200 rebuilds");
+    assert!(
+        slow < 40,
+        "the slow parity shard served {slow} of 200 rebuilds"
+    );
 }

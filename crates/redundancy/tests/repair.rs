@@ -22,10 +22,18 @@ fn store(rig: &Rig, text: &str, allowed: &[BranchId], n: usize) -> Vec<(BlobKey,
 
 fn assert_distinct(store: &Redundant, k: &BlobKey) -> Vec<BranchId> {
     let placed = store.locate(k).unwrap();
-    let ids: Vec<BranchId> = placed.shards.iter().flat_map(|s| s.branches.clone()).collect();
+    let ids: Vec<BranchId> = placed
+        .shards
+        .iter()
+        .flat_map(|s| s.branches.clone())
+        .collect();
     let distinct: BTreeSet<BranchId> = ids.iter().copied().collect();
     assert_eq!(distinct.len(), ids.len(), "{k}: {placed:?}");
-    assert_eq!(ids.len(), placed.shards.len(), "{k}: every shard placed once");
+    assert_eq!(
+        ids.len(),
+        placed.shards.len(),
+        "{k}: every shard placed once"
+    );
     ids
 }
 
@@ -50,7 +58,11 @@ fn scrub_heals_corrupt_and_missing_shards() {
         });
         assert_eq!(seen.len(), containers.len(), "{text}: progress after each");
         assert_eq!(summary.containers, containers.len());
-        assert_eq!(summary.repaired.len(), containers.len(), "{text}: {summary:?}");
+        assert_eq!(
+            summary.repaired.len(),
+            containers.len(),
+            "{text}: {summary:?}"
+        );
         assert!(summary.unrepaired.is_empty(), "{text}: {summary:?}");
         for report in &summary.repaired {
             assert_eq!(report.repaired.len(), f.min(2), "{text}: {report:?}");
@@ -94,7 +106,10 @@ fn scrub_reports_what_it_cannot_repair_and_keeps_the_rest() {
     assert!(report.repaired.is_empty());
     assert_eq!(report.unrepaired.len(), 2);
     let why = report.unrepaired[0].to_string();
-    assert!(why.contains("cannot rebuild") && why.contains("containers/0000"), "{why}");
+    assert!(
+        why.contains("cannot rebuild") && why.contains("containers/0000"),
+        "{why}"
+    );
     let parity_file = rig.shard_file(k, 2, rig.holder(k, 2));
     assert!(parity_file.exists(), "the surviving shard is kept");
 }
@@ -108,15 +123,29 @@ fn rebuild_onto_restores_full_redundancy() {
         let (old, new) = (BranchId(1), BranchId(5));
         let on_old = containers
             .iter()
-            .filter(|(k, _)| rig.store.locate(k).unwrap().shards.iter().any(|s| s.branches == [old]))
+            .filter(|(k, _)| {
+                rig.store
+                    .locate(k)
+                    .unwrap()
+                    .shards
+                    .iter()
+                    .any(|s| s.branches == [old])
+            })
             .count();
         assert!(on_old > 0);
         std::fs::remove_dir_all(common::branch_root(rig.dir.path(), 1)).unwrap();
         let mut calls = 0;
         let report = rig.store.rebuild_onto(old, new, |_| calls += 1).unwrap();
         assert_eq!(calls, containers.len());
-        assert_eq!((report.containers, report.rebuilt), (on_old, on_old), "{text}: {report:?}");
-        assert!(report.failed.is_empty() && report.conflicts.is_empty(), "{report:?}");
+        assert_eq!(
+            (report.containers, report.rebuilt),
+            (on_old, on_old),
+            "{text}: {report:?}"
+        );
+        assert!(
+            report.failed.is_empty() && report.conflicts.is_empty(),
+            "{report:?}"
+        );
         // Full redundancy: the old branch is gone, and the policy's whole
         // tolerance of other branches can still be lost.
         let f = policy(text).tolerance();
@@ -174,7 +203,10 @@ fn rebuild_after_a_restart_finds_the_lost_branch_by_what_is_missing() {
     assert_eq!(report.rebuilt, found.incomplete.len());
     let after = rig.reopen();
     let found = &after.found;
-    assert!(found.incomplete.is_empty() && found.unreadable.is_empty(), "{found:?}");
+    assert!(
+        found.incomplete.is_empty() && found.unreadable.is_empty(),
+        "{found:?}"
+    );
     for (k, data) in &containers {
         assert_distinct(&after.store, k);
         assert!(after.store.get(k).unwrap() == *data);
@@ -185,8 +217,14 @@ fn rebuild_after_a_restart_finds_the_lost_branch_by_what_is_missing() {
 fn rebuild_never_puts_two_shards_of_a_container_on_one_branch() {
     let rig = Rig::new(3);
     let containers = store(&rig, "mirror:2", &rig.all(), 12);
-    let report = rig.store.rebuild_onto(BranchId(0), BranchId(1), |_| {}).unwrap();
-    assert!(!report.conflicts.is_empty() && report.rebuilt > 0, "{report:?}");
+    let report = rig
+        .store
+        .rebuild_onto(BranchId(0), BranchId(1), |_| {})
+        .unwrap();
+    assert!(
+        !report.conflicts.is_empty() && report.rebuilt > 0,
+        "{report:?}"
+    );
     assert_eq!(report.rebuilt + report.conflicts.len(), report.containers);
     for (k, _) in &containers {
         assert_distinct(&rig.store, k);

@@ -96,7 +96,11 @@ fn check_all(rig: &Rig, containers: &[(BlobKey, Vec<u8>)], what: &str) {
             .unwrap_or_else(|e| panic!("{what}: get {k}: {e}"));
         assert!(got == *data, "{what}: {k} came back different");
         let len = data.len();
-        let mut ranges = vec![(0, len), (len / 3, len / 3), (len.saturating_sub(1), len.min(1))];
+        let mut ranges = vec![
+            (0, len),
+            (len / 3, len / 3),
+            (len.saturating_sub(1), len.min(1)),
+        ];
         for edge in [65_536usize, 131_072, len / 2, len / 3, len / 4] {
             if edge >= 7 && edge + 7 <= len {
                 ranges.push((edge - 7, 14));
@@ -128,7 +132,11 @@ fn every_policy_survives_its_tolerance() {
             // fixed parity branches alike.
             let start = pn + ln;
             let target = &containers[start % containers.len()].0;
-            let holders: Vec<BranchId> = rig.store.locate(target).unwrap().shards
+            let holders: Vec<BranchId> = rig
+                .store
+                .locate(target)
+                .unwrap()
+                .shards
                 .iter()
                 .map(|s| s.branches[0])
                 .collect();
@@ -143,7 +151,10 @@ fn every_policy_survives_its_tolerance() {
             // The losses were real: a scrub finds them.
             let scrubbed = rig.store.scrub_all(|_| {});
             assert_eq!(scrubbed.containers, SIZES.len());
-            assert!(f == 0 || scrubbed.healthy < SIZES.len(), "{what}: {scrubbed:?}");
+            assert!(
+                f == 0 || scrubbed.healthy < SIZES.len(),
+                "{what}: {scrubbed:?}"
+            );
         }
     }
 }
@@ -153,7 +164,9 @@ fn reads_with_lost_shards_mark_their_branch_degraded() {
     let rig = Rig::new(4);
     let k = key("containers/1");
     let data = pattern(300_000, 5);
-    rig.store.put(&k, &data, &policy("rs:2+2"), &rig.all()).unwrap();
+    rig.store
+        .put(&k, &data, &policy("rs:2+2"), &rig.all())
+        .unwrap();
     let bad = rig.holder(&k, 0);
     rig.controls[usize::from(bad.0)].set(Fault::Garbage);
     assert!(rig.store.get(&k).unwrap() == data);
@@ -178,12 +191,18 @@ fn one_loss_too_many_names_the_container_policy_and_shards() {
         let p = policy(text);
         let rig = Rig::new(BRANCHES);
         let k = key("containers/00ff");
-        rig.store.put(&k, &pattern(200_001, 3), &p, &rig.all()).unwrap();
+        rig.store
+            .put(&k, &pattern(200_001, 3), &p, &rig.all())
+            .unwrap();
         let placed = rig.store.locate(&k).unwrap();
         let holders: Vec<BranchId> = placed.shards.iter().map(|s| s.branches[0]).collect();
         // The first lost branch fails outright; the others vanish.
         for (i, id) in holders.iter().take(p.tolerance() + 1).enumerate() {
-            let fault = if i == 0 { Fault::FailAll } else { Fault::Vanished };
+            let fault = if i == 0 {
+                Fault::FailAll
+            } else {
+                Fault::Vanished
+            };
             rig.controls[usize::from(id.0)].set(fault);
         }
         for err in [
@@ -197,7 +216,12 @@ fn one_loss_too_many_names_the_container_policy_and_shards() {
             assert!(msg.contains(&format!("on {first}: unavailable")), "{msg}");
             assert!(msg.contains("injected fault"), "{msg}");
             match err {
-                Error::Unrecoverable { policy, lost, needed, .. } => {
+                Error::Unrecoverable {
+                    policy,
+                    lost,
+                    needed,
+                    ..
+                } => {
                     assert_eq!(policy, p);
                     assert_eq!(needed, p.data_shards());
                     assert!(lost.iter().any(|f| f.kind == FaultKind::Unavailable));
@@ -221,14 +245,22 @@ fn a_failed_put_leaves_nothing_behind() {
         .put(&k, &pattern(1000, 1), &policy("mirror:3"), &rig.all())
         .unwrap_err();
     let msg = err.to_string();
-    assert!(msg.starts_with("could not store container containers/1 (mirror:3)"), "{msg}");
+    assert!(
+        msg.starts_with("could not store container containers/1 (mirror:3)"),
+        "{msg}"
+    );
     assert!(msg.contains("on b2"), "{msg}");
     assert!(matches!(rig.store.get(&k), Err(Error::NotFound(_))));
     rig.heal();
     let reopened = rig.reopen();
     assert_eq!(reopened.found.shards, 0, "shards were left behind");
-    rig.store.put(&k, &pattern(1000, 1), &policy("mirror:3"), &rig.all()).unwrap();
-    let again = rig.store.put(&k, b"x", &policy("single"), &rig.all()).unwrap_err();
+    rig.store
+        .put(&k, &pattern(1000, 1), &policy("mirror:3"), &rig.all())
+        .unwrap();
+    let again = rig
+        .store
+        .put(&k, b"x", &policy("single"), &rig.all())
+        .unwrap_err();
     assert!(matches!(again, Error::Exists(_)), "{again}");
 }
 
@@ -239,7 +271,10 @@ fn a_policy_wider_than_its_branches_is_refused() {
         .store
         .put(&key("c"), b"x", &policy("rs:3+1"), &rig.all())
         .unwrap_err();
-    assert_eq!(err.to_string(), "policy rs:3+1 needs 4 distinct branches but has 3");
+    assert_eq!(
+        err.to_string(),
+        "policy rs:3+1 needs 4 distinct branches but has 3"
+    );
     let err = rig
         .store
         .put(&key("c"), b"x", &policy("parity:1@fast"), &rig.all())
