@@ -50,7 +50,8 @@ struct Found {
 impl Redundant {
     /// Lists every branch and replaces the in-memory map with what the
     /// shards' headers say. Reads never list; call this when opening, or
-    /// after branches were changed behind this layer's back.
+    /// after branches were changed behind this layer's back, with no put
+    /// or delete in flight (the map it builds replaces theirs).
     pub fn discover(&self) -> Discovery {
         let mut report = Discovery::default();
         let ids = self.branch_ids();
