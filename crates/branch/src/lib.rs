@@ -1,23 +1,40 @@
 //! Storage branches: places that hold named, immutable blobs.
 //!
-//! **Owns:** moving bytes to and from one place (a local directory today; S3
-//! buckets and remote nodes behind the same trait later), and making a blob
-//! durable and atomically visible.
+//! **Owns:** moving bytes to and from one place — a local directory
+//! ([`LocalDir`]), an S3 bucket ([`S3Bucket`]) — behind one [`Branch`] trait,
+//! and making a blob durable and atomically visible there. [`FaultyBranch`]
+//! wraps any branch to inject failures, slowness or corruption in tests.
 //!
 //! **Never:** interprets a blob. A branch does not know what a chunk or a
 //! container is; `cas` decides what the blobs mean and what they are called.
+//! A branch never hides a failure behind partial or substitute data.
 //!
-//! **Invariants:**
+//! **Invariants** (every implementation passes the same conformance suite,
+//! `testing::conformance`, behind the `testing` feature):
 //! - `put` returns only when the blob is durable, and a reader sees either the
 //!   whole blob or none of it (never a half-written one, even after `kill -9`).
+//! - `put` never replaces: a key already present gives [`BranchError::Exists`].
 //! - A short read is an error naming the blob, never silently fewer bytes.
+//! - Every error names the blob (or file) and the operation it is about.
+//!
+//! S3 goes through the `object_store` crate rather than hand-written HTTP:
+//! request signing, retries with backoff, timeouts and the S3 error and
+//! listing formats are each easy to get subtly wrong, and that crate is
+//! maintained against real S3 and its look-alikes.
 
 mod aligned;
+mod fault;
 mod key;
 mod local;
+mod s3;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing;
 
+pub use fault::{Fault, FaultControl, FaultyBranch};
 pub use key::{BlobKey, KeyError};
 pub use local::LocalDir;
+pub use s3::{S3Bucket, S3Config};
 
 use std::path::PathBuf;
 
@@ -45,6 +62,29 @@ pub enum BranchError {
         #[source]
         source: std::io::Error,
     },
+    /// A remote store answered with an error, or could not be reached,
+    /// after the configured retries.
+    #[error("{op} {key} on branch {branch}: {message}")]
+    Remote {
+        branch: String,
+        op: &'static str,
+        /// The blob, or for a listing the prefix.
+        key: String,
+        message: String,
+    },
+    /// A remote branch could not be used when it was opened: nothing listens
+    /// at the endpoint, the bucket does not exist, or the credentials are
+    /// refused.
+    #[error("branch {branch}: cannot use bucket {bucket:?} at {endpoint}: {reason}")]
+    Unreachable {
+        branch: String,
+        endpoint: String,
+        bucket: String,
+        reason: String,
+    },
+    /// A branch's configuration is malformed.
+    #[error("branch {branch}: invalid configuration: {reason}")]
+    Config { branch: String, reason: String },
 }
 
 pub type Result<T, E = BranchError> = std::result::Result<T, E>;

@@ -1,0 +1,101 @@
+use std::fmt;
+
+use branch::BlobKey;
+
+use crate::codec::CodingError;
+use crate::members::{BranchId, FaultKind};
+use crate::policy::{Policy, PolicyError};
+
+/// Why one shard of a container could not be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardFault {
+    pub index: u16,
+    /// The branch it was read from (or written to); `None` when no branch
+    /// is known to hold the shard.
+    pub branch: Option<String>,
+    pub kind: FaultKind,
+    pub detail: String,
+}
+
+impl fmt::Display for ShardFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.branch {
+            Some(b) => write!(
+                f,
+                "shard {} on {b}: {} ({})",
+                self.index, self.kind, self.detail
+            ),
+            None => write!(f, "shard {}: {}", self.index, self.detail),
+        }
+    }
+}
+
+struct List<'a>(&'a [ShardFault]);
+
+impl fmt::Display for List<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, fault) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{fault}")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error("no branch has id {0}")]
+    UnknownBranch(BranchId),
+    #[error("branch {0:?} is given twice")]
+    DuplicateBranch(String),
+    #[error("policy {policy} needs {needs} distinct branches but has {has}")]
+    NotEnoughBranches {
+        policy: Policy,
+        needs: usize,
+        has: usize,
+    },
+    #[error(
+        "policy {policy} puts parity on branch {branch:?}, which is not among its allowed branches"
+    )]
+    ParityBranchNotAllowed { policy: Policy, branch: String },
+    #[error("container {0} not found")]
+    NotFound(BlobKey),
+    #[error("container {0} already exists; containers are never replaced")]
+    Exists(BlobKey),
+    #[error("{len} bytes at offset {offset} reach past the end of container {key} ({size} bytes)")]
+    OutOfRange {
+        key: BlobKey,
+        offset: u64,
+        len: usize,
+        size: u64,
+    },
+    #[error(
+        "container {key} ({policy}) cannot be read: it needs {needed} intact shards; lost {}",
+        List(lost)
+    )]
+    Unrecoverable {
+        key: BlobKey,
+        policy: Policy,
+        needed: u16,
+        lost: Vec<ShardFault>,
+    },
+    #[error("could not {op} container {key} ({policy}): {}", List(failures))]
+    Write {
+        op: &'static str,
+        key: BlobKey,
+        policy: Policy,
+        failures: Vec<ShardFault>,
+    },
+    #[error("coding container {key}: {source}")]
+    Coding {
+        key: BlobKey,
+        #[source]
+        source: CodingError,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,143 @@
+//! The branches a [`crate::Redundant`] stores over, and what it has learnt
+//! about each: read latency and health.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use branch::{Branch, BranchError};
+
+use crate::latency::Estimator;
+
+/// A branch's position in the list given to [`crate::Redundant::new`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BranchId(pub u16);
+
+impl fmt::Display for BranchId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// What went wrong with one shard on one branch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// The branch does not have the blob.
+    Missing,
+    /// The branch failed to read or write it.
+    Unavailable,
+    /// The blob is there but fails verification (or is truncated).
+    Corrupt,
+}
+
+impl FaultKind {
+    pub(crate) fn of(err: &BranchError) -> FaultKind {
+        match err {
+            BranchError::NotFound { .. } => FaultKind::Missing,
+            BranchError::Truncated { .. } => FaultKind::Corrupt,
+            _ => FaultKind::Unavailable,
+        }
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FaultKind::Missing => "missing",
+            FaultKind::Unavailable => "unavailable",
+            FaultKind::Corrupt => "corrupt",
+        })
+    }
+}
+
+/// A branch's record for `cairn status`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BranchStatus {
+    pub id: BranchId,
+    pub name: String,
+    /// A shard read from this branch failed since the last
+    /// [`crate::Redundant::reset_health`].
+    pub degraded: bool,
+    /// Verified shard reads served.
+    pub reads: u64,
+    pub missing: u64,
+    pub unavailable: u64,
+    pub corrupt: u64,
+    pub last_error: Option<String>,
+    /// The read latency score balancing uses; `None` before the first read.
+    pub read_latency: Option<Duration>,
+}
+
+#[derive(Default)]
+struct Stats {
+    latency: Estimator,
+    reads: u64,
+    missing: u64,
+    unavailable: u64,
+    corrupt: u64,
+    last_error: Option<String>,
+}
+
+pub(crate) struct Member {
+    pub name: String,
+    pub branch: Arc<dyn Branch>,
+    stats: Mutex<Stats>,
+}
+
+impl Member {
+    pub fn new(branch: Arc<dyn Branch>) -> Member {
+        Member {
+            name: branch.name().to_string(),
+            branch,
+            stats: Mutex::new(Stats::default()),
+        }
+    }
+
+    pub fn read_ok(&self, took: Duration) {
+        let mut s = self.stats.lock().unwrap();
+        s.latency.observe(took);
+        s.reads += 1;
+    }
+
+    pub fn fault(&self, kind: FaultKind, detail: &str) {
+        let mut s = self.stats.lock().unwrap();
+        match kind {
+            FaultKind::Missing => s.missing += 1,
+            FaultKind::Unavailable => s.unavailable += 1,
+            FaultKind::Corrupt => s.corrupt += 1,
+        }
+        s.last_error = Some(detail.to_string());
+    }
+
+    pub fn degraded(&self) -> bool {
+        self.stats.lock().unwrap().last_error.is_some()
+    }
+
+    pub fn score(&self) -> Option<f64> {
+        self.stats.lock().unwrap().latency.score()
+    }
+
+    pub fn reset(&self) {
+        let mut s = self.stats.lock().unwrap();
+        let latency = std::mem::take(&mut s.latency);
+        *s = Stats {
+            latency,
+            ..Stats::default()
+        };
+    }
+
+    pub fn status(&self, id: BranchId) -> BranchStatus {
+        let s = self.stats.lock().unwrap();
+        BranchStatus {
+            id,
+            name: self.name.clone(),
+            degraded: s.last_error.is_some(),
+            reads: s.reads,
+            missing: s.missing,
+            unavailable: s.unavailable,
+            corrupt: s.corrupt,
+            last_error: s.last_error.clone(),
+            read_latency: s.latency.score().map(Duration::from_secs_f64),
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! Healing: scrub (check every shard, rewrite bad ones) and rebuilding a
+//! replaced branch's shards onto its successor.
+//!
+//! Branches never replace a blob, so a bad shard is deleted before its
+//! rebuilt bytes are written under the same name. A shard that cannot be
+//! written back where it was goes to another branch that holds no shard of
+//! its container, keeping the shards on distinct branches.
+
+use std::sync::Arc;
+
+use branch::{BlobKey, BranchError};
+
+use crate::codec;
+use crate::error::{Error, Result, ShardFault};
+use crate::map::{shard_key, Entry};
+use crate::members::{BranchId, FaultKind};
+use crate::parallel::fan_out;
+use crate::policy::Policy;
+use crate::read::{located, unlocated};
+use crate::shard::{self, key_tag};
+use crate::Redundant;
+
+/// Where a long operation is: `done` of `total` containers, the last
+/// being `key`.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress<'a> {
+    pub done: usize,
+    pub total: usize,
+    pub key: &'a BlobKey,
+}
+
+/// A shard written anew.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repair {
+    pub index: u16,
+    pub branch: BranchId,
+    /// What was wrong with it.
+    pub was: FaultKind,
+}
+
+/// What scrubbing one container found and did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScrubReport {
+    pub key: BlobKey,
+    pub policy: Policy,
+    /// Shard blobs read and verified.
+    pub checked: usize,
+    /// Every fault found, repaired or not.
+    pub faults: Vec<ShardFault>,
+    pub repaired: Vec<Repair>,
+    /// Faults left, each with why it could not be repaired.
+    pub unrepaired: Vec<ShardFault>,
+}
+
+/// What [`Redundant::scrub_all`] found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScrubSummary {
+    pub containers: usize,
+    pub healthy: usize,
+    /// Containers that had faults, all repaired.
+    pub repaired: Vec<ScrubReport>,
+    /// Containers with faults left.
+    pub unrepaired: Vec<ScrubReport>,
+}
+
+/// What [`Redundant::rebuild_onto`] did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RebuildReport {
+    /// Containers that had a shard on the old branch, or a shard no
+    /// branch holds.
+    pub containers: usize,
+    /// Shards written to the new branch.
+    pub rebuilt: usize,
+    /// Shards the new branch already held intact (from an earlier run).
+    pub already_present: usize,
+    /// Containers that already have another shard on the new branch, so
+    /// putting this one there too would weaken them; left for scrub.
+    pub conflicts: Vec<BlobKey>,
+    pub failed: Vec<(BlobKey, String)>,
+}
+
+impl Redundant {
+    /// Reads and verifies every shard of `key` and rewrites each missing or
+    /// corrupt one from the others.
+    pub fn scrub(&self, key: &BlobKey) -> Result<ScrubReport> {
+        let entry = self.entry(key)?;
+        let layout = &entry.layout;
+        let all = 0..layout.blocks();
+        let jobs: Vec<(u16, BranchId)> = located(&entry, &[]);
+        let results = fan_out(&jobs, |&(index, id)| {
+            self.read_shard(key, layout, index, id, &all)
+        });
+        let mut good: Vec<(u16, Vec<u8>)> = Vec::new();
+        let mut bad: Vec<(Option<BranchId>, ShardFault)> = Vec::new();
+        for (&(index, id), r) in jobs.iter().zip(results) {
+            match r {
+                Ok(p) if !good.iter().any(|(i, _)| *i == index) => good.push((index, p)),
+                Ok(_) => {}
+                Err(fault) => bad.push((Some(id), fault)),
+            }
+        }
+        for (index, ids) in (0..).zip(&entry.locations) {
+            if ids.is_empty() {
+                bad.push((None, unlocated(index)));
+            }
+        }
+        let mut report = ScrubReport {
+            key: key.clone(),
+            policy: layout.policy.clone(),
+            checked: jobs.len(),
+            faults: bad.iter().map(|(_, f)| f.clone()).collect(),
+            repaired: Vec::new(),
+            unrepaired: Vec::new(),
+        };
+        if bad.is_empty() {
+            return Ok(report);
+        }
+        let mut lost: Vec<u16> = bad
+            .iter()
+            .map(|(_, f)| f.index)
+            .filter(|i| !good.iter().any(|(g, _)| g == i))
+            .collect();
+        lost.sort_unstable();
+        lost.dedup();
+        let rebuilt = match self.rebuild_whole(key, &entry, &good, &lost) {
+            Ok(rebuilt) => rebuilt,
+            Err(why) => {
+                report.unrepaired = bad
+                    .into_iter()
+                    .map(|(_, f)| ShardFault {
+                        detail: format!("{}; cannot rebuild: {why}", f.detail),
+                        ..f
+                    })
+                    .collect();
+                return Ok(report);
+            }
+        };
+        for (from, fault) in bad {
+            let payload = good
+                .iter()
+                .chain(&rebuilt)
+                .find(|(i, _)| *i == fault.index)
+                .map(|(_, p)| p)
+                .expect("every lost shard was rebuilt");
+            let blob = shard::encode(layout, fault.index, payload);
+            match self.rewrite(key, &entry, fault.index, from, &blob) {
+                Ok(to) => report.repaired.push(Repair {
+                    index: fault.index,
+                    branch: to,
+                    was: fault.kind,
+                }),
+                Err(why) => report.unrepaired.push(ShardFault {
+                    detail: format!("{}; rewrite failed: {why}", fault.detail),
+                    ..fault
+                }),
+            }
+        }
+        Ok(report)
+    }
+
+    /// Scrubs every container, calling `progress` after each.
+    pub fn scrub_all(&self, mut progress: impl FnMut(Progress<'_>)) -> ScrubSummary {
+        let all = self.map.snapshot();
+        let mut summary = ScrubSummary::default();
+        for (done, (key, _)) in all.iter().enumerate() {
+            // A container deleted since the snapshot has nothing to scrub.
+            if let Ok(report) = self.scrub(key) {
+                summary.containers += 1;
+                if report.faults.is_empty() {
+                    summary.healthy += 1;
+                } else if report.unrepaired.is_empty() {
+                    summary.repaired.push(report);
+                } else {
+                    summary.unrepaired.push(report);
+                }
+            }
+            progress(Progress {
+                done: done + 1,
+                total: all.len(),
+                key,
+            });
+        }
+        summary
+    }
+
+    /// Replaces branch `old` by `new`: every shard on `old` (and every
+    /// shard no branch holds, as a branch lost before discovery leaves
+    /// them) is rebuilt onto `new` and the map moved over; `old`'s blobs
+    /// are left alone. Shards `new` already holds intact are skipped, so
+    /// an interrupted run can simply be run again.
+    pub fn rebuild_onto(
+        &self,
+        old: BranchId,
+        new: BranchId,
+        mut progress: impl FnMut(Progress<'_>),
+    ) -> Result<RebuildReport> {
+        for id in [old, new] {
+            self.branch_name(id).ok_or(Error::UnknownBranch(id))?;
+        }
+        if old == new {
+            return Err(Error::DuplicateBranch(self.member(old).name.clone()));
+        }
+        let all = self.map.snapshot();
+        let mut report = RebuildReport::default();
+        for (done, (key, entry)) in all.iter().enumerate() {
+            let targets: Vec<u16> = (0..)
+                .zip(&entry.locations)
+                .filter(|(_, ids)| ids.is_empty() || ids.contains(&old))
+                .map(|(i, _)| i)
+                .collect();
+            if !targets.is_empty() {
+                report.containers += 1;
+            }
+            for index in targets {
+                if let Err(why) = self.rebuild_shard(key, entry, index, old, new, &mut report) {
+                    report
+                        .failed
+                        .push((key.clone(), format!("shard {index}: {why}")));
+                }
+            }
+            progress(Progress {
+                done: done + 1,
+                total: all.len(),
+                key,
+            });
+        }
+        Ok(report)
+    }
+
+    fn rebuild_shard(
+        &self,
+        key: &BlobKey,
+        entry: &Entry,
+        index: u16,
+        old: BranchId,
+        new: BranchId,
+        report: &mut RebuildReport,
+    ) -> Result<(), String> {
+        let layout = &entry.layout;
+        let all = 0..layout.blocks();
+        let here = &entry.locations[usize::from(index)];
+        if here.contains(&new) {
+            if self.read_shard(key, layout, index, new, &all).is_ok() {
+                report.already_present += 1;
+                self.map
+                    .update(key, |locs| locs[usize::from(index)].retain(|id| *id != old));
+                return Ok(());
+            }
+        } else if entry.holds(new) {
+            report.conflicts.push(key.clone());
+            return Ok(());
+        }
+        let from_old = here
+            .contains(&old)
+            .then(|| self.read_shard(key, layout, index, old, &all).ok())
+            .flatten();
+        let payload = match from_old {
+            Some(p) => p,
+            None => {
+                let mut rebuilt = self.rebuild_whole(key, entry, &[], &[index])?;
+                rebuilt.pop().expect("one shard wanted").1
+            }
+        };
+        let blob = shard::encode(layout, index, &payload);
+        self.put_fresh(new, &shard_key(key, index), &blob)
+            .map_err(|e| e.to_string())?;
+        report.rebuilt += 1;
+        self.map.update(key, |locs| {
+            let place = &mut locs[usize::from(index)];
+            place.retain(|id| *id != old && *id != new);
+            place.push(new);
+        });
+        Ok(())
+    }
+
+    /// The whole payloads of shards `lost`, rebuilt from `good` plus
+    /// whatever other shards it takes to have K.
+    fn rebuild_whole(
+        &self,
+        key: &BlobKey,
+        entry: &Entry,
+        good: &[(u16, Vec<u8>)],
+        lost: &[u16],
+    ) -> Result<Vec<(u16, Vec<u8>)>, String> {
+        if lost.is_empty() {
+            return Ok(Vec::new());
+        }
+        let all = 0..entry.layout.blocks();
+        let k = usize::from(entry.layout.k());
+        let mut have: Vec<(u16, Vec<u8>)> = good.iter().take(k).cloned().collect();
+        if have.len() < k {
+            have = self
+                .gather(key, entry, &all, lost, have, Vec::new())
+                .map_err(|e| e.to_string())?;
+        }
+        let refs: Vec<(u16, &[u8])> = have.iter().map(|(i, b)| (*i, b.as_slice())).collect();
+        let rebuilt = codec::rebuild(&entry.layout, &refs, lost).map_err(|e| e.to_string())?;
+        Ok(lost.iter().copied().zip(rebuilt).collect())
+    }
+
+    /// Writes shard `index` back: where it was (`from`, after deleting the
+    /// bad blob), else on a branch holding no shard of this container.
+    /// Returns where it went.
+    fn rewrite(
+        &self,
+        key: &BlobKey,
+        entry: &Entry,
+        index: u16,
+        from: Option<BranchId>,
+        blob: &[u8],
+    ) -> Result<BranchId, String> {
+        let name = shard_key(key, index);
+        let current = self.map.get(key).unwrap_or_else(|| Arc::new(entry.clone()));
+        let mut targets: Vec<BranchId> = from.into_iter().collect();
+        targets.extend(self.spare_branches(key, &current, index));
+        let mut errors = Vec::new();
+        for to in targets {
+            match self.put_fresh(to, &name, blob) {
+                Ok(()) => {
+                    self.map.update(key, |locs| {
+                        let place = &mut locs[usize::from(index)];
+                        place.retain(|id| Some(*id) != from && *id != to);
+                        place.push(to);
+                    });
+                    return Ok(to);
+                }
+                Err(e) => errors.push(format!("{}: {e}", self.member(to).name)),
+            }
+        }
+        if errors.is_empty() {
+            errors.push("no branch is free of this container's other shards".into());
+        }
+        Err(errors.join("; "))
+    }
+
+    /// Branches holding no shard of the container, the fixed parity branch
+    /// first for a parity shard, then healthy before degraded, spread by key.
+    fn spare_branches(&self, key: &BlobKey, entry: &Entry, index: u16) -> Vec<BranchId> {
+        let ids = self.branch_ids();
+        let spin = u64::from_le_bytes(key_tag(key.as_str())) as usize;
+        let mut spare: Vec<BranchId> = (0..ids.len())
+            .map(|i| ids[(spin + i) % ids.len()])
+            .filter(|id| !entry.holds(*id))
+            .collect();
+        let fixed = entry
+            .layout
+            .policy
+            .fixed_parity_branch()
+            .filter(|_| index == entry.layout.k());
+        spare.sort_by_key(|id| {
+            let preferred = fixed.is_some() && self.branch_name(*id) == fixed;
+            (!preferred, self.member(*id).degraded())
+        });
+        spare
+    }
+
+    /// Puts a blob where a bad or stale one of the same name may be:
+    /// delete first, as branches never replace.
+    fn put_fresh(&self, id: BranchId, name: &BlobKey, blob: &[u8]) -> Result<(), BranchError> {
+        let branch = &self.member(id).branch;
+        branch.delete(name)?;
+        branch.put(name, blob)
+    }
+}
