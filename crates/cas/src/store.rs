@@ -173,6 +173,7 @@ impl Store {
         key: RepoKey,
         settings: StoreSettings,
     ) -> Result<Store> {
+        let roots_lost = !meta_dir.join(ROOTS_FILE).exists();
         let index = Index::open(&meta_dir.join(INDEX_FILE), &meta_dir.join(ROOTS_FILE))?;
         let shared = Arc::new(Shared {
             branch,
@@ -193,13 +194,19 @@ impl Store {
             .name("cas-io".into())
             .spawn(move || io_loop(&io_shared, rx))
             .expect("spawn the container writer thread");
-        Ok(Store {
+        let store = Store {
             shared,
             io: Arc::new(Io {
                 tx: Some(tx),
                 thread: Some(thread),
             }),
-        })
+        };
+        // A new roots file over an existing branch: the roots are still on
+        // the branch as blobs.
+        if roots_lost {
+            store.recover_roots()?;
+        }
+        Ok(store)
     }
 
     pub fn settings(&self) -> &StoreSettings {

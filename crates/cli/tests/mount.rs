@@ -9,132 +9,14 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
 
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 
-const CAIRN: &str = env!("CARGO_BIN_EXE_cairn");
-
-struct Mount {
-    repo: PathBuf,
-    dir: PathBuf,
-    child: Option<Child>,
-}
-
-fn require_fuse() {
-    assert!(
-        Path::new("/dev/fuse").exists(),
-        "/dev/fuse is missing: these tests need FUSE"
-    );
-    let found = Command::new("sh")
-        .args(["-c", "command -v fusermount3"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    assert!(found, "fusermount3 not found: apt-get install -y fuse3");
-}
-
-fn is_mounted(dir: &Path) -> bool {
-    let canon = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    fs::read_to_string("/proc/mounts")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(1) == Some(canon.to_str().unwrap()))
-}
-
-impl Mount {
-    fn new(base: &Path) -> Mount {
-        let repo = base.join("repo");
-        let dir = base.join("mnt");
-        fs::create_dir_all(&dir).unwrap();
-        let init = Command::new(CAIRN)
-            .args(["--repo", repo.to_str().unwrap(), "init"])
-            .output()
-            .unwrap();
-        assert!(init.status.success());
-        Mount::start(repo, dir)
-    }
-
-    fn start(repo: PathBuf, dir: PathBuf) -> Mount {
-        require_fuse();
-        let child = Command::new(CAIRN)
-            .args([
-                "--repo",
-                repo.to_str().unwrap(),
-                "-q",
-                "mount",
-                dir.to_str().unwrap(),
-            ])
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut m = Mount {
-            repo,
-            dir,
-            child: Some(child),
-        };
-        let started = Instant::now();
-        while !is_mounted(&m.dir) {
-            if let Some(status) = m.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("cairn mount exited with {status} before mounting");
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "mount did not appear"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        m
-    }
-
-    fn path(&self, rel: &str) -> PathBuf {
-        self.dir.join(rel)
-    }
-
-    /// Unmounts the way a user does and waits for the daemon to finish.
-    fn unmount(mut self) -> (PathBuf, PathBuf) {
-        let out = Command::new(CAIRN)
-            .args(["umount", self.dir.to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let status = self.child.take().unwrap().wait().unwrap();
-        assert!(status.success(), "cairn mount exited with {status}");
-        (self.repo.clone(), self.dir.clone())
-    }
-
-    /// `kill -9` the daemon and clear the dead mount.
-    fn kill(mut self) -> (PathBuf, PathBuf) {
-        let mut child = self.child.take().unwrap();
-        child.kill().unwrap();
-        child.wait().unwrap();
-        let _ = Command::new("fusermount3")
-            .args(["-u", "-z"])
-            .arg(&self.dir)
-            .output();
-        (self.repo.clone(), self.dir.clone())
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = Command::new("fusermount3")
-                .args(["-u", "-z"])
-                .arg(&self.dir)
-                .output();
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
+mod common;
+use common::{Mount, CAIRN};
 
 fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
     r.expect_err("the call should have failed")
