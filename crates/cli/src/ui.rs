@@ -66,16 +66,6 @@ pub fn rate(bytes_done: u64, secs: f64) -> String {
     format!("{}/s", bytes((bytes_done as f64 / secs) as u64))
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn formats_bytes() {
-        assert_eq!(super::bytes(512), "512 B");
-        assert_eq!(super::bytes(1536), "1.50 KiB");
-        assert_eq!(super::bytes(3 << 30), "3.00 GiB");
-    }
-}
-
 /// Seconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS` (UTC).
 pub fn utc(secs: i64) -> String {
     let days = secs.div_euclid(86400);
@@ -101,9 +91,16 @@ pub fn utc(secs: i64) -> String {
 #[cfg(test)]
 mod tests {
     #[test]
+    fn formats_bytes() {
+        assert_eq!(super::bytes(512), "512 B");
+        assert_eq!(super::bytes(1536), "1.50 KiB");
+        assert_eq!(super::bytes(3 << 30), "3.00 GiB");
+    }
+
+    #[test]
     fn utc_dates() {
         assert_eq!(super::utc(0), "1970-01-01 00:00:00");
         assert_eq!(super::utc(951_782_400), "2000-02-29 00:00:00");
-        assert_eq!(super::utc(1_795_000_000), "2026-11-18 09:46:40");
+        assert_eq!(super::utc(1_795_000_000), "2026-11-18 11:06:40");
     }
 }
