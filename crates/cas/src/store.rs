@@ -330,7 +330,9 @@ impl Store {
             let Ok(id) = <[u8; 32]>::try_from(bytes.as_slice()) else {
                 continue;
             };
-            self.shared.index.put_root(&label, &ChunkId::from_bytes(id))?;
+            self.shared
+                .index
+                .put_root(&label, &ChunkId::from_bytes(id))?;
             n += 1;
         }
         Ok(n)

@@ -272,7 +272,8 @@ pub fn stats_of(store: &Store, fs: Option<(u64, u64, u64)>) -> Result<Stats> {
 
 /// Versions and snapshots: their data is the file system's, counted once.
 fn is_history(label: &str) -> bool {
-    label.starts_with(fs::history::VERSION_PREFIX) || label.starts_with(fs::history::SNAPSHOT_PREFIX)
+    label.starts_with(fs::history::VERSION_PREFIX)
+        || label.starts_with(fs::history::SNAPSHOT_PREFIX)
 }
 
 fn stats(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
@@ -587,5 +588,9 @@ fn demo(root: &Path, file: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
         labels[1],
         back.len()
     );
-    print_stats(&repo.root, &stats_of(&repo.store, fs_counts(&repo)?)?, false)
+    print_stats(
+        &repo.root,
+        &stats_of(&repo.store, fs_counts(&repo)?)?,
+        false,
+    )
 }

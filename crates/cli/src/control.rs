@@ -45,8 +45,7 @@ impl Drop for Server {
 pub fn serve(repo: &Path, fs: Arc<fs::Fs>, mountpoint: PathBuf) -> Result<Server> {
     let path = socket_path(repo);
     let dir = path.parent().expect("the socket is in run/");
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     // A socket file left by a daemon that was killed answers nobody.
     if path.exists() && UnixStream::connect(&path).is_err() {
         std::fs::remove_file(&path).ok();

@@ -128,7 +128,11 @@ pub fn gc(root: &Path, threshold: f64, dry_run: bool, json: bool, quiet: bool) -
         println!("{v}");
         return Ok(ExitCode::SUCCESS);
     }
-    let verb = if dry_run { "would reclaim" } else { "reclaimed" };
+    let verb = if dry_run {
+        "would reclaim"
+    } else {
+        "reclaimed"
+    };
     println!(
         "marked {} chunks in {:.2} s; {verb} {} of {} containers, {} freed ({} chunks copied forward, {} dropped) in {:.2} s",
         field(&v, "marked_chunks"),
@@ -147,13 +151,21 @@ pub fn gc(root: &Path, threshold: f64, dry_run: bool, json: bool, quiet: bool) -
         );
     }
     for s in v["skipped"].as_array().cloned().unwrap_or_default() {
-        println!("  skipped (run `cairn check`): {}", s.as_str().unwrap_or("?"));
+        println!(
+            "  skipped (run `cairn check`): {}",
+            s.as_str().unwrap_or("?")
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// Rebuilds the index, the roots and the metadata engine from the store.
-pub fn recover(root: &Path, version: Option<u64>, snapshot: Option<String>, quiet: bool) -> Result<ExitCode> {
+pub fn recover(
+    root: &Path,
+    version: Option<u64>,
+    snapshot: Option<String>,
+    quiet: bool,
+) -> Result<ExitCode> {
     if crate::control::call(root, &Request::Stats, &|_| {})?.is_some() {
         bail!("the file system is mounted; unmount it before `cairn recover`");
     }
@@ -182,20 +194,31 @@ pub fn recover(root: &Path, version: Option<u64>, snapshot: Option<String>, quie
     let (label, id) = match (version, snapshot) {
         (_, Some(name)) => {
             let label = format!("{}{name}", fs::history::SNAPSHOT_PREFIX);
-            (label.clone(), store.get_root(&label).with_context(|| format!("no snapshot {name:?}"))?)
+            (
+                label.clone(),
+                store
+                    .get_root(&label)
+                    .with_context(|| format!("no snapshot {name:?}"))?,
+            )
         }
         (n, None) => {
             let mut versions: Vec<(u64, ChunkId)> = store
                 .list_roots()?
                 .into_iter()
-                .filter_map(|(l, id)| Some((l.strip_prefix(fs::history::VERSION_PREFIX)?.parse().ok()?, id)))
+                .filter_map(|(l, id)| {
+                    Some((
+                        l.strip_prefix(fs::history::VERSION_PREFIX)?.parse().ok()?,
+                        id,
+                    ))
+                })
                 .collect();
             versions.sort();
             let found = match n {
                 Some(n) => versions.into_iter().find(|(v, _)| *v == n),
                 None => versions.pop(),
             };
-            let (n, id) = found.context("the store holds no version of the file system to recover from")?;
+            let (n, id) =
+                found.context("the store holds no version of the file system to recover from")?;
             (format!("{}{n}", fs::history::VERSION_PREFIX), id)
         }
     };

@@ -17,18 +17,33 @@ pub enum Request {
     Stats,
     Check,
     Version,
-    SnapshotCreate { name: String },
-    SnapshotList { unique: bool },
-    SnapshotDelete { name: String },
-    SnapshotDiff { a: String, b: String },
+    SnapshotCreate {
+        name: String,
+    },
+    SnapshotList {
+        unique: bool,
+    },
+    SnapshotDelete {
+        name: String,
+    },
+    SnapshotDiff {
+        a: String,
+        b: String,
+    },
     Restore {
         name: String,
         path: String,
         to: Option<String>,
         overwrite: bool,
     },
-    Clone { src: String, dst: String },
-    Gc { threshold: f64, dry_run: bool },
+    Clone {
+        src: String,
+        dst: String,
+    },
+    Gc {
+        threshold: f64,
+        dry_run: bool,
+    },
 }
 
 /// A step of a long operation, for the client's progress bar.
@@ -129,8 +144,7 @@ pub fn exec(t: &Target<'_>, req: &Request, progress: &(dyn Fn(Progress) + Sync))
 pub fn run(root: &Path, req: &Request, quiet: bool) -> Result<Value> {
     let pb = crate::ui::count_bar(quiet, "");
     pb.set_style(
-        indicatif::ProgressStyle::with_template("{msg:>8} {pos}/{len}")
-            .expect("valid template"),
+        indicatif::ProgressStyle::with_template("{msg:>8} {pos}/{len}").expect("valid template"),
     );
     let show = |p: Progress| {
         pb.set_message(p.what);

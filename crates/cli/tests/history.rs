@@ -55,7 +55,13 @@ fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
                 out.insert(format!("{rel}/"), Vec::new());
                 walk(base, &p, out);
             } else if t.is_symlink() {
-                out.insert(rel, fs::read_link(&p).unwrap().into_os_string().into_encoded_bytes());
+                out.insert(
+                    rel,
+                    fs::read_link(&p)
+                        .unwrap()
+                        .into_os_string()
+                        .into_encoded_bytes(),
+                );
             } else {
                 out.insert(rel, fs::read(&p).unwrap());
             }
@@ -97,12 +103,19 @@ fn snapshots_are_frozen_read_only_and_restorable() {
     fs::write(m.path("new.txt"), b"new").unwrap();
 
     let snap = m.path(".snapshots/s1");
-    assert_eq!(tree(&snap), before, "a snapshot never changes after later writes");
+    assert_eq!(
+        tree(&snap),
+        before,
+        "a snapshot never changes after later writes"
+    );
     let root_names: Vec<_> = fs::read_dir(&m.dir)
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert!(!root_names.iter().any(|n| n == ".snapshots"), "hidden from readdir");
+    assert!(
+        !root_names.iter().any(|n| n == ".snapshots"),
+        "hidden from readdir"
+    );
     let listed: Vec<_> = fs::read_dir(m.path(".snapshots"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -110,18 +123,42 @@ fn snapshots_are_frozen_read_only_and_restorable() {
     assert_eq!(listed, ["s1"]);
     let a = fs::metadata(snap.join("big.bin")).unwrap();
     let b = fs::metadata(snap.join("dir/link.bin")).unwrap();
-    assert_eq!(a.ino(), b.ino(), "hard links share an inode in a snapshot too");
+    assert_eq!(
+        a.ino(),
+        b.ino(),
+        "hard links share an inode in a snapshot too"
+    );
 
     assert_eq!(errno(fs::write(snap.join("x"), b"no")), libc::EROFS);
-    assert_eq!(errno(fs::OpenOptions::new().write(true).open(snap.join("big.bin")).and_then(|mut f| std::io::Write::write_all(&mut f, b"x"))), libc::EROFS);
+    assert_eq!(
+        errno(
+            fs::OpenOptions::new()
+                .write(true)
+                .open(snap.join("big.bin"))
+                .and_then(|mut f| std::io::Write::write_all(&mut f, b"x"))
+        ),
+        libc::EROFS
+    );
     assert_eq!(errno(fs::remove_file(snap.join("small.txt"))), libc::EROFS);
     assert_eq!(errno(fs::create_dir(snap.join("d"))), libc::EROFS);
-    assert_eq!(errno(fs::rename(snap.join("sym"), snap.join("sym2"))), libc::EROFS);
+    assert_eq!(
+        errno(fs::rename(snap.join("sym"), snap.join("sym2"))),
+        libc::EROFS
+    );
 
     ok(&m.repo, &["snapshot", "create", "s2"]);
     let diff = ok(&m.repo, &["snapshot", "diff", "s1", "s2"]);
-    for line in ["- /small.txt", "- /dir", "+ /moved", "+ /new.txt", "M /big.bin"] {
-        assert!(diff.lines().any(|l| l == line), "{line:?} missing from diff:\n{diff}");
+    for line in [
+        "- /small.txt",
+        "- /dir",
+        "+ /moved",
+        "+ /new.txt",
+        "M /big.bin",
+    ] {
+        assert!(
+            diff.lines().any(|l| l == line),
+            "{line:?} missing from diff:\n{diff}"
+        );
     }
     let list = ok(&m.repo, &["snapshot", "list", "--json"]);
     assert_eq!(list.lines().count(), 2, "{list}");
@@ -135,7 +172,10 @@ fn snapshots_are_frozen_read_only_and_restorable() {
     assert_eq!(fs::read(m.path("dir-back/sub/c.txt")).unwrap(), b"deep");
     assert_eq!(fs::read(m.path("dir-back/link.bin")).unwrap(), big);
     let refused = cairn(&m.repo, &["restore", "s1", "/small.txt"]);
-    assert!(!refused.status.success(), "restoring over an existing file needs --overwrite");
+    assert!(
+        !refused.status.success(),
+        "restoring over an existing file needs --overwrite"
+    );
     ok(&m.repo, &["restore", "s1", "/big.bin", "--overwrite"]);
     settle();
     assert_eq!(fs::read(m.path("big.bin")).unwrap(), big);
@@ -144,14 +184,20 @@ fn snapshots_are_frozen_read_only_and_restorable() {
     ok(&m.repo, &["clone", "/big.bin", "/clone.bin"]);
     settle();
     assert_eq!(fs::read(m.path("clone.bin")).unwrap(), big);
-    let mut f = fs::OpenOptions::new().write(true).open(m.path("clone.bin")).unwrap();
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(m.path("clone.bin"))
+        .unwrap();
     std::io::Write::write_all(&mut f, b"CHANGED").unwrap();
     drop(f);
     assert_eq!(fs::read(m.path("big.bin")).unwrap(), big);
     fs::write(m.path("big.bin"), b"source changed").unwrap();
     assert_eq!(&fs::read(m.path("clone.bin")).unwrap()[..7], b"CHANGED");
     assert_eq!(fs::read(m.path("clone.bin")).unwrap()[7..], big[7..]);
-    ok(&m.repo, &["clone", &m.path("moved").display().to_string(), "tree-copy"]);
+    ok(
+        &m.repo,
+        &["clone", &m.path("moved").display().to_string(), "tree-copy"],
+    );
     settle();
     assert_eq!(tree(&m.path("tree-copy")), tree(&m.path("moved")));
 
@@ -160,7 +206,9 @@ fn snapshots_are_frozen_read_only_and_restorable() {
     assert!(stats["fs_files"].as_u64().unwrap() >= 8, "{stats}");
 
     ok(&m.repo, &["snapshot", "delete", "s1"]);
-    assert!(!cairn(&m.repo, &["snapshot", "delete", "s1"]).status.success());
+    assert!(!cairn(&m.repo, &["snapshot", "delete", "s1"])
+        .status
+        .success());
     let (repo, _) = m.unmount();
     // Without a daemon the same commands open the repository themselves.
     let list = ok(&repo, &["snapshot", "list", "--json"]);
@@ -207,7 +255,11 @@ fn gc_reclaims_space_and_keeps_everything_reachable_under_concurrent_writes() {
                 model.insert(name, data);
             }
             5..=7 if !model.is_empty() => {
-                let k = model.keys().nth(rng.gen_range(0..model.len())).unwrap().clone();
+                let k = model
+                    .keys()
+                    .nth(rng.gen_range(0..model.len()))
+                    .unwrap()
+                    .clone();
                 fs::remove_file(m.path(&k)).unwrap();
                 model.remove(&k);
             }
@@ -230,11 +282,19 @@ fn gc_reclaims_space_and_keeps_everything_reachable_under_concurrent_writes() {
     let live: BTreeMap<String, Vec<u8>> = tree(&m.dir);
     assert_eq!(live, model, "every surviving file reads back exactly");
     for (name, files) in &snapshots {
-        assert_eq!(&tree(&m.path(&format!(".snapshots/{name}"))), files, "snapshot {name}");
+        assert_eq!(
+            &tree(&m.path(&format!(".snapshots/{name}"))),
+            files,
+            "snapshot {name}"
+        );
     }
     let (repo, _) = m.unmount();
     let check = cairn(&repo, &["check"]);
-    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stdout));
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
 
     // Deleting everything and collecting shrinks the repository on disk.
     let m = Mount::start(repo.clone(), base.path().join("mnt"));
@@ -257,13 +317,21 @@ fn gc_reclaims_space_and_keeps_everything_reachable_under_concurrent_writes() {
     }
     let size = |p: &Path| -> u64 {
         let out = Command::new("du").arg("-sb").arg(p).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap().parse().unwrap()
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
     };
     let before = size(&repo.join("branches"));
     let report = ok(&repo, &["gc", "--threshold", "1.0", "--json"]);
     let after = size(&repo.join("branches"));
     let report: serde_json::Value = serde_json::from_str(&report).unwrap();
-    assert!(report["freed_bytes"].as_u64().unwrap() > 1 << 20, "{report}");
+    assert!(
+        report["freed_bytes"].as_u64().unwrap() > 1 << 20,
+        "{report}"
+    );
     assert!(after + (1 << 20) < before, "disk use {before} -> {after}");
     assert!(cairn(&repo, &["check"]).status.success());
 }
@@ -292,7 +360,12 @@ fn recovery_from_a_deleted_metadata_engine_reproduces_the_tree() {
 
     fs::remove_dir_all(repo.join("meta")).unwrap();
     let refused = Command::new(CAIRN)
-        .args(["--repo", repo.to_str().unwrap(), "mount", dir.to_str().unwrap()])
+        .args([
+            "--repo",
+            repo.to_str().unwrap(),
+            "mount",
+            dir.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     assert!(!refused.status.success());
@@ -317,7 +390,12 @@ fn recovery_from_a_deleted_metadata_engine_reproduces_the_tree() {
     // A damaged (not missing) engine is named on mount too.
     fs::write(repo.join("meta/fs.redb"), b"garbage").unwrap();
     let out = Command::new(CAIRN)
-        .args(["--repo", repo.to_str().unwrap(), "mount", base.path().join("mnt").to_str().unwrap()])
+        .args([
+            "--repo",
+            repo.to_str().unwrap(),
+            "mount",
+            base.path().join("mnt").to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -335,7 +413,10 @@ fn gc_killed_mid_run_leaves_a_consistent_repo() {
         let data = random(&mut rng, 2 << 20);
         let file = base.path().join(format!("in{i}"));
         fs::write(&file, &data).unwrap();
-        ok(&repo, &["put", file.to_str().unwrap(), "--name", &format!("r{i}")]);
+        ok(
+            &repo,
+            &["put", file.to_str().unwrap(), "--name", &format!("r{i}")],
+        );
         if i % 3 == 0 {
             kept.push((format!("r{i}"), data));
         } else {
@@ -344,7 +425,14 @@ fn gc_killed_mid_run_leaves_a_consistent_repo() {
     }
     for delay_ms in [30u64, 80, 150, 300] {
         let mut child = Command::new(CAIRN)
-            .args(["--repo", repo.to_str().unwrap(), "-q", "gc", "--threshold", "1.0"])
+            .args([
+                "--repo",
+                repo.to_str().unwrap(),
+                "-q",
+                "gc",
+                "--threshold",
+                "1.0",
+            ])
             .spawn()
             .unwrap();
         std::thread::sleep(Duration::from_millis(delay_ms));
@@ -359,7 +447,10 @@ fn gc_killed_mid_run_leaves_a_consistent_repo() {
         for (label, data) in &kept {
             let out = cairn(&repo, &["get", label]);
             assert!(out.status.success());
-            assert!(out.stdout == *data, "{label} differs after kill at {delay_ms} ms");
+            assert!(
+                out.stdout == *data,
+                "{label} differs after kill at {delay_ms} ms"
+            );
         }
     }
     ok(&repo, &["gc", "--threshold", "1.0"]);

@@ -189,8 +189,7 @@ impl Fs {
         let (_, ra) = self.snapshot_record(a)?;
         let (_, rb) = self.snapshot_record(b)?;
         let mut out = Vec::new();
-        if let (TreeContent::Dir(la), TreeContent::Dir(lb)) = (&ra.root.content, &rb.root.content)
-        {
+        if let (TreeContent::Dir(la), TreeContent::Dir(lb)) = (&ra.root.content, &rb.root.content) {
             self.diff_dirs("", la, lb, &mut out)?;
         }
         Ok(out)
@@ -268,7 +267,9 @@ impl Fs {
         let dir = parts
             .iter()
             .try_fold(self.getattr(InodeId::ROOT)?, |d, n| self.lookup(d.id, n))
-            .map_err(|_| FsError::NotFoundNamed(format!("the directory of {path} does not exist")))?;
+            .map_err(|_| {
+                FsError::NotFoundNamed(format!("the directory of {path} does not exist"))
+            })?;
         Ok((dir.id, name))
     }
 
@@ -304,7 +305,9 @@ impl Fs {
             entry = tree::read_listing(&self.inner.store, listing)?
                 .into_iter()
                 .find(|e| e.name == part)
-                .ok_or_else(|| FsError::NotFoundNamed(format!("{path} is not in snapshot {name:?}")))?;
+                .ok_or_else(|| {
+                    FsError::NotFoundNamed(format!("{path} is not in snapshot {name:?}"))
+                })?;
         }
         let target = to.unwrap_or(path);
         let mut cx = CopyCx::default();
@@ -312,7 +315,9 @@ impl Fs {
         if components(target).is_empty() {
             // Restoring onto the root: merge the snapshot's top level into it.
             let TreeContent::Dir(listing) = &entry.content else {
-                return Err(FsError::BadName("only a directory can be restored onto the root".into()));
+                return Err(FsError::BadName(
+                    "only a directory can be restored onto the root".into(),
+                ));
             };
             for child in tree::read_listing(&self.inner.store, listing)? {
                 self.materialize(InodeId::ROOT, &child, &source, &mut cx)?;
@@ -456,7 +461,9 @@ impl Fs {
             mtime: Some(a.mtime),
             ..Default::default()
         };
-        self.inner.meta.set_attr(created.id, &times, Timestamp::now())?;
+        self.inner
+            .meta
+            .set_attr(created.id, &times, Timestamp::now())?;
         Ok(())
     }
 
@@ -564,7 +571,6 @@ impl Inner {
             dropped,
         })
     }
-
 }
 
 fn info(name: &str, r: &Record, unique_bytes: Option<u64>) -> SnapshotInfo {

@@ -43,9 +43,9 @@ use meta::{
 use recipe::{Recipe, RecipeError};
 
 pub use cache::ChunkCache;
-pub use snapview::{is_virtual, SNAPSHOTS_DIR};
-use snapview::is_snapshots_name;
 use file::FileState;
+use snapview::is_snapshots_name;
+pub use snapview::{is_virtual, SNAPSHOTS_DIR};
 
 /// Tunables of the file system.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -207,7 +207,12 @@ impl Fs {
         }
         let node = self.inner.snapshots.node(dir)?;
         let k = snapshot_of(dir);
-        for e in self.listing(&node)?.iter().filter(|e| past(&e.name)).take(limit) {
+        for e in self
+            .listing(&node)?
+            .iter()
+            .filter(|e| past(&e.name))
+            .take(limit)
+        {
             let ino = vino(k, e.ino);
             out.push(DirEntry {
                 name: e.name.clone(),
@@ -272,10 +277,11 @@ impl Fs {
             (
                 TreeEntry {
                     content: TreeContent::Inline(target),
-                    attr: Attr {
-                        kind: FileKind::Symlink,
-                        ..
-                    },
+                    attr:
+                        Attr {
+                            kind: FileKind::Symlink,
+                            ..
+                        },
                     ..
                 },
                 false,

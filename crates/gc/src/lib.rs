@@ -66,8 +66,14 @@ impl Default for GcOptions {
 /// Where a collection is, for a progress bar.
 #[derive(Debug, Clone, Copy)]
 pub enum GcProgress {
-    Marking { chunks: u64 },
-    Sweeping { done: u64, total: u64, freed_bytes: u64 },
+    Marking {
+        chunks: u64,
+    },
+    Sweeping {
+        done: u64,
+        total: u64,
+        freed_bytes: u64,
+    },
 }
 
 /// What a collection did.
@@ -169,8 +175,12 @@ pub fn collect(
                 report.copied_bytes += r.copied_bytes;
                 report.dropped_chunks += r.dropped_chunks;
             }
-            Err(e @ (cas::CasError::CorruptContainer { .. } | cas::CasError::CorruptChunk { .. })) => {
-                report.skipped.push(format!("container {}: {e}", a.container));
+            Err(
+                e @ (cas::CasError::CorruptContainer { .. } | cas::CasError::CorruptChunk { .. }),
+            ) => {
+                report
+                    .skipped
+                    .push(format!("container {}: {e}", a.container));
             }
             Err(e) => return Err(e.into()),
         }

@@ -35,8 +35,8 @@ mod types;
 mod view;
 
 pub use engine::RedbMeta;
-pub use view::{ImportEntry, ImportInode};
 pub use types::*;
+pub use view::{ImportEntry, ImportInode};
 
 /// The longest name a directory entry may have, in bytes.
 pub const NAME_MAX: usize = 255;

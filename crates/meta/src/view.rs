@@ -88,8 +88,16 @@ impl RedbMeta {
             .iter()
             .map(|i| {
                 let mut inode = i.inode.clone();
-                inode.attr.nlink = if inode.attr.kind == FileKind::Dir { 2 } else { 0 };
-                let parent = if inode.id == InodeId::ROOT { InodeId::ROOT.0 } else { 0 };
+                inode.attr.nlink = if inode.attr.kind == FileKind::Dir {
+                    2
+                } else {
+                    0
+                };
+                let parent = if inode.id == InodeId::ROOT {
+                    InodeId::ROOT.0
+                } else {
+                    0
+                };
                 (inode.id.0, Rec { inode, parent })
             })
             .collect();

@@ -156,11 +156,15 @@ impl Repo {
             reason,
         };
         if !path.exists() {
-            let versions = self.store.list_roots()?.into_iter().any(|(l, _)| {
-                l.starts_with(::fs::history::VERSION_PREFIX)
-            });
+            let versions = self
+                .store
+                .list_roots()?
+                .into_iter()
+                .any(|(l, _)| l.starts_with(::fs::history::VERSION_PREFIX));
             if versions {
-                return Err(damaged("it is missing, and the store holds versions".into()));
+                return Err(damaged(
+                    "it is missing, and the store holds versions".into(),
+                ));
             }
         }
         let meta = match meta::RedbMeta::open(&path, uid, gid) {
