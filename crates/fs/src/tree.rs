@@ -99,37 +99,12 @@ fn put_time(out: &mut Vec<u8>, t: Timestamp) {
     out.extend_from_slice(&t.nanos.to_le_bytes());
 }
 
-fn kind_byte(k: FileKind) -> u8 {
-    match k {
-        FileKind::File => 1,
-        FileKind::Dir => 2,
-        FileKind::Symlink => 3,
-        FileKind::Fifo => 4,
-        FileKind::Socket => 5,
-        FileKind::CharDevice => 6,
-        FileKind::BlockDevice => 7,
-    }
-}
-
-fn byte_kind(b: u8) -> Option<FileKind> {
-    Some(match b {
-        1 => FileKind::File,
-        2 => FileKind::Dir,
-        3 => FileKind::Symlink,
-        4 => FileKind::Fifo,
-        5 => FileKind::Socket,
-        6 => FileKind::CharDevice,
-        7 => FileKind::BlockDevice,
-        _ => return None,
-    })
-}
-
 fn encode_entry(e: &TreeEntry, out: &mut Vec<u8>) {
     out.extend_from_slice(&(e.name.len() as u16).to_le_bytes());
     out.extend_from_slice(&e.name);
     out.extend_from_slice(&e.ino.0.to_le_bytes());
     let a = &e.attr;
-    out.push(kind_byte(a.kind));
+    out.push(a.kind.code());
     out.extend_from_slice(&a.perm.to_le_bytes());
     out.extend_from_slice(&a.uid.to_le_bytes());
     out.extend_from_slice(&a.gid.to_le_bytes());
@@ -211,7 +186,7 @@ fn decode_entry(c: &mut Cursor<'_>) -> Result<TreeEntry> {
     let name_len = c.u16()? as usize;
     let name = c.take(name_len)?.to_vec();
     let ino = InodeId(c.u64()?);
-    let kind = byte_kind(c.u8()?).ok_or_else(|| c.bad("unknown file kind"))?;
+    let kind = FileKind::from_code(c.u8()?).ok_or_else(|| c.bad("unknown file kind"))?;
     let perm = c.u16()?;
     let uid = c.u32()?;
     let gid = c.u32()?;

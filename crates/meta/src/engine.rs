@@ -89,31 +89,6 @@ const TAG_EMPTY: u8 = 0;
 const TAG_INLINE: u8 = 1;
 const TAG_RECIPE: u8 = 2;
 
-fn kind_byte(k: FileKind) -> u8 {
-    match k {
-        FileKind::File => 1,
-        FileKind::Dir => 2,
-        FileKind::Symlink => 3,
-        FileKind::Fifo => 4,
-        FileKind::Socket => 5,
-        FileKind::CharDevice => 6,
-        FileKind::BlockDevice => 7,
-    }
-}
-
-fn byte_kind(b: u8) -> Option<FileKind> {
-    Some(match b {
-        1 => FileKind::File,
-        2 => FileKind::Dir,
-        3 => FileKind::Symlink,
-        4 => FileKind::Fifo,
-        5 => FileKind::Socket,
-        6 => FileKind::CharDevice,
-        7 => FileKind::BlockDevice,
-        _ => return None,
-    })
-}
-
 /// The record layout, all little-endian: format (1), kind (1), perm (2),
 /// uid (4), gid (4), size (8), nlink (4), rdev (4), atime, mtime, ctime,
 /// crtime (each secs i64 + nanos u32), parent (8), content tag (1), then the
@@ -127,7 +102,7 @@ pub(crate) fn encode(rec: &Rec) -> Vec<u8> {
     };
     let mut out = Vec::with_capacity(CONTENT_TAG_AT + 1 + extra);
     out.push(FORMAT);
-    out.push(kind_byte(a.kind));
+    out.push(a.kind.code());
     out.extend_from_slice(&a.perm.to_le_bytes());
     out.extend_from_slice(&a.uid.to_le_bytes());
     out.extend_from_slice(&a.gid.to_le_bytes());
@@ -187,7 +162,7 @@ pub(crate) fn decode(ino: u64, b: &[u8]) -> Result<Rec> {
         return Err(bad("unknown record format"));
     }
     let mut r = Reader(&b[1..]);
-    let kind = byte_kind(r.take::<1>()[0]).ok_or_else(|| bad("unknown kind"))?;
+    let kind = FileKind::from_code(r.take::<1>()[0]).ok_or_else(|| bad("unknown kind"))?;
     let perm = r.u16();
     let uid = r.u32();
     let gid = r.u32();
@@ -233,7 +208,7 @@ pub(crate) fn decode(ino: u64, b: &[u8]) -> Result<Rec> {
 /// The kind in a record, without decoding the rest.
 fn record_kind(ino: u64, b: &[u8]) -> Result<FileKind> {
     match b {
-        [FORMAT, k, ..] => byte_kind(*k),
+        [FORMAT, k, ..] => FileKind::from_code(*k),
         _ => None,
     }
     .ok_or_else(|| corrupt(format!("inode {ino}: bad record")))
@@ -249,13 +224,14 @@ pub(crate) fn dkey(parent: InodeId, name: &[u8]) -> Vec<u8> {
 pub(crate) fn dval(ino: InodeId, kind: FileKind) -> [u8; 9] {
     let mut v = [0u8; 9];
     v[..8].copy_from_slice(&ino.0.to_le_bytes());
-    v[8] = kind_byte(kind);
+    v[8] = kind.code();
     v
 }
 
 pub(crate) fn dval_decode(v: [u8; 9]) -> Result<(InodeId, FileKind)> {
     let ino = InodeId(u64::from_le_bytes(v[..8].try_into().unwrap()));
-    let kind = byte_kind(v[8]).ok_or_else(|| corrupt(format!("entry of {ino:?}: bad kind")))?;
+    let kind =
+        FileKind::from_code(v[8]).ok_or_else(|| corrupt(format!("entry of {ino:?}: bad kind")))?;
     Ok((ino, kind))
 }
 

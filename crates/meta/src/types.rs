@@ -20,6 +20,35 @@ pub enum FileKind {
     BlockDevice,
 }
 
+impl FileKind {
+    /// The byte that stands for the kind in stored records (the metadata
+    /// engine's and the version trees').
+    pub fn code(self) -> u8 {
+        match self {
+            FileKind::File => 1,
+            FileKind::Dir => 2,
+            FileKind::Symlink => 3,
+            FileKind::Fifo => 4,
+            FileKind::Socket => 5,
+            FileKind::CharDevice => 6,
+            FileKind::BlockDevice => 7,
+        }
+    }
+
+    pub fn from_code(b: u8) -> Option<FileKind> {
+        Some(match b {
+            1 => FileKind::File,
+            2 => FileKind::Dir,
+            3 => FileKind::Symlink,
+            4 => FileKind::Fifo,
+            5 => FileKind::Socket,
+            6 => FileKind::CharDevice,
+            7 => FileKind::BlockDevice,
+            _ => return None,
+        })
+    }
+}
+
 /// Seconds and nanoseconds since the Unix epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct Timestamp {
