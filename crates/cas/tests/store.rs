@@ -481,3 +481,38 @@ fn chunks_are_readable_before_their_container_is_sealed() {
         "an abandoned stream's chunks vanish"
     );
 }
+
+#[test]
+fn chunks_indexed_while_a_collection_ends_stay_findable() {
+    // A collection rebuilds the compact index when it ends; containers
+    // indexed during that rebuild must not drop out of it.
+    let dir = tempfile::tempdir().unwrap();
+    let key = RepoKey::generate();
+    let (store, _) = open(dir.path(), &key);
+    let mut base = store.stream();
+    base.write_batch(&(0..2000).map(|_| random(64)).collect::<Vec<_>>())
+        .unwrap();
+    base.flush().unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let collector = {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                drop(store.begin_collection().unwrap());
+            }
+        })
+    };
+    let mut written = Vec::new();
+    for _ in 0..300 {
+        let chunks: Vec<Bytes> = (0..4).map(|_| random(2000)).collect();
+        let mut w = store.stream();
+        let ids = w.write_batch(&chunks).unwrap();
+        w.flush().unwrap();
+        written.extend(ids.into_iter().zip(chunks));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    collector.join().unwrap();
+    for (id, data) in &written {
+        assert_eq!(&store.read_chunk(id).unwrap(), data, "chunk {id}");
+    }
+}
