@@ -18,33 +18,43 @@
 //! 3. The caller marks from everything that can reference a chunk, holding
 //!    off any publisher that could carry an older reference past its scan
 //!    (the file system's version writer, for one).
-//! 4. [`Collection::reclaim`] copies forward the chunks that are marked or
-//!    retained, then — under the write lock on the retained set — copies any
+//! 4. [`Collection::prepare`] copies forward the chunks of a container that
+//!    are marked or retained. [`Collection::commit`] then makes the copies
+//!    durable and — under the write lock on the retained set — copies any
 //!    chunk retained since, and only when none is left removes the index
-//!    entries that still point into the container, in one durable
+//!    entries that still point into the batch's containers, in one durable
 //!    transaction. A writer's lookup is either before that (and is recorded,
 //!    so the chunk is copied) or after (and misses, so the writer stores the
-//!    chunk again). Only then is the container's blob deleted.
+//!    chunk again). Only then are the containers' blobs deleted.
 //!
 //! A crash at any point leaves a consistent store: copies are durable and
 //! indexed before the old entries go, and a blob whose entries are gone is
 //! an orphan that the next collection deletes ([`Collection::remove_orphans`]).
-//! Memory: the caller's mark set plus, per candidate container, a few words.
+//!
+//! Cost: a container with nothing live is never read whole — its footer
+//! names its chunks — and many containers share one index transaction, so
+//! reclaiming dead data costs a footer read and a blob delete per container.
+//! Memory: the caller's mark set plus, per candidate container, a few words,
+//! plus one batch's footers.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 
 use bytes::Bytes;
 
-use crate::container::{self, ChunkLocation};
+use crate::container::{self, ChunkLocation, TRAILER_LEN};
 use crate::id::{ChunkId, ContainerId};
 use crate::index::ContainerInfo;
 use crate::store::Store;
+use crate::writer::StreamWriter;
 use crate::{region, CasError, Result};
 
 /// A running collection; dropping it ends the retained-set recording.
 pub struct Collection {
     store: Store,
     candidates: HashMap<ContainerId, ContainerInfo>,
+    /// Where live chunks are copied to; flushed by [`Collection::commit`].
+    relocation: Mutex<Option<StreamWriter>>,
 }
 
 /// How much of a candidate container is still reachable.
@@ -76,6 +86,22 @@ pub struct Reclaimed {
     pub dropped_chunks: u64,
 }
 
+/// A container whose live chunks have been copied forward (not yet
+/// durable), waiting for [`Collection::commit`].
+pub struct Prepared {
+    container: ContainerId,
+    size: u64,
+    entries: Vec<(ChunkId, ChunkLocation)>,
+    copied: HashSet<ChunkId>,
+    report: Reclaimed,
+}
+
+impl Prepared {
+    pub fn container(&self) -> ContainerId {
+        self.container
+    }
+}
+
 impl Store {
     /// Starts a collection: dedup hits are retained from now on, and the
     /// candidates are the containers indexed now. One at a time per store.
@@ -91,6 +117,7 @@ impl Store {
         let mut collection = Collection {
             store: self.clone(),
             candidates: HashMap::new(),
+            relocation: Mutex::new(None),
         };
         collection.candidates = self.shared.index.containers()?.into_iter().collect();
         Ok(collection)
@@ -136,72 +163,134 @@ impl Collection {
         Ok(out)
     }
 
-    /// Copies the container's live chunks (marked or retained) forward and
-    /// deletes it (see the module doc for why this is safe while writers run).
-    pub fn reclaim(
+    /// The chunks a container holds, from its footer alone.
+    fn footer(&self, container: ContainerId) -> Result<(u64, Vec<(ChunkId, ChunkLocation)>)> {
+        let branch = &self.store.shared.branch;
+        let key = container.blob_key();
+        let corrupt = |source| CasError::CorruptContainer { container, source };
+        let size = branch.size(&key)?;
+        let tail = branch.read_range(&key, size.saturating_sub(TRAILER_LEN as u64), TRAILER_LEN);
+        let (offset, len, sum) = container::parse_trailer(size, &tail?).map_err(corrupt)?;
+        let footer = branch.read_range(&key, offset, len as usize)?;
+        let entries = container::parse_footer(container, offset, &footer, sum).map_err(corrupt)?;
+        Ok((size, entries))
+    }
+
+    /// Copies the container's live chunks (marked or retained, and indexed
+    /// at this container) forward. A container with none is not read.
+    pub fn prepare(
         &self,
         container: ContainerId,
         marked: &(dyn Fn(&ChunkId) -> bool + Sync),
-    ) -> Result<Reclaimed> {
-        let shared = &self.store.shared;
-        let key = container.blob_key();
-        let bytes = Bytes::from(shared.branch.get(&key)?);
-        let entries = container::parse(container, &bytes)
-            .map_err(|source| CasError::CorruptContainer { container, source })?;
-        let mut here = Vec::new();
-        for (id, loc) in &entries {
-            if shared
-                .index
-                .lookup(id)?
-                .is_some_and(|l| l.container == container)
-            {
-                here.push((*id, *loc));
+    ) -> Result<Prepared> {
+        let (size, entries) = self.footer(container)?;
+        let mut prepared = Prepared {
+            container,
+            size,
+            entries,
+            copied: HashSet::new(),
+            report: Reclaimed::default(),
+        };
+        let live = self.indexed_here(
+            container,
+            prepared
+                .entries
+                .iter()
+                .filter(|(id, _)| marked(id) || self.is_retained(id)),
+        )?;
+        self.copy_forward(&mut prepared, &live)?;
+        Ok(prepared)
+    }
+
+    /// Those of `entries` whose index entry points into `container` (a
+    /// chunk stored twice is live only where the index says it is).
+    fn indexed_here<'a>(
+        &self,
+        container: ContainerId,
+        entries: impl Iterator<Item = &'a (ChunkId, ChunkLocation)>,
+    ) -> Result<Vec<(ChunkId, ChunkLocation)>> {
+        let mut out = Vec::new();
+        for (id, loc) in entries {
+            let here = self.store.shared.index.lookup(id)?;
+            if here.is_some_and(|l| l.container == container) {
+                out.push((*id, *loc));
             }
         }
-        let mut report = Reclaimed::default();
-        let mut copied: HashSet<ChunkId> = HashSet::new();
-        let first: Vec<(ChunkId, ChunkLocation)> = here
-            .iter()
-            .filter(|(id, _)| marked(id) || self.is_retained(id))
-            .copied()
-            .collect();
-        self.copy_forward(&bytes, &first, &mut copied, &mut report)?;
+        Ok(out)
+    }
+
+    /// Makes a batch's copies durable, copies what writers retained since,
+    /// then drops the batch's index entries in one transaction and deletes
+    /// the containers (see the module doc for why this is safe while
+    /// writers run).
+    pub fn commit(&self, mut batch: Vec<Prepared>) -> Result<Vec<(ContainerId, Reclaimed)>> {
+        let shared = &self.store.shared;
+        self.flush_copies()?;
         loop {
             let retained = shared.retained.write().unwrap();
             let set = retained.as_ref().expect("recording while collecting");
-            let late: Vec<(ChunkId, ChunkLocation)> = {
+            let late: Vec<(usize, Vec<(ChunkId, ChunkLocation)>)> = {
                 let set = set.lock().unwrap();
-                here.iter()
-                    .filter(|(id, _)| !copied.contains(id) && set.contains(id))
-                    .copied()
+                batch
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| {
+                        let ids = p
+                            .entries
+                            .iter()
+                            .filter(|(id, _)| !p.copied.contains(id) && set.contains(id))
+                            .copied()
+                            .collect::<Vec<_>>();
+                        (i, ids)
+                    })
+                    .filter(|(_, ids)| !ids.is_empty())
                     .collect()
             };
             if late.is_empty() {
-                let ids: Vec<ChunkId> = here.iter().map(|(id, _)| *id).collect();
-                shared.index.forget_container(container, &ids)?;
+                let forget: Vec<(ContainerId, Vec<ChunkId>)> = batch
+                    .iter()
+                    .map(|p| (p.container, p.entries.iter().map(|(id, _)| *id).collect()))
+                    .collect();
+                shared.index.forget_containers(&forget)?;
                 break;
             }
             drop(retained);
-            self.copy_forward(&bytes, &late, &mut copied, &mut report)?;
+            for (i, chunks) in late {
+                let live = self.indexed_here(batch[i].container, chunks.iter())?;
+                self.copy_forward(&mut batch[i], &live)?;
+            }
+            self.flush_copies()?;
         }
-        report.dropped_chunks = (here.len() - copied.len()) as u64;
-        shared.branch.delete(&key)?;
-        report.freed_bytes = bytes.len() as u64;
-        Ok(report)
+        let mut out = Vec::with_capacity(batch.len());
+        for mut p in batch {
+            shared.branch.delete(&p.container.blob_key())?;
+            p.report.freed_bytes = p.size;
+            p.report.dropped_chunks = (p.entries.len() - p.copied.len()) as u64;
+            out.push((p.container, p.report));
+        }
+        Ok(out)
     }
 
-    /// Stores `chunks` (cut from the container's `bytes`, verified) again in
-    /// new containers, durable and indexed at their new place on return.
+    fn flush_copies(&self) -> Result<()> {
+        match self.relocation.lock().unwrap().as_mut() {
+            Some(stream) => stream.flush(),
+            None => Ok(()),
+        }
+    }
+
+    /// Stores `chunks` (read from the container, verified) again in new
+    /// containers; durable and indexed at their new place after the next
+    /// [`Collection::flush_copies`].
     fn copy_forward(
         &self,
-        bytes: &Bytes,
+        prepared: &mut Prepared,
         chunks: &[(ChunkId, ChunkLocation)],
-        copied: &mut HashSet<ChunkId>,
-        report: &mut Reclaimed,
     ) -> Result<()> {
         if chunks.is_empty() {
             return Ok(());
         }
+        let container = prepared.container;
+        let bytes = Bytes::from(self.store.shared.branch.get(&container.blob_key())?);
         let mut regions: HashMap<u64, Bytes> = HashMap::new();
         let mut data = Vec::with_capacity(chunks.len());
         let mut ids = Vec::with_capacity(chunks.len());
@@ -210,11 +299,19 @@ impl Collection {
             let region = match regions.get(&loc.region_offset) {
                 Some(r) => r.clone(),
                 None => {
-                    let stored = bytes.slice(start..start + loc.region_len as usize);
-                    let raw = region::decode(stored).map_err(|e| CasError::CorruptChunk {
-                        id: *id,
-                        container: loc.container,
-                        reason: format!("region at offset {start}: {e}"),
+                    let stored = bytes
+                        .get(start..start + loc.region_len as usize)
+                        .ok_or_else(|| CasError::CorruptChunk {
+                            id: *id,
+                            container,
+                            reason: format!("region at offset {start} lies past the end"),
+                        })?;
+                    let raw = region::decode(bytes.slice_ref(stored)).map_err(|e| {
+                        CasError::CorruptChunk {
+                            id: *id,
+                            container,
+                            reason: format!("region at offset {start}: {e}"),
+                        }
                     })?;
                     regions.insert(loc.region_offset, raw.clone());
                     raw
@@ -223,15 +320,14 @@ impl Collection {
             data.push(self.store.verify(id, loc, &region)?);
             ids.push(*id);
         }
-        let mut stream = self.store.relocation_stream();
+        let mut relocation = self.relocation.lock().unwrap();
+        let stream = relocation.get_or_insert_with(|| self.store.relocation_stream());
         stream.write_hashed(&data, &ids)?;
-        stream.flush()?;
-        report.copied_chunks += ids.len() as u64;
-        report.copied_bytes += data.iter().map(|d| d.len() as u64).sum::<u64>();
-        copied.extend(ids);
+        prepared.report.copied_chunks += ids.len() as u64;
+        prepared.report.copied_bytes += data.iter().map(|d| d.len() as u64).sum::<u64>();
+        prepared.copied.extend(ids);
         Ok(())
     }
-
     /// Deletes container blobs that no index row knows and no writer is
     /// writing: left by a crash between writing a container and indexing it,
     /// or between a reclaim's index transaction and its delete. Returns how

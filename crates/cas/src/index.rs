@@ -254,26 +254,29 @@ impl Index {
         Ok(first)
     }
 
-    /// Forgets container `container`: removes the entries among `ids` that
+    /// Forgets containers: for each, removes the entries among its ids that
     /// still point into it and its accounting row, durably, in one
     /// transaction. Returns how many entries went.
-    pub fn forget_container(&self, container: ContainerId, ids: &[ChunkId]) -> Result<u64> {
+    pub fn forget_containers(&self, containers: &[(ContainerId, Vec<ChunkId>)]) -> Result<u64> {
         let mut tx = self.db.begin_write()?;
         tx.set_durability(Durability::Immediate)
             .expect("no persistent savepoints are used");
         let mut removed = 0;
         {
             let mut chunks = tx.open_table(CHUNKS)?;
-            for id in ids {
-                let here = chunks
-                    .get(id.as_bytes())?
-                    .is_some_and(|v| ChunkLocation::decode(&v.value()).container == container);
-                if here {
-                    chunks.remove(id.as_bytes())?;
-                    removed += 1;
+            let mut table = tx.open_table(CONTAINERS)?;
+            for (container, ids) in containers {
+                for id in ids {
+                    let here = chunks.get(id.as_bytes())?.is_some_and(|v| {
+                        ChunkLocation::decode(&v.value()).container == *container
+                    });
+                    if here {
+                        chunks.remove(id.as_bytes())?;
+                        removed += 1;
+                    }
                 }
+                table.remove(container.0)?;
             }
-            tx.open_table(CONTAINERS)?.remove(container.0)?;
         }
         tx.commit()?;
         Ok(removed)

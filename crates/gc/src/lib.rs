@@ -98,6 +98,10 @@ pub struct GcReport {
     pub skipped: Vec<String>,
 }
 
+/// Containers reclaimed per index transaction: enough to amortise its
+/// sync, few enough that progress moves and a crash redoes little.
+const BATCH: usize = 64;
+
 /// What marking sees: the store's roots and, when there is one, the live
 /// file system.
 pub enum Live<'a> {
@@ -166,26 +170,33 @@ pub fn collect(
         return Ok(report);
     }
     let total = chosen.len() as u64;
-    for (i, a) in chosen.iter().enumerate() {
-        match collection.reclaim(a.container, &marked) {
-            Ok(r) => {
-                report.reclaimed_containers += 1;
-                report.freed_bytes += r.freed_bytes;
-                report.copied_chunks += r.copied_chunks;
-                report.copied_bytes += r.copied_bytes;
-                report.dropped_chunks += r.dropped_chunks;
+    let mut done = 0;
+    for batch in chosen.chunks(BATCH) {
+        let mut prepared = Vec::with_capacity(batch.len());
+        for a in batch {
+            match collection.prepare(a.container, &marked) {
+                Ok(p) => prepared.push(p),
+                Err(
+                    e @ (cas::CasError::CorruptContainer { .. }
+                    | cas::CasError::CorruptChunk { .. }),
+                ) => {
+                    report
+                        .skipped
+                        .push(format!("container {}: {e}", a.container));
+                }
+                Err(e) => return Err(e.into()),
             }
-            Err(
-                e @ (cas::CasError::CorruptContainer { .. } | cas::CasError::CorruptChunk { .. }),
-            ) => {
-                report
-                    .skipped
-                    .push(format!("container {}: {e}", a.container));
-            }
-            Err(e) => return Err(e.into()),
         }
+        for (_, r) in collection.commit(prepared)? {
+            report.reclaimed_containers += 1;
+            report.freed_bytes += r.freed_bytes;
+            report.copied_chunks += r.copied_chunks;
+            report.copied_bytes += r.copied_bytes;
+            report.dropped_chunks += r.dropped_chunks;
+        }
+        done += batch.len() as u64;
         progress(GcProgress::Sweeping {
-            done: i as u64 + 1,
+            done,
             total,
             freed_bytes: report.freed_bytes,
         });
