@@ -49,6 +49,9 @@ use crate::store::Store;
 use crate::writer::StreamWriter;
 use crate::{region, CasError, Result};
 
+/// Container blobs deleted at once after a batch's index transaction.
+const DELETERS: usize = 8;
+
 /// A running collection; dropping it ends the retained-set recording.
 pub struct Collection {
     store: Store,
@@ -261,9 +264,39 @@ impl Collection {
             }
             self.flush_copies()?;
         }
+        // A delete is a slow metadata operation on most file systems and a
+        // round trip on a bucket, so several run at once.
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let deleted: Vec<Result<()>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..DELETERS.min(batch.len()))
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut results = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(p) = batch.get(i) else { break };
+                            results.push((
+                                i,
+                                shared
+                                    .branch
+                                    .delete(&p.container.blob_key())
+                                    .map_err(CasError::from),
+                            ));
+                        }
+                        results
+                    })
+                })
+                .collect();
+            let mut all: Vec<(usize, Result<()>)> = workers
+                .into_iter()
+                .flat_map(|w| w.join().expect("a delete worker panicked"))
+                .collect();
+            all.sort_by_key(|(i, _)| *i);
+            all.into_iter().map(|(_, r)| r).collect()
+        });
         let mut out = Vec::with_capacity(batch.len());
-        for mut p in batch {
-            shared.branch.delete(&p.container.blob_key())?;
+        for (mut p, result) in batch.into_iter().zip(deleted) {
+            result?;
             p.report.freed_bytes = p.size;
             p.report.dropped_chunks = (p.entries.len() - p.copied.len()) as u64;
             out.push((p.container, p.report));

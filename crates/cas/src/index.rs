@@ -267,9 +267,9 @@ impl Index {
             let mut table = tx.open_table(CONTAINERS)?;
             for (container, ids) in containers {
                 for id in ids {
-                    let here = chunks.get(id.as_bytes())?.is_some_and(|v| {
-                        ChunkLocation::decode(&v.value()).container == *container
-                    });
+                    let here = chunks
+                        .get(id.as_bytes())?
+                        .is_some_and(|v| ChunkLocation::decode(&v.value()).container == *container);
                     if here {
                         chunks.remove(id.as_bytes())?;
                         removed += 1;

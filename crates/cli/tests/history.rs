@@ -408,22 +408,30 @@ fn gc_killed_mid_run_leaves_a_consistent_repo() {
     let repo = base.path().join("repo");
     ok(&repo, &["init"]);
     let mut rng = StdRng::seed_from_u64(5);
+    // Blocks shared between kept and dropped files, so dropped files'
+    // containers stay partly live and gc has chunks to copy forward.
+    let pool: Vec<Vec<u8>> = (0..24).map(|_| random(&mut rng, 256 << 10)).collect();
     let mut kept = Vec::new();
-    for i in 0..12 {
-        let data = random(&mut rng, 2 << 20);
-        let file = base.path().join(format!("in{i}"));
-        fs::write(&file, &data).unwrap();
-        ok(
-            &repo,
-            &["put", file.to_str().unwrap(), "--name", &format!("r{i}")],
-        );
-        if i % 3 == 0 {
-            kept.push((format!("r{i}"), data));
-        } else {
-            ok(&repo, &["rm", &format!("r{i}")]);
+    let mut landed = 0;
+    let mut n = 0;
+    for delay_ms in [5u64, 20, 40, 70, 100, 150, 220, 300] {
+        // Fresh garbage for every run, so each one has work when it is killed.
+        for _ in 0..4 {
+            let mut data = random(&mut rng, 1 << 20);
+            for _ in 0..4 {
+                data.extend_from_slice(&pool[rng.gen_range(0..pool.len())]);
+            }
+            let file = base.path().join("in");
+            fs::write(&file, &data).unwrap();
+            let label = format!("r{n}");
+            ok(&repo, &["put", file.to_str().unwrap(), "--name", &label]);
+            if n % 2 == 0 {
+                kept.push((label, data));
+            } else {
+                ok(&repo, &["rm", &label]);
+            }
+            n += 1;
         }
-    }
-    for delay_ms in [30u64, 80, 150, 300] {
         let mut child = Command::new(CAIRN)
             .args([
                 "--repo",
@@ -436,6 +444,9 @@ fn gc_killed_mid_run_leaves_a_consistent_repo() {
             .spawn()
             .unwrap();
         std::thread::sleep(Duration::from_millis(delay_ms));
+        if child.try_wait().unwrap().is_none() {
+            landed += 1;
+        }
         let _ = child.kill();
         child.wait().unwrap();
         let check = cairn(&repo, &["check"]);
@@ -446,13 +457,17 @@ fn gc_killed_mid_run_leaves_a_consistent_repo() {
         );
         for (label, data) in &kept {
             let out = cairn(&repo, &["get", label]);
-            assert!(out.status.success());
+            assert!(out.status.success(), "{label} after kill at {delay_ms} ms");
             assert!(
                 out.stdout == *data,
                 "{label} differs after kill at {delay_ms} ms"
             );
         }
     }
+    assert!(landed > 0, "no kill landed while gc was running");
     ok(&repo, &["gc", "--threshold", "1.0"]);
     assert!(cairn(&repo, &["check"]).status.success());
+    for (label, data) in &kept {
+        assert_eq!(cairn(&repo, &["get", label]).stdout, *data, "{label}");
+    }
 }
