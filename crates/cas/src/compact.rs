@@ -44,6 +44,13 @@ impl CompactIndex {
         self.chunks += 1;
     }
 
+    /// Counts `n` chunks as gone. Their short fingerprints stay: another
+    /// chunk may share one, and a stale entry only costs a needless lookup
+    /// (with probability stale entries / 2^32) until the next open.
+    pub fn forget(&mut self, n: u64) {
+        self.chunks = self.chunks.saturating_sub(n);
+    }
+
     pub fn may_contain(&self, fp: ShortFp) -> bool {
         self.set.contains(&fp.0)
     }

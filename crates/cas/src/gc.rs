@@ -405,8 +405,5 @@ impl Collection {
 impl Drop for Collection {
     fn drop(&mut self) {
         *self.store.shared.retained.write().unwrap() = None;
-        // Entries of reclaimed containers are gone; their short fingerprints
-        // would only cost needless lookups, so the compact set is rebuilt.
-        let _ = self.store.shared.index.reload_compact();
     }
 }

@@ -12,13 +12,12 @@
 //! touches it.
 
 use std::path::Path;
-use std::sync::{Mutex, RwLock};
+use std::sync::RwLock;
 
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::compact::CompactIndex;
 use crate::container::{ChunkLocation, Sealed};
-use crate::id::ShortFp;
 use crate::id::{ChunkId, ContainerId};
 use crate::{CasError, Result};
 
@@ -56,19 +55,7 @@ impl ContainerInfo {
 pub struct Index {
     db: Database,
     roots: Database,
-    compact: RwLock<Compact>,
-    /// One rebuild of the compact index at a time.
-    rebuild: Mutex<()>,
-}
-
-/// The compact index, and while it is being rebuilt from a read
-/// transaction, the fingerprints committed meanwhile (the rebuild's
-/// snapshot may predate them; without this they would be lost from the
-/// filter and their chunks would look absent until the next open).
-#[derive(Default)]
-struct Compact {
-    set: CompactIndex,
-    added_during_rebuild: Option<Vec<ShortFp>>,
+    compact: RwLock<CompactIndex>,
 }
 
 fn open_db(path: &Path) -> Result<Database> {
@@ -117,30 +104,16 @@ impl Index {
         let index = Index {
             db,
             roots,
-            compact: RwLock::new(Compact::default()),
-            rebuild: Mutex::new(()),
+            compact: RwLock::new(CompactIndex::default()),
         };
         index.reload_compact()?;
         Ok(index)
     }
 
-    /// Rebuilds the compact index from the chunk table (after entries were
-    /// removed), without blocking lookups or commits meanwhile.
+    /// Rebuilds the compact index from the chunk table. Only while no
+    /// container is being indexed (at open, and by the offline index
+    /// rebuild): a commit racing the rebuild's read would drop out of it.
     pub(crate) fn reload_compact(&self) -> Result<()> {
-        let _one = self.rebuild.lock().unwrap();
-        self.compact.write().unwrap().added_during_rebuild = Some(Vec::new());
-        let built = self.build_compact();
-        let mut compact = self.compact.write().unwrap();
-        let added = compact.added_during_rebuild.take().unwrap_or_default();
-        let mut set = built?;
-        for fp in added {
-            set.insert(fp);
-        }
-        compact.set = set;
-        Ok(())
-    }
-
-    fn build_compact(&self) -> Result<CompactIndex> {
         let mut compact = CompactIndex::default();
         let tx = self.db.begin_read()?;
         let table = tx.open_table(CHUNKS)?;
@@ -148,13 +121,14 @@ impl Index {
             let (k, _) = entry?;
             compact.insert(ChunkId::from_bytes(k.value()).short());
         }
-        Ok(compact)
+        *self.compact.write().unwrap() = compact;
+        Ok(())
     }
 
     /// The location of a stored chunk, asking the compact index first so that
     /// a new chunk costs no disk access.
     pub fn lookup(&self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
-        if !self.compact.read().unwrap().set.may_contain(id.short()) {
+        if !self.compact.read().unwrap().may_contain(id.short()) {
             return Ok(None);
         }
         self.lookup_persistent(id)
@@ -195,11 +169,8 @@ impl Index {
         }
         tx.commit()?;
         let mut compact = self.compact.write().unwrap();
-        for &fp in &added {
-            compact.set.insert(fp);
-        }
-        if let Some(during) = compact.added_during_rebuild.as_mut() {
-            during.extend(added);
+        for fp in added {
+            compact.insert(fp);
         }
         Ok(())
     }
@@ -279,6 +250,7 @@ impl Index {
             }
         }
         tx.commit()?;
+        self.compact.write().unwrap().forget(removed);
         Ok(removed)
     }
 
@@ -313,7 +285,7 @@ impl Index {
     }
 
     pub fn compact_ram_bytes(&self) -> (usize, f64) {
-        let c = &self.compact.read().unwrap().set;
+        let c = self.compact.read().unwrap();
         (c.ram_bytes(), c.bytes_per_chunk())
     }
 

@@ -484,8 +484,9 @@ fn chunks_are_readable_before_their_container_is_sealed() {
 
 #[test]
 fn chunks_indexed_while_a_collection_ends_stay_findable() {
-    // A collection rebuilds the compact index when it ends; containers
-    // indexed during that rebuild must not drop out of it.
+    // Collections that begin and end while containers are being indexed
+    // (a collection once rebuilt the compact index as it ended, and commits
+    // racing that rebuild dropped out of it) must leave every chunk findable.
     let dir = tempfile::tempdir().unwrap();
     let key = RepoKey::generate();
     let (store, _) = open(dir.path(), &key);

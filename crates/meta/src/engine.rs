@@ -515,7 +515,35 @@ impl std::fmt::Debug for RedbMeta {
 impl RedbMeta {
     /// Opens the store at `path`, creating it (with a root directory owned by
     /// `root_uid`/`root_gid`, mode 0755) if it does not exist.
+    ///
+    /// A new store is built under a temporary name and renamed into place,
+    /// so a process killed while creating it leaves either no file or a
+    /// whole one, never a half-written file that would read as damage.
     pub fn open(path: &Path, root_uid: u32, root_gid: u32) -> Result<Self> {
+        if !path.exists() {
+            let mut tmp = path.as_os_str().to_owned();
+            tmp.push(".creating");
+            let tmp = std::path::PathBuf::from(tmp);
+            let io = |source: std::io::Error| MetaError::Open {
+                path: path.to_path_buf(),
+                source: redb::Error::Io(source),
+            };
+            match std::fs::remove_file(&tmp) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
+                _ => {}
+            }
+            drop(Self::open_at(&tmp, root_uid, root_gid)?);
+            std::fs::rename(&tmp, path).map_err(io)?;
+            if let Some(dir) = path.parent() {
+                std::fs::File::open(dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(io)?;
+            }
+        }
+        Self::open_at(path, root_uid, root_gid)
+    }
+
+    fn open_at(path: &Path, root_uid: u32, root_gid: u32) -> Result<Self> {
         // redb's default page cache is 1 GiB: with many inline files it grew
         // the daemon by that much. 64 MiB keeps the hot namespace in memory.
         let db = match redb::Builder::new().set_cache_size(64 << 20).create(path) {
@@ -1180,6 +1208,27 @@ impl MetaStore for RedbMeta {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_creation_cut_short_leaves_no_damaged_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fs.redb");
+        // What a process killed while creating the store leaves behind.
+        std::fs::write(dir.path().join("fs.redb.creating"), b"half a header").unwrap();
+        let meta = RedbMeta::open(&path, 1, 2).unwrap();
+        assert_eq!(meta.get(InodeId::ROOT).unwrap().attr.uid, 1);
+        drop(meta);
+        assert!(!dir.path().join("fs.redb.creating").exists());
+        assert_eq!(
+            RedbMeta::open(&path, 3, 4)
+                .unwrap()
+                .get(InodeId::ROOT)
+                .unwrap()
+                .attr
+                .gid,
+            2
+        );
+    }
 
     fn rec(kind: FileKind, content: Content, parent: u64) -> Rec {
         let ts = |s| Timestamp {
