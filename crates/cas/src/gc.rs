@@ -21,21 +21,23 @@
 //! 4. [`Collection::prepare`] copies forward the chunks of a container that
 //!    are marked or retained. [`Collection::commit`] then makes the copies
 //!    durable and — under the write lock on the retained set — copies any
-//!    chunk retained since, and only when none is left removes the index
-//!    entries that still point into the batch's containers, in one durable
-//!    transaction. A writer's lookup is either before that (and is recorded,
-//!    so the chunk is copied) or after (and misses, so the writer stores the
-//!    chunk again). Only then are the containers' blobs deleted.
+//!    retained chunk still indexed in a prepared container, and only when
+//!    none is left removes the index entries that point into the prepared
+//!    containers, in one durable transaction. A writer's lookup is either
+//!    before that (and is recorded, so the chunk is copied) or after (and
+//!    misses, so the writer stores the chunk again). Only then are the
+//!    containers' blobs deleted.
 //!
 //! A crash at any point leaves a consistent store: copies are durable and
 //! indexed before the old entries go, and a blob whose entries are gone is
 //! an orphan that the next collection deletes ([`Collection::remove_orphans`]).
 //!
 //! Cost: a container with nothing live is never read whole — its footer
-//! names its chunks — and many containers share one index transaction, so
-//! reclaiming dead data costs a footer read and a blob delete per container.
-//! Memory: the caller's mark set plus, per candidate container, a few words,
-//! plus one batch's footers.
+//! names its chunks — and all prepared containers leave the index in one
+//! ordered pass over it, so reclaiming dead data costs a footer read and a
+//! blob delete per container plus one rewrite of the index.
+//! Memory: the caller's mark set plus, per candidate container, a few words;
+//! one footer at a time.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -49,7 +51,7 @@ use crate::store::Store;
 use crate::writer::StreamWriter;
 use crate::{region, CasError, Result};
 
-/// Container blobs deleted at once after a batch's index transaction.
+/// Container blobs deleted at once after the index transaction.
 const DELETERS: usize = 8;
 
 /// A running collection; dropping it ends the retained-set recording.
@@ -58,6 +60,8 @@ pub struct Collection {
     candidates: HashMap<ContainerId, ContainerInfo>,
     /// Where live chunks are copied to; flushed by [`Collection::commit`].
     relocation: Mutex<Option<StreamWriter>>,
+    /// Containers whose live chunks were copied, with their blob sizes.
+    prepared: Mutex<HashMap<ContainerId, u64>>,
 }
 
 /// How much of a candidate container is still reachable.
@@ -79,30 +83,16 @@ impl Assessment {
     }
 }
 
-/// What reclaiming one container did.
+/// What reclaiming did.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Reclaimed {
+    pub containers: u64,
     /// Container bytes deleted from the branch.
     pub freed_bytes: u64,
     pub copied_chunks: u64,
     pub copied_bytes: u64,
+    /// Index entries dropped (chunks nothing reaches any more).
     pub dropped_chunks: u64,
-}
-
-/// A container whose live chunks have been copied forward (not yet
-/// durable), waiting for [`Collection::commit`].
-pub struct Prepared {
-    container: ContainerId,
-    size: u64,
-    entries: Vec<(ChunkId, ChunkLocation)>,
-    copied: HashSet<ChunkId>,
-    report: Reclaimed,
-}
-
-impl Prepared {
-    pub fn container(&self) -> ContainerId {
-        self.container
-    }
 }
 
 impl Store {
@@ -121,6 +111,7 @@ impl Store {
             store: self.clone(),
             candidates: HashMap::new(),
             relocation: Mutex::new(None),
+            prepared: Mutex::new(HashMap::new()),
         };
         collection.candidates = self.shared.index.containers()?.into_iter().collect();
         Ok(collection)
@@ -180,128 +171,123 @@ impl Collection {
     }
 
     /// Copies the container's live chunks (marked or retained, and indexed
-    /// at this container) forward. A container with none is not read.
+    /// at this container) forward, and queues the container for
+    /// [`Collection::commit`]. A container with none live is not read.
+    /// Returns what was copied.
     pub fn prepare(
         &self,
         container: ContainerId,
         marked: &(dyn Fn(&ChunkId) -> bool + Sync),
-    ) -> Result<Prepared> {
+    ) -> Result<Reclaimed> {
         let (size, entries) = self.footer(container)?;
-        let mut prepared = Prepared {
-            container,
-            size,
-            entries,
-            copied: HashSet::new(),
-            report: Reclaimed::default(),
-        };
-        let live = self.indexed_here(
-            container,
-            prepared
-                .entries
-                .iter()
-                .filter(|(id, _)| marked(id) || self.is_retained(id)),
-        )?;
-        self.copy_forward(&mut prepared, &live)?;
-        Ok(prepared)
-    }
-
-    /// Those of `entries` whose index entry points into `container` (a
-    /// chunk stored twice is live only where the index says it is).
-    fn indexed_here<'a>(
-        &self,
-        container: ContainerId,
-        entries: impl Iterator<Item = &'a (ChunkId, ChunkLocation)>,
-    ) -> Result<Vec<(ChunkId, ChunkLocation)>> {
-        let mut out = Vec::new();
-        for (id, loc) in entries {
-            let here = self.store.shared.index.lookup(id)?;
-            if here.is_some_and(|l| l.container == container) {
-                out.push((*id, *loc));
+        let mut live = Vec::new();
+        for (id, loc) in &entries {
+            if (marked(id) || self.is_retained(id)) && self.indexed_in(id, |c| c == container)? {
+                live.push((*id, *loc));
             }
         }
-        Ok(out)
+        let report = self.copy_forward(container, &live)?;
+        self.prepared.lock().unwrap().insert(container, size);
+        Ok(report)
     }
 
-    /// Makes a batch's copies durable, copies what writers retained since,
-    /// then drops the batch's index entries in one transaction and deletes
-    /// the containers (see the module doc for why this is safe while
+    /// Whether the chunk's index entry points into a container `in` accepts.
+    fn indexed_in(&self, id: &ChunkId, within: impl Fn(ContainerId) -> bool) -> Result<bool> {
+        let here = self.store.shared.index.lookup(id)?;
+        Ok(here.is_some_and(|l| within(l.container)))
+    }
+
+    /// Makes the copies durable, copies what writers retained since, then
+    /// drops the prepared containers' index entries in one transaction and
+    /// deletes their blobs (see the module doc for why this is safe while
     /// writers run).
-    pub fn commit(&self, mut batch: Vec<Prepared>) -> Result<Vec<(ContainerId, Reclaimed)>> {
+    pub fn commit(&self) -> Result<Reclaimed> {
+        let prepared = std::mem::take(&mut *self.prepared.lock().unwrap());
+        let mut report = Reclaimed::default();
+        if prepared.is_empty() {
+            return Ok(report);
+        }
         let shared = &self.store.shared;
+        let doomed: HashSet<ContainerId> = prepared.keys().copied().collect();
         self.flush_copies()?;
+        // An id once found outside the doomed containers stays outside:
+        // entries only ever move out of them. So the pass under the write
+        // lock checks only what was retained since the last pass.
+        let mut checked: HashSet<ChunkId> = HashSet::new();
+        let mut locked = false;
         loop {
-            let retained = shared.retained.write().unwrap();
-            let set = retained.as_ref().expect("recording while collecting");
-            let late: Vec<(usize, Vec<(ChunkId, ChunkLocation)>)> = {
-                let set = set.lock().unwrap();
-                batch
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| {
-                        let ids = p
-                            .entries
-                            .iter()
-                            .filter(|(id, _)| !p.copied.contains(id) && set.contains(id))
-                            .copied()
-                            .collect::<Vec<_>>();
-                        (i, ids)
-                    })
-                    .filter(|(_, ids)| !ids.is_empty())
+            let retained = if locked {
+                Some(shared.retained.write().unwrap())
+            } else {
+                None
+            };
+            let fresh: Vec<ChunkId> = {
+                let guard;
+                let set = match &retained {
+                    Some(w) => w.as_ref(),
+                    None => {
+                        guard = shared.retained.read().unwrap();
+                        guard.as_ref()
+                    }
+                };
+                let set = set.expect("recording while collecting").lock().unwrap();
+                set.iter()
+                    .filter(|id| !checked.contains(*id))
+                    .copied()
                     .collect()
             };
-            if late.is_empty() {
-                let forget: Vec<(ContainerId, Vec<ChunkId>)> = batch
-                    .iter()
-                    .map(|p| (p.container, p.entries.iter().map(|(id, _)| *id).collect()))
-                    .collect();
-                shared.index.forget_containers(&forget)?;
+            let mut late = Vec::new();
+            for id in fresh {
+                if self.indexed_in(&id, |c| doomed.contains(&c))? {
+                    late.push(id);
+                } else {
+                    checked.insert(id);
+                }
+            }
+            if late.is_empty() && locked {
+                report.dropped_chunks = shared.index.forget_containers(&doomed)?;
                 break;
             }
             drop(retained);
-            for (i, chunks) in late {
-                let live = self.indexed_here(batch[i].container, chunks.iter())?;
-                self.copy_forward(&mut batch[i], &live)?;
+            let mut chunks = Vec::with_capacity(late.len());
+            for id in &late {
+                chunks.push(self.store.read_chunk(id)?);
             }
-            self.flush_copies()?;
+            if !late.is_empty() {
+                self.relocate(&chunks, &late, &mut report)?;
+                self.flush_copies()?;
+            }
+            locked = true;
         }
         // A delete is a slow metadata operation on most file systems and a
         // round trip on a bucket, so several run at once.
+        let doomed: Vec<(ContainerId, u64)> = prepared.into_iter().collect();
         let next = std::sync::atomic::AtomicUsize::new(0);
-        let deleted: Vec<Result<()>> = std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..DELETERS.min(batch.len()))
+        let failed: Option<CasError> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..DELETERS.min(doomed.len()))
                 .map(|_| {
-                    scope.spawn(|| {
-                        let mut results = Vec::new();
-                        loop {
-                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let Some(p) = batch.get(i) else { break };
-                            results.push((
-                                i,
-                                shared
-                                    .branch
-                                    .delete(&p.container.blob_key())
-                                    .map_err(CasError::from),
-                            ));
+                    scope.spawn(|| loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((c, _)) = doomed.get(i) else {
+                            return None;
+                        };
+                        if let Err(e) = shared.branch.delete(&c.blob_key()) {
+                            return Some(CasError::from(e));
                         }
-                        results
                     })
                 })
                 .collect();
-            let mut all: Vec<(usize, Result<()>)> = workers
+            workers
                 .into_iter()
-                .flat_map(|w| w.join().expect("a delete worker panicked"))
-                .collect();
-            all.sort_by_key(|(i, _)| *i);
-            all.into_iter().map(|(_, r)| r).collect()
+                .filter_map(|w| w.join().expect("a delete worker panicked"))
+                .next()
         });
-        let mut out = Vec::with_capacity(batch.len());
-        for (mut p, result) in batch.into_iter().zip(deleted) {
-            result?;
-            p.report.freed_bytes = p.size;
-            p.report.dropped_chunks = (p.entries.len() - p.copied.len()) as u64;
-            out.push((p.container, p.report));
+        if let Some(e) = failed {
+            return Err(e);
         }
-        Ok(out)
+        report.containers = doomed.len() as u64;
+        report.freed_bytes = doomed.iter().map(|(_, size)| size).sum();
+        Ok(report)
     }
 
     fn flush_copies(&self) -> Result<()> {
@@ -311,18 +297,27 @@ impl Collection {
         }
     }
 
-    /// Stores `chunks` (read from the container, verified) again in new
-    /// containers; durable and indexed at their new place after the next
-    /// [`Collection::flush_copies`].
+    /// Stores verified chunks again in new containers; durable and indexed
+    /// at their new place after the next [`Collection::flush_copies`].
+    fn relocate(&self, data: &[Bytes], ids: &[ChunkId], report: &mut Reclaimed) -> Result<()> {
+        let mut relocation = self.relocation.lock().unwrap();
+        let stream = relocation.get_or_insert_with(|| self.store.relocation_stream());
+        stream.write_hashed(data, ids)?;
+        report.copied_chunks += ids.len() as u64;
+        report.copied_bytes += data.iter().map(|d| d.len() as u64).sum::<u64>();
+        Ok(())
+    }
+
+    /// Copies `chunks` of `container` (read from it once, verified) forward.
     fn copy_forward(
         &self,
-        prepared: &mut Prepared,
+        container: ContainerId,
         chunks: &[(ChunkId, ChunkLocation)],
-    ) -> Result<()> {
+    ) -> Result<Reclaimed> {
+        let mut report = Reclaimed::default();
         if chunks.is_empty() {
-            return Ok(());
+            return Ok(report);
         }
-        let container = prepared.container;
         let bytes = Bytes::from(self.store.shared.branch.get(&container.blob_key())?);
         let mut regions: HashMap<u64, Bytes> = HashMap::new();
         let mut data = Vec::with_capacity(chunks.len());
@@ -353,14 +348,10 @@ impl Collection {
             data.push(self.store.verify(id, loc, &region)?);
             ids.push(*id);
         }
-        let mut relocation = self.relocation.lock().unwrap();
-        let stream = relocation.get_or_insert_with(|| self.store.relocation_stream());
-        stream.write_hashed(&data, &ids)?;
-        prepared.report.copied_chunks += ids.len() as u64;
-        prepared.report.copied_bytes += data.iter().map(|d| d.len() as u64).sum::<u64>();
-        prepared.copied.extend(ids);
-        Ok(())
+        self.relocate(&data, &ids, &mut report)?;
+        Ok(report)
     }
+
     /// Deletes container blobs that no index row knows and no writer is
     /// writing: left by a crash between writing a container and indexing it,
     /// or between a reclaim's index transaction and its delete. Returns how

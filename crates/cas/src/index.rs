@@ -11,6 +11,7 @@
 //! named. It is kept apart so that losing or rebuilding the index never
 //! touches it.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::RwLock;
 
@@ -225,27 +226,25 @@ impl Index {
         Ok(first)
     }
 
-    /// Forgets containers: for each, removes the entries among its ids that
-    /// still point into it and its accounting row, durably, in one
-    /// transaction. Returns how many entries went.
-    pub fn forget_containers(&self, containers: &[(ContainerId, Vec<ChunkId>)]) -> Result<u64> {
+    /// Forgets `containers`: removes every index entry that points into
+    /// one of them and their accounting rows, durably, in one transaction.
+    /// One ordered pass over the chunk table rewrites each of its pages at
+    /// most once, where removing ids one by one would touch pages at random.
+    /// Returns how many entries went.
+    pub fn forget_containers(&self, containers: &HashSet<ContainerId>) -> Result<u64> {
         let mut tx = self.db.begin_write()?;
         tx.set_durability(Durability::Immediate)
             .expect("no persistent savepoints are used");
         let mut removed = 0;
         {
             let mut chunks = tx.open_table(CHUNKS)?;
+            chunks.retain(|_, v| {
+                let gone = containers.contains(&ChunkLocation::decode(&v).container);
+                removed += u64::from(gone);
+                !gone
+            })?;
             let mut table = tx.open_table(CONTAINERS)?;
-            for (container, ids) in containers {
-                for id in ids {
-                    let here = chunks
-                        .get(id.as_bytes())?
-                        .is_some_and(|v| ChunkLocation::decode(&v.value()).container == *container);
-                    if here {
-                        chunks.remove(id.as_bytes())?;
-                        removed += 1;
-                    }
-                }
+            for container in containers {
                 table.remove(container.0)?;
             }
         }

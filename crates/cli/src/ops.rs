@@ -127,7 +127,7 @@ pub fn exec(t: &Target<'_>, req: &Request, progress: &(dyn Fn(Progress) + Sync))
                         done: chunks,
                         total: 0,
                     },
-                    gc::GcProgress::Sweeping { done, total, .. } => Progress {
+                    gc::GcProgress::Sweeping { done, total } => Progress {
                         what: "sweep".into(),
                         done,
                         total,

@@ -21,6 +21,14 @@ struct Inner {
     bytes: usize,
 }
 
+/// What an entry costs besides its bytes (id, handle, list links, table
+/// slot), so that small chunks are not undercounted.
+const ENTRY_OVERHEAD: usize = 128;
+
+fn charge(data: &Bytes) -> usize {
+    data.len() + ENTRY_OVERHEAD
+}
+
 impl ChunkCache {
     pub fn new(capacity: usize) -> Self {
         ChunkCache {
@@ -44,14 +52,18 @@ impl ChunkCache {
         if data.len() > self.capacity {
             return;
         }
+        // A chunk read from the store is a slice of its whole decompressed
+        // region (up to a MiB): kept as is, one small cached chunk would pin
+        // the region, and the cache would hold many times its bound.
+        let data = Bytes::copy_from_slice(&data);
         let mut inner = self.inner.lock().unwrap();
-        inner.bytes += data.len();
+        inner.bytes += charge(&data);
         if let Some(old) = inner.lru.put(id, data) {
-            inner.bytes -= old.len();
+            inner.bytes -= charge(&old);
         }
         while inner.bytes > self.capacity {
             match inner.lru.pop_lru() {
-                Some((_, old)) => inner.bytes -= old.len(),
+                Some((_, old)) => inner.bytes -= charge(&old),
                 None => break,
             }
         }
@@ -72,13 +84,27 @@ mod tests {
 
     #[test]
     fn evicts_least_recently_used_within_capacity() {
-        let c = ChunkCache::new(250);
+        let c = ChunkCache::new(2 * (100 + ENTRY_OVERHEAD) + 50);
         c.put(id(1), Bytes::from(vec![1; 100]));
         c.put(id(2), Bytes::from(vec![2; 100]));
         assert!(c.get(&id(1)).is_some());
         c.put(id(3), Bytes::from(vec![3; 100]));
         assert!(c.contains(&id(1)) && c.contains(&id(3)));
         assert!(!c.contains(&id(2)), "2 was least recently used");
-        assert!(c.bytes() <= 250);
+        assert!(c.bytes() <= 2 * (100 + ENTRY_OVERHEAD) + 50);
+    }
+
+    #[test]
+    fn a_cached_slice_does_not_pin_its_region() {
+        let c = ChunkCache::new(1 << 20);
+        let region = Bytes::from(vec![7u8; 1 << 20]);
+        c.put(id(1), region.slice(10..110));
+        let cached = c.get(&id(1)).unwrap();
+        assert_eq!(cached, region.slice(10..110));
+        let inside = region.as_ptr_range();
+        assert!(
+            !inside.contains(&cached.as_ptr()),
+            "the cache kept a view of the region"
+        );
     }
 }

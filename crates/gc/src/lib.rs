@@ -69,10 +69,11 @@ pub enum GcProgress {
     Marking {
         chunks: u64,
     },
+    /// Containers whose live chunks have been copied forward (they are
+    /// deleted together at the end).
     Sweeping {
         done: u64,
         total: u64,
-        freed_bytes: u64,
     },
 }
 
@@ -97,10 +98,6 @@ pub struct GcReport {
     /// left as they are for `cairn check` to report.
     pub skipped: Vec<String>,
 }
-
-/// Containers reclaimed per index transaction: enough to amortise its
-/// sync, few enough that progress moves and a crash redoes little.
-const BATCH: usize = 64;
 
 /// What marking sees: the store's roots and, when there is one, the live
 /// file system.
@@ -170,37 +167,32 @@ pub fn collect(
         return Ok(report);
     }
     let total = chosen.len() as u64;
-    let mut done = 0;
-    for batch in chosen.chunks(BATCH) {
-        let mut prepared = Vec::with_capacity(batch.len());
-        for a in batch {
-            match collection.prepare(a.container, &marked) {
-                Ok(p) => prepared.push(p),
-                Err(
-                    e @ (cas::CasError::CorruptContainer { .. }
-                    | cas::CasError::CorruptChunk { .. }),
-                ) => {
-                    report
-                        .skipped
-                        .push(format!("container {}: {e}", a.container));
-                }
-                Err(e) => return Err(e.into()),
+    for (i, a) in chosen.iter().enumerate() {
+        match collection.prepare(a.container, &marked) {
+            Ok(r) => {
+                report.copied_chunks += r.copied_chunks;
+                report.copied_bytes += r.copied_bytes;
             }
+            Err(
+                e @ (cas::CasError::CorruptContainer { .. } | cas::CasError::CorruptChunk { .. }),
+            ) => {
+                report
+                    .skipped
+                    .push(format!("container {}: {e}", a.container));
+            }
+            Err(e) => return Err(e.into()),
         }
-        for (_, r) in collection.commit(prepared)? {
-            report.reclaimed_containers += 1;
-            report.freed_bytes += r.freed_bytes;
-            report.copied_chunks += r.copied_chunks;
-            report.copied_bytes += r.copied_bytes;
-            report.dropped_chunks += r.dropped_chunks;
-        }
-        done += batch.len() as u64;
         progress(GcProgress::Sweeping {
-            done,
+            done: i as u64 + 1,
             total,
-            freed_bytes: report.freed_bytes,
         });
     }
+    let r = collection.commit()?;
+    report.reclaimed_containers = r.containers;
+    report.freed_bytes = r.freed_bytes;
+    report.copied_chunks += r.copied_chunks;
+    report.copied_bytes += r.copied_bytes;
+    report.dropped_chunks = r.dropped_chunks;
     let (orphans, orphan_bytes) = collection.remove_orphans()?;
     report.orphans_removed = orphans;
     report.orphan_bytes = orphan_bytes;
