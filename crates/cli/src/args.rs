@@ -311,8 +311,8 @@ pub struct RedundancyBenchArgs {
     /// flight.
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub in_flight: usize,
-    /// Rounds of the slow-mirror reads, whose median is reported (the
-    /// other figures are one pass each).
+    /// Rounds of the healthy reads and of the slow-mirror reads, each
+    /// reported as its median (the other figures are one pass each).
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub rounds: usize,
     /// Seed of the random data (the same seed gives the same bytes).

@@ -240,14 +240,23 @@ impl Bench {
             );
             self.rows.push(row);
         }
+        // Rounds of all five, alternating, so that what disturbs one pass
+        // (the first one after the writes, say) shows in the range.
+        let mut passes: Vec<Vec<Pass>> = POLICIES.iter().map(|_| Vec::new()).collect();
+        for round in 1..=self.rounds {
+            for (text, all) in POLICIES.iter().zip(&mut passes) {
+                eprintln!("reading {text} (round {round} of {})", self.rounds);
+                all.push(self.read_pass(&Set::new(text), text)?);
+            }
+        }
         let mut base = None;
-        for text in POLICIES {
-            eprintln!("reading {text}");
-            let pass = self.read_pass(&Set::new(text), text)?;
-            let mut row = new_row("read", text.to_string(), &pass);
+        for (text, mut all) in POLICIES.into_iter().zip(passes) {
+            let (pass, spread) = median(&mut all);
+            let mut row = new_row("read", text.to_string(), pass);
             let single = *base.get_or_insert(pass.mb_per_s());
             row.ratio = Some(pass.mb_per_s() / single);
             row.vs = Some("single".into());
+            row.note = spread;
             self.rows.push(row);
         }
         Ok(())
@@ -288,7 +297,7 @@ impl Bench {
     /// mirror:2 read with both branches at normal speed, then with the
     /// second branch's reads taking twice as long, balancing off and on.
     /// The three alternate for `rounds` rounds and each reports its median
-    /// pass: the target compares figures 10% apart on a noisy disk.
+    /// pass, as the target tells figures 10% apart on a noisy disk.
     /// Balancing-on passes inherit the latency estimates earlier passes
     /// left, as a store that has been running would have them.
     fn slow_mirror(&mut self) -> Result<()> {
@@ -320,15 +329,7 @@ impl Bench {
         self.store.set_balancing(true);
         let mut base = 0.0;
         for (run, (what, slowed, balancing)) in runs.into_iter().enumerate() {
-            let all = &mut passes[run];
-            all.sort_by(|a, b| a.mb_per_s().total_cmp(&b.mb_per_s()));
-            let spread = format!(
-                "median of {} ({:.0}-{:.0})",
-                all.len(),
-                all[0].mb_per_s(),
-                all[all.len() - 1].mb_per_s()
-            );
-            let pass = &all[all.len() / 2];
+            let (pass, spread) = median(&mut passes[run]);
             let mut row = new_row("slow", format!("mirror:2, {what}"), pass);
             let (f, s) = reads[run];
             let share = 100.0 * s as f64 / (f + s).max(1) as f64;
@@ -570,6 +571,18 @@ fn new_row(section: &'static str, case: String, pass: &Pass) -> Row {
         warm: pass.warm,
         note: String::new(),
     }
+}
+
+/// The median pass (by MB/s) and a note giving the range.
+fn median(passes: &mut [Pass]) -> (&Pass, String) {
+    passes.sort_by(|a, b| a.mb_per_s().total_cmp(&b.mb_per_s()));
+    let spread = format!(
+        "median of {} ({:.0}-{:.0})",
+        passes.len(),
+        passes[0].mb_per_s(),
+        passes[passes.len() - 1].mb_per_s()
+    );
+    (&passes[passes.len() / 2], spread)
 }
 
 /// Payload bytes a set stores for `bytes` of containers (shard headers and
