@@ -286,4 +286,45 @@ pub enum BenchCommand {
         /// The file to hash.
         file: PathBuf,
     },
+    /// The redundancy layer over local-directory branches, in one table:
+    /// durable writes and cold reads under single, mirror:2, parity:4,
+    /// rs:4+2 and rs:8+3; reads with one and two branches gone; rebuilding
+    /// a lost branch onto a fresh one (what `branch replace` does); and a
+    /// mirror:2 with one branch twice as slow, with and without
+    /// latency-aware balancing. Each target is marked MET or NOT MET.
+    ///
+    /// Run it as root: reads then start from a dropped page cache, else
+    /// they are flagged WARM. Exits 2 if data read back differs from what
+    /// was written.
+    Redundancy(RedundancyBenchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RedundancyBenchArgs {
+    /// Random data stored under each policy, in MiB.
+    #[arg(long, default_value_t = 1024, value_name = "MIB")]
+    pub mib: u64,
+    /// Container size in MiB (cairn's containers are 4 MiB).
+    #[arg(long, default_value_t = 4, value_name = "MIB")]
+    pub container_mib: u64,
+    /// Containers written or read at once, as the store keeps several in
+    /// flight.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub in_flight: usize,
+    /// Rounds of the healthy reads and of the slow-mirror reads, each
+    /// reported as its median (the other figures are one pass each).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub rounds: usize,
+    /// Seed of the random data (the same seed gives the same bytes).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// A fresh scratch directory for the branches is made inside DIR.
+    #[arg(long, default_value = "/var/tmp", value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Keep the scratch directory instead of removing it at the end.
+    #[arg(long)]
+    pub keep: bool,
+    /// Also write the results as JSON to OUT.
+    #[arg(long, value_name = "OUT")]
+    pub json: Option<PathBuf>,
 }

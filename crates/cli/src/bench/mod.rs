@@ -1,4 +1,5 @@
-//! Measurements the benchmark scripts under `bench/` call.
+//! Measurements the benchmark scripts under `bench/` call, and benchmarks
+//! that run whole inside cairn (`bench redundancy`).
 
 use std::fs::File;
 use std::process::ExitCode;
@@ -10,6 +11,8 @@ use chunking::{Chunker, ChunkerParams};
 use rayon::prelude::*;
 
 use crate::args::BenchCommand;
+
+mod redundancy;
 
 pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
@@ -31,5 +34,6 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        BenchCommand::Redundancy(args) => redundancy::run(args),
     }
 }
