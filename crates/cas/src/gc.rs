@@ -38,6 +38,7 @@ use bytes::Bytes;
 use crate::container::{self, ChunkLocation};
 use crate::id::{ChunkId, ContainerId};
 use crate::index::ContainerInfo;
+use crate::protection::Protection;
 use crate::store::Store;
 use crate::{region, CasError, Result};
 
@@ -77,6 +78,29 @@ pub struct Reclaimed {
 }
 
 impl Store {
+    /// How to store chunks copied out of `container` so they keep its
+    /// protection: its policy, over the branches holding its shards, widened
+    /// to every branch when those are fewer than the policy needs (a stripe
+    /// sits on one branch of its width; a replaced branch left the set).
+    fn protection_of(&self, container: ContainerId) -> Result<Protection> {
+        let Some(layer) = self.layer() else {
+            return Ok(Protection::plain());
+        };
+        let policy = self.container_policy(container)?;
+        let placed = layer.locate(&container.blob_key())?;
+        let mut branches: Vec<_> = placed
+            .shards
+            .iter()
+            .flat_map(|s| s.branches.iter().copied())
+            .collect();
+        branches.sort();
+        branches.dedup();
+        if layer.validate(&policy, &branches).is_err() {
+            branches = layer.branch_ids();
+        }
+        Ok(Protection { policy, branches })
+    }
+
     /// Starts a collection: dedup hits are retained from now on, and the
     /// candidates are the containers indexed now. One at a time per store.
     pub fn begin_collection(&self) -> Result<Collection> {
@@ -158,6 +182,7 @@ impl Collection {
                 here.push((*id, *loc));
             }
         }
+        let protection = self.store.protection_of(container)?;
         let mut report = Reclaimed::default();
         let mut copied: HashSet<ChunkId> = HashSet::new();
         let first: Vec<(ChunkId, ChunkLocation)> = here
@@ -165,7 +190,7 @@ impl Collection {
             .filter(|(id, _)| marked(id) || self.is_retained(id))
             .copied()
             .collect();
-        self.copy_forward(&bytes, &first, &mut copied, &mut report)?;
+        self.copy_forward(&bytes, &first, &protection, &mut copied, &mut report)?;
         loop {
             let retained = shared.retained.write().unwrap();
             let set = retained.as_ref().expect("recording while collecting");
@@ -182,7 +207,7 @@ impl Collection {
                 break;
             }
             drop(retained);
-            self.copy_forward(&bytes, &late, &mut copied, &mut report)?;
+            self.copy_forward(&bytes, &late, &protection, &mut copied, &mut report)?;
         }
         report.dropped_chunks = (here.len() - copied.len()) as u64;
         shared.branch.delete(&key)?;
@@ -191,11 +216,13 @@ impl Collection {
     }
 
     /// Stores `chunks` (cut from the container's `bytes`, verified) again in
-    /// new containers, durable and indexed at their new place on return.
+    /// new containers under `protection`, durable and indexed at their new
+    /// place on return.
     fn copy_forward(
         &self,
         bytes: &Bytes,
         chunks: &[(ChunkId, ChunkLocation)],
+        protection: &Protection,
         copied: &mut HashSet<ChunkId>,
         report: &mut Reclaimed,
     ) -> Result<()> {
@@ -223,7 +250,7 @@ impl Collection {
             data.push(self.store.verify(id, loc, &region)?);
             ids.push(*id);
         }
-        let mut stream = self.store.relocation_stream();
+        let mut stream = self.store.relocation_stream(protection.clone());
         stream.write_hashed(&data, &ids)?;
         stream.flush()?;
         report.copied_chunks += ids.len() as u64;
@@ -249,7 +276,7 @@ impl Collection {
             let inflight = shared.inflight.lock().unwrap();
             listed
                 .into_iter()
-                .filter(|c| !before.contains(c) && !inflight.containers.contains(c))
+                .filter(|c| !before.contains(c) && !inflight.containers.contains_key(c))
                 .collect()
         };
         if maybe.is_empty() {

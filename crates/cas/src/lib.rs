@@ -39,6 +39,7 @@ pub mod container;
 mod gc;
 mod id;
 mod index;
+mod protection;
 mod read;
 pub mod region;
 mod store;
@@ -52,6 +53,7 @@ pub use container::{ChunkLocation, ContainerError};
 pub use gc::{Assessment, Collection, Reclaimed};
 pub use id::{ChunkId, ContainerId, RepoKey, ShortFp};
 pub use index::ContainerInfo;
+pub use protection::{needs_restore, Protection};
 pub use read::Fetched;
 pub use region::{Compression, RegionError};
 pub use store::{Store, StoreSettings, StoreStats, INDEX_FILE, ROOTS_FILE};
@@ -100,6 +102,18 @@ pub enum CasError {
     NoSuchRoot(String),
     #[error("a garbage collection is already running on this store")]
     CollectionRunning,
+    #[error(transparent)]
+    Redundancy(#[from] redundancy::Error),
+    #[error(
+        "policy {0} needs a redundancy layer; this repository stores on one plain \
+         branch (configure [[branch]] entries in cairn.toml)"
+    )]
+    NoRedundancy(redundancy::Policy),
+    #[error("the index records an unreadable policy for container {container}: {reason}")]
+    BadPolicyRow {
+        container: ContainerId,
+        reason: String,
+    },
 }
 
 pub type Result<T, E = CasError> = std::result::Result<T, E>;

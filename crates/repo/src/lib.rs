@@ -14,5 +14,7 @@
 mod config;
 mod layout;
 
-pub use config::{Config, ConfigError};
+pub use config::{
+    BranchSpec, Config, ConfigError, Location, RedundancyConfig, RuleSpec, S3Location,
+};
 pub use layout::{default_location, Repo, RepoError};
