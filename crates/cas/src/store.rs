@@ -314,6 +314,19 @@ impl Store {
         self.shared.layer.as_ref()
     }
 
+    /// Every container the index knows, in id order.
+    pub fn indexed_containers(&self) -> Result<Vec<ContainerId>> {
+        let mut ids: Vec<ContainerId> = self
+            .shared
+            .index
+            .containers()?
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
     /// The policy container `id` is stored under.
     pub fn container_policy(&self, id: ContainerId) -> Result<Policy> {
         self.shared.index.container_policy(id)

@@ -196,11 +196,29 @@ pub fn scrub(fs: &Fs, progress: &(dyn Fn(Progress) + Sync)) -> Result<ScrubOut> 
             total: p.total as u64,
         })
     });
-    let lost: HashSet<ContainerId> = summary
+    let mut lost: HashSet<ContainerId> = summary
         .unrepaired
         .iter()
         .filter_map(|r| ContainerId::from_blob_key(&r.key))
         .collect();
+    // A container none of whose shards any branch holds is not in the
+    // layer's map at all; the index still knows it.
+    let mut unrepaired: Vec<String> = summary.unrepaired.iter().map(describe).collect();
+    let placed: HashSet<ContainerId> = layer
+        .list(ContainerId::list_prefix())
+        .iter()
+        .filter_map(ContainerId::from_blob_key)
+        .collect();
+    for c in fs.store().indexed_containers()? {
+        if !placed.contains(&c) {
+            let policy = fs.store().container_policy(c)?;
+            unrepaired.push(format!(
+                "{} ({policy}): no branch holds any of its shards",
+                c.blob_key()
+            ));
+            lost.insert(c);
+        }
+    }
     let affected_files = if lost.is_empty() {
         Vec::new()
     } else {
@@ -210,7 +228,7 @@ pub fn scrub(fs: &Fs, progress: &(dyn Fn(Progress) + Sync)) -> Result<ScrubOut> 
         containers: summary.containers,
         healthy: summary.healthy,
         repaired: summary.repaired.iter().map(describe).collect(),
-        unrepaired: summary.unrepaired.iter().map(describe).collect(),
+        unrepaired,
         affected_files,
     })
 }

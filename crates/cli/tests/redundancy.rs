@@ -226,7 +226,6 @@ fn every_policy_reads_back_after_its_tolerance_of_losses_and_one_more_is_named()
     );
     let again = json(&repo, &["scrub", "--json"]);
     assert_eq!(again["healthy"], again["containers"], "{again}");
-    let (repo, _) = m.unmount();
 
     // One loss more than mirror:2 tolerates for /mirror/f0: every shard
     // of its containers gone.
