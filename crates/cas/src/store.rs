@@ -494,19 +494,6 @@ fn check_label(label: &str) -> Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn root_blob_keys_round_trip() {
-        for label in ["a", "version/12", "snapshot/with space", &"x".repeat(255)] {
-            let key = root_blob_key(label);
-            assert_eq!(label_of_root_blob(&key).as_deref(), Some(label));
-        }
-    }
-}
-
 /// Makes sealed containers durable: through the redundancy layer, each
 /// under its own protection (the layer writes a container's shards in
 /// parallel), else on the plain branch in one batch.
@@ -576,6 +563,19 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
         shared.inflight_cv.notify_all();
         for job in jobs {
             shared.buffers.give(job.sealed.bytes);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_blob_keys_round_trip() {
+        for label in ["a", "version/12", "snapshot/with space", &"x".repeat(255)] {
+            let key = root_blob_key(label);
+            assert_eq!(label_of_root_blob(&key).as_deref(), Some(label));
         }
     }
 }
