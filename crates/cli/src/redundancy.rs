@@ -171,18 +171,16 @@ pub struct ScrubOut {
     pub affected_files: Vec<String>,
 }
 
+/// A container and its faults: those left when some are, else those
+/// repaired.
 fn describe(r: &ScrubReport) -> String {
-    let faults: Vec<String> = r
-        .unrepaired
-        .iter()
-        .chain(r.faults.iter().take(if r.unrepaired.is_empty() {
-            usize::MAX
-        } else {
-            0
-        }))
-        .map(|f| f.to_string())
-        .collect();
-    format!("{} ({}): {}", r.key, r.policy, faults.join("; "))
+    let faults = if r.unrepaired.is_empty() {
+        &r.faults
+    } else {
+        &r.unrepaired
+    };
+    let text: Vec<String> = faults.iter().map(|f| f.to_string()).collect();
+    format!("{} ({}): {}", r.key, r.policy, text.join("; "))
 }
 
 pub fn scrub(fs: &Fs, progress: &(dyn Fn(Progress) + Sync)) -> Result<ScrubOut> {

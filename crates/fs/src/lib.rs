@@ -6,6 +6,10 @@
 //! on dirty bytes), the read path (an extent list per open file as its range
 //! map, a DRAM chunk cache, sequential read-ahead in the background) and the
 //! committer that makes data and then metadata durable in batches.
+//! It also picks each file's redundancy protection when its write stream
+//! opens ([`rules`]: the `user.cairn.policy` xattr, inherited by new
+//! children, else `cairn.toml`'s rules) and re-stores a file's data when its
+//! policy is made stronger.
 //!
 //! **Never:** opens a container or touches a branch (that is `cas`); speaks
 //! FUSE (that is the `fuse` crate); checks permissions (the kernel does, with
@@ -615,7 +619,7 @@ impl Drop for Fs {
 }
 
 /// How many inodes' last names are kept for rule matching.
-const NAMES_KEPT: usize = 1 << 20;
+const NAMES_KEPT: usize = 1 << 18;
 
 /// Most parent steps followed to build a path; deeper files match rules
 /// by extension, size and owner only.
