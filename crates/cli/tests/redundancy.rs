@@ -464,3 +464,36 @@ fn bad_configurations_are_refused_naming_the_culprit() {
         "{err}"
     );
 }
+
+#[test]
+fn branch_remove_moves_data_off_first_and_refuses_what_rules_need() {
+    let base = tempfile::tempdir().unwrap();
+    let mut config = local_branches(&["a", "b", "c"], "pool");
+    config += "\n[[rule]]\nname = \"pinned\"\npath = \"pinned/**\"\npolicy = \"single\"\nbranches = [\"b\"]\n";
+    config += "\n[default_rule]\npolicy = \"mirror:2\"\nbranches = [\"pool\"]\n";
+    let repo = repo_with(base.path(), &config);
+    let m = mount(&repo, base.path());
+    let files: BTreeMap<String, Vec<u8>> = (0..8u64)
+        .map(|i| (format!("f{i}"), random(100 + i, 30_000)))
+        .chain([("pinned/p".to_string(), random(99, 30_000))])
+        .collect();
+    write_files(&m, &files);
+    let out = cairn(&repo, &["branch", "remove", "b"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("unknown branch or label \"b\""),
+        "{err}"
+    );
+    let (repo, _) = m.unmount();
+    assert!(!shard_files(&repo.join("br/c")).is_empty());
+    ok(&repo, &["branch", "remove", "c"]);
+    let config = fs::read_to_string(repo.join("cairn.toml")).unwrap();
+    assert!(!config.contains("name = \"c\""), "{config}");
+    // Its directory is left as it was; gone, nothing is missed.
+    fs::remove_dir_all(repo.join("br/c")).unwrap();
+    let m = mount(&repo, base.path());
+    assert_reads_back(&m, &files);
+    let healthy = json(&repo, &["scrub", "--json"]);
+    assert_eq!(healthy["healthy"], healthy["containers"], "{healthy}");
+    m.unmount();
+}
