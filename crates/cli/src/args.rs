@@ -306,7 +306,10 @@ pub enum BranchCommand {
     /// container. Refused, before anything moves, when a rule names the
     /// branch or would be left with too few branches for its policy. The
     /// directory or bucket itself is left untouched.
-    Remove { name: String },
+    Remove {
+        /// The branch to empty and drop.
+        name: String,
+    },
     /// Rebuild every shard of OLD onto NEW, then drop OLD from cairn.toml.
     ///
     /// NEW must already be a configured branch (`cairn branch add`). Shards
@@ -314,7 +317,12 @@ pub enum BranchCommand {
     /// copies or parity. Interrupted (even by kill -9), run it again: shards
     /// already on NEW are verified and skipped. Rules naming OLD name NEW
     /// afterwards.
-    Replace { old: String, new: String },
+    Replace {
+        /// The branch being retired (it may be gone already).
+        old: String,
+        /// The configured branch that takes over OLD's shards.
+        new: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
