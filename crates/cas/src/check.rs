@@ -199,8 +199,9 @@ impl Store {
     }
 
     /// Rebuilds the fingerprint index from the containers alone: every chunk
-    /// that verifies is indexed (the lowest container id wins for a chunk
-    /// stored twice). Roots are kept. One transaction: a crash midway keeps
+    /// that verifies is indexed (for a chunk stored twice, the copy under the
+    /// stronger policy wins, then the lowest container id). Roots are kept.
+    /// One transaction: a crash midway keeps
     /// the old index.
     pub fn rebuild_index(
         &self,
@@ -217,7 +218,7 @@ impl Store {
         for s in scanned {
             report.problems.extend(s.problems);
             if s.ok {
-                infos.push((s.id, s.info));
+                infos.push((s.id, s.info, self.stored_policy(s.id)?));
             }
             entries.extend(s.good);
         }
@@ -228,6 +229,15 @@ impl Store {
             .len() as u64;
         self.shared.index.replace_all(entries, &infos)?;
         Ok(report)
+    }
+
+    /// The policy a container's shards say it is stored under: what the
+    /// index records, rebuilt from the branches alone.
+    fn stored_policy(&self, id: ContainerId) -> Result<redundancy::Policy> {
+        match self.layer() {
+            Some(layer) => Ok(layer.locate(&id.blob_key())?.policy),
+            None => Ok(redundancy::Policy::Single),
+        }
     }
 
     pub(crate) fn container_ids(&self) -> Result<Vec<ContainerId>> {

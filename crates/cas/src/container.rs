@@ -16,6 +16,7 @@
 //! name, never served.
 
 use crate::id::{ChunkId, ContainerId};
+use crate::protection::Protection;
 
 pub const HEADER: &[u8; 8] = b"CAIRNCT1";
 const TRAILER_MAGIC: &[u8; 8] = b"CAIRNEND";
@@ -96,6 +97,8 @@ pub struct Sealed {
     /// Garbage collection copied these chunks forward: their index entries
     /// move here even though the chunks are indexed elsewhere already.
     pub relocated: bool,
+    /// How the container is to be stored.
+    pub protection: Protection,
 }
 
 impl ContainerBuilder {
@@ -168,6 +171,7 @@ impl ContainerBuilder {
             entries: self.entries,
             raw_bytes: self.raw_bytes,
             relocated: false,
+            protection: Protection::plain(),
         }
     }
 }

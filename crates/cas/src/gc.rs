@@ -47,6 +47,7 @@ use bytes::Bytes;
 use crate::container::{self, ChunkLocation, TRAILER_LEN};
 use crate::id::{ChunkId, ContainerId};
 use crate::index::ContainerInfo;
+use crate::protection::Protection;
 use crate::store::Store;
 use crate::writer::StreamWriter;
 use crate::{region, CasError, Result};
@@ -58,8 +59,9 @@ const DELETERS: usize = 8;
 pub struct Collection {
     store: Store,
     candidates: HashMap<ContainerId, ContainerInfo>,
-    /// Where live chunks are copied to; flushed by [`Collection::commit`].
-    relocation: Mutex<Option<StreamWriter>>,
+    /// Where live chunks are copied to, one stream per protection so that a
+    /// copy keeps its container's policy; flushed by [`Collection::commit`].
+    relocation: Mutex<HashMap<Protection, StreamWriter>>,
     /// Containers whose live chunks were copied, with their blob sizes.
     prepared: Mutex<HashMap<ContainerId, u64>>,
 }
@@ -96,6 +98,29 @@ pub struct Reclaimed {
 }
 
 impl Store {
+    /// How to store chunks copied out of `container` so they keep its
+    /// protection: its policy, over the branches holding its shards, widened
+    /// to every branch when those are fewer than the policy needs (a stripe
+    /// sits on one branch of its width; a replaced branch left the set).
+    fn protection_of(&self, container: ContainerId) -> Result<Protection> {
+        let Some(layer) = self.layer() else {
+            return Ok(Protection::plain());
+        };
+        let policy = self.container_policy(container)?;
+        let placed = layer.locate(&container.blob_key())?;
+        let mut branches: Vec<_> = placed
+            .shards
+            .iter()
+            .flat_map(|s| s.branches.iter().copied())
+            .collect();
+        branches.sort();
+        branches.dedup();
+        if layer.validate(&policy, &branches).is_err() {
+            branches = layer.branch_ids();
+        }
+        Ok(Protection { policy, branches })
+    }
+
     /// Starts a collection: dedup hits are retained from now on, and the
     /// candidates are the containers indexed now. One at a time per store.
     pub fn begin_collection(&self) -> Result<Collection> {
@@ -110,7 +135,7 @@ impl Store {
         let mut collection = Collection {
             store: self.clone(),
             candidates: HashMap::new(),
-            relocation: Mutex::new(None),
+            relocation: Mutex::new(HashMap::new()),
             prepared: Mutex::new(HashMap::new()),
         };
         collection.candidates = self.shared.index.containers()?.into_iter().collect();
@@ -238,10 +263,11 @@ impl Collection {
             };
             let mut late = Vec::new();
             for id in fresh {
-                if self.indexed_in(&id, |c| doomed.contains(&c))? {
-                    late.push(id);
-                } else {
-                    checked.insert(id);
+                match self.store.shared.index.lookup(&id)? {
+                    Some(loc) if doomed.contains(&loc.container) => late.push((id, loc.container)),
+                    _ => {
+                        checked.insert(id);
+                    }
                 }
             }
             if late.is_empty() && locked {
@@ -249,12 +275,12 @@ impl Collection {
                 break;
             }
             drop(retained);
-            let mut chunks = Vec::with_capacity(late.len());
-            for id in &late {
-                chunks.push(self.store.read_chunk(id)?);
+            for (id, container) in &late {
+                let data = self.store.read_chunk(id)?;
+                let protection = self.store.protection_of(*container)?;
+                self.relocate(&protection, &[data], &[*id], &mut report)?;
             }
             if !late.is_empty() {
-                self.relocate(&chunks, &late, &mut report)?;
                 self.flush_copies()?;
             }
             locked = true;
@@ -291,17 +317,26 @@ impl Collection {
     }
 
     fn flush_copies(&self) -> Result<()> {
-        match self.relocation.lock().unwrap().as_mut() {
-            Some(stream) => stream.flush(),
-            None => Ok(()),
+        for stream in self.relocation.lock().unwrap().values_mut() {
+            stream.flush()?;
         }
+        Ok(())
     }
 
-    /// Stores verified chunks again in new containers; durable and indexed
-    /// at their new place after the next [`Collection::flush_copies`].
-    fn relocate(&self, data: &[Bytes], ids: &[ChunkId], report: &mut Reclaimed) -> Result<()> {
+    /// Stores verified chunks again in new containers under `protection`;
+    /// durable and indexed at their new place after the next
+    /// [`Collection::flush_copies`].
+    fn relocate(
+        &self,
+        protection: &Protection,
+        data: &[Bytes],
+        ids: &[ChunkId],
+        report: &mut Reclaimed,
+    ) -> Result<()> {
         let mut relocation = self.relocation.lock().unwrap();
-        let stream = relocation.get_or_insert_with(|| self.store.relocation_stream());
+        let stream = relocation
+            .entry(protection.clone())
+            .or_insert_with(|| self.store.relocation_stream(protection.clone()));
         stream.write_hashed(data, ids)?;
         report.copied_chunks += ids.len() as u64;
         report.copied_bytes += data.iter().map(|d| d.len() as u64).sum::<u64>();
@@ -348,7 +383,12 @@ impl Collection {
             data.push(self.store.verify(id, loc, &region)?);
             ids.push(*id);
         }
-        self.relocate(&data, &ids, &mut report)?;
+        self.relocate(
+            &self.store.protection_of(container)?,
+            &data,
+            &ids,
+            &mut report,
+        )?;
         Ok(report)
     }
 
@@ -369,7 +409,7 @@ impl Collection {
             let inflight = shared.inflight.lock().unwrap();
             listed
                 .into_iter()
-                .filter(|c| !before.contains(c) && !inflight.containers.contains(c))
+                .filter(|c| !before.contains(c) && !inflight.containers.contains_key(c))
                 .collect()
         };
         if maybe.is_empty() {

@@ -4,6 +4,10 @@
 //! `index.redb` is derived state, rebuildable from the containers:
 //! - `chunks`: chunk id -> [`ChunkLocation`] (28 bytes).
 //! - `containers`: container id -> (stored bytes, raw bytes, chunk count).
+//! - `container_policy`: container id -> its redundancy policy as text, for
+//!   containers stored under anything but `single`. A missing row means
+//!   `single`, so an index written before policies existed reads as it was,
+//!   and an older binary simply ignores the table.
 //! - `meta`: the container-id high-water mark (re-derived from the branch's
 //!   listing when the file is new, so ids are never reused).
 //!
@@ -20,10 +24,13 @@ use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinitio
 use crate::compact::CompactIndex;
 use crate::container::{ChunkLocation, Sealed};
 use crate::id::{ChunkId, ContainerId};
+use crate::protection::needs_restore;
 use crate::{CasError, Result};
+use redundancy::Policy;
 
 const CHUNKS: TableDefinition<[u8; 32], [u8; 28]> = TableDefinition::new("chunks");
 const CONTAINERS: TableDefinition<u64, [u8; 20]> = TableDefinition::new("containers");
+const CONTAINER_POLICY: TableDefinition<u64, &str> = TableDefinition::new("container_policy");
 const ROOTS: TableDefinition<&str, [u8; 32]> = TableDefinition::new("roots");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const CONTAINER_HWM: &str = "container_hwm";
@@ -95,6 +102,7 @@ impl Index {
         {
             tx.open_table(CHUNKS)?;
             tx.open_table(CONTAINERS)?;
+            tx.open_table(CONTAINER_POLICY)?;
             tx.open_table(META)?;
         }
         tx.commit()?;
@@ -153,9 +161,24 @@ impl Index {
         {
             let mut chunks = tx.open_table(CHUNKS)?;
             let mut containers = tx.open_table(CONTAINERS)?;
+            let mut policies = tx.open_table(CONTAINER_POLICY)?;
             for s in sealed {
+                // Recorded first: a later container of this batch compares
+                // its strength against this one's.
+                if s.protection.policy != Policy::Single {
+                    let text = s.protection.policy.to_string();
+                    policies.insert(s.id.0, text.as_str())?;
+                }
                 for (id, loc) in &s.entries {
-                    if s.relocated || chunks.get(id.as_bytes())?.is_none() {
+                    let existing = chunks
+                        .get(id.as_bytes())?
+                        .map(|v| ChunkLocation::decode(&v.value()).container);
+                    let take = match existing {
+                        None => true,
+                        Some(_) if s.relocated => true,
+                        Some(c) => needs_restore(&policy_in(&policies, c)?, &s.protection.policy),
+                    };
+                    if take {
                         chunks.insert(id.as_bytes(), loc.encode())?;
                         added.push(id.short());
                     }
@@ -178,24 +201,41 @@ impl Index {
 
     /// Replaces the chunk and container tables with `entries` and `infos` in
     /// one transaction: a crash midway leaves the old index in place.
+    /// Of a chunk stored twice, the copy under the stronger policy wins,
+    /// then the one listed first.
     pub fn replace_all(
         &self,
         entries: impl IntoIterator<Item = (ChunkId, ChunkLocation)>,
-        infos: &[(ContainerId, ContainerInfo)],
+        infos: &[(ContainerId, ContainerInfo, Policy)],
     ) -> Result<()> {
         let tx = self.db.begin_write()?;
         tx.delete_table(CHUNKS)?;
         tx.delete_table(CONTAINERS)?;
+        tx.delete_table(CONTAINER_POLICY)?;
         {
-            let mut chunks = tx.open_table(CHUNKS)?;
-            for (id, loc) in entries {
-                if chunks.get(id.as_bytes())?.is_none() {
-                    chunks.insert(id.as_bytes(), loc.encode())?;
+            let mut containers = tx.open_table(CONTAINERS)?;
+            let mut policies = tx.open_table(CONTAINER_POLICY)?;
+            for (id, info, policy) in infos {
+                containers.insert(id.0, info.encode())?;
+                if *policy != Policy::Single {
+                    policies.insert(id.0, policy.to_string().as_str())?;
                 }
             }
-            let mut containers = tx.open_table(CONTAINERS)?;
-            for (id, info) in infos {
-                containers.insert(id.0, info.encode())?;
+            let mut chunks = tx.open_table(CHUNKS)?;
+            for (id, loc) in entries {
+                let existing = chunks
+                    .get(id.as_bytes())?
+                    .map(|v| ChunkLocation::decode(&v.value()).container);
+                let take = match existing {
+                    None => true,
+                    Some(c) => needs_restore(
+                        &policy_in(&policies, c)?,
+                        &policy_in(&policies, loc.container)?,
+                    ),
+                };
+                if take {
+                    chunks.insert(id.as_bytes(), loc.encode())?;
+                }
             }
         }
         tx.commit()?;
@@ -244,8 +284,10 @@ impl Index {
                 !gone
             })?;
             let mut table = tx.open_table(CONTAINERS)?;
+            let mut policies = tx.open_table(CONTAINER_POLICY)?;
             for container in containers {
                 table.remove(container.0)?;
+                policies.remove(container.0)?;
             }
         }
         tx.commit()?;
@@ -276,6 +318,13 @@ impl Index {
             out.push((ContainerId(k.value()), ContainerInfo::decode(&v.value())));
         }
         Ok(out)
+    }
+
+    /// The policy container `id` was stored under (`single` when it has
+    /// no row).
+    pub fn container_policy(&self, id: ContainerId) -> Result<Policy> {
+        let tx = self.db.begin_read()?;
+        policy_in(&tx.open_table(CONTAINER_POLICY)?, id)
     }
 
     pub fn chunk_count(&self) -> Result<u64> {
@@ -317,5 +366,19 @@ impl Index {
             out.push((k.value().to_string(), ChunkId::from_bytes(v.value())));
         }
         Ok(out)
+    }
+}
+
+fn policy_in(table: &impl ReadableTable<u64, &'static str>, id: ContainerId) -> Result<Policy> {
+    match table.get(id.0)? {
+        None => Ok(Policy::Single),
+        Some(text) => {
+            text.value()
+                .parse()
+                .map_err(|e: redundancy::PolicyError| CasError::BadPolicyRow {
+                    container: id,
+                    reason: e.to_string(),
+                })
+        }
     }
 }

@@ -5,11 +5,15 @@
 //! checksummed footer), the fingerprint index (redb, plus a compact in-RAM set
 //! of 4-byte short fingerprints), named retention roots, the write pipeline
 //! (parallel hashing and compression under a memory budget, one open
-//! container per stream) and integrity checking and index rebuild.
+//! container per stream) and integrity checking and index rebuild. Over a
+//! redundancy layer, each stream's containers are stored under the stream's
+//! [`Protection`] (policy and allowed branches), and the index records each
+//! container's policy.
 //!
 //! **Never:** knows a path or a file name, or how chunks form a file (that is
-//! `recipe`'s and `fs`'s business); touches storage except through a
-//! [`branch::Branch`].
+//! `recipe`'s and `fs`'s business); chooses a policy (callers do); touches
+//! storage except through a [`branch::Branch`] or the
+//! [`redundancy::Redundant`] layer.
 //!
 //! **Invariants:**
 //! 1. A chunk's id is the keyed BLAKE3 of its plaintext; every read verifies
@@ -21,9 +25,12 @@
 //!    ([`Store::rebuild_index`]), and the roots from their blobs on the
 //!    branch ([`Store::recover_roots`]): the branch alone holds everything.
 //! 4. A chunk that is already stored is not stored again by the same stream,
-//!    nor by another stream once it is sealed. (Two streams that write the
-//!    same new chunk at the same moment, before either seals its container,
-//!    may both store it; the index keeps the first copy.)
+//!    nor by another stream once it is sealed, unless that stream asks for
+//!    a strictly stronger policy than the stored copy has: then it is stored
+//!    again and its index entry moves to the stronger container (never to a
+//!    weaker one). (Two streams that write the same new chunk at the same
+//!    moment, before either seals its container, may both store it; the
+//!    index keeps the first copy of equal strength.)
 //! 5. Garbage collection never deletes a chunk that is marked or that a
 //!    writer deduplicated against while it ran (the protocol is in `gc.rs`).
 //!
@@ -39,6 +46,7 @@ pub mod container;
 mod gc;
 mod id;
 mod index;
+mod protection;
 mod read;
 pub mod region;
 mod store;
@@ -52,6 +60,7 @@ pub use container::{ChunkLocation, ContainerError};
 pub use gc::{Assessment, Collection, Reclaimed};
 pub use id::{ChunkId, ContainerId, RepoKey, ShortFp};
 pub use index::ContainerInfo;
+pub use protection::{needs_restore, Protection};
 pub use read::Fetched;
 pub use region::{Compression, RegionError};
 pub use store::{Store, StoreSettings, StoreStats, INDEX_FILE, ROOTS_FILE};
@@ -100,6 +109,18 @@ pub enum CasError {
     NoSuchRoot(String),
     #[error("a garbage collection is already running on this store")]
     CollectionRunning,
+    #[error(transparent)]
+    Redundancy(#[from] redundancy::Error),
+    #[error(
+        "policy {0} needs a redundancy layer; this repository stores on one plain \
+         branch (configure [[branch]] entries in cairn.toml)"
+    )]
+    NoRedundancy(redundancy::Policy),
+    #[error("the index records an unreadable policy for container {container}: {reason}")]
+    BadPolicyRow {
+        container: ContainerId,
+        reason: String,
+    },
 }
 
 pub type Result<T, E = CasError> = std::result::Result<T, E>;

@@ -5,12 +5,14 @@ use std::thread::JoinHandle;
 
 use branch::Branch;
 use crossbeam_channel::{Receiver, Sender};
+use redundancy::{Policy, PolicyView, Redundant};
 use serde::{Deserialize, Serialize};
 
 use crate::budget::{Budget, Permit};
 use crate::container::{ChunkLocation, Sealed};
 use crate::id::{ChunkId, ContainerId, RepoKey};
 use crate::index::Index;
+use crate::protection::{needs_restore, Protection};
 use crate::region::Compression;
 use crate::writer::StreamWriter;
 use crate::{CasError, Result};
@@ -59,7 +61,8 @@ pub struct StoreStats {
 #[derive(Default)]
 pub(crate) struct Inflight {
     pub pending: HashMap<ChunkId, ContainerId>,
-    pub containers: HashSet<ContainerId>,
+    /// Sealed containers not yet durable, with their policies.
+    pub containers: HashMap<ContainerId, Policy>,
     pub failed: HashMap<ContainerId, String>,
 }
 
@@ -85,7 +88,13 @@ impl BufferPool {
 }
 
 pub(crate) struct Shared {
+    /// Where containers and root blobs are read, listed and deleted; over a
+    /// redundancy layer, a view of it storing under `default`.
     pub branch: Arc<dyn Branch>,
+    /// The redundancy layer containers are written through, if any.
+    pub layer: Option<Arc<Redundant>>,
+    /// The protection of streams that ask for none.
+    pub default: Protection,
     /// Chunks in streams' open containers: readable before they are sealed
     /// (a file reopened right after it was written), never deduplicated
     /// against by other streams (they could not wait for its durability).
@@ -104,12 +113,18 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// Whether a chunk is indexed, for a writer about to reference it instead
-    /// of storing it. While a collection runs the hit is recorded, and the
-    /// read lock orders it against the sweep's removal of index entries.
-    pub(crate) fn dedup_lookup(&self, id: &ChunkId) -> Result<bool> {
+    /// Whether a chunk is indexed under a policy at least as strong as
+    /// `want`, for a writer about to reference it instead of storing it
+    /// (a weaker copy counts as a miss: the chunk is stored again). While a
+    /// collection runs the hit is recorded, and the read lock orders it
+    /// against the sweep's removal of index entries.
+    pub(crate) fn dedup_lookup(&self, id: &ChunkId, want: &Policy) -> Result<bool> {
         let retained = self.retained.read().unwrap();
-        let hit = self.index.lookup(id)?.is_some();
+        let hit = match self.index.lookup(id)? {
+            None => false,
+            Some(_) if *want == Policy::Single => true,
+            Some(loc) => !needs_restore(&self.index.container_policy(loc.container)?, want),
+        };
         if hit {
             if let Some(set) = retained.as_ref() {
                 set.lock().unwrap().insert(*id);
@@ -164,11 +179,47 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens the store whose containers live on `branch` and whose index
-    /// and roots are `index.redb` and `roots.redb` in `meta_dir` (created if
-    /// missing).
+    /// Opens the store whose containers live on `branch` (each as one
+    /// plain blob, policy `single`) and whose index and roots are
+    /// `index.redb` and `roots.redb` in `meta_dir` (created if missing).
     pub fn open(
         branch: Arc<dyn Branch>,
+        meta_dir: &Path,
+        key: RepoKey,
+        settings: StoreSettings,
+    ) -> Result<Store> {
+        Self::open_with(branch, None, Protection::plain(), meta_dir, key, settings)
+    }
+
+    /// Opens a store whose containers are stored through the redundancy
+    /// layer `layer` (its map already discovered), each under its stream's
+    /// protection; streams and root blobs that ask for none get `default`.
+    pub fn open_redundant(
+        layer: Arc<Redundant>,
+        default: Protection,
+        meta_dir: &Path,
+        key: RepoKey,
+        settings: StoreSettings,
+    ) -> Result<Store> {
+        let view = PolicyView::new(
+            layer.clone(),
+            default.policy.clone(),
+            default.branches.clone(),
+        )?;
+        Self::open_with(
+            Arc::new(view),
+            Some(layer),
+            default,
+            meta_dir,
+            key,
+            settings,
+        )
+    }
+
+    fn open_with(
+        branch: Arc<dyn Branch>,
+        layer: Option<Arc<Redundant>>,
+        default: Protection,
         meta_dir: &Path,
         key: RepoKey,
         settings: StoreSettings,
@@ -177,6 +228,8 @@ impl Store {
         let index = Index::open(&meta_dir.join(INDEX_FILE), &meta_dir.join(ROOTS_FILE))?;
         let shared = Arc::new(Shared {
             branch,
+            layer,
+            default,
             unsealed: Mutex::new(HashMap::new()),
             buffers: BufferPool::default(),
             key,
@@ -229,15 +282,60 @@ impl Store {
     }
 
     /// A new write stream with its own open container, so the chunks of one
-    /// stream stay together on disk.
+    /// stream stay together on disk; its containers get the default
+    /// protection.
     pub fn stream(&self) -> StreamWriter {
-        StreamWriter::new(self.clone(), false)
+        StreamWriter::new(self.clone(), self.shared.default.clone(), false)
+    }
+
+    /// A write stream whose containers are stored under `protection`.
+    pub fn stream_with(&self, protection: Protection) -> Result<StreamWriter> {
+        self.check_protection(&protection)?;
+        Ok(StreamWriter::new(self.clone(), protection, false))
+    }
+
+    /// Whether containers can be stored under `protection` here.
+    pub fn check_protection(&self, protection: &Protection) -> Result<()> {
+        match &self.shared.layer {
+            Some(layer) => Ok(layer.validate(&protection.policy, &protection.branches)?),
+            None if *protection == Protection::plain() => Ok(()),
+            None => Err(CasError::NoRedundancy(protection.policy.clone())),
+        }
+    }
+
+    /// The protection of streams that ask for none.
+    pub fn default_protection(&self) -> &Protection {
+        &self.shared.default
+    }
+
+    /// The redundancy layer containers are stored through; `None` for a
+    /// store on one plain branch.
+    pub fn layer(&self) -> Option<&Arc<Redundant>> {
+        self.shared.layer.as_ref()
+    }
+
+    /// Every container the index knows, in id order.
+    pub fn indexed_containers(&self) -> Result<Vec<ContainerId>> {
+        let mut ids: Vec<ContainerId> = self
+            .shared
+            .index
+            .containers()?
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// The policy container `id` is stored under.
+    pub fn container_policy(&self, id: ContainerId) -> Result<Policy> {
+        self.shared.index.container_policy(id)
     }
 
     /// Garbage collection's stream: stores chunks even when they are indexed
     /// (in a container being reclaimed) and points their entries at the copy.
-    pub(crate) fn relocation_stream(&self) -> StreamWriter {
-        StreamWriter::new(self.clone(), true)
+    pub(crate) fn relocation_stream(&self, protection: Protection) -> StreamWriter {
+        StreamWriter::new(self.clone(), protection, true)
     }
 
     pub(crate) fn allocate_container(&self) -> Result<ContainerId> {
@@ -396,15 +494,37 @@ fn check_label(label: &str) -> Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn root_blob_keys_round_trip() {
-        for label in ["a", "version/12", "snapshot/with space", &"x".repeat(255)] {
-            let key = root_blob_key(label);
-            assert_eq!(label_of_root_blob(&key).as_deref(), Some(label));
+/// Makes sealed containers durable: through the redundancy layer, each
+/// under its own protection (the layer writes a container's shards in
+/// parallel), else on the plain branch in one batch.
+fn put_containers(shared: &Shared, jobs: &[IoJob]) -> Vec<std::result::Result<(), String>> {
+    match &shared.layer {
+        Some(layer) => jobs
+            .iter()
+            .map(|j| {
+                let p = &j.sealed.protection;
+                layer
+                    .put(
+                        &j.sealed.id.blob_key(),
+                        &j.sealed.bytes,
+                        &p.policy,
+                        &p.branches,
+                    )
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+            .collect(),
+        None => {
+            let blobs: Vec<_> = jobs
+                .iter()
+                .map(|j| (j.sealed.id.blob_key(), &j.sealed.bytes[..]))
+                .collect();
+            shared
+                .branch
+                .put_many(&blobs)
+                .into_iter()
+                .map(|r| r.map_err(|e| e.to_string()))
+                .collect()
         }
     }
 }
@@ -420,14 +540,10 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
         }
         let mut failed: Vec<(ContainerId, String)> = Vec::new();
         let mut written: Vec<&Sealed> = Vec::new();
-        let blobs: Vec<_> = jobs
-            .iter()
-            .map(|j| (j.sealed.id.blob_key(), &j.sealed.bytes[..]))
-            .collect();
-        for (job, result) in jobs.iter().zip(shared.branch.put_many(&blobs)) {
+        for (job, result) in jobs.iter().zip(put_containers(shared, &jobs)) {
             match result {
                 Ok(()) => written.push(&job.sealed),
-                Err(e) => failed.push((job.sealed.id, e.to_string())),
+                Err(e) => failed.push((job.sealed.id, e)),
             }
         }
         if let Err(e) = shared.index.commit_containers(&written) {
@@ -447,6 +563,19 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
         shared.inflight_cv.notify_all();
         for job in jobs {
             shared.buffers.give(job.sealed.bytes);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_blob_keys_round_trip() {
+        for label in ["a", "version/12", "snapshot/with space", &"x".repeat(255)] {
+            let key = root_blob_key(label);
+            assert_eq!(label_of_root_blob(&key).as_deref(), Some(label));
         }
     }
 }

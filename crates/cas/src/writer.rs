@@ -5,6 +5,7 @@ use rayon::prelude::*;
 
 use crate::container::ContainerBuilder;
 use crate::id::{ChunkId, ContainerId};
+use crate::protection::{needs_restore, Protection};
 use crate::region;
 use crate::store::{IoJob, Store};
 use crate::{CasError, Result};
@@ -36,10 +37,11 @@ pub struct StreamWriter {
     /// Garbage collection's copy-forward stream: stores every chunk it is
     /// given, and its containers take over the chunks' index entries.
     relocating: bool,
+    protection: Protection,
 }
 
 impl StreamWriter {
-    pub(crate) fn new(store: Store, relocating: bool) -> Self {
+    pub(crate) fn new(store: Store, protection: Protection, relocating: bool) -> Self {
         StreamWriter {
             store,
             open: None,
@@ -47,7 +49,13 @@ impl StreamWriter {
             depends: HashSet::new(),
             stats: WriteStats::default(),
             relocating,
+            protection,
         }
+    }
+
+    /// How this stream's containers are stored.
+    pub fn protection(&self) -> &Protection {
+        &self.protection
     }
 
     pub fn stats(&self) -> WriteStats {
@@ -124,13 +132,23 @@ impl StreamWriter {
         if self.relocating {
             return Ok(false);
         }
+        let want = &self.protection.policy;
         // Pending before the index: the I/O thread indexes a chunk before it
         // leaves `pending`, so this order never misses one in between.
-        if let Some(c) = self.store.shared.inflight.lock().unwrap().pending.get(id) {
-            self.depends.insert(*c);
-            return Ok(true);
+        {
+            let inflight = self.store.shared.inflight.lock().unwrap();
+            if let Some(c) = inflight.pending.get(id) {
+                let strong = inflight
+                    .containers
+                    .get(c)
+                    .is_none_or(|have| !needs_restore(have, want));
+                if strong {
+                    self.depends.insert(*c);
+                    return Ok(true);
+                }
+            }
         }
-        self.store.shared.dedup_lookup(id)
+        self.store.shared.dedup_lookup(id, want)
     }
 
     /// Groups consecutive new chunks into regions of about `region_size` raw
@@ -190,13 +208,16 @@ impl StreamWriter {
         }
         let mut sealed = builder.seal();
         sealed.relocated = self.relocating;
+        sealed.protection = self.protection.clone();
         {
             let mut inflight = self.store.shared.inflight.lock().unwrap();
             for (id, _) in &sealed.entries {
                 inflight.pending.insert(*id, sealed.id);
                 self.open_ids.remove(id);
             }
-            inflight.containers.insert(sealed.id);
+            inflight
+                .containers
+                .insert(sealed.id, self.protection.policy.clone());
         }
         // Only now that the chunks are pending may they leave the unsealed
         // map: a reader always finds them in one or the other.
@@ -220,7 +241,11 @@ impl StreamWriter {
         self.seal()?;
         let shared = &self.store.shared;
         let mut inflight = shared.inflight.lock().unwrap();
-        while self.depends.iter().any(|c| inflight.containers.contains(c)) {
+        while self
+            .depends
+            .iter()
+            .any(|c| inflight.containers.contains_key(c))
+        {
             inflight = shared.inflight_cv.wait(inflight).unwrap();
         }
         let failure = self

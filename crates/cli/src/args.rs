@@ -211,6 +211,118 @@ pub enum Command {
     /// Measurements used by the benchmarks under bench/.
     #[command(subcommand)]
     Bench(BenchCommand),
+
+    /// Show which redundancy policy protects a file, and where its data is.
+    ///
+    /// A file's policy comes from its xattr user.cairn.policy (set on it, or
+    /// copied from its directory when it was created), else from the first
+    /// [[rule]] of cairn.toml that matches its path, extension, size and
+    /// owner, else from [default_rule]. Set one with
+    /// `setfattr -n user.cairn.policy -v mirror:2 FILE`; a stronger policy
+    /// re-stores the file's data in the background. See docs/redundancy.md.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+
+    /// Every branch's health, usage and read delay estimate.
+    ///
+    /// A branch is degraded once a read from it failed (missing, unreadable
+    /// or corrupt shard) since the repository was opened; reads then went to
+    /// other copies or were rebuilt from parity. USED counts shard payload
+    /// bytes. DELAY is the latency estimate read balancing uses (a moving
+    /// average plus deviation); branches with a higher delay get fewer reads.
+    /// Works on a mounted file system (through its daemon) and unmounted.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Read and verify every shard; rewrite each bad one from the others.
+    ///
+    /// Every shard of every container is read and checked against its
+    /// digests. A missing or corrupt shard is rebuilt from the container's
+    /// other copies or parity and written back (to another branch when its
+    /// own refuses). Damage beyond what a container's policy tolerates is
+    /// reported with the files that have data in it; the exit status is
+    /// then 1. Safe while the file system is mounted and busy.
+    Scrub {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Add, remove or replace the storage branches of cairn.toml.
+    #[command(subcommand)]
+    Branch(BranchCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyCommand {
+    /// Which rule or xattr applies to PATH, and on which branches each shard
+    /// of each of its containers lives (LOST: no branch holds it).
+    Show {
+        /// A file inside the file system (absolute paths under the mount
+        /// point work too).
+        path: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BranchCommand {
+    /// Add a branch: a local directory (--path) or an S3 bucket
+    /// (--s3-endpoint and --s3-bucket).
+    ///
+    /// Appends a [[branch]] entry to cairn.toml after checking the branch
+    /// can be opened (a bucket must exist and accept the credentials). Rules
+    /// use it once they name it or one of its labels (or name no branches).
+    /// A mounted file system uses it after a remount.
+    Add {
+        /// 1-64 characters of [A-Za-z0-9._-].
+        name: String,
+        /// The directory (created if missing; relative to the repository).
+        #[arg(long, value_name = "DIR", conflicts_with = "s3_endpoint")]
+        path: Option<PathBuf>,
+        /// Base URL of the S3 API, e.g. https://s3.eu-west-1.amazonaws.com.
+        #[arg(long, value_name = "URL", requires = "s3_bucket")]
+        s3_endpoint: Option<String>,
+        #[arg(long, value_name = "BUCKET")]
+        s3_bucket: Option<String>,
+        #[arg(long, value_name = "REGION", default_value = "us-east-1")]
+        s3_region: String,
+        #[arg(long, value_name = "KEY")]
+        s3_access_key_id: Option<String>,
+        #[arg(long, value_name = "SECRET")]
+        s3_secret_access_key: Option<String>,
+        /// A label rules can name instead of the branch (repeatable).
+        #[arg(long)]
+        label: Vec<String>,
+    },
+    /// Move every shard off a branch, then remove it from cairn.toml.
+    ///
+    /// Each shard goes to another branch holding no shard of the same
+    /// container. Refused, before anything moves, when a rule names the
+    /// branch or would be left with too few branches for its policy. The
+    /// directory or bucket itself is left untouched.
+    Remove {
+        /// The branch to empty and drop.
+        name: String,
+    },
+    /// Rebuild every shard of OLD onto NEW, then drop OLD from cairn.toml.
+    ///
+    /// NEW must already be a configured branch (`cairn branch add`). Shards
+    /// are read from OLD while it still answers, else rebuilt from the other
+    /// copies or parity. Interrupted (even by kill -9), run it again: shards
+    /// already on NEW are verified and skipped. Rules naming OLD name NEW
+    /// afterwards.
+    Replace {
+        /// The branch being retired (it may be gone already).
+        old: String,
+        /// The configured branch that takes over OLD's shards.
+        new: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -11,7 +11,7 @@ use recipe::Recipe;
 use repo::Repo;
 use serde::Serialize;
 
-use crate::args::{CheckArgs, Cli, Command, GetArgs, PutArgs};
+use crate::args::{CheckArgs, Cli, Command, GetArgs, PolicyCommand, PutArgs};
 use crate::ui;
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
@@ -63,6 +63,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Recover { version, snapshot } => {
             crate::history::recover(&root, version, snapshot, quiet)
         }
+        Command::Policy(PolicyCommand::Show { path, json }) => {
+            crate::redundancy::policy_cmd(&root, path, json, quiet)
+        }
+        Command::Status { json } => crate::redundancy::status_cmd(&root, json, quiet),
+        Command::Scrub { json } => crate::redundancy::scrub_cmd(&root, json, quiet),
+        Command::Branch(cmd) => crate::branches::run(&root, cmd, quiet),
     }
 }
 

@@ -90,6 +90,11 @@ fn answer(conn: UnixStream, target: &Target<'_>) -> Result<()> {
     Ok(())
 }
 
+/// Whether a daemon answers on `repo`'s control socket.
+pub fn is_served(repo: &Path) -> bool {
+    UnixStream::connect(socket_path(repo)).is_ok()
+}
+
 /// Sends `req` to the daemon serving `repo`, if one runs: `None` when no
 /// daemon answers (the caller then opens the repository itself).
 pub fn call(repo: &Path, req: &Request, progress: &dyn Fn(Progress)) -> Result<Option<Value>> {

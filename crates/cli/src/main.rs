@@ -9,11 +9,13 @@
 
 mod args;
 mod bench;
+mod branches;
 mod commands;
 mod control;
 mod history;
 mod mount;
 mod ops;
+mod redundancy;
 mod ui;
 
 use std::process::ExitCode;

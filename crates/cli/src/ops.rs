@@ -44,6 +44,18 @@ pub enum Request {
         threshold: f64,
         dry_run: bool,
     },
+    PolicyShow {
+        path: String,
+    },
+    Status,
+    Scrub,
+    BranchReplace {
+        old: String,
+        new: String,
+    },
+    BranchDrain {
+        name: String,
+    },
 }
 
 /// A step of a long operation, for the client's progress bar.
@@ -135,6 +147,17 @@ pub fn exec(t: &Target<'_>, req: &Request, progress: &(dyn Fn(Progress) + Sync))
                 })
             })?;
             serde_json::to_value(report)?
+        }
+        Request::PolicyShow { path } => {
+            crate::redundancy::value_of(crate::redundancy::policy_show(fs, &t.inside(path))?)?
+        }
+        Request::Status => crate::redundancy::value_of(crate::redundancy::status(fs.store())?)?,
+        Request::Scrub => crate::redundancy::value_of(crate::redundancy::scrub(fs, progress)?)?,
+        Request::BranchReplace { old, new } => {
+            crate::redundancy::value_of(crate::redundancy::replace(fs, old, new, progress)?)?
+        }
+        Request::BranchDrain { name } => {
+            crate::redundancy::value_of(crate::redundancy::drain(fs, name, progress)?)?
         }
     })
 }

@@ -6,6 +6,10 @@
 //! on dirty bytes), the read path (an extent list per open file as its range
 //! map, a DRAM chunk cache, sequential read-ahead in the background) and the
 //! committer that makes data and then metadata durable in batches.
+//! It also picks each file's redundancy protection when its write stream
+//! opens ([`rules`]: the `user.cairn.policy` xattr, inherited by new
+//! children, else `cairn.toml`'s rules) and re-stores a file's data when its
+//! policy is made stronger.
 //!
 //! **Never:** opens a container or touches a branch (that is `cas`); speaks
 //! FUSE (that is the `fuse` crate); checks permissions (the kernel does, with
@@ -24,6 +28,7 @@ mod cache;
 mod file;
 pub mod history;
 pub mod reach;
+pub mod rules;
 mod snapview;
 pub mod tree;
 
@@ -34,7 +39,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cas::{CasError, ChunkId, Store, StreamWriter};
+use cas::{CasError, ChunkId, Protection, Store, StreamWriter};
 use chunking::ChunkerParams;
 use meta::{
     Attr, Content, Counts, DirEntry, FileKind, Inode, InodeId, MetaError, MetaStore, NewInode,
@@ -44,6 +49,7 @@ use recipe::{Recipe, RecipeError};
 
 pub use cache::ChunkCache;
 use file::FileState;
+use rules::{Choice, FileFacts, Rules, Source, POLICY_XATTR};
 use snapview::is_snapshots_name;
 pub use snapview::{is_virtual, SNAPSHOTS_DIR};
 
@@ -108,6 +114,8 @@ pub enum FsError {
     Exists(String),
     #[error("damaged history in the store: {0}")]
     Malformed(String),
+    #[error("{0}")]
+    BadPolicy(String),
 }
 
 impl FsError {
@@ -125,7 +133,7 @@ impl FsError {
                 MetaError::Invalid(_) => libc::EINVAL,
                 _ => libc::EIO,
             },
-            FsError::NotFile | FsError::BadName(_) => libc::EINVAL,
+            FsError::NotFile | FsError::BadName(_) | FsError::BadPolicy(_) => libc::EINVAL,
             FsError::NotSupported => libc::EOPNOTSUPP,
             FsError::ReadOnly => libc::EROFS,
             FsError::NotFoundNamed(_) => libc::ENOENT,
@@ -157,6 +165,10 @@ struct Inner {
     store: Store,
     params: ChunkerParams,
     settings: FsSettings,
+    rules: Rules,
+    /// The parent and name each inode was last reached by, so rules can
+    /// match a path (the metadata engine keeps no parent pointers).
+    names: Mutex<lru::LruCache<InodeId, (InodeId, Vec<u8>)>>,
     files: Mutex<HashMap<InodeId, Arc<Mutex<FileState>>>>,
     /// Streams of closed files whose chunks the next commit must flush.
     pending: Mutex<Vec<StreamWriter>>,
@@ -201,12 +213,25 @@ fn writable_name(parent: InodeId, name: &[u8]) -> Result<()> {
 
 impl Fs {
     /// Opens the file system over a metadata engine and a store; orphans a
-    /// crash left behind are deleted, and the committer starts.
+    /// crash left behind are deleted, and the committer starts. Every file
+    /// gets the store's default protection unless its xattr says otherwise.
     pub fn new(
         meta: Arc<dyn MetaStore>,
         store: Store,
         params: ChunkerParams,
         settings: FsSettings,
+    ) -> Result<Fs> {
+        let rules = Rules::new(Vec::new(), store.default_protection().clone());
+        Self::with_rules(meta, store, params, settings, rules)
+    }
+
+    /// [`Fs::new`] with the redundancy rules of `cairn.toml`.
+    pub fn with_rules(
+        meta: Arc<dyn MetaStore>,
+        store: Store,
+        params: ChunkerParams,
+        settings: FsSettings,
+        rules: Rules,
     ) -> Result<Fs> {
         meta.purge_orphans()?;
         let inner = Arc::new(Inner {
@@ -215,6 +240,10 @@ impl Fs {
             params,
             cache: Arc::new(ChunkCache::new(settings.cache_bytes)),
             settings,
+            rules,
+            names: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(NAMES_KEPT).expect("nonzero"),
+            )),
             files: Mutex::new(HashMap::new()),
             pending: Mutex::new(Vec::new()),
             dirty_total: AtomicUsize::new(0),
@@ -258,6 +287,7 @@ impl Fs {
         }
         let mut inode = self.inner.meta.lookup(parent, name)?;
         self.inner.overlay(&mut inode);
+        self.inner.remember(inode.id, parent, name);
         Ok(inode)
     }
 
@@ -303,7 +333,26 @@ impl Fs {
         if is_snapshots_name(parent, name) {
             return Err(MetaError::Exists.into());
         }
-        Ok(self.inner.meta.create(parent, name, new, now())?)
+        let inherited = match self.inner.meta.get_xattr(parent, POLICY_XATTR) {
+            Ok(v) => Some(v),
+            Err(MetaError::NoXattr) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let inode = self.inner.meta.create(parent, name, new, now())?;
+        if let Some(policy) = inherited {
+            let kind = inode.attr.kind;
+            if kind == FileKind::File || kind == FileKind::Dir {
+                self.inner.meta.set_xattr(
+                    inode.id,
+                    POLICY_XATTR,
+                    &policy,
+                    XattrFlags::Either,
+                    now(),
+                )?;
+            }
+        }
+        self.inner.remember(inode.id, parent, name);
+        Ok(inode)
     }
 
     pub fn link(&self, ino: InodeId, new_parent: InodeId, new_name: &[u8]) -> Result<Inode> {
@@ -350,6 +399,9 @@ impl Fs {
             &|ino| inner.is_open(ino),
             now(),
         )?;
+        if let Ok(moved) = inner.meta.lookup(new_parent, new_name) {
+            inner.remember(moved.id, new_parent, new_name);
+        }
         Ok(())
     }
 
@@ -403,7 +455,24 @@ impl Fs {
         flags: XattrFlags,
     ) -> Result<()> {
         writable(ino)?;
-        Ok(self.inner.meta.set_xattr(ino, name, value, flags, now())?)
+        if name != POLICY_XATTR {
+            return Ok(self.inner.meta.set_xattr(ino, name, value, flags, now())?);
+        }
+        let protection = self.inner.xattr_protection(value)?;
+        let before = self.inner.meta.get(ino)?;
+        self.inner.meta.set_xattr(ino, name, value, flags, now())?;
+        if let Content::Recipe(root) = before.content {
+            self.inner.migrate(ino, root, protection);
+        }
+        Ok(())
+    }
+
+    /// The protection a regular file's data gets now and why; `path` (from
+    /// the mount root) is used for rules when given, else the name the file
+    /// was last reached by.
+    pub fn policy_of(&self, ino: InodeId, path: Option<&str>) -> Result<Choice> {
+        let inode = self.getattr(ino)?;
+        self.inner.choose(&inode, path)
     }
 
     pub fn list_xattr(&self, ino: InodeId) -> Result<Vec<Vec<u8>>> {
@@ -549,7 +618,140 @@ impl Drop for Fs {
     }
 }
 
+/// How many inodes' last names are kept for rule matching.
+const NAMES_KEPT: usize = 1 << 18;
+
+/// Most parent steps followed to build a path; deeper files match rules
+/// by extension, size and owner only.
+const MAX_DEPTH: usize = 256;
+
 impl Inner {
+    fn remember(&self, ino: InodeId, parent: InodeId, name: &[u8]) {
+        self.names.lock().unwrap().put(ino, (parent, name.to_vec()));
+    }
+
+    /// The path the inode was last reached by, relative to the root.
+    fn path_of(&self, ino: InodeId) -> Option<String> {
+        let names = self.names.lock().unwrap();
+        let mut parts: Vec<&[u8]> = Vec::new();
+        let mut at = ino;
+        while at != InodeId::ROOT {
+            let (parent, name) = names.peek(&at)?;
+            parts.push(name);
+            at = *parent;
+            if parts.len() > MAX_DEPTH {
+                return None;
+            }
+        }
+        parts.reverse();
+        let joined: Vec<String> = parts
+            .iter()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        Some(joined.join("/"))
+    }
+
+    /// A policy written to `user.cairn.policy`: parsed and checked against
+    /// every branch of the store, which is what such a policy may use.
+    fn xattr_protection(&self, value: &[u8]) -> Result<Protection> {
+        let text = std::str::from_utf8(value)
+            .map_err(|_| FsError::BadPolicy("the policy is not UTF-8 text".into()))?;
+        let policy: redundancy::Policy = text
+            .trim()
+            .parse()
+            .map_err(|e: redundancy::PolicyError| FsError::BadPolicy(e.to_string()))?;
+        let branches = match self.store.layer() {
+            Some(layer) => layer.branch_ids(),
+            None => Protection::plain().branches,
+        };
+        let protection = Protection { policy, branches };
+        self.store
+            .check_protection(&protection)
+            .map_err(|e| FsError::BadPolicy(e.to_string()))?;
+        Ok(protection)
+    }
+
+    /// The file's xattr policy if it has a usable one, else the first
+    /// matching rule, else the default.
+    fn choose(&self, inode: &Inode, path: Option<&str>) -> Result<Choice> {
+        match self.meta.get_xattr(inode.id, POLICY_XATTR) {
+            Ok(value) => match self.xattr_protection(&value) {
+                Ok(protection) => {
+                    return Ok(Choice {
+                        source: Source::Xattr,
+                        protection,
+                    })
+                }
+                // Set before the branches changed, or restored from a
+                // snapshot: the rules still protect the file.
+                Err(e) => eprintln!(
+                    "cairn: inode {}: ignoring {}: {e}",
+                    inode.id.0,
+                    String::from_utf8_lossy(POLICY_XATTR)
+                ),
+            },
+            Err(MetaError::NoXattr) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let known = match path {
+            Some(p) => Some(p.trim_start_matches('/').to_string()),
+            None => self.path_of(inode.id),
+        };
+        Ok(self.rules.choose(&FileFacts {
+            path: known.as_deref(),
+            size: inode.attr.size,
+            uid: inode.attr.uid,
+        }))
+    }
+
+    /// The write stream of a file about to store data, protected as its
+    /// xattr or rules say, with the size it has now.
+    fn open_stream(&self, f: &FileState) -> Result<StreamWriter> {
+        let mut inode = self.meta.get(f.ino)?;
+        inode.attr.size = f.size;
+        let choice = self.choose(&inode, None)?;
+        Ok(self.store.stream_with(choice.protection)?)
+    }
+
+    /// Stores the chunks of a file's recipe again under `protection`, in
+    /// the background. The recipe's ids do not change, so no metadata does:
+    /// under a stronger policy each chunk's index entry moves to the new
+    /// copy; under a weaker one every chunk is found already stored
+    /// (stronger) and nothing is written, as other files may share them.
+    fn migrate(self: &Arc<Self>, ino: InodeId, root: ChunkId, protection: Protection) {
+        let inner = self.clone();
+        let run = move || -> Result<()> {
+            let recipe = Recipe::open(&inner.store, root)?;
+            let extents = recipe.extents(0, recipe.len())?;
+            let mut writer = inner.store.stream_with(protection)?;
+            let ids: Vec<ChunkId> = extents
+                .iter()
+                .filter(|e| e.id != recipe::HOLE)
+                .map(|e| e.id)
+                .collect();
+            for batch in ids.chunks(64) {
+                let data = inner.store.read_chunks(batch)?;
+                writer.write_hashed(&data, batch)?;
+            }
+            recipe::store_tree(&mut writer, extents.iter().map(|e| (e.len, e.id)))?;
+            writer.flush()?;
+            Ok(())
+        };
+        let spawned = std::thread::Builder::new()
+            .name("policy-migrate".into())
+            .spawn(move || {
+                if let Err(e) = run() {
+                    eprintln!(
+                        "cairn: re-storing inode {} under its new policy failed: {e}",
+                        ino.0
+                    );
+                }
+            });
+        if let Err(e) = spawned {
+            eprintln!("cairn: cannot start re-storing inode {}: {e}", ino.0);
+        }
+    }
+
     fn overlay(&self, inode: &mut Inode) {
         if let Some(state) = self.files.lock().unwrap().get(&inode.id) {
             let f = state.lock().unwrap();
@@ -626,7 +828,10 @@ impl Inner {
 
     fn apply(&self, f: &mut FileState, whole: bool) -> Result<()> {
         let before = f.dirty_bytes;
-        let mut writer = f.writer.take().unwrap_or_else(|| self.store.stream());
+        let mut writer = match f.writer.take() {
+            Some(w) => w,
+            None => self.open_stream(f)?,
+        };
         let result = f.apply(whole, self.params, &mut writer, &self.cache);
         f.writer = Some(writer);
         self.account(before, f.dirty_bytes);

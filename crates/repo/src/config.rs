@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use cas::{Compression, StoreSettings};
 use chunking::ChunkerParams;
 use fs::FsSettings;
+use redundancy::Policy;
 use serde::Deserialize;
 
 /// The settings of a repository, already validated.
@@ -13,6 +14,69 @@ pub struct Config {
     pub chunking: ChunkerParams,
     pub store: StoreSettings,
     pub fs: FsSettings,
+    /// The `[[branch]]`, `[[rule]]` and `[default_rule]` sections; `None`
+    /// when no branch is configured (one plain local branch, `single`).
+    pub redundancy: Option<RedundancyConfig>,
+}
+
+/// Branches and the rules choosing a policy over them, validated: every
+/// rule names known branches or labels, and each policy fits its branches.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedundancyConfig {
+    pub branches: Vec<BranchSpec>,
+    /// In the order they are matched.
+    pub rules: Vec<RuleSpec>,
+    /// Applies when no rule matches; its match fields are empty.
+    pub default: RuleSpec,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BranchSpec {
+    pub name: String,
+    pub location: Location,
+    pub labels: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Location {
+    /// A directory; a relative path is taken from the repository root.
+    Local(PathBuf),
+    S3(S3Location),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct S3Location {
+    pub endpoint: String,
+    pub bucket: String,
+    pub region: String,
+    pub access_key_id: String,
+    pub secret_access_key: String,
+}
+
+/// One rule: what it matches, its policy, and the branches (by name) its
+/// containers may use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleSpec {
+    pub name: String,
+    pub path: Option<String>,
+    pub extensions: Vec<String>,
+    pub min_size: Option<u64>,
+    pub max_size: Option<u64>,
+    pub uid: Option<u32>,
+    pub policy: Policy,
+    pub branches: Vec<String>,
+}
+
+impl RuleSpec {
+    pub fn matcher(&self) -> Result<fs::rules::Match, String> {
+        fs::rules::Match::new(
+            self.path.as_deref(),
+            &self.extensions,
+            self.min_size,
+            self.max_size,
+            self.uid,
+        )
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +126,11 @@ versions_keep = 10      # how many versions are kept; older ones are dropped
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct Raw {
+    #[serde(default)]
+    branch: Vec<RawBranch>,
+    #[serde(default)]
+    rule: Vec<RawRule>,
+    default_rule: Option<RawDefault>,
     #[serde(default)]
     chunking: RawChunking,
     #[serde(default)]
@@ -232,6 +301,69 @@ impl Default for RawMemory {
     fn default() -> Self {
         RawMemory {
             budget: Size(256 << 20),
+        }
+    }
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum BranchKind {
+    Local,
+    S3,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBranch {
+    name: String,
+    kind: BranchKind,
+    path: Option<PathBuf>,
+    endpoint: Option<String>,
+    bucket: Option<String>,
+    region: Option<String>,
+    access_key_id: Option<String>,
+    secret_access_key: Option<String>,
+    #[serde(default)]
+    labels: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    name: Option<String>,
+    path: Option<String>,
+    #[serde(default)]
+    extension: OneOrMany,
+    min_size: Option<Size>,
+    max_size: Option<Size>,
+    uid: Option<u32>,
+    policy: String,
+    branches: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDefault {
+    policy: String,
+    branches: Option<Vec<String>>,
+}
+
+/// `extension = "jpg"` or `extension = ["jpg", "png"]`.
+#[derive(Deserialize, Default)]
+#[serde(untagged)]
+enum OneOrMany {
+    #[default]
+    None,
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            OneOrMany::None => Vec::new(),
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
         }
     }
 }
@@ -458,7 +590,9 @@ impl Config {
                 format!("{} is outside 1..=100000", f.versions_keep),
             ));
         }
+        let redundancy = redundancy(raw.branch, raw.rule, raw.default_rule)?;
         Ok(Config {
+            redundancy,
             chunking,
             store: StoreSettings {
                 compression,
@@ -478,6 +612,186 @@ impl Config {
             },
         })
     }
+}
+
+/// Longest branch name: a `parity:K@NAME` policy must be able to name it.
+const MAX_NAME: usize = redundancy::MAX_BRANCH_NAME;
+
+fn branch_spec(b: RawBranch) -> Result<BranchSpec, String> {
+    let name = b.name;
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"._-".contains(&c));
+    if !ok {
+        return Err(format!(
+            "branch name {name:?} must be 1 to {MAX_NAME} characters of [A-Za-z0-9._-]"
+        ));
+    }
+    let s3_keys = [
+        ("endpoint", b.endpoint.is_some()),
+        ("bucket", b.bucket.is_some()),
+        ("region", b.region.is_some()),
+        ("access_key_id", b.access_key_id.is_some()),
+        ("secret_access_key", b.secret_access_key.is_some()),
+    ];
+    let location = match b.kind {
+        BranchKind::Local => {
+            if let Some((key, _)) = s3_keys.iter().find(|(_, set)| *set) {
+                return Err(format!(
+                    "branch {name:?}: {key} applies only to kind = \"s3\""
+                ));
+            }
+            let path = b.path.ok_or_else(|| {
+                format!("branch {name:?}: a local branch needs path = \"DIRECTORY\"")
+            })?;
+            Location::Local(path)
+        }
+        BranchKind::S3 => {
+            if b.path.is_some() {
+                return Err(format!(
+                    "branch {name:?}: path applies only to kind = \"local\""
+                ));
+            }
+            let need = |v: Option<String>, key: &str| {
+                v.ok_or_else(|| format!("branch {name:?}: an s3 branch needs {key}"))
+            };
+            Location::S3(S3Location {
+                endpoint: need(b.endpoint, "endpoint")?,
+                bucket: need(b.bucket, "bucket")?,
+                region: b.region.unwrap_or_else(|| "us-east-1".into()),
+                access_key_id: need(b.access_key_id, "access_key_id")?,
+                secret_access_key: need(b.secret_access_key, "secret_access_key")?,
+            })
+        }
+    };
+    Ok(BranchSpec {
+        name,
+        location,
+        labels: b.labels,
+    })
+}
+
+/// The branch names a rule's `branches` list stands for, in configuration
+/// order: each entry is a branch name or a label; none means all.
+fn allowed(
+    rule: &str,
+    wanted: Option<&[String]>,
+    branches: &[BranchSpec],
+) -> Result<Vec<String>, String> {
+    let Some(wanted) = wanted else {
+        return Ok(branches.iter().map(|b| b.name.clone()).collect());
+    };
+    for w in wanted {
+        let known = branches
+            .iter()
+            .any(|b| b.name == *w || b.labels.contains(w));
+        if !known {
+            return Err(format!("{rule}: unknown branch or label {w:?}"));
+        }
+    }
+    let names: Vec<String> = branches
+        .iter()
+        .filter(|b| wanted.iter().any(|w| b.name == *w || b.labels.contains(w)))
+        .map(|b| b.name.clone())
+        .collect();
+    if names.is_empty() {
+        return Err(format!(
+            "{rule}: branches = [] leaves no branch to store on"
+        ));
+    }
+    Ok(names)
+}
+
+fn rule_policy(rule: &str, text: &str, allowed: &[String]) -> Result<Policy, String> {
+    let policy: Policy = text.parse().map_err(|e| format!("{rule}: {e}"))?;
+    if policy.width() > allowed.len() {
+        return Err(format!(
+            "{rule}: policy {policy} needs {} distinct branches but may use {} ({})",
+            policy.width(),
+            allowed.len(),
+            allowed.join(", ")
+        ));
+    }
+    if let Some(fixed) = policy.fixed_parity_branch() {
+        if !allowed.iter().any(|a| a == fixed) {
+            return Err(format!(
+                "{rule}: policy {policy} puts parity on {fixed:?}, which is not among its \
+                 branches ({})",
+                allowed.join(", ")
+            ));
+        }
+    }
+    Ok(policy)
+}
+
+fn redundancy(
+    branches: Vec<RawBranch>,
+    rules: Vec<RawRule>,
+    default: Option<RawDefault>,
+) -> Result<Option<RedundancyConfig>, String> {
+    if branches.is_empty() {
+        if !rules.is_empty() || default.is_some() {
+            return Err(
+                "[[rule]] and [default_rule] choose among branches: configure [[branch]] \
+                 entries first"
+                    .into(),
+            );
+        }
+        return Ok(None);
+    }
+    let branches: Vec<BranchSpec> = branches
+        .into_iter()
+        .map(branch_spec)
+        .collect::<Result<_, _>>()?;
+    for (i, b) in branches.iter().enumerate() {
+        if branches[..i].iter().any(|o| o.name == b.name) {
+            return Err(format!("branch {:?} is configured twice", b.name));
+        }
+    }
+    let mut specs = Vec::new();
+    for (i, r) in rules.into_iter().enumerate() {
+        let name = r.name.unwrap_or_else(|| format!("rule {}", i + 1));
+        let label = format!("rule {name:?}");
+        if specs.iter().any(|s: &RuleSpec| s.name == name) {
+            return Err(format!("{label} is configured twice"));
+        }
+        let allowed = allowed(&label, r.branches.as_deref(), &branches)?;
+        let spec = RuleSpec {
+            policy: rule_policy(&label, &r.policy, &allowed)?,
+            branches: allowed,
+            path: r.path,
+            extensions: r.extension.into_vec(),
+            min_size: r.min_size.map(|s| s.0),
+            max_size: r.max_size.map(|s| s.0),
+            uid: r.uid,
+            name,
+        };
+        spec.matcher().map_err(|e| format!("{label}: {e}"))?;
+        specs.push(spec);
+    }
+    let (text, wanted) = match default {
+        Some(d) => (d.policy, d.branches),
+        None => ("single".to_string(), None),
+    };
+    let label = "default_rule";
+    let allowed = allowed(label, wanted.as_deref(), &branches)?;
+    let default = RuleSpec {
+        name: "default".into(),
+        policy: rule_policy(label, &text, &allowed)?,
+        branches: allowed,
+        path: None,
+        extensions: Vec::new(),
+        min_size: None,
+        max_size: None,
+        uid: None,
+    };
+    Ok(Some(RedundancyConfig {
+        branches,
+        rules: specs,
+        default,
+    }))
 }
 
 #[cfg(test)]
@@ -529,6 +843,125 @@ mod tests {
         assert!(e.contains("line 3") && e.contains("agv"), "{e}");
         let e = err("[compresion]\ncodec = \"zstd\"\n");
         assert!(e.contains("line 1") && e.contains("compresion"), "{e}");
+    }
+
+    const BRANCHES: &str = r#"
+[[branch]]
+name = "a"
+kind = "local"
+path = "/tmp/a"
+labels = ["ssd"]
+
+[[branch]]
+name = "b"
+kind = "local"
+path = "b"
+labels = ["ssd"]
+
+[[branch]]
+name = "c"
+kind = "s3"
+endpoint = "http://127.0.0.1:9"
+bucket = "bkt"
+access_key_id = "k"
+secret_access_key = "s"
+"#;
+
+    #[test]
+    fn branches_rules_and_default_parse() {
+        let text = format!(
+            "{BRANCHES}
+[[rule]]
+name = \"photos\"
+path = \"photos/**\"
+extension = [\"jpg\", \"png\"]
+min_size = \"1KiB\"
+policy = \"mirror:2\"
+branches = [\"ssd\"]
+
+[[rule]]
+extension = \"iso\"
+uid = 1000
+policy = \"parity:2@c\"
+
+[default_rule]
+policy = \"rs:2+1\"
+"
+        );
+        let c = Config::parse(&text).unwrap();
+        let r = c.redundancy.unwrap();
+        let names: Vec<&str> = r.branches.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert_eq!(r.branches[1].location, Location::Local("b".into()));
+        assert!(
+            matches!(&r.branches[2].location, Location::S3(s) if s.bucket == "bkt" && s.region == "us-east-1")
+        );
+        assert_eq!(r.rules[0].name, "photos");
+        assert_eq!(r.rules[0].branches, ["a", "b"]);
+        assert_eq!(r.rules[0].extensions, ["jpg", "png"]);
+        assert_eq!(r.rules[0].min_size, Some(1024));
+        assert_eq!(r.rules[1].name, "rule 2");
+        assert_eq!(r.rules[1].branches, ["a", "b", "c"]);
+        assert_eq!(r.rules[1].policy.to_string(), "parity:2@c");
+        assert_eq!(r.default.policy.to_string(), "rs:2+1");
+        assert!(Config::parse("").unwrap().redundancy.is_none());
+    }
+
+    #[test]
+    fn bad_redundancy_config_names_the_culprit() {
+        let rule = |body: &str| format!("{BRANCHES}\n[[rule]]\nname = \"r\"\n{body}\n");
+        let cases = [
+            (
+                rule("policy = \"mirror:2\"\nbranches = [\"zz\"]"),
+                "unknown branch or label \"zz\"",
+            ),
+            (
+                rule("policy = \"mirror:3\"\nbranches = [\"ssd\"]"),
+                "rule \"r\": policy mirror:3 needs 3 distinct branches but may use 2 (a, b)",
+            ),
+            (rule("policy = \"rs:4+2\""), "needs 6 distinct branches"),
+            (
+                rule("policy = \"parity:1@c\"\nbranches = [\"ssd\"]"),
+                "not among its branches",
+            ),
+            (
+                rule("policy = \"raid5\""),
+                "rule \"r\": invalid redundancy policy \"raid5\"",
+            ),
+            (rule("path = \"a/[\"\npolicy = \"single\""), "bad path glob"),
+            (
+                rule("policy = \"single\"\nbranches = []"),
+                "leaves no branch",
+            ),
+            (
+                format!("{BRANCHES}\n[[branch]]\nname = \"a\"\nkind = \"local\"\npath = \"x\"\n"),
+                "branch \"a\" is configured twice",
+            ),
+            (
+                format!("{BRANCHES}\n[default_rule]\npolicy = \"mirror:4\"\n"),
+                "default_rule: policy mirror:4 needs 4",
+            ),
+            (
+                "[[branch]]\nname = \"x\"\nkind = \"local\"\n".to_string(),
+                "branch \"x\": a local branch needs path",
+            ),
+            (
+                "[[branch]]\nname = \"x\"\nkind = \"s3\"\nbucket = \"b\"\n".to_string(),
+                "branch \"x\": an s3 branch needs endpoint",
+            ),
+            (
+                "[[branch]]\nname = \"x/y\"\nkind = \"local\"\npath = \"p\"\n".to_string(),
+                "branch name \"x/y\"",
+            ),
+            (
+                "[[rule]]\npolicy = \"single\"\n".to_string(),
+                "configure [[branch]] entries first",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = err(&text);
+            assert!(e.contains(want), "want {want:?} in {e:?}");
+        }
     }
 
     #[test]

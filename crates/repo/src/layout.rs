@@ -4,10 +4,12 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use branch::LocalDir;
-use cas::{RepoKey, Store};
+use ::fs::rules::{Rule, Rules};
+use branch::{Branch, LocalDir, S3Bucket, S3Config};
+use cas::{Protection, RepoKey, Store};
+use redundancy::{Discovery, Redundant};
 
-use crate::config::{Config, ConfigError, DEFAULT_TOML};
+use crate::config::{Config, ConfigError, Location, RedundancyConfig, RuleSpec, DEFAULT_TOML};
 
 const CONFIG: &str = "cairn.toml";
 const KEY: &str = "key";
@@ -45,6 +47,8 @@ pub enum RepoError {
         path.display()
     )]
     MetaDamaged { path: PathBuf, reason: String },
+    #[error("{}: {reason}", path.display())]
+    Redundancy { path: PathBuf, reason: String },
 }
 
 type Result<T> = std::result::Result<T, RepoError>;
@@ -72,6 +76,10 @@ pub struct Repo {
     pub store: Store,
     /// Half-written containers an interrupted write left, discarded on open.
     pub discarded_partials: usize,
+    /// Which protection each file's data gets.
+    pub rules: Rules,
+    /// What opening found on the branches, when they are configured.
+    pub discovery: Option<Discovery>,
 }
 
 impl Repo {
@@ -126,15 +134,61 @@ impl Repo {
             .ok()
             .and_then(|s| RepoKey::from_hex(&s))
             .ok_or_else(|| RepoError::Key(key_path.clone()))?;
-        let (branch, discarded_partials) = LocalDir::open("local", root.join(LOCAL_BRANCH))?;
         let meta = root.join(META);
+        let Some(redundancy) = &config.redundancy else {
+            let (branch, discarded_partials) = LocalDir::open("local", root.join(LOCAL_BRANCH))?;
+            fs::create_dir_all(&meta).map_err(io("create directory", &meta))?;
+            let store = Store::open(Arc::new(branch), &meta, key, config.store)?;
+            let rules = Rules::new(Vec::new(), Protection::plain());
+            return Ok(Repo {
+                root: root.to_path_buf(),
+                config,
+                store,
+                discarded_partials,
+                rules,
+                discovery: None,
+            });
+        };
+        let refuse = |reason: String| RepoError::Redundancy {
+            path: root.join(CONFIG),
+            reason,
+        };
+        refuse_plain_data(root).map_err(refuse)?;
+        let (layer, discarded_partials) = open_branches(root, redundancy)?;
+        let (layer, discovery) = (Arc::new(layer.0), layer.1);
+        let protection = |spec: &RuleSpec| -> Result<Protection> {
+            let branches = spec
+                .branches
+                .iter()
+                .map(|n| layer.branch_id(n).expect("rules name configured branches"))
+                .collect();
+            let p = Protection {
+                policy: spec.policy.clone(),
+                branches,
+            };
+            layer
+                .validate(&p.policy, &p.branches)
+                .map_err(|e| refuse(format!("rule {:?}: {e}", spec.name)))?;
+            Ok(p)
+        };
+        let mut rules = Vec::new();
+        for spec in &redundancy.rules {
+            rules.push(Rule {
+                name: spec.name.clone(),
+                matcher: spec.matcher().map_err(refuse)?,
+                protection: protection(spec)?,
+            });
+        }
+        let default = protection(&redundancy.default)?;
         fs::create_dir_all(&meta).map_err(io("create directory", &meta))?;
-        let store = Store::open(Arc::new(branch), &meta, key, config.store)?;
+        let store = Store::open_redundant(layer, default.clone(), &meta, key, config.store)?;
         Ok(Repo {
             root: root.to_path_buf(),
             config,
             store,
             discarded_partials,
+            rules: Rules::new(rules, default),
+            discovery: Some(discovery),
         })
     }
 
@@ -172,13 +226,67 @@ impl Repo {
             Err(e @ meta::MetaError::Busy(_)) => return Err(e.into()),
             Err(e) => return Err(damaged(e.to_string())),
         };
-        Ok(::fs::Fs::new(
+        Ok(::fs::Fs::with_rules(
             Arc::new(meta),
             self.store.clone(),
             self.config.chunking,
             self.config.fs.clone(),
+            self.rules.clone(),
         )?)
     }
+}
+
+/// Opens every configured branch (an unreachable bucket is refused here,
+/// before anything is written) and learns what they hold. Returns the layer
+/// with its discovery, and the partial blobs local branches discarded.
+fn open_branches(
+    root: &Path,
+    config: &RedundancyConfig,
+) -> Result<((Redundant, Discovery), usize)> {
+    let mut branches: Vec<Arc<dyn Branch>> = Vec::new();
+    let mut discarded = 0;
+    for spec in &config.branches {
+        match &spec.location {
+            Location::Local(path) => {
+                let (b, n) = LocalDir::open(spec.name.clone(), root.join(path))?;
+                discarded += n;
+                branches.push(Arc::new(b));
+            }
+            Location::S3(s) => {
+                let mut c = S3Config::new(
+                    s.endpoint.clone(),
+                    s.bucket.clone(),
+                    s.access_key_id.clone(),
+                    s.secret_access_key.clone(),
+                );
+                c.region = s.region.clone();
+                branches.push(Arc::new(S3Bucket::open(spec.name.clone(), &c)?));
+            }
+        }
+    }
+    let opened = Redundant::open(branches).map_err(|e| RepoError::Redundancy {
+        path: root.join(CONFIG),
+        reason: e.to_string(),
+    })?;
+    Ok((opened, discarded))
+}
+
+/// Containers already on the plain local branch would vanish from view if
+/// branches took over: such a repository keeps its plain layout.
+fn refuse_plain_data(root: &Path) -> std::result::Result<(), String> {
+    let plain = root
+        .join(LOCAL_BRANCH)
+        .join(cas::ContainerId::list_prefix());
+    let holds = fs::read_dir(&plain).is_ok_and(|mut d| d.next().is_some());
+    if holds {
+        return Err(format!(
+            "[[branch]] entries are configured, but this repository already stores data \
+             on its plain branch {}; converting a plain repository is not supported \
+             (create a new repository with branches and copy the files over)",
+            root.join(LOCAL_BRANCH).display()
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,8 +1,11 @@
 //! A cairn repository on disk.
 //!
 //! **Owns:** the layout (`cairn.toml`, `key`, `meta/`, `branches/`), parsing
-//! and validating `cairn.toml` into each layer's settings, creating a
-//! repository and opening its store.
+//! and validating `cairn.toml` into each layer's settings (including the
+//! `[[branch]]` and `[[rule]]` sections, refused with a message naming the
+//! culprit before anything is written), creating a repository and opening
+//! its store: over one plain local branch, or over the redundancy layer of
+//! the configured branches.
 //!
 //! **Never:** stores or reads chunks itself; that is `cas`, reached through
 //! the [`Repo::store`] it opens.
@@ -14,5 +17,7 @@
 mod config;
 mod layout;
 
-pub use config::{Config, ConfigError};
+pub use config::{
+    BranchSpec, Config, ConfigError, Location, RedundancyConfig, RuleSpec, S3Location,
+};
 pub use layout::{default_location, Repo, RepoError};

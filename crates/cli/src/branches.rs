@@ -1,0 +1,203 @@
+//! `cairn branch add/remove/replace`: changing the `[[branch]]` entries of
+//! cairn.toml, moving data first where needed.
+//!
+//! The file is edited as text so that comments stay; every edit is checked
+//! by parsing the result before it replaces the file (atomically).
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+
+use crate::args::BranchCommand;
+use crate::ops::{self, Request};
+use crate::redundancy::MoveOut;
+
+const CONFIG: &str = "cairn.toml";
+
+pub fn run(root: &Path, cmd: BranchCommand, quiet: bool) -> Result<ExitCode> {
+    let path = root.join(CONFIG);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    match cmd {
+        BranchCommand::Add {
+            name,
+            path: dir,
+            s3_endpoint,
+            s3_bucket,
+            s3_region,
+            s3_access_key_id,
+            s3_secret_access_key,
+            label,
+        } => {
+            let mut block = format!("\n[[branch]]\nname = {}\n", quote(&name));
+            match (dir, s3_endpoint, s3_bucket) {
+                (Some(dir), None, None) => {
+                    block += &format!(
+                        "kind = \"local\"\npath = {}\n",
+                        quote(&dir.to_string_lossy())
+                    );
+                }
+                (None, Some(endpoint), Some(bucket)) => {
+                    block += &format!(
+                        "kind = \"s3\"\nendpoint = {}\nbucket = {}\nregion = {}\naccess_key_id = {}\nsecret_access_key = {}\n",
+                        quote(&endpoint),
+                        quote(&bucket),
+                        quote(&s3_region),
+                        quote(&s3_access_key_id.unwrap_or_default()),
+                        quote(&s3_secret_access_key.unwrap_or_default())
+                    );
+                }
+                _ => bail!("give either --path DIR or both --s3-endpoint and --s3-bucket"),
+            }
+            if !label.is_empty() {
+                let labels: Vec<String> = label.iter().map(|l| quote(l)).collect();
+                block += &format!("labels = [{}]\n", labels.join(", "));
+            }
+            let new = format!("{}{block}", text.trim_end_matches('\n').to_owned() + "\n");
+            write_checked(root, &new)?;
+            if crate::control::is_served(root) {
+                eprintln!("added branch {name:?}; the mounted file system uses it after a remount");
+            } else {
+                // Opening checks the branch is reachable; undo if not.
+                if let Err(e) = repo::Repo::open(root) {
+                    write_checked(root, &text)?;
+                    return Err(e).context(format!("branch {name:?} was not added"));
+                }
+                if !quiet {
+                    eprintln!("added branch {name:?}");
+                }
+            }
+        }
+        BranchCommand::Remove { name } => {
+            let new = without_branch(&text, &name, None)?;
+            check(&new).context(format!("branch {name:?} cannot be removed"))?;
+            let v = ops::run(root, &Request::BranchDrain { name: name.clone() }, quiet)?;
+            let out: MoveOut = serde_json::from_value(v)?;
+            report(&out, quiet)?;
+            write_checked(root, &new)?;
+            if !quiet {
+                eprintln!("removed branch {name:?} from cairn.toml; its directory or bucket is left as it was");
+            }
+        }
+        BranchCommand::Replace { old, new: to } => {
+            let new = without_branch(&text, &old, Some(&to))?;
+            check(&new).context(format!("branch {old:?} cannot be replaced by {to:?}"))?;
+            let v = ops::run(
+                root,
+                &Request::BranchReplace {
+                    old: old.clone(),
+                    new: to.clone(),
+                },
+                quiet,
+            )?;
+            let out: MoveOut = serde_json::from_value(v)?;
+            report(&out, quiet)?;
+            write_checked(root, &new)?;
+            if !quiet {
+                eprintln!("replaced branch {old:?} by {to:?}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn report(out: &MoveOut, quiet: bool) -> Result<()> {
+    if !quiet {
+        eprintln!(
+            "{} shards written, {} already in place",
+            out.rebuilt, out.already_present
+        );
+    }
+    if !out.failed.is_empty() {
+        bail!(
+            "{} shards could not be moved (cairn.toml is unchanged; run the command again after fixing):\n{}",
+            out.failed.len(),
+            out.failed.join("\n")
+        );
+    }
+    Ok(())
+}
+
+fn quote(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+fn check(text: &str) -> Result<()> {
+    repo::Config::parse(text).map_err(|e| anyhow::anyhow!("{CONFIG}: {e}"))?;
+    Ok(())
+}
+
+fn write_checked(root: &Path, text: &str) -> Result<()> {
+    check(text)?;
+    let path = root.join(CONFIG);
+    let tmp = root.join(".cairn.toml.edit");
+    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .with_context(|| format!("cannot sync {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("cannot replace {}", path.display()))
+}
+
+/// The configuration without the `[[branch]]` block named `name`; with
+/// `successor`, rules and the default rule that named it name the successor
+/// instead.
+fn without_branch(text: &str, name: &str, successor: Option<&str>) -> Result<String> {
+    let mut blocks: Vec<Vec<&str>> = vec![Vec::new()];
+    for line in text.lines() {
+        if line.trim_start().starts_with('[') {
+            blocks.push(Vec::new());
+        }
+        blocks.last_mut().expect("one block at least").push(line);
+    }
+    let named = |block: &[&str]| {
+        block.first().is_some_and(|l| l.trim() == "[[branch]]")
+            && block.iter().any(|l| {
+                l.split_once('=').is_some_and(|(k, v)| {
+                    k.trim() == "name"
+                        && toml::from_str::<toml::Value>(&format!("v = {}", v.trim()))
+                            .ok()
+                            .and_then(|t| t.get("v").and_then(|v| v.as_str().map(str::to_string)))
+                            .as_deref()
+                            == Some(name)
+                })
+            })
+    };
+    let before = blocks.len();
+    blocks.retain(|b| !named(b));
+    if blocks.len() == before {
+        bail!("no [[branch]] named {name:?} in {CONFIG}");
+    }
+    let quoted = quote(name);
+    let mut out = String::new();
+    for line in blocks.concat() {
+        let is_list = line.trim_start().starts_with("branches");
+        match successor {
+            Some(s) if is_list => out += &line.replace(&quoted, &quote(s)),
+            _ => out += line,
+        }
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "[fs]\ncache = \"64MiB\"\n\n[[branch]]\nname = \"a\"\nkind = \"local\"\npath = \"a\"\n\n[[branch]]\nname = \"b\" # old disk\nkind = \"local\"\npath = \"b\"\n\n[[rule]]\npolicy = \"single\"\nbranches = [\"b\"]\n";
+
+    #[test]
+    fn a_branch_block_goes_and_rules_follow_its_successor() {
+        let out = without_branch(TEXT, "b", Some("a")).unwrap();
+        assert!(!out.contains("path = \"b\""), "{out}");
+        assert!(out.contains("branches = [\"a\"]"), "{out}");
+        assert!(out.contains("cache = \"64MiB\""), "{out}");
+        check(&out).unwrap();
+        let e = without_branch(TEXT, "zz", None).unwrap_err().to_string();
+        assert!(e.contains("zz"), "{e}");
+        let dropped = without_branch(TEXT, "b", None).unwrap();
+        let e = check(&dropped).unwrap_err().to_string();
+        assert!(e.contains("unknown branch or label \"b\""), "{e}");
+    }
+}

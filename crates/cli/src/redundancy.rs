@@ -1,0 +1,460 @@
+//! `cairn policy show`, `status`, `scrub` and `branch replace`: the
+//! redundancy layer seen from the command line.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use cas::{ContainerId, Store};
+use fs::Fs;
+use meta::{Content, FileKind, InodeId};
+use redundancy::{Redundant, ScrubReport};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::ops::{self, Progress, Request};
+
+/// Where one container's shards are.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ContainerPlace {
+    pub container: String,
+    pub policy: String,
+    /// Per shard index, the branches holding it (empty: lost).
+    pub shards: Vec<Vec<String>>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PolicyShow {
+    pub path: String,
+    /// "xattr user.cairn.policy", "rule \"NAME\"" or "the default rule".
+    pub source: String,
+    pub policy: String,
+    pub branches: Vec<String>,
+    /// The file's bytes live in its inode (no container).
+    pub inline: bool,
+    pub containers: Vec<ContainerPlace>,
+}
+
+fn names(layer: Option<&std::sync::Arc<Redundant>>, ids: &[redundancy::BranchId]) -> Vec<String> {
+    ids.iter()
+        .map(|id| match layer.and_then(|l| l.branch_name(*id)) {
+            Some(n) => n.to_string(),
+            None => "local".to_string(),
+        })
+        .collect()
+}
+
+/// Every chunk of a file: its recipe's nodes and data chunks.
+fn file_chunks(store: &Store, root: cas::ChunkId) -> Result<Vec<cas::ChunkId>> {
+    let recipe = recipe::Recipe::open(store, root)?;
+    let mut ids: Vec<cas::ChunkId> = recipe
+        .extents(0, recipe.len())?
+        .into_iter()
+        .filter(|e| e.id != recipe::HOLE)
+        .map(|e| e.id)
+        .collect();
+    ids.push(root);
+    Ok(ids)
+}
+
+fn containers_of(store: &Store, root: cas::ChunkId) -> Result<BTreeSet<ContainerId>> {
+    let mut out = BTreeSet::new();
+    for id in file_chunks(store, root)? {
+        out.insert(store.locate(&id)?.container);
+    }
+    Ok(out)
+}
+
+pub fn policy_show(fs: &Fs, path: &str) -> Result<PolicyShow> {
+    let inode = fs.resolve(path)?;
+    let choice = fs.policy_of(inode.id, Some(path))?;
+    let store = fs.store();
+    let layer = store.layer();
+    let mut containers = Vec::new();
+    if let Content::Recipe(root) = inode.content {
+        for c in containers_of(store, root)? {
+            let (policy, shards) = match layer {
+                Some(l) => {
+                    let placed = l.locate(&c.blob_key())?;
+                    let shards = placed
+                        .shards
+                        .iter()
+                        .map(|s| names(Some(l), &s.branches))
+                        .collect();
+                    (placed.policy.to_string(), shards)
+                }
+                None => ("single".to_string(), vec![vec!["local".to_string()]]),
+            };
+            containers.push(ContainerPlace {
+                container: c.to_string(),
+                policy,
+                shards,
+            });
+        }
+    }
+    Ok(PolicyShow {
+        path: path.to_string(),
+        source: choice.source.to_string(),
+        policy: choice.protection.policy.to_string(),
+        branches: names(layer, &choice.protection.branches),
+        inline: matches!(inode.content, Content::Inline(_)) && inode.attr.kind == FileKind::File,
+        containers,
+    })
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BranchLine {
+    pub name: String,
+    pub degraded: bool,
+    pub last_error: Option<String>,
+    /// Shards the branch holds and their payload bytes (headers and block
+    /// digests not counted).
+    pub shards: u64,
+    pub bytes: u64,
+    /// The read latency estimate balancing uses, in milliseconds.
+    pub delay_ms: Option<f64>,
+    pub reads: u64,
+    pub faults: u64,
+}
+
+pub fn status(store: &Store) -> Result<Vec<BranchLine>> {
+    let Some(layer) = store.layer() else {
+        bail!("this repository stores on one plain branch; configure [[branch]] entries in cairn.toml for redundancy");
+    };
+    let mut usage: BTreeMap<redundancy::BranchId, (u64, u64)> = BTreeMap::new();
+    for key in layer.list("") {
+        let Ok(placed) = layer.locate(&key) else {
+            continue;
+        };
+        let k = u64::from(placed.policy.data_shards());
+        let per_shard = if placed.policy.data_shards() == 1 {
+            placed.container_len
+        } else {
+            placed.container_len.div_ceil(k)
+        };
+        for shard in &placed.shards {
+            for id in &shard.branches {
+                let u = usage.entry(*id).or_default();
+                u.0 += 1;
+                u.1 += per_shard;
+            }
+        }
+    }
+    Ok(layer
+        .status()
+        .into_iter()
+        .map(|s| {
+            let (shards, bytes) = usage.get(&s.id).copied().unwrap_or_default();
+            BranchLine {
+                name: s.name,
+                degraded: s.degraded,
+                last_error: s.last_error,
+                shards,
+                bytes,
+                delay_ms: s.read_latency.map(|d| d.as_secs_f64() * 1000.0),
+                reads: s.reads,
+                faults: s.missing + s.unavailable + s.corrupt,
+            }
+        })
+        .collect())
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ScrubOut {
+    pub containers: usize,
+    pub healthy: usize,
+    pub repaired: Vec<String>,
+    /// Containers with damage redundancy could not undo, each with why.
+    pub unrepaired: Vec<String>,
+    /// Files with data in an unrepaired container.
+    pub affected_files: Vec<String>,
+}
+
+/// A container and its faults: those left when some are, else those
+/// repaired.
+fn describe(r: &ScrubReport) -> String {
+    let faults = if r.unrepaired.is_empty() {
+        &r.faults
+    } else {
+        &r.unrepaired
+    };
+    let text: Vec<String> = faults.iter().map(|f| f.to_string()).collect();
+    format!("{} ({}): {}", r.key, r.policy, text.join("; "))
+}
+
+pub fn scrub(fs: &Fs, progress: &(dyn Fn(Progress) + Sync)) -> Result<ScrubOut> {
+    let Some(layer) = fs.store().layer() else {
+        bail!("this repository stores on one plain branch: nothing to scrub against (use `cairn check` to verify it)");
+    };
+    let summary = layer.scrub_all(|p| {
+        progress(Progress {
+            what: "scrub".into(),
+            done: p.done as u64,
+            total: p.total as u64,
+        })
+    });
+    let mut lost: HashSet<ContainerId> = summary
+        .unrepaired
+        .iter()
+        .filter_map(|r| ContainerId::from_blob_key(&r.key))
+        .collect();
+    // A container none of whose shards any branch holds is not in the
+    // layer's map at all; the index still knows it.
+    let mut unrepaired: Vec<String> = summary.unrepaired.iter().map(describe).collect();
+    let placed: HashSet<ContainerId> = layer
+        .list(ContainerId::list_prefix())
+        .iter()
+        .filter_map(ContainerId::from_blob_key)
+        .collect();
+    for c in fs.store().indexed_containers()? {
+        if !placed.contains(&c) {
+            let policy = fs.store().container_policy(c)?;
+            unrepaired.push(format!(
+                "{} ({policy}): no branch holds any of its shards",
+                c.blob_key()
+            ));
+            lost.insert(c);
+        }
+    }
+    let affected_files = if lost.is_empty() {
+        Vec::new()
+    } else {
+        files_touching(fs, &lost)?
+    };
+    Ok(ScrubOut {
+        containers: summary.containers,
+        healthy: summary.healthy,
+        repaired: summary.repaired.iter().map(describe).collect(),
+        unrepaired,
+        affected_files,
+    })
+}
+
+/// Paths of the files with a chunk (or recipe node) in `lost`. A chunk
+/// whose location cannot be read counts as lost.
+fn files_touching(fs: &Fs, lost: &HashSet<ContainerId>) -> Result<Vec<String>> {
+    let store = fs.store();
+    let mut out = Vec::new();
+    let mut stack: Vec<(InodeId, String)> = vec![(InodeId::ROOT, String::new())];
+    while let Some((dir, prefix)) = stack.pop() {
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = fs.readdir(dir, after.as_deref(), 1024)?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.name.clone());
+            for e in page {
+                let path = format!("{prefix}/{}", String::from_utf8_lossy(&e.name));
+                match e.kind {
+                    FileKind::Dir => stack.push((e.ino, path)),
+                    FileKind::File => {
+                        if let Content::Recipe(root) = fs.getattr(e.ino)?.content {
+                            let hit = match file_chunks(store, root) {
+                                Ok(ids) => ids.iter().any(|id| {
+                                    store
+                                        .locate(id)
+                                        .map_or(true, |l| lost.contains(&l.container))
+                                }),
+                                Err(_) => true,
+                            };
+                            if hit {
+                                out.push(path);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+pub fn policy_cmd(root: &Path, path: String, json: bool, quiet: bool) -> Result<ExitCode> {
+    let v = ops::run(root, &Request::PolicyShow { path }, quiet)?;
+    if json {
+        println!("{v}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let show: PolicyShow = serde_json::from_value(v)?;
+    println!(
+        "{}: {} over [{}], from {}",
+        show.path,
+        show.policy,
+        show.branches.join(", "),
+        show.source
+    );
+    if show.inline {
+        println!("  its bytes live in its inode (small file): no container, no shards");
+    }
+    for c in &show.containers {
+        let shards: Vec<String> = c
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                if b.is_empty() {
+                    format!("s{i}: LOST")
+                } else {
+                    format!("s{i}: {}", b.join("+"))
+                }
+            })
+            .collect();
+        println!(
+            "  container {} ({}): {}",
+            c.container,
+            c.policy,
+            shards.join(", ")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn status_cmd(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
+    let v = ops::run(root, &Request::Status, quiet)?;
+    if json {
+        println!("{v}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let lines: Vec<BranchLine> = serde_json::from_value(v)?;
+    println!(
+        "{:<16} {:<9} {:>8} {:>11} {:>10} {:>8} {:>7}",
+        "BRANCH", "HEALTH", "SHARDS", "USED", "DELAY", "READS", "FAULTS"
+    );
+    for b in &lines {
+        println!(
+            "{:<16} {:<9} {:>8} {:>11} {:>10} {:>8} {:>7}",
+            b.name,
+            if b.degraded { "degraded" } else { "ok" },
+            b.shards,
+            crate::ui::bytes(b.bytes),
+            b.delay_ms.map_or("-".to_string(), |d| format!("{d:.2} ms")),
+            b.reads,
+            b.faults
+        );
+        if let Some(e) = &b.last_error {
+            println!("  last error: {e}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn scrub_cmd(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
+    let v = ops::run(root, &Request::Scrub, quiet)?;
+    let out: ScrubOut = serde_json::from_value(v.clone())?;
+    if json {
+        println!("{v}");
+    } else {
+        println!(
+            "{} containers: {} healthy, {} repaired, {} damaged beyond repair",
+            out.containers,
+            out.healthy,
+            out.repaired.len(),
+            out.unrepaired.len()
+        );
+        for r in &out.repaired {
+            println!("repaired {r}");
+        }
+        for r in &out.unrepaired {
+            println!("LOST {r}");
+        }
+        for f in &out.affected_files {
+            println!("affected file: {f}");
+        }
+    }
+    Ok(if out.unrepaired.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+pub fn value_of<T: Serialize>(v: T) -> Result<Value> {
+    serde_json::to_value(v).context("encoding the reply")
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct MoveOut {
+    /// Shards written to their new branch.
+    pub rebuilt: usize,
+    /// Shards found already in place (from an interrupted run).
+    pub already_present: usize,
+    /// Shards that could not be moved, each with why.
+    pub failed: Vec<String>,
+}
+
+fn branch_id(layer: &Redundant, name: &str) -> Result<redundancy::BranchId> {
+    layer
+        .branch_id(name)
+        .with_context(|| format!("no branch named {name:?} is configured in cairn.toml"))
+}
+
+/// Rebuilds every shard `old` holds (and every lost shard) onto `new`.
+pub fn replace(
+    fs: &Fs,
+    old: &str,
+    new: &str,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Result<MoveOut> {
+    let Some(layer) = fs.store().layer() else {
+        bail!("this repository stores on one plain branch; it has no branches to replace");
+    };
+    let (from, to) = (branch_id(layer, old)?, branch_id(layer, new)?);
+    let report = layer.rebuild_onto(from, to, |p| {
+        progress(Progress {
+            what: "rebuild".into(),
+            done: p.done as u64,
+            total: p.total as u64,
+        })
+    })?;
+    let mut failed: Vec<String> = report
+        .failed
+        .iter()
+        .map(|(k, why)| format!("{k}: {why}"))
+        .collect();
+    failed.extend(report.conflicts.iter().map(|k| {
+        format!(
+            "{k}: {new} already holds another shard of it; run `cairn scrub` to place it elsewhere"
+        )
+    }));
+    layer.reset_health(to);
+    Ok(MoveOut {
+        rebuilt: report.rebuilt,
+        already_present: report.already_present,
+        failed,
+    })
+}
+
+/// Moves every shard off `name` onto the other branches, each shard to a
+/// branch holding no other shard of its container.
+pub fn drain(fs: &Fs, name: &str, progress: &(dyn Fn(Progress) + Sync)) -> Result<MoveOut> {
+    let Some(layer) = fs.store().layer() else {
+        bail!("this repository stores on one plain branch; it has no branches to remove");
+    };
+    let from = branch_id(layer, name)?;
+    let mut out = MoveOut::default();
+    for to in layer.branch_ids().into_iter().filter(|id| *id != from) {
+        let report = layer.rebuild_onto(from, to, |p| {
+            progress(Progress {
+                what: "move".into(),
+                done: p.done as u64,
+                total: p.total as u64,
+            })
+        })?;
+        out.rebuilt += report.rebuilt;
+        out.already_present += report.already_present;
+    }
+    for key in layer.list("") {
+        let placed = layer.locate(&key)?;
+        for s in placed.shards {
+            if s.branches.contains(&from) || s.branches.is_empty() {
+                out.failed.push(format!(
+                    "{key} shard {}: no other branch can take it without holding two shards of one container",
+                    s.index
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
