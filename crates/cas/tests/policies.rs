@@ -129,7 +129,9 @@ fn gc_and_index_rebuild_keep_each_chunks_policy() {
     let before = r.store.locate(&strong).unwrap().container;
     let gc = r.store.begin_collection().unwrap();
     let all = |_: &ChunkId| true;
-    gc.reclaim(before, &all).unwrap();
+    gc.prepare(before, &all).unwrap();
+    let reclaimed = gc.commit().unwrap();
+    assert_eq!(reclaimed.containers, 1);
     drop(gc);
     let after = r.store.locate(&strong).unwrap().container;
     assert_ne!(after, before, "the chunk was copied forward");
