@@ -79,6 +79,19 @@ pub struct RebuildReport {
     pub failed: Vec<(BlobKey, String)>,
 }
 
+impl RebuildReport {
+    fn merge(&mut self, other: RebuildReport) {
+        self.containers += other.containers;
+        self.rebuilt += other.rebuilt;
+        self.already_present += other.already_present;
+        self.conflicts.extend(other.conflicts);
+        self.failed.extend(other.failed);
+    }
+}
+
+/// Containers rebuilt at once by [`Redundant::rebuild_onto`].
+const REBUILD_IN_FLIGHT: usize = 8;
+
 impl Redundant {
     /// Reads and verifies every shard of `key` and rewrites each missing or
     /// corrupt one from the others.
@@ -202,29 +215,52 @@ impl Redundant {
         }
         let all = self.map.snapshot();
         let mut report = RebuildReport::default();
-        for (done, (key, entry)) in all.iter().enumerate() {
-            let targets: Vec<u16> = (0..)
-                .zip(&entry.locations)
-                .filter(|(_, ids)| ids.is_empty() || ids.contains(&old))
-                .map(|(i, _)| i)
-                .collect();
-            if !targets.is_empty() {
-                report.containers += 1;
-            }
-            for index in targets {
-                if let Err(why) = self.rebuild_shard(key, entry, index, old, new, &mut report) {
-                    report
-                        .failed
-                        .push((key.clone(), format!("shard {index}: {why}")));
-                }
-            }
-            progress(Progress {
-                done: done + 1,
-                total: all.len(),
-                key,
+        let mut done = 0;
+        // Several containers at once: each one waits on reads from K
+        // branches and one synced write, which do not use a core.
+        for window in all.chunks(REBUILD_IN_FLIGHT) {
+            let parts = fan_out(window, |(key, entry)| {
+                self.rebuild_container(key, entry, old, new)
             });
+            for ((key, _), part) in window.iter().zip(parts) {
+                report.merge(part);
+                done += 1;
+                progress(Progress {
+                    done,
+                    total: all.len(),
+                    key,
+                });
+            }
         }
         Ok(report)
+    }
+
+    /// Rebuilds onto `new` the shards of one container that sit on `old` or
+    /// on no branch.
+    fn rebuild_container(
+        &self,
+        key: &BlobKey,
+        entry: &Entry,
+        old: BranchId,
+        new: BranchId,
+    ) -> RebuildReport {
+        let mut report = RebuildReport::default();
+        let targets: Vec<u16> = (0..)
+            .zip(&entry.locations)
+            .filter(|(_, ids)| ids.is_empty() || ids.contains(&old))
+            .map(|(i, _)| i)
+            .collect();
+        if !targets.is_empty() {
+            report.containers += 1;
+        }
+        for index in targets {
+            if let Err(why) = self.rebuild_shard(key, entry, index, old, new, &mut report) {
+                report
+                    .failed
+                    .push((key.clone(), format!("shard {index}: {why}")));
+            }
+        }
+        report
     }
 
     fn rebuild_shard(
