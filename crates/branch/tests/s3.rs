@@ -2,28 +2,21 @@
 //! and how it reports a store that stops answering.
 
 use std::net::TcpListener;
-use std::time::{Duration, Instant};
 
 use branch::testing::S3Proxy;
 use branch::{BlobKey, Branch, BranchError, S3Bucket, S3Config};
 
 #[test]
-fn open_fails_fast_when_nothing_listens() {
+fn open_fails_with_a_named_error_when_nothing_listens() {
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let endpoint = format!("http://127.0.0.1:{port}");
-    let start = Instant::now();
     let Err(err) = S3Bucket::open("s3", &S3Config::new(&endpoint, "blobs", "id", "secret")) else {
         panic!("opened a bucket where nothing listens");
     };
-    assert!(
-        start.elapsed() < Duration::from_secs(3),
-        "took {:?}",
-        start.elapsed()
-    );
     assert!(matches!(err, BranchError::Unreachable { .. }), "{err}");
     let message = err.to_string();
     assert!(
