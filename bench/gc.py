@@ -6,7 +6,7 @@ Everything is measured in one run, on one machine, on the same data.
 1. GC. A tree of files of random content, 16 KiB to 1 MiB each, --gib GiB in all;
    half the files (seeded choice) are then deleted, so every container and every
    pack holds live and dead data mixed, as after real deletions. cairn: a fresh
-   repository whose chunking is set small enough (--avg-chunk, default 1.5 KiB) that it
+   repository whose chunking is set small enough (--avg-chunk, default 1.25 KiB) that it
    holds at least --min-chunks chunks, periodic versions off; the tree is copied into
    `cairn mount`, half the files deleted there, unmounted, then the timed `cairn gc`
    (default threshold 0.5) runs on the unmounted repository. restic (defaults,
@@ -303,7 +303,7 @@ def parse_args(argv=None):
     ap.add_argument("--cairn", default=os.path.join(REPO_ROOT, "target", "release", "cairn"))
     ap.add_argument("--workdir", default="/var/tmp")
     ap.add_argument("--gib", type=float, default=4.0, help="total data (half is deleted)")
-    ap.add_argument("--avg-chunk", type=int, default=1536,
+    ap.add_argument("--avg-chunk", type=int, default=1280,
                     help="cairn's average chunk size for the gc repository (bytes)")
     ap.add_argument("--min-chunks", type=int, default=2_000_000,
                     help="the gc repository must hold at least this many chunks")
