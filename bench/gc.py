@@ -346,8 +346,11 @@ def main(argv=None) -> int:
     finally:
         mounts.cleanup()
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump(res, f, indent=2, default=str)
+            try:
+                with open(args.json, "w") as f:
+                    json.dump(res, f, indent=2, default=str)
+            except OSError as e:
+                print(f"cannot write {args.json}: {e}", file=sys.stderr)
         if args.keep:
             log(f"kept {work}")
         else:

@@ -67,6 +67,9 @@ pub struct Index {
 }
 
 fn open_db(path: &Path) -> Result<Database> {
+    if !path.exists() {
+        create_whole(path)?;
+    }
     // redb's default page cache is 1 GiB; the compact index already answers
     // "is it new?" from RAM, so the B-tree needs only its hot pages.
     match redb::Builder::new().set_cache_size(64 << 20).create(path) {
@@ -77,6 +80,32 @@ fn open_db(path: &Path) -> Result<Database> {
             source: e.into(),
         }),
     }
+}
+
+/// Creates an empty database under a temporary name and renames it into
+/// place, so a process killed (or a disk filling up) while creating it
+/// leaves no half-written file that would later read as damage.
+fn create_whole(path: &Path) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".creating");
+    let tmp = std::path::PathBuf::from(tmp);
+    let failed = |source: redb::DatabaseError| CasError::IndexOpen {
+        path: path.to_path_buf(),
+        source: source.into(),
+    };
+    let io = |e: std::io::Error| failed(redb::DatabaseError::Storage(e.into()));
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
+        _ => {}
+    }
+    drop(Database::create(&tmp).map_err(failed)?);
+    std::fs::rename(&tmp, path).map_err(io)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io)?;
+    }
+    Ok(())
 }
 
 macro_rules! redb_errors {

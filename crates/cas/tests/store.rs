@@ -517,3 +517,20 @@ fn chunks_indexed_while_a_collection_ends_stay_findable() {
         assert_eq!(&store.read_chunk(id).unwrap(), data, "chunk {id}");
     }
 }
+
+#[test]
+fn an_index_creation_cut_short_leaves_no_damaged_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = RepoKey::generate();
+    // What a process killed, or a disk that filled up, while creating the
+    // index leaves behind.
+    std::fs::write(dir.path().join("index.redb.creating"), b"half a header").unwrap();
+    let (store, _) = open(dir.path(), &key);
+    let mut w = store.stream();
+    let id = w.write_chunk(text(5000, 3)).unwrap();
+    w.flush().unwrap();
+    drop((w, store));
+    assert!(!dir.path().join("index.redb.creating").exists());
+    let (store, _) = open(dir.path(), &key);
+    assert_eq!(store.read_chunk(&id).unwrap(), text(5000, 3));
+}

@@ -71,6 +71,23 @@ pub enum MetaError {
     Busy(std::path::PathBuf),
 }
 
+impl MetaError {
+    /// Whether the store itself is damaged, as opposed to busy or failing
+    /// for an operating-system reason (a full disk, a permission) that
+    /// leaves the file as it was.
+    pub fn is_damage(&self) -> bool {
+        match self {
+            MetaError::Busy(_) => false,
+            MetaError::Open {
+                source: redb::Error::Io(io),
+                ..
+            }
+            | MetaError::Store(redb::Error::Io(io)) => io.raw_os_error().is_none(),
+            _ => true,
+        }
+    }
+}
+
 pub type Result<T, E = MetaError> = std::result::Result<T, E>;
 
 /// The namespace operations the file system needs. Names are raw bytes (a

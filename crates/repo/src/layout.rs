@@ -223,7 +223,9 @@ impl Repo {
         }
         let meta = match meta::RedbMeta::open(&path, uid, gid) {
             Ok(m) => m,
-            Err(e @ meta::MetaError::Busy(_)) => return Err(e.into()),
+            // A full disk or a permission problem is not damage: `recover`
+            // would not help, and the file may be perfectly sound.
+            Err(e) if !e.is_damage() => return Err(e.into()),
             Err(e) => return Err(damaged(e.to_string())),
         };
         Ok(::fs::Fs::with_rules(
