@@ -294,9 +294,7 @@ impl Collection {
                 .map(|_| {
                     scope.spawn(|| loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some((c, _)) = doomed.get(i) else {
-                            return None;
-                        };
+                        let (c, _) = doomed.get(i)?;
                         if let Err(e) = shared.branch.delete(&c.blob_key()) {
                             return Some(CasError::from(e));
                         }
