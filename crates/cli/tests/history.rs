@@ -8,33 +8,12 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
-use common::{Mount, CAIRN};
+use common::{cairn, ok, Mount, CAIRN};
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
-
-fn cairn(repo: &Path, args: &[&str]) -> Output {
-    Command::new(CAIRN)
-        .arg("--repo")
-        .arg(repo)
-        .arg("-q")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn ok(repo: &Path, args: &[&str]) -> String {
-    let out = cairn(repo, args);
-    assert!(
-        out.status.success(),
-        "cairn {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 fn random(rng: &mut StdRng, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];

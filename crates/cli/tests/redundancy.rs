@@ -12,34 +12,13 @@ use std::ffi::CString;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use branch::testing::S3Proxy;
-use common::{Mount, CAIRN};
+use common::{cairn, ok, Mount, CAIRN};
 use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng};
 use serde_json::Value;
-
-fn cairn(repo: &Path, args: &[&str]) -> Output {
-    Command::new(CAIRN)
-        .arg("--repo")
-        .arg(repo)
-        .arg("-q")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn ok(repo: &Path, args: &[&str]) -> String {
-    let out = cairn(repo, args);
-    assert!(
-        out.status.success(),
-        "cairn {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 fn json(repo: &Path, args: &[&str]) -> Value {
     serde_json::from_str(&ok(repo, args)).unwrap()

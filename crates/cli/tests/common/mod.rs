@@ -3,10 +3,33 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub const CAIRN: &str = env!("CARGO_BIN_EXE_cairn");
+
+/// `cairn --repo REPO -q ARGS...`, waited for.
+pub fn cairn(repo: &Path, args: &[&str]) -> Output {
+    Command::new(CAIRN)
+        .arg("--repo")
+        .arg(repo)
+        .arg("-q")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Like [`cairn`], asserting success; its standard output.
+pub fn ok(repo: &Path, args: &[&str]) -> String {
+    let out = cairn(repo, args);
+    assert!(
+        out.status.success(),
+        "cairn {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
 
 pub struct Mount {
     pub repo: PathBuf,
