@@ -54,7 +54,7 @@ impl Redundant {
     /// or delete in flight (the map it builds replaces theirs).
     pub fn discover(&self) -> Discovery {
         let mut report = Discovery::default();
-        let ids = self.branch_ids();
+        let ids = self.all_ids();
         let listings = fan_out(&ids, |&id| self.member(id).branch.list(""));
         let mut found = Vec::new();
         for (&id, listing) in ids.iter().zip(listings) {
@@ -97,7 +97,7 @@ impl Redundant {
     }
 
     fn read_header(&self, f: &Found) -> Result<Layout, String> {
-        let branch = &self.member(f.branch).branch;
+        let branch = self.member(f.branch).branch.clone();
         let size = branch.size(&f.blob).map_err(|e| e.to_string())?;
         let head = size.min(MAX_HEADER as u64) as usize;
         let bytes = branch

@@ -42,7 +42,7 @@ mod view;
 mod write;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use branch::{BlobKey, Branch};
 
@@ -57,10 +57,19 @@ pub use view::PolicyView;
 use map::Map;
 use members::Member;
 
-/// Containers stored over a fixed set of branches, each under its own
-/// policy. Share it as an `Arc`; every method takes `&self`.
+/// Containers stored over a set of branches, each under its own policy.
+/// Share it as an `Arc`; every method takes `&self`.
+///
+/// The set can change while in use: [`Redundant::add_branch`] appends a
+/// branch, [`Redundant::retire`] stops new shards from going to one (its
+/// shards stay readable until moved off). Members are never removed, so a
+/// [`BranchId`] means the same branch for the life of the layer.
 pub struct Redundant {
-    members: Vec<Member>,
+    members: RwLock<Vec<Arc<Member>>>,
+    /// Held shared by every [`Redundant::put`] for its whole run and
+    /// exclusively by [`Redundant::retire`], so once `retire` returns no
+    /// shard is being written to the retired branch.
+    placing: RwLock<()>,
     map: Map,
     balancing: AtomicBool,
 }
@@ -70,7 +79,10 @@ impl Redundant {
     /// and by [`BranchId`]s in list order. The map starts empty: call
     /// [`Redundant::discover`] to learn what the branches already hold.
     pub fn new(branches: Vec<Arc<dyn Branch>>) -> Result<Redundant> {
-        let members: Vec<Member> = branches.into_iter().map(Member::new).collect();
+        let members: Vec<Arc<Member>> = branches
+            .into_iter()
+            .map(|b| Arc::new(Member::new(b)))
+            .collect();
         for (i, m) in members.iter().enumerate() {
             if members[..i].iter().any(|o| o.name == m.name) {
                 return Err(Error::DuplicateBranch(m.name.clone()));
@@ -78,7 +90,8 @@ impl Redundant {
         }
         assert!(members.len() <= usize::from(u16::MAX), "too many branches");
         Ok(Redundant {
-            members,
+            members: RwLock::new(members),
+            placing: RwLock::new(()),
             map: Map::default(),
             balancing: AtomicBool::new(true),
         })
@@ -91,26 +104,129 @@ impl Redundant {
         Ok((store, found))
     }
 
-    /// Every branch's id, in order.
+    /// The id of every branch not retired, in order.
     pub fn branch_ids(&self) -> Vec<BranchId> {
-        (0..self.members.len() as u16).map(BranchId).collect()
+        self.ids(|m| !m.retired())
     }
 
+    /// The id of every branch, retired ones included.
+    pub(crate) fn all_ids(&self) -> Vec<BranchId> {
+        self.ids(|_| true)
+    }
+
+    fn ids(&self, keep: impl Fn(&Member) -> bool) -> Vec<BranchId> {
+        let members = self.members.read().unwrap();
+        (0..members.len() as u16)
+            .map(BranchId)
+            .filter(|id| keep(&members[usize::from(id.0)]))
+            .collect()
+    }
+
+    /// The branch named `name`, retired or not.
     pub fn branch_id(&self, name: &str) -> Option<BranchId> {
         self.members
+            .read()
+            .unwrap()
             .iter()
             .position(|m| m.name == name)
             .map(|i| BranchId(i as u16))
     }
 
-    pub fn branch_name(&self, id: BranchId) -> Option<&str> {
-        self.members.get(usize::from(id.0)).map(|m| m.name.as_str())
+    pub fn branch_name(&self, id: BranchId) -> Option<String> {
+        self.members
+            .read()
+            .unwrap()
+            .get(usize::from(id.0))
+            .map(|m| m.name.clone())
+    }
+
+    /// Whether new shards may go to `id`.
+    pub fn is_retired(&self, id: BranchId) -> bool {
+        self.member(id).retired()
+    }
+
+    /// Adds a branch while the layer is in use. A name that belongs to a
+    /// retired branch takes its id back (with `branch` as its store);
+    /// otherwise the branch gets the next id. Shards the branch already
+    /// holds are not looked for: [`Redundant::rebuild_onto`] finds them in
+    /// place, and the next [`Redundant::discover`] maps them.
+    pub fn add_branch(&self, branch: Arc<dyn Branch>) -> Result<BranchId> {
+        let mut members = self.members.write().unwrap();
+        let name = branch.name().to_string();
+        match members.iter().position(|m| m.name == name) {
+            Some(i) if members[i].retired() => {
+                members[i] = Arc::new(Member::new(branch));
+                Ok(BranchId(i as u16))
+            }
+            Some(_) => Err(Error::DuplicateBranch(name)),
+            None => {
+                assert!(members.len() < usize::from(u16::MAX), "too many branches");
+                members.push(Arc::new(Member::new(branch)));
+                Ok(BranchId(members.len() as u16 - 1))
+            }
+        }
+    }
+
+    /// Stops new shards from going to `id`: a put that names it stores on
+    /// `successor` instead (or on another branch when none is given). Waits
+    /// for puts in flight, so when this returns every container stored on
+    /// `id` is in the map, ready to be moved off with
+    /// [`Redundant::rebuild_onto`].
+    pub fn retire(&self, id: BranchId, successor: Option<BranchId>) -> Result<()> {
+        if successor == Some(id) {
+            return Err(Error::DuplicateBranch(self.member(id).name.clone()));
+        }
+        for b in std::iter::once(id).chain(successor) {
+            self.branch_name(b).ok_or(Error::UnknownBranch(b))?;
+        }
+        let _no_puts = self.placing.write().unwrap();
+        self.member(id).retire(successor);
+        Ok(())
+    }
+
+    /// Undoes [`Redundant::retire`].
+    pub fn reinstate(&self, id: BranchId) {
+        if let Some(m) = self.members.read().unwrap().get(usize::from(id.0)) {
+            m.reinstate();
+        }
     }
 
     /// Checks that a policy can be stored over `allowed`, as
     /// [`Redundant::put`] would.
     pub fn validate(&self, policy: &Policy, allowed: &[BranchId]) -> Result<()> {
         placement::validate(policy, allowed, |id| self.branch_name(id))
+    }
+
+    /// `allowed` with each retired branch swapped for its successor (or
+    /// dropped), topped up with other branches in id order when that leaves
+    /// too few for `policy`: a stream opened before a branch was retired
+    /// keeps storing at full strength.
+    fn placeable(&self, policy: &Policy, allowed: &[BranchId]) -> Vec<BranchId> {
+        let members = self.members.read().unwrap();
+        let member = |id: BranchId| members.get(usize::from(id.0));
+        if !allowed
+            .iter()
+            .any(|id| member(*id).is_some_and(|m| m.retired()))
+        {
+            return allowed.to_vec();
+        }
+        let mut out: Vec<BranchId> = Vec::with_capacity(allowed.len());
+        for id in allowed {
+            let to = match member(*id) {
+                Some(m) if m.retired() => m.successor(),
+                _ => Some(*id),
+            };
+            if let Some(to) = to.filter(|to| !out.contains(to)) {
+                out.push(to);
+            }
+        }
+        let spare: Vec<BranchId> = (0..members.len() as u16)
+            .map(BranchId)
+            .filter(|id| !members[usize::from(id.0)].retired() && !out.contains(id))
+            .collect();
+        let short = policy.width().saturating_sub(out.len());
+        out.extend(spare.into_iter().take(short));
+        out
     }
 
     /// Turns latency-based read balancing on (the default) or off. Off,
@@ -124,19 +240,18 @@ impl Redundant {
         self.balancing.load(Ordering::Relaxed)
     }
 
-    /// Health and latency of every branch, for `cairn status`.
+    /// Health and latency of every branch not retired, for `cairn status`.
     pub fn status(&self) -> Vec<BranchStatus> {
-        self.members
-            .iter()
-            .zip(self.branch_ids())
-            .map(|(m, id)| m.status(id))
+        self.branch_ids()
+            .into_iter()
+            .map(|id| self.member(id).status(id))
             .collect()
     }
 
     /// Forgets a branch's faults (after it was repaired or replaced); its
     /// latency estimate is kept.
     pub fn reset_health(&self, id: BranchId) {
-        if let Some(m) = self.members.get(usize::from(id.0)) {
+        if let Some(m) = self.members.read().unwrap().get(usize::from(id.0)) {
             m.reset();
         }
     }
@@ -163,7 +278,7 @@ impl Redundant {
             .ok_or_else(|| Error::NotFound(key.clone()))
     }
 
-    fn member(&self, id: BranchId) -> &Member {
-        &self.members[usize::from(id.0)]
+    fn member(&self, id: BranchId) -> Arc<Member> {
+        Arc::clone(&self.members.read().unwrap()[usize::from(id.0)])
     }
 }

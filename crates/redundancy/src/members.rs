@@ -82,6 +82,9 @@ pub(crate) struct Member {
     pub name: String,
     pub branch: Arc<dyn Branch>,
     stats: Mutex<Stats>,
+    /// `Some` once retired: no new shards go here, but to the successor
+    /// it names (or to any branch, for `Some(None)`).
+    retired: Mutex<Option<Option<BranchId>>>,
 }
 
 impl Member {
@@ -90,7 +93,24 @@ impl Member {
             name: branch.name().to_string(),
             branch,
             stats: Mutex::new(Stats::default()),
+            retired: Mutex::new(None),
         }
+    }
+
+    pub fn retired(&self) -> bool {
+        self.retired.lock().unwrap().is_some()
+    }
+
+    pub fn successor(&self) -> Option<BranchId> {
+        self.retired.lock().unwrap().flatten()
+    }
+
+    pub fn retire(&self, successor: Option<BranchId>) {
+        *self.retired.lock().unwrap() = Some(successor);
+    }
+
+    pub fn reinstate(&self) {
+        *self.retired.lock().unwrap() = None;
     }
 
     pub fn read_ok(&self, took: Duration) {

@@ -13,15 +13,15 @@ use crate::shard::key_tag;
 /// Checks that `allowed` can hold `policy`: every id known, none twice,
 /// enough of them, and a fixed parity branch among them. `name` resolves
 /// an id to its branch name, `None` for an unknown id.
-pub fn validate<'a>(
+pub fn validate(
     policy: &Policy,
     allowed: &[BranchId],
-    name: impl Fn(BranchId) -> Option<&'a str>,
+    name: impl Fn(BranchId) -> Option<String>,
 ) -> Result<()> {
     for (i, id) in allowed.iter().enumerate() {
         let n = name(*id).ok_or(Error::UnknownBranch(*id))?;
         if allowed[..i].contains(id) {
-            return Err(Error::DuplicateBranch(n.to_string()));
+            return Err(Error::DuplicateBranch(n));
         }
     }
     if allowed.len() < policy.width() {
@@ -32,7 +32,7 @@ pub fn validate<'a>(
         });
     }
     if let Some(fixed) = policy.fixed_parity_branch() {
-        if !allowed.iter().any(|id| name(*id) == Some(fixed)) {
+        if !allowed.iter().any(|id| name(*id).as_deref() == Some(fixed)) {
             return Err(Error::ParityBranchNotAllowed {
                 policy: policy.clone(),
                 branch: fixed.to_string(),
@@ -90,8 +90,8 @@ mod tests {
         (0..n).map(BranchId).collect()
     }
 
-    fn name(id: BranchId) -> Option<&'static str> {
-        NAMES.get(usize::from(id.0)).copied()
+    fn name(id: BranchId) -> Option<String> {
+        NAMES.get(usize::from(id.0)).map(|n| n.to_string())
     }
 
     fn p(s: &str) -> Policy {

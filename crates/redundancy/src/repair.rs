@@ -347,7 +347,10 @@ impl Redundant {
     ) -> Result<BranchId, String> {
         let name = shard_key(key, index);
         let current = self.map.get(key).unwrap_or_else(|| Arc::new(entry.clone()));
-        let mut targets: Vec<BranchId> = from.into_iter().collect();
+        let mut targets: Vec<BranchId> = from
+            .filter(|id| !self.is_retired(*id))
+            .into_iter()
+            .collect();
         targets.extend(self.spare_branches(key, &current, index));
         let mut errors = Vec::new();
         for to in targets {
@@ -384,7 +387,7 @@ impl Redundant {
             .fixed_parity_branch()
             .filter(|_| index == entry.layout.k());
         spare.sort_by_key(|id| {
-            let preferred = fixed.is_some() && self.branch_name(*id) == fixed;
+            let preferred = fixed.is_some() && self.branch_name(*id).as_deref() == fixed;
             (!preferred, self.member(*id).degraded())
         });
         spare
@@ -393,7 +396,7 @@ impl Redundant {
     /// Puts a blob where a bad or stale one of the same name may be:
     /// delete first, as branches never replace.
     fn put_fresh(&self, id: BranchId, name: &BlobKey, blob: &[u8]) -> Result<(), BranchError> {
-        let branch = &self.member(id).branch;
+        let branch = &self.member(id).branch.clone();
         branch.delete(name)?;
         branch.put(name, blob)
     }

@@ -25,7 +25,7 @@ impl PolicyView {
     /// [`Redundant::put`] would if the branches cannot hold the policy.
     pub fn new(store: Arc<Redundant>, policy: Policy, allowed: Vec<BranchId>) -> Result<Self> {
         store.validate(&policy, &allowed)?;
-        let names: Vec<&str> = allowed
+        let names: Vec<String> = allowed
             .iter()
             .filter_map(|id| store.branch_name(*id))
             .collect();

@@ -27,6 +27,8 @@ impl Redundant {
         policy: &Policy,
         allowed: &[BranchId],
     ) -> Result<Placement> {
+        let _placing = self.placing.read().unwrap();
+        let allowed = &self.placeable(policy, allowed)[..];
         self.validate(policy, allowed)?;
         if self.map.contains(key) {
             return Err(Error::Exists(key.clone()));
@@ -34,7 +36,7 @@ impl Redundant {
         let parity_at = policy.fixed_parity_branch().and_then(|name| {
             allowed
                 .iter()
-                .position(|id| self.branch_name(*id) == Some(name))
+                .position(|id| self.branch_name(*id).as_deref() == Some(name))
         });
         let ids = placement::choose(policy, key.as_str(), allowed, parity_at);
         let layout = Layout::new(policy.clone(), key.as_str(), data.len() as u64);
