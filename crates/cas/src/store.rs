@@ -94,7 +94,7 @@ pub(crate) struct Shared {
     /// The redundancy layer containers are written through, if any.
     pub layer: Option<Arc<Redundant>>,
     /// The protection of streams that ask for none.
-    pub default: Protection,
+    pub default: RwLock<Protection>,
     /// Chunks in streams' open containers: readable before they are sealed
     /// (a file reopened right after it was written), never deduplicated
     /// against by other streams (they could not wait for its durability).
@@ -229,7 +229,7 @@ impl Store {
         let shared = Arc::new(Shared {
             branch,
             layer,
-            default,
+            default: RwLock::new(default),
             unsealed: Mutex::new(HashMap::new()),
             buffers: BufferPool::default(),
             key,
@@ -285,7 +285,7 @@ impl Store {
     /// stream stay together on disk; its containers get the default
     /// protection.
     pub fn stream(&self) -> StreamWriter {
-        StreamWriter::new(self.clone(), self.shared.default.clone(), false)
+        StreamWriter::new(self.clone(), self.default_protection(), false)
     }
 
     /// A write stream whose containers are stored under `protection`.
@@ -304,8 +304,16 @@ impl Store {
     }
 
     /// The protection of streams that ask for none.
-    pub fn default_protection(&self) -> &Protection {
-        &self.shared.default
+    pub fn default_protection(&self) -> Protection {
+        self.shared.default.read().unwrap().clone()
+    }
+
+    /// Changes the protection of streams that ask for none (after the
+    /// branches were reconfigured); streams already open keep theirs.
+    pub fn set_default_protection(&self, protection: Protection) -> Result<()> {
+        self.check_protection(&protection)?;
+        *self.shared.default.write().unwrap() = protection;
+        Ok(())
     }
 
     /// The redundancy layer containers are stored through; `None` for a

@@ -3,11 +3,21 @@
 //!
 //! The file is edited as text so that comments stay; every edit is checked
 //! by parsing the result before it replaces the file (atomically).
+//!
+//! A change reaches a mounted file system at once, through its daemon: an
+//! added branch is opened and takes new shards; a branch being removed or
+//! replaced is retired first (new shards go to its successor, or to the
+//! other branches), its shards are moved off, and only then is cairn.toml
+//! rewritten. Interrupted, cairn.toml still lists the branch and the command
+//! can be run again; a daemon keeps the branch retired until then or until
+//! the next mount.
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
+use fs::Fs;
+use serde::{Deserialize, Serialize};
 
 use crate::args::BranchCommand;
 use crate::ops::{self, Request};
@@ -56,26 +66,29 @@ pub fn run(root: &Path, cmd: BranchCommand, quiet: bool) -> Result<ExitCode> {
             }
             let new = format!("{}{block}", text.trim_end_matches('\n').to_owned() + "\n");
             write_checked(root, &new)?;
-            if crate::control::is_served(root) {
-                eprintln!("added branch {name:?}; the mounted file system uses it after a remount");
-            } else {
-                // Opening checks the branch is reachable; undo if not.
-                if let Err(e) = repo::Repo::open(root) {
-                    write_checked(root, &text)?;
-                    return Err(e).context(format!("branch {name:?} was not added"));
-                }
-                if !quiet {
-                    eprintln!("added branch {name:?}");
-                }
+            // Opening the branch (in the daemon, or here) checks it is
+            // reachable; undo if not.
+            if let Err(e) = ops::run(root, &Request::Reconfigure, true) {
+                write_checked(root, &text)?;
+                return Err(e).context(format!("branch {name:?} was not added"));
+            }
+            if !quiet {
+                eprintln!("added branch {name:?}");
             }
         }
         BranchCommand::Remove { name } => {
             let new = without_branch(&text, &name, None)?;
             check(&new).context(format!("branch {name:?} cannot be removed"))?;
-            let v = ops::run(root, &Request::BranchDrain { name: name.clone() }, quiet)?;
+            let v = ops::run(
+                root,
+                &Request::BranchDrain {
+                    name: name.clone(),
+                    config: new,
+                },
+                quiet,
+            )?;
             let out: MoveOut = serde_json::from_value(v)?;
             report(&out, quiet)?;
-            write_checked(root, &new)?;
             if !quiet {
                 eprintln!("removed branch {name:?} from cairn.toml; its directory or bucket is left as it was");
             }
@@ -88,18 +101,72 @@ pub fn run(root: &Path, cmd: BranchCommand, quiet: bool) -> Result<ExitCode> {
                 &Request::BranchReplace {
                     old: old.clone(),
                     new: to.clone(),
+                    config: new,
                 },
                 quiet,
             )?;
             let out: MoveOut = serde_json::from_value(v)?;
             report(&out, quiet)?;
-            write_checked(root, &new)?;
             if !quiet {
                 eprintln!("replaced branch {old:?} by {to:?}");
             }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What [`reconfigure`] changed in a running store.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Applied {
+    pub added: Vec<String>,
+    pub reinstated: Vec<String>,
+    pub retired: Vec<String>,
+}
+
+/// Makes `fs`'s branches and rules those of `text` (a cairn.toml).
+fn apply(root: &Path, fs: &Fs, text: &str, successors: &[(String, String)]) -> Result<Applied> {
+    let config = repo::Config::parse(text).map_err(|e| anyhow::anyhow!("{CONFIG}: {e}"))?;
+    let done = repo::reconfigure(root, fs.store(), &config, successors)?;
+    fs.set_rules(done.rules)?;
+    Ok(Applied {
+        added: done.added,
+        reinstated: done.reinstated,
+        retired: done.retired,
+    })
+}
+
+/// Applies cairn.toml as it is on disk to a running file system.
+pub fn reconfigure(root: &Path, fs: &Fs) -> Result<Applied> {
+    let path = root.join(CONFIG);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    apply(root, fs, &text, &[])
+}
+
+/// Retires the branches `config` no longer lists, runs `mover` to move
+/// their shards off, and then writes `config` as cairn.toml. When shards
+/// could not all be moved, cairn.toml is left as it was and its branches
+/// are reinstated.
+pub fn move_off(
+    root: &Path,
+    fs: &Fs,
+    config: &str,
+    successors: &[(String, String)],
+    mover: impl FnOnce() -> Result<MoveOut>,
+) -> Result<MoveOut> {
+    apply(root, fs, config, successors)?;
+    let moved = mover();
+    match &moved {
+        Ok(out) if out.failed.is_empty() => write_checked(root, config)?,
+        _ => {
+            if let Err(e) = reconfigure(root, fs) {
+                eprintln!(
+                    "cairn: cannot reinstate the branches of {CONFIG} after a failed move: {e:#}"
+                );
+            }
+        }
+    }
+    moved
 }
 
 fn report(out: &MoveOut, quiet: bool) -> Result<()> {

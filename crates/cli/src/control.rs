@@ -50,6 +50,7 @@ pub fn serve(repo: &Path, fs: Arc<fs::Fs>, mountpoint: PathBuf) -> Result<Server
     if path.exists() && UnixStream::connect(&path).is_err() {
         std::fs::remove_file(&path).ok();
     }
+    let root = repo.to_path_buf();
     let listener = UnixListener::bind(&path)
         .with_context(|| format!("cannot listen on the control socket {}", path.display()))?;
     std::thread::Builder::new()
@@ -58,9 +59,11 @@ pub fn serve(repo: &Path, fs: Arc<fs::Fs>, mountpoint: PathBuf) -> Result<Server
             for conn in listener.incoming().flatten() {
                 let fs = fs.clone();
                 let mountpoint = mountpoint.clone();
+                let root = root.clone();
                 std::thread::spawn(move || {
                     let target = Target {
                         fs: &fs,
+                        root: &root,
                         mountpoint: Some(&mountpoint),
                     };
                     let _ = answer(conn, &target);
@@ -88,11 +91,6 @@ fn answer(conn: UnixStream, target: &Target<'_>) -> Result<()> {
     };
     send(&reply);
     Ok(())
-}
-
-/// Whether a daemon answers on `repo`'s control socket.
-pub fn is_served(repo: &Path) -> bool {
-    UnixStream::connect(socket_path(repo)).is_ok()
 }
 
 /// Sends `req` to the daemon serving `repo`, if one runs: `None` when no

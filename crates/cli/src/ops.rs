@@ -49,12 +49,20 @@ pub enum Request {
     },
     Status,
     Scrub,
+    /// Applies cairn.toml's `[[branch]]` list as it is now on disk.
+    Reconfigure,
+    /// Moves the shards of `old` onto `new`, then makes `config` (cairn.toml
+    /// without `old`) the configuration.
     BranchReplace {
         old: String,
         new: String,
+        config: String,
     },
+    /// Moves the shards of `name` onto the other branches, then makes
+    /// `config` (cairn.toml without `name`) the configuration.
     BranchDrain {
         name: String,
+        config: String,
     },
 }
 
@@ -69,6 +77,8 @@ pub struct Progress {
 /// What a request runs against.
 pub struct Target<'a> {
     pub fs: &'a Fs,
+    /// The repository's root directory.
+    pub root: &'a Path,
     /// Where the file system is mounted: absolute paths under it are taken
     /// relative to it.
     pub mountpoint: Option<&'a Path>,
@@ -153,12 +163,24 @@ pub fn exec(t: &Target<'_>, req: &Request, progress: &(dyn Fn(Progress) + Sync))
         }
         Request::Status => crate::redundancy::value_of(crate::redundancy::status(fs.store())?)?,
         Request::Scrub => crate::redundancy::value_of(crate::redundancy::scrub(fs, progress)?)?,
-        Request::BranchReplace { old, new } => {
-            crate::redundancy::value_of(crate::redundancy::replace(fs, old, new, progress)?)?
+        Request::Reconfigure => {
+            crate::redundancy::value_of(crate::branches::reconfigure(t.root, fs)?)?
         }
-        Request::BranchDrain { name } => {
-            crate::redundancy::value_of(crate::redundancy::drain(fs, name, progress)?)?
+        Request::BranchReplace { old, new, config } => {
+            let successors = [(old.clone(), new.clone())];
+            crate::redundancy::value_of(crate::branches::move_off(
+                t.root,
+                fs,
+                config,
+                &successors,
+                || crate::redundancy::replace(fs, old, new, progress),
+            )?)?
         }
+        Request::BranchDrain { name, config } => crate::redundancy::value_of(
+            crate::branches::move_off(t.root, fs, config, &[], || {
+                crate::redundancy::drain(fs, name, progress)
+            })?,
+        )?,
     })
 }
 
@@ -182,6 +204,7 @@ pub fn run(root: &Path, req: &Request, quiet: bool) -> Result<Value> {
             let out = exec(
                 &Target {
                     fs: &fs,
+                    root,
                     mountpoint: None,
                 },
                 req,

@@ -385,12 +385,9 @@ pub struct MoveOut {
 }
 
 fn branch_id(layer: &Redundant, name: &str) -> Result<redundancy::BranchId> {
-    layer.branch_id(name).with_context(|| {
-        format!(
-            "no branch named {name:?} is configured (a branch added to cairn.toml while \
-                 the file system is mounted is known only after the next mount)"
-        )
-    })
+    layer
+        .branch_id(name)
+        .with_context(|| format!("no branch named {name:?} is configured"))
 }
 
 /// Rebuilds every shard `old` holds (and every lost shard) onto `new`.

@@ -476,3 +476,92 @@ fn branch_remove_moves_data_off_first_and_refuses_what_rules_need() {
     assert_eq!(healthy["healthy"], healthy["containers"], "{healthy}");
     m.unmount();
 }
+
+#[test]
+fn branch_changes_reach_a_mounted_busy_file_system_at_once() {
+    let base = tempfile::tempdir().unwrap();
+    let mut config = local_branches(&["a", "b", "c"], "pool");
+    config += "\n[default_rule]\npolicy = \"mirror:2\"\nbranches = [\"pool\"]\n";
+    let repo = repo_with(base.path(), &config);
+    let m = mount(&repo, base.path());
+    let mut files: BTreeMap<String, Vec<u8>> = (0..12u64)
+        .map(|i| (format!("before/f{i}"), random(200 + i, 40_000)))
+        .collect();
+    write_files(&m, &files);
+
+    // A writer keeps the file system busy through both changes.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let busy = {
+        let (stop, dir) = (stop.clone(), m.path("busy"));
+        std::thread::spawn(move || {
+            fs::create_dir_all(&dir).unwrap();
+            let mut written = BTreeMap::new();
+            for i in 0u64.. {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) && i >= 4 {
+                    break;
+                }
+                let data = random(500 + i, 25_000 + (i as usize % 7) * 1_000);
+                let p = dir.join(format!("w{i}"));
+                fs::write(&p, &data).unwrap();
+                fs::File::open(&p).unwrap().sync_all().unwrap();
+                written.insert(format!("busy/w{i}"), data);
+            }
+            written
+        })
+    };
+
+    // A file open across the changes: its write stream chose its branches
+    // (a among them) before a was retired.
+    let long_data = random(77, 24 << 20);
+    let mut long = fs::File::create(m.path("long")).unwrap();
+    std::io::Write::write_all(&mut long, &long_data[..8 << 20]).unwrap();
+    long.sync_all().unwrap();
+
+    ok(
+        &repo,
+        &["branch", "add", "d", "--path", "br/d", "--label", "pool"],
+    );
+    let status = json(&repo, &["status", "--json"]);
+    let names: Vec<&str> = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a", "b", "c", "d"], "{status}");
+    ok(&repo, &["branch", "replace", "a", "d"]);
+    let config = fs::read_to_string(repo.join("cairn.toml")).unwrap();
+    assert!(!config.contains("name = \"a\""), "{config}");
+
+    // From now on nothing new lands on a, and its old shards are not needed.
+    let on_a = shard_files(&repo.join("br/a"));
+    std::io::Write::write_all(&mut long, &long_data[8 << 20..]).unwrap();
+    long.sync_all().unwrap();
+    drop(long);
+    files.insert("long".into(), long_data);
+    let after: BTreeMap<String, Vec<u8>> = (0..12u64)
+        .map(|i| (format!("after/f{i}"), random(300 + i, 40_000)))
+        .collect();
+    write_files(&m, &after);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    files.extend(busy.join().unwrap());
+    files.extend(after);
+    assert_eq!(
+        shard_files(&repo.join("br/a")),
+        on_a,
+        "new shards went to a"
+    );
+    assert!(!shard_files(&repo.join("br/d")).is_empty());
+    fs::remove_dir_all(repo.join("br/a")).unwrap();
+    assert_reads_back(&m, &files);
+    let v = json(&repo, &["policy", "show", "/after/f0", "--json"]);
+    assert!(!v.to_string().contains("\"a\""), "{v}");
+    let healthy = json(&repo, &["scrub", "--json"]);
+    assert_eq!(healthy["healthy"], healthy["containers"], "{healthy}");
+
+    // The same holds after a remount with the rewritten cairn.toml.
+    let (repo, _) = m.unmount();
+    let m = mount(&repo, base.path());
+    assert_reads_back(&m, &files);
+    m.unmount();
+}

@@ -165,7 +165,8 @@ struct Inner {
     store: Store,
     params: ChunkerParams,
     settings: FsSettings,
-    rules: Rules,
+    /// Swapped whole when the branches are reconfigured while mounted.
+    rules: std::sync::RwLock<Rules>,
     /// The parent and name each inode was last reached by, so rules can
     /// match a path (the metadata engine keeps no parent pointers).
     names: Mutex<lru::LruCache<InodeId, (InodeId, Vec<u8>)>>,
@@ -221,7 +222,7 @@ impl Fs {
         params: ChunkerParams,
         settings: FsSettings,
     ) -> Result<Fs> {
-        let rules = Rules::new(Vec::new(), store.default_protection().clone());
+        let rules = Rules::new(Vec::new(), store.default_protection());
         Self::with_rules(meta, store, params, settings, rules)
     }
 
@@ -240,7 +241,7 @@ impl Fs {
             params,
             cache: Arc::new(ChunkCache::new(settings.cache_bytes)),
             settings,
-            rules,
+            rules: std::sync::RwLock::new(rules),
             names: Mutex::new(lru::LruCache::new(
                 std::num::NonZeroUsize::new(NAMES_KEPT).expect("nonzero"),
             )),
@@ -266,6 +267,17 @@ impl Fs {
 
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// Replaces the redundancy rules (and the store's default protection)
+    /// after the branches were reconfigured. Streams already open keep
+    /// their protection; a retired branch in it is replaced where stored.
+    pub fn set_rules(&self, rules: Rules) -> Result<()> {
+        self.inner
+            .store
+            .set_default_protection(rules.default_protection().clone())?;
+        *self.inner.rules.write().unwrap() = rules;
+        Ok(())
     }
 
     /// An inode with the live size and mtime of an open, written file.
@@ -697,7 +709,7 @@ impl Inner {
             Some(p) => Some(p.trim_start_matches('/').to_string()),
             None => self.path_of(inode.id),
         };
-        Ok(self.rules.choose(&FileFacts {
+        Ok(self.rules.read().unwrap().choose(&FileFacts {
             path: known.as_deref(),
             size: inode.attr.size,
             uid: inode.attr.uid,

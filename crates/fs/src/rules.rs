@@ -138,6 +138,11 @@ impl Rules {
         Rules { rules, default }
     }
 
+    /// The default rule's protection.
+    pub fn default_protection(&self) -> &Protection {
+        &self.default
+    }
+
     /// The first rule matching `facts`, else the default.
     pub fn choose(&self, facts: &FileFacts<'_>) -> Choice {
         match self.rules.iter().find(|r| r.matcher.matches(facts)) {

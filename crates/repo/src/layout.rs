@@ -9,9 +9,11 @@ use branch::{Branch, LocalDir, S3Bucket, S3Config};
 use cas::{Protection, RepoKey, Store};
 use redundancy::{Discovery, Redundant};
 
-use crate::config::{Config, ConfigError, Location, RedundancyConfig, RuleSpec, DEFAULT_TOML};
+use crate::config::{
+    BranchSpec, Config, ConfigError, Location, RedundancyConfig, RuleSpec, DEFAULT_TOML,
+};
 
-const CONFIG: &str = "cairn.toml";
+pub(crate) const CONFIG: &str = "cairn.toml";
 const KEY: &str = "key";
 const META: &str = "meta";
 const LOCAL_BRANCH: &str = "branches/local";
@@ -149,45 +151,19 @@ impl Repo {
                 discovery: None,
             });
         };
-        let refuse = |reason: String| RepoError::Redundancy {
-            path: root.join(CONFIG),
-            reason,
-        };
-        refuse_plain_data(root).map_err(refuse)?;
+        refuse_plain_data(root).map_err(|reason| refused(root, reason))?;
         let (layer, discarded_partials) = open_branches(root, redundancy)?;
         let (layer, discovery) = (Arc::new(layer.0), layer.1);
-        let protection = |spec: &RuleSpec| -> Result<Protection> {
-            let branches = spec
-                .branches
-                .iter()
-                .map(|n| layer.branch_id(n).expect("rules name configured branches"))
-                .collect();
-            let p = Protection {
-                policy: spec.policy.clone(),
-                branches,
-            };
-            layer
-                .validate(&p.policy, &p.branches)
-                .map_err(|e| refuse(format!("rule {:?}: {e}", spec.name)))?;
-            Ok(p)
-        };
-        let mut rules = Vec::new();
-        for spec in &redundancy.rules {
-            rules.push(Rule {
-                name: spec.name.clone(),
-                matcher: spec.matcher().map_err(refuse)?,
-                protection: protection(spec)?,
-            });
-        }
-        let default = protection(&redundancy.default)?;
+        let rules = compile_rules(root, &layer, redundancy)?;
+        let default = rules.default_protection().clone();
         fs::create_dir_all(&meta).map_err(io("create directory", &meta))?;
-        let store = Store::open_redundant(layer, default.clone(), &meta, key, config.store)?;
+        let store = Store::open_redundant(layer, default, &meta, key, config.store)?;
         Ok(Repo {
             root: root.to_path_buf(),
             config,
             store,
             discarded_partials,
-            rules: Rules::new(rules, default),
+            rules,
             discovery: Some(discovery),
         })
     }
@@ -248,29 +224,80 @@ fn open_branches(
     let mut branches: Vec<Arc<dyn Branch>> = Vec::new();
     let mut discarded = 0;
     for spec in &config.branches {
-        match &spec.location {
-            Location::Local(path) => {
-                let (b, n) = LocalDir::open(spec.name.clone(), root.join(path))?;
-                discarded += n;
-                branches.push(Arc::new(b));
-            }
-            Location::S3(s) => {
-                let mut c = S3Config::new(
-                    s.endpoint.clone(),
-                    s.bucket.clone(),
-                    s.access_key_id.clone(),
-                    s.secret_access_key.clone(),
-                );
-                c.region = s.region.clone();
-                branches.push(Arc::new(S3Bucket::open(spec.name.clone(), &c)?));
-            }
-        }
+        let (branch, n) = open_branch(root, spec)?;
+        discarded += n;
+        branches.push(branch);
     }
-    let opened = Redundant::open(branches).map_err(|e| RepoError::Redundancy {
-        path: root.join(CONFIG),
-        reason: e.to_string(),
-    })?;
+    let opened = Redundant::open(branches).map_err(|e| refused(root, e.to_string()))?;
     Ok((opened, discarded))
+}
+
+/// Opens one configured branch; returns it with the partial blobs a local
+/// branch discarded.
+pub(crate) fn open_branch(root: &Path, spec: &BranchSpec) -> Result<(Arc<dyn Branch>, usize)> {
+    Ok(match &spec.location {
+        Location::Local(path) => {
+            let (b, n) = LocalDir::open(spec.name.clone(), root.join(path))?;
+            (Arc::new(b), n)
+        }
+        Location::S3(s) => {
+            let mut c = S3Config::new(
+                s.endpoint.clone(),
+                s.bucket.clone(),
+                s.access_key_id.clone(),
+                s.secret_access_key.clone(),
+            );
+            c.region = s.region.clone();
+            (Arc::new(S3Bucket::open(spec.name.clone(), &c)?), 0)
+        }
+    })
+}
+
+/// The rules of `config` over `layer`'s branches, each checked to fit.
+pub(crate) fn compile_rules(
+    root: &Path,
+    layer: &Redundant,
+    config: &RedundancyConfig,
+) -> Result<Rules> {
+    let protection = |spec: &RuleSpec| -> Result<Protection> {
+        let branches = spec
+            .branches
+            .iter()
+            .map(|n| {
+                layer.branch_id(n).ok_or_else(|| {
+                    refused(
+                        root,
+                        format!("rule {:?}: no branch {n:?} is open", spec.name),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let p = Protection {
+            policy: spec.policy.clone(),
+            branches,
+        };
+        layer
+            .validate(&p.policy, &p.branches)
+            .map_err(|e| refused(root, format!("rule {:?}: {e}", spec.name)))?;
+        Ok(p)
+    };
+    let mut rules = Vec::new();
+    for spec in &config.rules {
+        rules.push(Rule {
+            name: spec.name.clone(),
+            matcher: spec.matcher().map_err(|e| refused(root, e))?,
+            protection: protection(spec)?,
+        });
+    }
+    Ok(Rules::new(rules, protection(&config.default)?))
+}
+
+/// A configuration the redundancy layer cannot take, with why.
+pub(crate) fn refused(root: &Path, reason: String) -> RepoError {
+    RepoError::Redundancy {
+        path: root.join(CONFIG),
+        reason,
+    }
 }
 
 /// Containers already on the plain local branch would vanish from view if

@@ -5,7 +5,8 @@
 //! `[[branch]]` and `[[rule]]` sections, refused with a message naming the
 //! culprit before anything is written), creating a repository and opening
 //! its store: over one plain local branch, or over the redundancy layer of
-//! the configured branches.
+//! the configured branches; and applying a changed branch list to a store
+//! in use ([`reconfigure`]).
 //!
 //! **Never:** stores or reads chunks itself; that is `cas`, reached through
 //! the [`Repo::store`] it opens.
@@ -16,8 +17,10 @@
 
 mod config;
 mod layout;
+mod reconfigure;
 
 pub use config::{
     BranchSpec, Config, ConfigError, Location, RedundancyConfig, RuleSpec, S3Location,
 };
 pub use layout::{default_location, Repo, RepoError};
+pub use reconfigure::{reconfigure, Reconfigured};

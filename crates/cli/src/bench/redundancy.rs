@@ -275,7 +275,7 @@ impl Bench {
                 slot.fault.set(Fault::Vanished);
             }
             let gone: Vec<String> = (0..lost as u16)
-                .filter_map(|i| self.store.branch_name(BranchId(i)).map(String::from))
+                .filter_map(|i| self.store.branch_name(BranchId(i)))
                 .collect();
             let case = format!("{text}, {lost} of {} gone", set.allowed.len());
             eprintln!("reading {case}");
