@@ -427,30 +427,40 @@ pub fn replace(
 }
 
 /// Moves every shard off `name` onto the other branches, each shard to a
-/// branch holding no other shard of its container.
+/// branch holding no other shard of its container, spread by container.
 pub fn drain(fs: &Fs, name: &str, progress: &(dyn Fn(Progress) + Sync)) -> Result<MoveOut> {
     let Some(layer) = fs.store().layer() else {
         bail!("this repository stores on one plain branch; it has no branches to remove");
     };
     let from = branch_id(layer, name)?;
-    let mut out = MoveOut::default();
-    for to in layer.branch_ids().into_iter().filter(|id| *id != from) {
-        let report = layer.rebuild_onto(from, to, |p| {
-            progress(Progress {
-                what: "move".into(),
-                done: p.done as u64,
-                total: p.total as u64,
-            })
-        })?;
-        out.rebuilt += report.rebuilt;
-        out.already_present += report.already_present;
-    }
-    for key in layer.list("") {
+    let report = layer.spread_off(from, |p| {
+        progress(Progress {
+            what: "move".into(),
+            done: p.done as u64,
+            total: p.total as u64,
+        })
+    })?;
+    let mut out = MoveOut {
+        rebuilt: report.rebuilt,
+        already_present: report.already_present,
+        failed: report
+            .failed
+            .iter()
+            .map(|(k, why)| format!("{k}: {why}"))
+            .collect(),
+    };
+    // A safety net: the branch is retired, so nothing new can be on it.
+    let keys = if out.failed.is_empty() {
+        layer.list("")
+    } else {
+        Vec::new()
+    };
+    for key in keys {
         let placed = layer.locate(&key)?;
         for s in placed.shards {
             if s.branches.contains(&from) || s.branches.is_empty() {
                 out.failed.push(format!(
-                    "{key} shard {}: no other branch can take it without holding two shards of one container",
+                    "{key} shard {}: still on {name} after the move",
                     s.index
                 ));
             }

@@ -205,14 +205,35 @@ impl Redundant {
         &self,
         old: BranchId,
         new: BranchId,
-        mut progress: impl FnMut(Progress<'_>),
+        progress: impl FnMut(Progress<'_>),
     ) -> Result<RebuildReport> {
-        for id in [old, new] {
-            self.branch_name(id).ok_or(Error::UnknownBranch(id))?;
-        }
+        self.branch_name(new).ok_or(Error::UnknownBranch(new))?;
         if old == new {
             return Err(Error::DuplicateBranch(self.member(old).name.clone()));
         }
+        self.move_off(old, Some(new), progress)
+    }
+
+    /// Moves every shard off `old` (and rebuilds every shard no branch
+    /// holds), each onto a branch holding no other shard of its container,
+    /// spread by key and healthy branches first. Retire `old` first, or new
+    /// containers may still land on it. A shard already copied elsewhere by
+    /// an interrupted run is verified there and only unmapped from `old`.
+    pub fn spread_off(
+        &self,
+        old: BranchId,
+        progress: impl FnMut(Progress<'_>),
+    ) -> Result<RebuildReport> {
+        self.move_off(old, None, progress)
+    }
+
+    fn move_off(
+        &self,
+        old: BranchId,
+        new: Option<BranchId>,
+        mut progress: impl FnMut(Progress<'_>),
+    ) -> Result<RebuildReport> {
+        self.branch_name(old).ok_or(Error::UnknownBranch(old))?;
         let all = self.map.snapshot();
         let mut report = RebuildReport::default();
         let mut done = 0;
@@ -235,14 +256,14 @@ impl Redundant {
         Ok(report)
     }
 
-    /// Rebuilds onto `new` the shards of one container that sit on `old` or
-    /// on no branch.
+    /// Rebuilds the shards of one container that sit on `old` or on no
+    /// branch: onto `new`, or (`None`) onto spare branches.
     fn rebuild_container(
         &self,
         key: &BlobKey,
         entry: &Entry,
         old: BranchId,
-        new: BranchId,
+        new: Option<BranchId>,
     ) -> RebuildReport {
         let mut report = RebuildReport::default();
         let targets: Vec<u16> = (0..)
@@ -269,20 +290,24 @@ impl Redundant {
         entry: &Entry,
         index: u16,
         old: BranchId,
-        new: BranchId,
+        new: Option<BranchId>,
         report: &mut RebuildReport,
     ) -> Result<(), String> {
         let layout = &entry.layout;
         let all = 0..layout.blocks();
         let here = &entry.locations[usize::from(index)];
-        if here.contains(&new) {
-            if self.read_shard(key, layout, index, new, &all).is_ok() {
-                report.already_present += 1;
-                self.map
-                    .update(key, |locs| locs[usize::from(index)].retain(|id| *id != old));
-                return Ok(());
-            }
-        } else if entry.holds(new) {
+        let copied = here
+            .iter()
+            .copied()
+            .filter(|id| *id != old && new.is_none_or(|n| n == *id))
+            .find(|id| self.read_shard(key, layout, index, *id, &all).is_ok());
+        if copied.is_some() {
+            report.already_present += 1;
+            self.map
+                .update(key, |locs| locs[usize::from(index)].retain(|id| *id != old));
+            return Ok(());
+        }
+        if new.is_some_and(|n| entry.holds(n) && !here.contains(&n)) {
             report.conflicts.push(key.clone());
             return Ok(());
         }
@@ -298,15 +323,34 @@ impl Redundant {
             }
         };
         let blob = shard::encode(layout, index, &payload);
-        self.put_fresh(new, &shard_key(key, index), &blob)
-            .map_err(|e| e.to_string())?;
-        report.rebuilt += 1;
-        self.map.update(key, |locs| {
-            let place = &mut locs[usize::from(index)];
-            place.retain(|id| *id != old && *id != new);
-            place.push(new);
-        });
-        Ok(())
+        let targets = match new {
+            Some(new) => vec![new],
+            None => {
+                let current = self.map.get(key).unwrap_or_else(|| Arc::new(entry.clone()));
+                self.spare_branches(key, &current, index)
+            }
+        };
+        let mut errors = Vec::new();
+        for to in targets {
+            match self.put_fresh(to, &shard_key(key, index), &blob) {
+                Ok(()) => {
+                    report.rebuilt += 1;
+                    self.map.update(key, |locs| {
+                        let place = &mut locs[usize::from(index)];
+                        place.retain(|id| *id != old && *id != to);
+                        place.push(to);
+                    });
+                    return Ok(());
+                }
+                Err(e) => errors.push(format!("{}: {e}", self.member(to).name)),
+            }
+        }
+        if errors.is_empty() {
+            errors.push(
+                "no other branch can take it without holding two shards of one container".into(),
+            );
+        }
+        Err(errors.join("; "))
     }
 
     /// The whole payloads of shards `lost`, rebuilt from `good` plus

@@ -131,3 +131,49 @@ fn retiring_waits_for_a_put_in_flight() {
     assert!(branches_of(&rig, &k).contains(&BranchId(1)));
     writer.join().unwrap();
 }
+
+#[test]
+fn spreading_off_a_branch_balances_over_the_others_and_resumes() {
+    let rig = Rig::new(5);
+    let all = rig.all();
+    let mut stored = Vec::new();
+    for i in 0..30 {
+        let k = key(&format!("containers/{i:04}"));
+        let data = pattern(8_000, i);
+        rig.store.put(&k, &data, &policy("mirror:2"), &all).unwrap();
+        stored.push((k, data));
+    }
+    let gone = BranchId(0);
+    let on_gone = stored
+        .iter()
+        .filter(|(k, _)| branches_of(&rig, k).contains(&gone))
+        .count();
+    assert!(on_gone > 4, "{on_gone}");
+    let mut before = [0usize; 5];
+    for (k, _) in &stored {
+        branches_of(&rig, k)
+            .iter()
+            .for_each(|id| before[usize::from(id.0)] += 1);
+    }
+    rig.store.retire(gone, None).unwrap();
+    let report = rig.store.spread_off(gone, |_| {}).unwrap();
+    assert_eq!(report.rebuilt, on_gone, "{report:?}");
+    assert!(report.failed.is_empty(), "{report:?}");
+    let mut took = [0usize; 5];
+    for (k, data) in &stored {
+        let ids = branches_of(&rig, k);
+        assert!(!ids.contains(&gone), "{k}: {ids:?}");
+        assert_eq!(ids.len(), 2, "{k}: {ids:?}");
+        assert_ne!(ids[0], ids[1], "{k}: {ids:?}");
+        ids.iter().for_each(|id| took[usize::from(id.0)] += 1);
+        assert_eq!(rig.store.get(k).unwrap(), *data);
+    }
+    // Every other branch took part of the moved shards.
+    let before_each = 2 * stored.len() / 4;
+    assert!(
+        took[1..].iter().all(|&n| n > before_each - on_gone),
+        "{took:?}"
+    );
+    let again = rig.store.spread_off(gone, |_| {}).unwrap();
+    assert_eq!((again.rebuilt, again.containers), (0, 0), "{again:?}");
+}
