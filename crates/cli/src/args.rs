@@ -423,8 +423,9 @@ pub struct RedundancyBenchArgs {
     /// flight.
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub in_flight: usize,
-    /// Rounds of the healthy reads and of the slow-mirror reads, each
-    /// reported as its median (the other figures are one pass each).
+    /// Rounds of the healthy writes and reads, the end-to-end puts and the
+    /// slow-mirror reads, each reported as its median (the degraded reads
+    /// and the rebuild are one pass each).
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub rounds: usize,
     /// Seed of the random data (the same seed gives the same bytes).

@@ -21,6 +21,8 @@ use serde::Serialize;
 
 use crate::args::RedundancyBenchArgs;
 
+mod put;
+
 /// Enough for the widest policy, rs:8+3, plus the empty branch a rebuild
 /// fills.
 const BRANCHES: usize = 12;
@@ -92,6 +94,7 @@ struct Row {
 }
 
 struct Bench {
+    scratch: PathBuf,
     store: Arc<Redundant>,
     slots: Vec<Slot>,
     data: Vec<Vec<u8>>,
@@ -186,6 +189,7 @@ impl Bench {
             })
             .collect();
         Ok(Bench {
+            scratch: scratch.to_path_buf(),
             store,
             slots,
             data,
@@ -208,33 +212,46 @@ impl Bench {
         self.degraded()?;
         self.slow_mirror()?;
         self.rebuild()?;
-        let order = ["write", "read", "degraded", "rebuild", "slow"];
+        let rows = put::section(&self.scratch, &self.data, self.rounds)?;
+        self.rows.extend(rows);
+        let order = ["write", "put", "read", "degraded", "rebuild", "slow"];
         self.rows
             .sort_by_key(|r| order.iter().position(|s| *s == r.section));
         Ok(())
     }
 
     fn healthy(&mut self) -> Result<()> {
-        let mut writes = Vec::new();
-        for text in POLICIES {
-            let set = Set::new(text);
-            eprintln!("writing {text}");
-            let pass = self.write_pass(&set)?;
-            writes.push((text, pass));
+        // Rounds of all five, alternating, like the reads: a write pass is
+        // short, and this disk's speed swings within a minute. Every round
+        // but the last deletes what it wrote (untimed).
+        let mut writes: Vec<Vec<Pass>> = POLICIES.iter().map(|_| Vec::new()).collect();
+        for round in 1..=self.rounds {
+            for (text, all) in POLICIES.iter().zip(&mut writes) {
+                let set = Set::new(text);
+                eprintln!("writing {text} (round {round} of {})", self.rounds);
+                all.push(self.write_pass(&set)?);
+                if round < self.rounds {
+                    for i in 0..self.data.len() {
+                        self.store.delete(&set.key(i))?;
+                    }
+                }
+            }
         }
-        let base = writes[0].1.mb_per_s();
-        for (text, pass) in writes {
+        let mut base = None;
+        for (text, mut all) in POLICIES.into_iter().zip(writes) {
             let set = Set::new(text);
+            let (pass, spread) = median(&mut all);
             let stored = shards_bytes(&set, pass.bytes);
-            let mut row = new_row("write", text.to_string(), &pass);
-            row.ratio = Some(pass.mb_per_s() / base);
+            let mut row = new_row("write", text.to_string(), pass);
+            let single = *base.get_or_insert(pass.mb_per_s());
+            row.ratio = Some(pass.mb_per_s() / single);
             row.vs = Some("single".into());
             if matches!(set.policy, Policy::ReedSolomon { .. }) {
                 row.target = Some(format!(">= {WRITE_TARGET:.2}x single"));
                 row.met = row.ratio.map(|r| r >= WRITE_TARGET);
             }
             row.note = format!(
-                "{:.0} MB of shards over {} branch(es), each fsync'd",
+                "{:.0} MB of shards over {} branch(es), each fsync'd; {spread}",
                 stored as f64 / MB,
                 set.allowed.len()
             );
