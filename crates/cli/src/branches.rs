@@ -94,6 +94,9 @@ pub fn run(root: &Path, cmd: BranchCommand, quiet: bool) -> Result<ExitCode> {
             }
         }
         BranchCommand::Replace { old, new: to } => {
+            if old == to {
+                bail!("a branch cannot replace itself ({old:?}); name the branch to rebuild onto");
+            }
             let new = without_branch(&text, &old, Some(&to))?;
             check(&new).context(format!("branch {old:?} cannot be replaced by {to:?}"))?;
             let v = ops::run(

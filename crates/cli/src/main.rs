@@ -34,11 +34,15 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("cairn: error: {e}");
+            // Many errors repeat their source in their own message: print
+            // each cause only if nothing printed yet says it already.
+            let mut said = vec![e.to_string()];
             let mut source = e.source();
             while let Some(s) = source {
                 let text = s.to_string();
-                if !e.to_string().contains(&text) {
+                if !said.iter().any(|t| t.contains(&text)) {
                     eprintln!("  caused by: {text}");
+                    said.push(text);
                 }
                 source = s.source();
             }

@@ -19,8 +19,8 @@ use super::{median, new_row, Pass, Row, BRANCHES, POLICIES, WRITE_TARGET};
 /// returns one row per policy (the median).
 pub(super) fn section(scratch: &Path, data: &[Vec<u8>], rounds: usize) -> Result<Vec<Row>> {
     let source = scratch.join("put-source.bin");
-    let mut f = fs::File::create(&source)
-        .with_context(|| format!("cannot create {}", source.display()))?;
+    let mut f =
+        fs::File::create(&source).with_context(|| format!("cannot create {}", source.display()))?;
     for part in data {
         f.write_all(part)?;
     }
