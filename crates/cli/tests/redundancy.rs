@@ -1,6 +1,7 @@
 //! Redundancy through a real mount and the real `cairn` commands: files
 //! under every policy read back exactly after losing as many branches as
-//! their policy tolerates (deleted directories, garbage shards), one more
+//! their policy tolerates (deleted directories, garbage shards, reads that
+//! fail with an I/O error), one more
 //! loss is reported with the files it affects, scrub heals, `branch
 //! replace` survives `kill -9`, rules and xattrs choose policies, and bad
 //! configurations are refused naming the culprit.
@@ -237,6 +238,37 @@ fn every_policy_reads_back_after_its_tolerance_of_losses_and_one_more_is_named()
     let mut others = files.clone();
     others.remove("mirror/f0");
     assert_reads_back(&m, &others);
+    let (repo, _) = m.unmount();
+
+    // An I/O error from the kernel (not a missing or garbled blob): once
+    // the mount has mapped them, every shard file on r1 becomes a
+    // directory, so reading it fails with EISDIR. Coded reads always fetch
+    // the data shards, so the rs files meet it and rebuild from parity.
+    let m = mount(&repo, base.path());
+    let on_r1 = shard_files(&br.join("r1"));
+    assert!(!on_r1.is_empty());
+    for shard in on_r1 {
+        fs::remove_file(&shard).unwrap();
+        fs::create_dir(&shard).unwrap();
+    }
+    let rs: BTreeMap<String, Vec<u8>> = files
+        .iter()
+        .filter(|(k, _)| k.starts_with("rs/"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    assert_reads_back(&m, &rs);
+    let status = json(&repo, &["status", "--json"]);
+    let r1 = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "r1")
+        .unwrap();
+    assert_eq!(r1["degraded"], true, "{status}");
+    assert!(
+        r1["last_error"].as_str().unwrap().contains("directory"),
+        "{status}"
+    );
     m.unmount();
 }
 
