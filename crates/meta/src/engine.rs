@@ -19,6 +19,7 @@
 use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::Path;
+use std::sync::Mutex;
 
 use cas::ChunkId;
 use redb::{
@@ -318,6 +319,9 @@ struct W<'t> {
     cache: HashMap<u64, (Rec, bool)>,
     files_delta: i64,
     dirs_delta: i64,
+    /// A table was changed directly (not through the record cache): if the
+    /// operation then fails, its batch cannot be kept.
+    mutated: bool,
 }
 
 impl<'t> W<'t> {
@@ -331,6 +335,7 @@ impl<'t> W<'t> {
             cache: HashMap::new(),
             files_delta: 0,
             dirs_delta: 0,
+            mutated: false,
         })
     }
 
@@ -380,12 +385,14 @@ impl<'t> W<'t> {
         ino: InodeId,
         kind: FileKind,
     ) -> Result<()> {
+        self.mutated = true;
         self.dirents
             .insert(dkey(parent, name).as_slice(), dval(ino, kind))?;
         Ok(())
     }
 
     fn del_entry(&mut self, parent: InodeId, name: &[u8]) -> Result<()> {
+        self.mutated = true;
         self.dirents.remove(dkey(parent, name).as_slice())?;
         Ok(())
     }
@@ -418,6 +425,7 @@ impl<'t> W<'t> {
 
     fn alloc_ino(&mut self) -> Result<InodeId> {
         let next = self.meta.get(NEXT_INO)?.map(|v| v.value()).unwrap_or(2);
+        self.mutated = true;
         self.meta.insert(NEXT_INO, next + 1)?;
         Ok(InodeId(next))
     }
@@ -439,6 +447,7 @@ impl<'t> W<'t> {
             self.files_delta -= 1;
         }
         self.cache.remove(&ino.0);
+        self.mutated = true;
         self.inodes.remove(ino.0)?;
         self.orphans.remove(ino.0)?;
         let range = prefix_range(ino.0);
@@ -457,6 +466,7 @@ impl<'t> W<'t> {
         let out = rec.inode.clone();
         if out.attr.nlink == 0 {
             if keep_orphan {
+                self.mutated = true;
                 self.orphans.insert(ino.0, ())?;
             } else {
                 self.delete_inode(ino)?;
@@ -502,8 +512,37 @@ impl<'t> W<'t> {
 // ---------------------------------------------------------------------------
 
 /// The metadata store in one redb file.
+///
+/// Changes are batched: each operation runs in the one open write
+/// transaction, and that transaction is committed (without fsync) when a
+/// read needs to see it, after [`MAX_BATCH`] operations, or durably by
+/// [`MetaStore::sync`]. A redb commit costs several times the operation it
+/// commits (dirty-page checksums, allocator bookkeeping), and a file
+/// created, written and closed is two operations with no read between.
+/// Durability is what it was: nothing is durable before `sync`.
 pub struct RedbMeta {
     pub(crate) db: Database,
+    batch: Mutex<Batch>,
+}
+
+/// Operations applied but not yet committed.
+#[derive(Default)]
+struct Batch {
+    tx: Option<WriteTransaction>,
+    ops: usize,
+}
+
+/// Operations per commit at most, which bounds redb's dirty pages.
+const MAX_BATCH: usize = 256;
+
+impl Drop for RedbMeta {
+    /// Leaves nothing applied but uncommitted (a process that exits without
+    /// `sync` loses it anyway; one that reopens the store sees it).
+    fn drop(&mut self) {
+        if let Err(e) = self.settle() {
+            eprintln!("cairn: committing the last metadata changes failed: {e}");
+        }
+    }
 }
 
 impl std::fmt::Debug for RedbMeta {
@@ -590,32 +629,74 @@ impl RedbMeta {
             w.flush()?;
         }
         tx.commit()?;
-        Ok(RedbMeta { db })
+        Ok(RedbMeta {
+            db,
+            batch: Mutex::new(Batch::default()),
+        })
     }
 
-    /// Runs `f` in one write transaction, committed without fsync if it
-    /// succeeds and aborted if it fails.
+    /// Runs `f` as one operation of the open batch. A failed operation
+    /// leaves the batch as it was, since operations check everything before
+    /// they change a table; one that fails after changing one (a storage
+    /// error) takes the whole uncommitted batch down with it, as a crash
+    /// would.
     fn write<T>(&self, f: impl FnOnce(&mut W<'_>) -> Result<T>) -> Result<T> {
-        let mut tx = self.db.begin_write()?;
-        tx.set_durability(Durability::None)?;
-        let out = {
-            let mut w = W::open(&tx)?;
-            match f(&mut w) {
-                Ok(v) => w.flush().map(|()| v),
-                Err(e) => Err(e),
+        let mut batch = self.batch.lock().unwrap();
+        let tx = match batch.tx.take() {
+            Some(tx) => tx,
+            None => {
+                let mut tx = self.db.begin_write()?;
+                tx.set_durability(Durability::None)?;
+                tx
             }
+        };
+        let (out, clean) = match W::open(&tx) {
+            Err(e) => (Err(e), false),
+            Ok(mut w) => match f(&mut w) {
+                Ok(v) => (w.flush().map(|()| v), false),
+                Err(e) => {
+                    let clean = !w.mutated && !matches!(e, MetaError::Store(_));
+                    (Err(e), clean)
+                }
+            },
         };
         match out {
             Ok(v) => {
-                tx.commit()?;
+                batch.ops += 1;
+                if batch.ops >= MAX_BATCH {
+                    batch.ops = 0;
+                    tx.commit()?;
+                } else {
+                    batch.tx = Some(tx);
+                }
                 Ok(v)
             }
+            Err(e) if clean && batch.ops > 0 => {
+                batch.tx = Some(tx);
+                Err(e)
+            }
             Err(e) => {
+                batch.ops = 0;
                 // The error of the operation is the one that matters.
                 let _ = tx.abort();
                 Err(e)
             }
         }
+    }
+
+    /// Commits the open batch (without fsync), so read transactions see it.
+    fn settle(&self) -> Result<()> {
+        let mut batch = self.batch.lock().unwrap();
+        batch.ops = 0;
+        match batch.tx.take() {
+            Some(tx) => Ok(tx.commit()?),
+            None => Ok(()),
+        }
+    }
+
+    fn begin_read(&self) -> Result<redb::ReadTransaction> {
+        self.settle()?;
+        Ok(self.db.begin_read()?)
     }
 
     /// Checks every invariant of the store (an fsck): entries point at
@@ -624,7 +705,7 @@ impl RedbMeta {
     /// next inode number are right, xattrs belong to inodes. Returns the
     /// problems found, none when the store is consistent.
     pub fn verify(&self) -> Result<Vec<String>> {
-        let tx = self.db.begin_read()?;
+        let tx = self.begin_read()?;
         let inodes = tx.open_table(INODES)?;
         let dirents = tx.open_table(DIRENTS)?;
         let xattrs = tx.open_table(XATTRS)?;
@@ -758,36 +839,82 @@ impl RedbMeta {
     }
 }
 
-impl MetaStore for RedbMeta {
-    fn get(&self, ino: InodeId) -> Result<Inode> {
-        let tx = self.db.begin_read()?;
-        let inodes = tx.open_table(INODES)?;
-        match inodes.get(ino.0)? {
-            Some(v) => Ok(decode(ino.0, v.value())?.inode),
-            None => Err(MetaError::NotFound),
+/// Reads both a read transaction and the open batch serve.
+fn get_in(inodes: &impl ReadableTable<u64, &'static [u8]>, ino: InodeId) -> Result<Inode> {
+    match inodes.get(ino.0)? {
+        Some(v) => Ok(decode(ino.0, v.value())?.inode),
+        None => Err(MetaError::NotFound),
+    }
+}
+
+fn lookup_in(
+    inodes: &impl ReadableTable<u64, &'static [u8]>,
+    dirents: &impl ReadableTable<&'static [u8], [u8; 9]>,
+    parent: InodeId,
+    name: &[u8],
+) -> Result<Inode> {
+    match inodes.get(parent.0)? {
+        None => return Err(MetaError::NotFound),
+        Some(v) if record_kind(parent.0, v.value())? != FileKind::Dir => {
+            return Err(MetaError::NotDir)
         }
+        Some(_) => {}
+    }
+    let Some(v) = dirents.get(dkey(parent, name).as_slice())? else {
+        return Err(MetaError::NotFound);
+    };
+    let (ino, _) = dval_decode(v.value())?;
+    match inodes.get(ino.0)? {
+        Some(v) => Ok(decode(ino.0, v.value())?.inode),
+        None => Err(corrupt(format!("entry for missing inode {}", ino.0))),
+    }
+}
+
+fn xattr_in(
+    inodes: &impl ReadableTable<u64, &'static [u8]>,
+    xattrs: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    ino: InodeId,
+    name: &[u8],
+) -> Result<Vec<u8>> {
+    if inodes.get(ino.0)?.is_none() {
+        return Err(MetaError::NotFound);
+    }
+    let v = xattrs.get(dkey(ino, name).as_slice())?;
+    v.map(|v| v.value().to_vec()).ok_or(MetaError::NoXattr)
+}
+
+impl MetaStore for RedbMeta {
+    // The reads file operations start with are served from the open batch
+    // when there is one, so they do not force a commit.
+    fn get(&self, ino: InodeId) -> Result<Inode> {
+        let batch = self.batch.lock().unwrap();
+        if let Some(tx) = &batch.tx {
+            return get_in(&tx.open_table(INODES)?, ino);
+        }
+        drop(batch);
+        let tx = self.db.begin_read()?;
+        get_in(&tx.open_table(INODES)?, ino)
     }
 
     fn lookup(&self, parent: InodeId, name: &[u8]) -> Result<Inode> {
         check_name(name)?;
+        let batch = self.batch.lock().unwrap();
+        if let Some(tx) = &batch.tx {
+            return lookup_in(
+                &tx.open_table(INODES)?,
+                &tx.open_table(DIRENTS)?,
+                parent,
+                name,
+            );
+        }
+        drop(batch);
         let tx = self.db.begin_read()?;
-        let inodes = tx.open_table(INODES)?;
-        let dirents = tx.open_table(DIRENTS)?;
-        match inodes.get(parent.0)? {
-            None => return Err(MetaError::NotFound),
-            Some(v) if record_kind(parent.0, v.value())? != FileKind::Dir => {
-                return Err(MetaError::NotDir)
-            }
-            Some(_) => {}
-        }
-        let Some(v) = dirents.get(dkey(parent, name).as_slice())? else {
-            return Err(MetaError::NotFound);
-        };
-        let (ino, _) = dval_decode(v.value())?;
-        match inodes.get(ino.0)? {
-            Some(v) => Ok(decode(ino.0, v.value())?.inode),
-            None => Err(corrupt(format!("entry for missing inode {}", ino.0))),
-        }
+        lookup_in(
+            &tx.open_table(INODES)?,
+            &tx.open_table(DIRENTS)?,
+            parent,
+            name,
+        )
     }
 
     fn create(&self, parent: InodeId, name: &[u8], new: NewInode, now: Timestamp) -> Result<Inode> {
@@ -1003,7 +1130,7 @@ impl MetaStore for RedbMeta {
     }
 
     fn readdir(&self, dir: InodeId, after: Option<&[u8]>, limit: usize) -> Result<Vec<DirEntry>> {
-        let tx = self.db.begin_read()?;
+        let tx = self.begin_read()?;
         let inodes = tx.open_table(INODES)?;
         let dirents = tx.open_table(DIRENTS)?;
         match inodes.get(dir.0)? {
@@ -1089,13 +1216,14 @@ impl MetaStore for RedbMeta {
 
     fn get_xattr(&self, ino: InodeId, name: &[u8]) -> Result<Vec<u8>> {
         check_xattr_name(name)?;
-        let tx = self.db.begin_read()?;
-        if tx.open_table(INODES)?.get(ino.0)?.is_none() {
-            return Err(MetaError::NotFound);
+        // The kernel asks for security.capability before every write.
+        let batch = self.batch.lock().unwrap();
+        if let Some(tx) = &batch.tx {
+            return xattr_in(&tx.open_table(INODES)?, &tx.open_table(XATTRS)?, ino, name);
         }
-        let xattrs = tx.open_table(XATTRS)?;
-        let v = xattrs.get(dkey(ino, name).as_slice())?;
-        v.map(|v| v.value().to_vec()).ok_or(MetaError::NoXattr)
+        drop(batch);
+        let tx = self.db.begin_read()?;
+        xattr_in(&tx.open_table(INODES)?, &tx.open_table(XATTRS)?, ino, name)
     }
 
     fn set_xattr(
@@ -1116,13 +1244,14 @@ impl MetaStore for RedbMeta {
                 XattrFlags::Replace if !exists => return Err(MetaError::NoXattr),
                 _ => {}
             }
+            w.mutated = true;
             w.xattrs.insert(key.as_slice(), value)?;
             Ok(())
         })
     }
 
     fn list_xattr(&self, ino: InodeId) -> Result<Vec<Vec<u8>>> {
-        let tx = self.db.begin_read()?;
+        let tx = self.begin_read()?;
         if tx.open_table(INODES)?.get(ino.0)?.is_none() {
             return Err(MetaError::NotFound);
         }
@@ -1139,9 +1268,11 @@ impl MetaStore for RedbMeta {
         check_xattr_name(name)?;
         self.write(|w| {
             w.rec_mut(ino)?.inode.attr.ctime = now;
+            // A removal that found nothing changed nothing.
             if w.xattrs.remove(dkey(ino, name).as_slice())?.is_none() {
                 return Err(MetaError::NoXattr);
             }
+            w.mutated = true;
             Ok(())
         })
     }
@@ -1169,7 +1300,7 @@ impl MetaStore for RedbMeta {
     }
 
     fn for_each_content(&self, f: &mut dyn FnMut(InodeId, &Content, u64)) -> Result<()> {
-        let tx = self.db.begin_read()?;
+        let tx = self.begin_read()?;
         let inodes = tx.open_table(INODES)?;
         for entry in inodes.iter()? {
             let (k, v) = entry?;
@@ -1184,7 +1315,7 @@ impl MetaStore for RedbMeta {
     }
 
     fn counts(&self) -> Result<Counts> {
-        let tx = self.db.begin_read()?;
+        let tx = self.begin_read()?;
         let meta = tx.open_table(META)?;
         let get = |key: &str| -> Result<u64> { Ok(meta.get(key)?.map(|v| v.value()).unwrap_or(0)) };
         Ok(Counts {
@@ -1194,11 +1325,16 @@ impl MetaStore for RedbMeta {
     }
 
     fn view(&self) -> Result<Box<dyn crate::MetaView>> {
-        Ok(Box::new(crate::view::RedbView(self.db.begin_read()?)))
+        Ok(Box::new(crate::view::RedbView(self.begin_read()?)))
     }
 
     fn sync(&self) -> Result<()> {
-        let mut tx = self.db.begin_write()?;
+        let mut batch = self.batch.lock().unwrap();
+        batch.ops = 0;
+        let mut tx = match batch.tx.take() {
+            Some(tx) => tx,
+            None => self.db.begin_write()?,
+        };
         tx.set_durability(Durability::Immediate)?;
         tx.commit()?;
         Ok(())
