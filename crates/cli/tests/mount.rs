@@ -495,3 +495,45 @@ fn memory_stays_bounded_under_a_write_flood() {
     );
     m.unmount();
 }
+
+#[test]
+fn a_write_or_truncate_by_another_user_clears_set_id_bits() {
+    use std::os::unix::process::CommandExt;
+    let base = tempfile::tempdir().unwrap();
+    let m = Mount::new(base.path());
+    // The mount point's parents must let another user through.
+    fs::set_permissions(base.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let as_user = |script: &str| {
+        let out = Command::new("sh")
+            .args(["-c", script])
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    for (name, how) in [("w", "printf x >> "), ("t", "truncate -s 1 ")] {
+        let p = m.path(name);
+        fs::write(&p, b"abc").unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o6777)).unwrap();
+        as_user(&format!("{how}{}", p.display()));
+        let mode = fs::metadata(&p).unwrap().mode() & 0o7777;
+        assert_eq!(mode, 0o0777, "{name}: {mode:o}");
+    }
+    // Root keeps them, as with CAP_FSETID.
+    let p = m.path("root");
+    fs::write(&p, b"abc").unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o6777)).unwrap();
+    OpenOptions::new()
+        .append(true)
+        .open(&p)
+        .unwrap()
+        .write_all(b"d")
+        .unwrap();
+    assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o6777);
+    m.unmount();
+}
