@@ -409,6 +409,41 @@ pub enum BenchCommand {
     /// they are flagged WARM. Exits 2 if data read back differs from what
     /// was written.
     Redundancy(RedundancyBenchArgs),
+    /// The file system through the mount against the raw store (`put`/
+    /// `get`), a bindfs passthrough mount and a plain directory: a 4 GiB
+    /// file written and read, a second copy, Postmark, 20,000 small files
+    /// created and read cold, the daemon's peak RSS. Runs bench/fs.py
+    /// (built in) with this binary; every argument is passed on (see
+    /// `cairn bench fs -- --help`). Run it as root.
+    Fs {
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
+    },
+    /// Ingest and restore against restic and borg on the same data: runs
+    /// bench/ingest.py (built in) with this binary; arguments are passed on.
+    Ingest {
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
+    },
+    /// Garbage collection against restic's forget + prune, and the cost of
+    /// a version: runs bench/gc.py (built in) with this binary; arguments
+    /// are passed on.
+    Gc {
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Args, Debug)]

@@ -1,5 +1,6 @@
-//! Measurements the benchmark scripts under `bench/` call, and benchmarks
-//! that run whole inside cairn (`bench redundancy`).
+//! Measurements the benchmark scripts under `bench/` call, benchmarks that
+//! run whole inside cairn (`bench redundancy`), and those scripts themselves
+//! (`bench fs`, `ingest`, `gc`).
 
 use std::fs::File;
 use std::process::ExitCode;
@@ -13,6 +14,7 @@ use rayon::prelude::*;
 use crate::args::BenchCommand;
 
 mod redundancy;
+mod scripts;
 
 pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
@@ -35,5 +37,8 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         BenchCommand::Redundancy(args) => redundancy::run(args),
+        BenchCommand::Fs { args } => scripts::run("fs.py", &args),
+        BenchCommand::Ingest { args } => scripts::run("ingest.py", &args),
+        BenchCommand::Gc { args } => scripts::run("gc.py", &args),
     }
 }
