@@ -73,7 +73,7 @@ pub fn run(root: &Path, cmd: BranchCommand, quiet: bool) -> Result<ExitCode> {
                 return Err(e).context(format!("branch {name:?} was not added"));
             }
             if !quiet {
-                eprintln!("added branch {name:?}");
+                say!("added branch {name:?}");
             }
         }
         BranchCommand::Remove { name } => {
@@ -90,7 +90,7 @@ pub fn run(root: &Path, cmd: BranchCommand, quiet: bool) -> Result<ExitCode> {
             let out: MoveOut = serde_json::from_value(v)?;
             report(&out, quiet)?;
             if !quiet {
-                eprintln!("removed branch {name:?} from cairn.toml; its directory or bucket is left as it was");
+                say!("removed branch {name:?} from cairn.toml; its directory or bucket is left as it was");
             }
         }
         BranchCommand::Replace { old, new: to } => {
@@ -111,7 +111,7 @@ pub fn run(root: &Path, cmd: BranchCommand, quiet: bool) -> Result<ExitCode> {
             let out: MoveOut = serde_json::from_value(v)?;
             report(&out, quiet)?;
             if !quiet {
-                eprintln!("replaced branch {old:?} by {to:?}");
+                say!("replaced branch {old:?} by {to:?}");
             }
         }
     }
@@ -163,9 +163,7 @@ pub fn move_off(
         Ok(out) if out.failed.is_empty() => write_checked(root, config)?,
         _ => {
             if let Err(e) = reconfigure(root, fs) {
-                eprintln!(
-                    "cairn: cannot reinstate the branches of {CONFIG} after a failed move: {e:#}"
-                );
+                say!("cairn: cannot reinstate the branches of {CONFIG} after a failed move: {e:#}");
             }
         }
     }
@@ -174,9 +172,10 @@ pub fn move_off(
 
 fn report(out: &MoveOut, quiet: bool) -> Result<()> {
     if !quiet {
-        eprintln!(
+        say!(
             "{} shards written, {} already in place",
-            out.rebuilt, out.already_present
+            out.rebuilt,
+            out.already_present
         );
     }
     if !out.failed.is_empty() {

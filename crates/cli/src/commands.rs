@@ -75,7 +75,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 pub fn open(root: &Path, quiet: bool) -> Result<Repo> {
     let repo = Repo::open(root)?;
     if repo.discarded_partials > 0 && !quiet {
-        eprintln!(
+        say!(
             "cairn: discarded {} partial container(s) left by an interrupted write",
             repo.discarded_partials
         );
@@ -92,7 +92,7 @@ fn open_for_rebuild(root: &Path, quiet: bool) -> Result<Repo> {
             std::fs::rename(&path, &aside).with_context(|| {
                 format!("cannot move the damaged index {} aside", path.display())
             })?;
-            eprintln!(
+            say!(
                 "cairn: the index could not be opened ({source}); moved it to {} and rebuilding",
                 aside.display()
             );
@@ -105,7 +105,7 @@ fn open_for_rebuild(root: &Path, quiet: bool) -> Result<Repo> {
 fn init(root: &Path, quiet: bool) -> Result<ExitCode> {
     Repo::init(root)?;
     if !quiet {
-        eprintln!("created a cairn repository at {}", root.display());
+        say!("created a cairn repository at {}", root.display());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -134,7 +134,7 @@ fn put(repo: &Repo, args: &PutArgs, quiet: bool) -> Result<ExitCode> {
     if !quiet {
         let secs = started.elapsed().as_secs_f64();
         let s = stored.stats;
-        eprintln!(
+        say!(
             "stored {:?}: {} in {secs:.2} s ({}); {} chunks, {} new ({} new data, {} after compression)",
             args.name,
             ui::bytes(stored.len),
@@ -164,7 +164,7 @@ fn get(repo: &Repo, args: &GetArgs, quiet: bool) -> Result<ExitCode> {
     pb.finish_and_clear();
     if !quiet && args.output.is_some() {
         let secs = started.elapsed().as_secs_f64();
-        eprintln!(
+        say!(
             "read {:?}: {} in {secs:.2} s ({}), verified",
             args.label,
             ui::bytes(n),

@@ -56,7 +56,7 @@ pub fn snapshot(root: &Path, cmd: SnapshotCommand, quiet: bool) -> Result<ExitCo
         SnapshotCommand::Delete { name } => {
             ops::run(root, &Request::SnapshotDelete { name: name.clone() }, quiet)?;
             if !quiet {
-                eprintln!("deleted snapshot {name:?}; `cairn gc` reclaims its space");
+                say!("deleted snapshot {name:?}; `cairn gc` reclaims its space");
             }
         }
         SnapshotCommand::Diff { a, b } => {
@@ -86,7 +86,7 @@ fn copied(v: &Value) -> String {
 pub fn restore(root: &Path, req: Request, quiet: bool) -> Result<ExitCode> {
     let v = ops::run(root, &req, quiet)?;
     if !quiet {
-        eprintln!("restored {}", copied(&v));
+        say!("restored {}", copied(&v));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -94,7 +94,7 @@ pub fn restore(root: &Path, req: Request, quiet: bool) -> Result<ExitCode> {
 pub fn clone(root: &Path, src: String, dst: String, quiet: bool) -> Result<ExitCode> {
     let v = ops::run(root, &Request::Clone { src, dst }, quiet)?;
     if !quiet {
-        eprintln!("cloned {}", copied(&v));
+        say!("cloned {}", copied(&v));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -186,9 +186,10 @@ pub fn recover(
     pb.finish_and_clear();
     let roots = store.recover_roots()?;
     if !quiet {
-        eprintln!(
+        say!(
             "rebuilt the index from {} containers ({} chunks); {roots} roots found on the branch",
-            rebuilt.containers, rebuilt.chunks_indexed
+            rebuilt.containers,
+            rebuilt.chunks_indexed
         );
     }
     let (label, id) = match (version, snapshot) {
@@ -230,7 +231,7 @@ pub fn recover(
         std::fs::rename(&path, &aside)
             .with_context(|| format!("cannot move {} aside", path.display()))?;
         if !quiet {
-            eprintln!("moved the old metadata engine to {}", aside.display());
+            say!("moved the old metadata engine to {}", aside.display());
         }
     }
     meta::RedbMeta::import(&path, inodes, entries)?;

@@ -7,6 +7,16 @@
 //! `repo`, `recipe`, `cas`, `fs` and `gc`. While the file system is mounted,
 //! commands reach it through the daemon's control socket (`control`).
 
+/// `say!` that does not panic when stderr cannot be written (a full
+/// disk behind a redirect, a closed pipe): a message lost is better than a
+/// command that dies after its work is done.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod args;
 mod bench;
 mod branches;
@@ -33,7 +43,7 @@ fn main() -> ExitCode {
     match commands::run(args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("cairn: error: {e}");
+            say!("cairn: error: {e}");
             // Many errors repeat their source in their own message: print
             // each cause only if nothing printed yet says it already.
             let mut said = vec![e.to_string()];
@@ -41,7 +51,7 @@ fn main() -> ExitCode {
             while let Some(s) = source {
                 let text = s.to_string();
                 if !said.iter().any(|t| t.contains(&text)) {
-                    eprintln!("  caused by: {text}");
+                    say!("  caused by: {text}");
                     said.push(text);
                 }
                 source = s.source();

@@ -32,7 +32,7 @@ pub fn mount(root: &Path, args: &MountArgs, quiet: bool) -> Result<ExitCode> {
     let mountpoint = std::fs::canonicalize(&args.mountpoint).unwrap_or(args.mountpoint.clone());
     let control = crate::control::serve(&repo.root, fs.clone(), mountpoint)?;
     if !quiet {
-        eprintln!(
+        say!(
             "cairn: mounted {} at {} (Ctrl-C or `cairn umount {}` to unmount)",
             repo.root.display(),
             args.mountpoint.display(),
@@ -47,7 +47,7 @@ pub fn mount(root: &Path, args: &MountArgs, quiet: bool) -> Result<ExitCode> {
     let watcher = std::thread::spawn(move || {
         for _ in signals.forever() {
             if let Err(e) = unmounter.unmount() {
-                eprintln!("cairn: {e}");
+                say!("cairn: {e}");
             }
         }
     });
@@ -59,7 +59,7 @@ pub fn mount(root: &Path, args: &MountArgs, quiet: bool) -> Result<ExitCode> {
     fs.shutdown()
         .context("making written data durable at unmount")?;
     if !quiet {
-        eprintln!("cairn: unmounted {}", args.mountpoint.display());
+        say!("cairn: unmounted {}", args.mountpoint.display());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -88,7 +88,7 @@ pub fn umount(mountpoint: &Path) -> Result<ExitCode> {
 pub fn serve(root: &Path, mountpoint: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
     if !Repo::exists(root) {
         Repo::init(root)?;
-        eprintln!("cairn: created a repository at {}", root.display());
+        say!("cairn: created a repository at {}", root.display());
     }
     let mountpoint = match mountpoint {
         Some(m) => m,

@@ -360,3 +360,23 @@ fn help_describes_every_command() {
         .unwrap();
     assert!(String::from_utf8(out.stdout).unwrap().contains("durable"));
 }
+
+#[test]
+fn an_unwritable_stderr_costs_the_messages_not_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("r");
+    ok(&repo, &["init"]);
+    let file = dir.path().join("f");
+    fs::write(&file, b"kept").unwrap();
+    // /dev/full fails every write with ENOSPC.
+    let out = Command::new(CAIRN)
+        .arg("--repo")
+        .arg(&repo)
+        .args(["put", "--name", "f"])
+        .arg(&file)
+        .stderr(fs::File::create("/dev/full").unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(ok(&repo, &["get", "f"]), "kept");
+}

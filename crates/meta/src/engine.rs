@@ -540,7 +540,11 @@ impl Drop for RedbMeta {
     /// `sync` loses it anyway; one that reopens the store sees it).
     fn drop(&mut self) {
         if let Err(e) = self.settle() {
-            eprintln!("cairn: committing the last metadata changes failed: {e}");
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "cairn: committing the last metadata changes failed: {e}"
+            );
         }
     }
 }

@@ -51,7 +51,7 @@ pub fn run(args: RedundancyBenchArgs) -> Result<ExitCode> {
     let mut bench = Bench::new(&args, scratch.path())?;
     let outcome = bench.run_all();
     if args.keep {
-        eprintln!("kept {}", scratch.keep().display());
+        say!("kept {}", scratch.keep().display());
     }
     outcome?;
     bench.print();
@@ -63,7 +63,7 @@ pub fn run(args: RedundancyBenchArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     for m in &mismatches {
-        eprintln!("MISMATCH: {m}");
+        say!("MISMATCH: {m}");
     }
     Ok(ExitCode::from(2))
 }
@@ -171,7 +171,7 @@ impl Bench {
         let total = args.mib << 20;
         let size = args.container_mib << 20;
         let count = total.div_ceil(size) as usize;
-        eprintln!(
+        say!(
             "generating {} MiB of random data (seed {}) in {count} containers of {} MiB; branches in {}",
             args.mib,
             args.seed,
@@ -228,7 +228,7 @@ impl Bench {
         for round in 1..=self.rounds {
             for (text, all) in POLICIES.iter().zip(&mut writes) {
                 let set = Set::new(text);
-                eprintln!("writing {text} (round {round} of {})", self.rounds);
+                say!("writing {text} (round {round} of {})", self.rounds);
                 all.push(self.write_pass(&set)?);
                 if round < self.rounds {
                     for i in 0..self.data.len() {
@@ -262,7 +262,7 @@ impl Bench {
         let mut passes: Vec<Vec<Pass>> = POLICIES.iter().map(|_| Vec::new()).collect();
         for round in 1..=self.rounds {
             for (text, all) in POLICIES.iter().zip(&mut passes) {
-                eprintln!("reading {text} (round {round} of {})", self.rounds);
+                say!("reading {text} (round {round} of {})", self.rounds);
                 all.push(self.read_pass(&Set::new(text), text)?);
             }
         }
@@ -295,7 +295,7 @@ impl Bench {
                 .filter_map(|i| self.store.branch_name(BranchId(i)))
                 .collect();
             let case = format!("{text}, {lost} of {} gone", set.allowed.len());
-            eprintln!("reading {case}");
+            say!("reading {case}");
             let pass = self.read_pass(&set, &case);
             for (i, slot) in self.slots[..lost].iter().enumerate() {
                 slot.fault.heal();
@@ -335,7 +335,7 @@ impl Bench {
                 self.store.set_balancing(*balancing);
                 fast.fault.reset_counters();
                 slow.fault.reset_counters();
-                eprintln!("reading {case} (round {round} of {})", self.rounds);
+                say!("reading {case} (round {round} of {})", self.rounds);
                 let pass = self.read_pass(&set, &case);
                 reads[run].0 += fast.fault.reads();
                 reads[run].1 += slow.fault.reads();
@@ -377,7 +377,7 @@ impl Bench {
     /// again and checks no read met a fault, i.e. needed reconstruction.
     fn rebuild(&mut self) -> Result<()> {
         let set = Set::new("rs:4+2");
-        eprintln!("deleting the other policies' containers");
+        say!("deleting the other policies' containers");
         for text in POLICIES.iter().filter(|t| **t != "rs:4+2") {
             let other = Set::new(text);
             for i in 0..self.data.len() {
@@ -388,7 +388,7 @@ impl Bench {
         let dir = &self.slots[0].dir;
         fs::remove_dir_all(dir).with_context(|| format!("cannot delete {}", dir.display()))?;
         sync();
-        eprintln!("rebuilding branch b00 onto b{:02}", SPARE.0);
+        say!("rebuilding branch b00 onto b{:02}", SPARE.0);
         let started = Instant::now();
         let report = self.store.rebuild_onto(lost, SPARE, |_| {})?;
         let seconds = started.elapsed().as_secs_f64();
@@ -420,7 +420,7 @@ impl Bench {
             self.store.reset_health(id);
         }
         let case = "rs:4+2 after the rebuild".to_string();
-        eprintln!("reading {case}");
+        say!("reading {case}");
         let pass = self.read_pass(&set, &case)?;
         let faults: u64 = self
             .store

@@ -30,7 +30,7 @@ pub(super) fn section(scratch: &Path, data: &[Vec<u8>], rounds: usize) -> Result
     let mut passes: Vec<Vec<Pass>> = POLICIES.iter().map(|_| Vec::new()).collect();
     for round in 1..=rounds {
         for (text, all) in POLICIES.iter().zip(&mut passes) {
-            eprintln!("cairn put under {text} (round {round} of {rounds})");
+            say!("cairn put under {text} (round {round} of {rounds})");
             all.push(put_once(scratch, &source, text, bytes)?);
         }
     }
