@@ -1065,3 +1065,56 @@ fn concurrent_mutations_from_many_threads() {
     assert_eq!(inos.len(), 204, "every inode number was handed out once");
     assert_consistent(m);
 }
+
+/// Operations are batched into one open transaction: every read sees them
+/// at once, failures in between leave them alone, and `sync` makes them
+/// durable for the next process.
+#[test]
+fn batched_operations_are_seen_at_once_and_kept_by_sync() {
+    let (d, m) = store();
+    let dir = mkdir(&m, ROOT, "d");
+    // More operations than one batch holds, with failures among them.
+    for i in 0..600 {
+        let name = format!("f{i}");
+        let f = mkfile(&m, dir, &name);
+        assert_eq!(m.lookup(dir, name.as_bytes()).unwrap().id, f);
+        assert_eq!(m.get(f).unwrap().attr.nlink, 1);
+        assert_eq!(
+            err(m.create(dir, name.as_bytes(), new(FileKind::File), t(2))),
+            "Exists"
+        );
+        m.set_content(
+            f,
+            Content::Inline(name.clone().into_bytes()),
+            name.len() as u64,
+            t(3),
+        )
+        .unwrap();
+        assert_eq!(
+            err(m.remove_xattr(f, b"user.none", t(4))),
+            "NoXattr",
+            "a failed removal after a batched change"
+        );
+    }
+    assert_eq!(m.readdir(dir, None, 1000).unwrap().len(), 600);
+    assert_eq!(
+        m.counts().unwrap(),
+        Counts {
+            files: 600,
+            dirs: 2
+        }
+    );
+    m.sync().unwrap();
+    drop(m);
+    let m = RedbMeta::open(&d.path().join("meta.redb"), 0, 0).unwrap();
+    assert_eq!(
+        m.counts().unwrap(),
+        Counts {
+            files: 600,
+            dirs: 2
+        }
+    );
+    let f = m.lookup(dir, b"f599").unwrap();
+    assert_eq!(f.content, Content::Inline(b"f599".to_vec()));
+    assert_consistent(&m);
+}
