@@ -503,25 +503,36 @@ fn check_label(label: &str) -> Result<()> {
 }
 
 /// Makes sealed containers durable: through the redundancy layer, each
-/// under its own protection (the layer writes a container's shards in
-/// parallel), else on the plain branch in one batch.
+/// under its own protection, all at once (the layer writes a container's
+/// shards in parallel; one container at a time left the disk waiting on
+/// each one's fsyncs), else on the plain branch in one batch.
 fn put_containers(shared: &Shared, jobs: &[IoJob]) -> Vec<std::result::Result<(), String>> {
     match &shared.layer {
-        Some(layer) => jobs
-            .iter()
-            .map(|j| {
-                let p = &j.sealed.protection;
-                layer
-                    .put(
-                        &j.sealed.id.blob_key(),
-                        &j.sealed.bytes,
-                        &p.policy,
-                        &p.branches,
-                    )
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            })
-            .collect(),
+        Some(layer) => std::thread::scope(|s| {
+            let puts: Vec<_> = jobs
+                .iter()
+                .map(|j| {
+                    s.spawn(move || {
+                        let p = &j.sealed.protection;
+                        layer
+                            .put(
+                                &j.sealed.id.blob_key(),
+                                &j.sealed.bytes,
+                                &p.policy,
+                                &p.branches,
+                            )
+                            .map(|_| ())
+                            .map_err(|e| e.to_string())
+                    })
+                })
+                .collect();
+            puts.into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("the container write panicked".into()))
+                })
+                .collect()
+        }),
         None => {
             let blobs: Vec<_> = jobs
                 .iter()
