@@ -24,6 +24,7 @@
 //! - Dirty bytes are bounded: a writer past its file's limit, or past the
 //!   global limit, writes its own dirty bytes behind before it continues.
 
+mod behind;
 mod cache;
 mod file;
 pub mod history;
@@ -173,6 +174,7 @@ struct Inner {
     /// Streams of closed files whose chunks the next commit must flush.
     pending: Mutex<Vec<StreamWriter>>,
     dirty_total: AtomicUsize,
+    appliers: behind::Appliers,
     cache: Arc<ChunkCache>,
     commit_lock: Mutex<()>,
     /// See [`history`]: versions and garbage collection's marking.
@@ -247,6 +249,7 @@ impl Fs {
             files: Mutex::new(HashMap::new()),
             pending: Mutex::new(Vec::new()),
             dirty_total: AtomicUsize::new(0),
+            appliers: behind::Appliers::start(),
             commit_lock: Mutex::new(()),
             history: Mutex::new(()),
             snapshots: snapview::SnapView::default(),
@@ -313,12 +316,12 @@ impl Fs {
         }
         if let Some(size) = size {
             let state = self.inner.state(ino)?;
-            let mut f = state.lock().unwrap();
-            let before = f.dirty_bytes;
+            let mut f = self.inner.lock_settled(&state);
+            let before = f.held();
             let inner = &self.inner;
             let read = |id: &ChunkId| inner.read_one(id);
             f.truncate(size, t, &read)?;
-            inner.account(before, f.dirty_bytes);
+            inner.account(before, f.held());
             inner.finalize(&mut f)?;
             drop(f);
             self.inner.release_state(ino, state);
@@ -508,7 +511,7 @@ impl Fs {
         let Some(state) = self.inner.files.lock().unwrap().get(&ino).cloned() else {
             return Ok(());
         };
-        let mut f = state.lock().unwrap();
+        let mut f = self.inner.lock_settled(&state);
         f.handles = f.handles.saturating_sub(1);
         let result = self.inner.finalize(&mut f);
         drop(f);
@@ -540,12 +543,22 @@ impl Fs {
         writable(ino)?;
         let state = self.inner.state(ino)?;
         let mut f = state.lock().unwrap();
+        if let Some(e) = f.failed.take() {
+            drop(f);
+            self.inner.release_state(ino, state);
+            return Err(e);
+        }
         let added = f.write(offset, data, now());
         self.inner.dirty_total.fetch_add(added, Ordering::Relaxed);
-        let over = f.dirty_bytes > self.inner.settings.file_dirty_max
-            || self.inner.dirty_total.load(Ordering::Relaxed) > self.inner.settings.total_dirty_max;
-        let result = if over {
+        let settings = &self.inner.settings;
+        let result = if self.inner.dirty_total.load(Ordering::Relaxed) > settings.total_dirty_max {
+            // Past the global limit the writer waits until its bytes are
+            // stored, so that all files together stay within it.
+            f = self.inner.settle(f);
             self.inner.apply(&mut f, false)
+        } else if f.dirty_bytes > settings.file_dirty_max {
+            f = self.inner.settle(f);
+            self.inner.apply_behind(&state, &mut f)
         } else {
             Ok(())
         };
@@ -560,7 +573,7 @@ impl Fs {
         let Some(state) = self.inner.files.lock().unwrap().get(&ino).cloned() else {
             return Ok(());
         };
-        let mut f = state.lock().unwrap();
+        let mut f = self.inner.lock_settled(&state);
         self.inner.finalize(&mut f)
     }
 
@@ -803,7 +816,7 @@ impl Inner {
     fn release_state(&self, ino: InodeId, state: Arc<Mutex<FileState>>) {
         let mut files = self.files.lock().unwrap();
         let f = state.lock().unwrap();
-        if f.handles > 0 || f.changed || f.writer.is_some() {
+        if f.handles > 0 || f.changed || f.writer.is_some() || f.busy() {
             return;
         }
         drop(f);
@@ -826,15 +839,17 @@ impl Inner {
         }
     }
 
+    /// Writes the file's dirty bytes behind on this thread (no apply may be
+    /// in flight for it).
     fn apply(&self, f: &mut FileState, whole: bool) -> Result<()> {
-        let before = f.dirty_bytes;
+        let before = f.held();
         let mut writer = match f.writer.take() {
             Some(w) => w,
             None => self.open_stream(f)?,
         };
         let result = f.apply(whole, self.params, &mut writer, &self.cache);
         f.writer = Some(writer);
-        self.account(before, f.dirty_bytes);
+        self.account(before, f.held());
         result
     }
 
@@ -860,6 +875,8 @@ impl Inner {
                 }
             } else {
                 self.apply(f, true)?;
+                // Any failure of an apply in the background is mended now.
+                f.failed = None;
                 if f.extents_end() < f.size {
                     let end = f.extents_end();
                     f.extents.push(recipe::Extent {
@@ -900,7 +917,7 @@ impl Inner {
         let open: Vec<Arc<Mutex<FileState>>> =
             self.files.lock().unwrap().values().cloned().collect();
         for state in open {
-            if let Some(w) = state.lock().unwrap().writer.as_mut() {
+            if let Some(w) = self.lock_settled(&state).writer.as_mut() {
                 w.flush()?;
             }
         }
@@ -917,7 +934,7 @@ impl Inner {
             .map(|(k, v)| (*k, v.clone()))
             .collect();
         for (ino, state) in open {
-            let mut f = state.lock().unwrap();
+            let mut f = self.lock_settled(&state);
             self.finalize(&mut f)?;
             drop(f);
             self.release_state(ino, state);
