@@ -193,49 +193,56 @@ impl FileState {
         len: u64,
         chunks: &dyn Fn(&[ChunkId]) -> Result<Vec<Bytes>>,
     ) -> Result<Vec<u8>> {
+        let plan = self.read_plan(offset, len);
+        let data = chunks(&plan.ids())?;
+        Ok(plan.assemble(data))
+    }
+
+    /// What reading `offset..offset+len` needs, taken under the file's lock
+    /// so that the chunks can be fetched without it: the extents covering
+    /// the range and copies of the newer bytes over them.
+    pub fn read_plan(&self, offset: u64, len: u64) -> ReadPlan {
         let end = (offset + len).min(self.size);
         if offset >= end {
-            return Ok(Vec::new());
+            return ReadPlan {
+                offset,
+                end: offset,
+                covering: Vec::new(),
+                overlays: Vec::new(),
+            };
         }
-        let mut out = vec![0u8; (end - offset) as usize];
         let first = self.extents.partition_point(|e| e.offset + e.len <= offset);
         let covering: Vec<Extent> = self.extents[first..]
             .iter()
             .take_while(|e| e.offset < end)
             .copied()
             .collect();
-        let ids: Vec<ChunkId> = covering
-            .iter()
-            .filter(|e| e.id != HOLE)
-            .map(|e| e.id)
-            .collect();
-        let mut data = chunks(&ids)?.into_iter();
-        for e in &covering {
-            if e.id == HOLE {
-                continue;
-            }
-            let bytes = data.next().expect("one chunk per data extent");
-            let from = offset.max(e.offset);
-            let to = end.min(e.offset + e.len);
-            out[(from - offset) as usize..(to - offset) as usize]
-                .copy_from_slice(&bytes[(from - e.offset) as usize..(to - e.offset) as usize]);
-        }
-        self.overlay_in_flight(offset, &mut out);
-        self.overlay_dirty(offset, &mut out);
-        Ok(out)
-    }
-
-    /// Copies the bytes of an apply in flight that fall in
-    /// `offset..offset+buf.len()` over `buf`.
-    fn overlay_in_flight(&self, offset: u64, buf: &mut [u8]) {
-        let end = offset + buf.len() as u64;
+        let mut overlays: Vec<(u64, Bytes)> = Vec::new();
         for (s, bytes) in &self.in_flight {
             let from = offset.max(*s);
             let to = end.min(s + bytes.len() as u64);
             if from < to {
-                buf[(from - offset) as usize..(to - offset) as usize]
-                    .copy_from_slice(&bytes[(from - s) as usize..(to - s) as usize]);
+                overlays.push((from, bytes.slice((from - s) as usize..(to - s) as usize)));
             }
+        }
+        let start_key = self
+            .dirty
+            .range(..=offset)
+            .next_back()
+            .map_or(offset, |(&s, _)| s);
+        for (&s, run) in self.dirty.range(start_key..end) {
+            let from = offset.max(s);
+            let to = end.min(s + run.len() as u64);
+            if from < to {
+                let part = &run[(from - s) as usize..(to - s) as usize];
+                overlays.push((from, Bytes::copy_from_slice(part)));
+            }
+        }
+        ReadPlan {
+            offset,
+            end,
+            covering,
+            overlays,
         }
     }
 
@@ -490,6 +497,50 @@ impl FileState {
                 },
             );
         }
+    }
+}
+
+/// A read's extents and newer bytes, from [`FileState::read_plan`].
+pub struct ReadPlan {
+    offset: u64,
+    end: u64,
+    covering: Vec<Extent>,
+    /// Bytes of applies in flight and dirty runs, in the order they go on.
+    overlays: Vec<(u64, Bytes)>,
+}
+
+impl ReadPlan {
+    /// The chunks the read needs, in order.
+    pub fn ids(&self) -> Vec<ChunkId> {
+        self.covering
+            .iter()
+            .filter(|e| e.id != HOLE)
+            .map(|e| e.id)
+            .collect()
+    }
+
+    /// The bytes read, given the chunks of [`ReadPlan::ids`].
+    pub fn assemble(&self, chunks: Vec<Bytes>) -> Vec<u8> {
+        let (offset, end) = (self.offset, self.end);
+        let mut out = Vec::with_capacity((end - offset) as usize);
+        let mut data = chunks.into_iter();
+        // Extents are contiguous from `offset`; past them the file is zeros.
+        for e in &self.covering {
+            let from = (offset.max(e.offset) - e.offset) as usize;
+            let to = (end.min(e.offset + e.len) - e.offset) as usize;
+            if e.id == HOLE {
+                out.resize(out.len() + to - from, 0);
+            } else {
+                let bytes = data.next().expect("one chunk per data extent");
+                out.extend_from_slice(&bytes[from..to]);
+            }
+        }
+        out.resize((end - offset) as usize, 0);
+        for (at, bytes) in &self.overlays {
+            let from = (at - offset) as usize;
+            out[from..from + bytes.len()].copy_from_slice(bytes);
+        }
+        out
     }
 }
 

@@ -24,6 +24,7 @@
 //! - Dirty bytes are bounded: a writer past its file's limit, or past the
 //!   global limit, writes its own dirty bytes behind before it continues.
 
+mod ahead;
 mod behind;
 mod cache;
 mod file;
@@ -176,6 +177,7 @@ struct Inner {
     dirty_total: AtomicUsize,
     appliers: behind::Appliers,
     cache: Arc<ChunkCache>,
+    fetcher: ahead::Fetcher,
     commit_lock: Mutex<()>,
     /// See [`history`]: versions and garbage collection's marking.
     history: Mutex<()>,
@@ -236,11 +238,13 @@ impl Fs {
         rules: Rules,
     ) -> Result<Fs> {
         meta.purge_orphans()?;
+        let cache = Arc::new(ChunkCache::new(settings.cache_bytes));
         let inner = Arc::new(Inner {
             meta,
+            fetcher: ahead::Fetcher::start(store.clone(), cache.clone()),
             store,
             params,
-            cache: Arc::new(ChunkCache::new(settings.cache_bytes)),
+            cache,
             settings,
             rules,
             names: Mutex::new(lru::LruCache::new(
@@ -525,14 +529,17 @@ impl Fs {
         }
         let state = self.inner.state(ino)?;
         let mut f = state.lock().unwrap();
-        let sequential = offset == f.read_next;
-        f.read_next = offset + len as u64;
-        if sequential {
-            self.inner.read_ahead(&mut f, offset);
-        }
-        let inner = &self.inner;
-        let out = f.read(offset, len as u64, &|ids| inner.read_many(ids));
+        let ahead = self.inner.read_ahead(&mut f, offset, len);
+        let plan = f.read_plan(offset, len as u64);
+        // The chunks are fetched without the file's lock: the kernel's
+        // read-ahead requests for the file are served in parallel.
         drop(f);
+        self.inner.fetcher.ahead(&ahead);
+        let out = self
+            .inner
+            .fetcher
+            .get_many(&plan.ids())
+            .map(|chunks| plan.assemble(chunks));
         self.inner.release_state(ino, state);
         out
     }
@@ -976,70 +983,35 @@ impl Inner {
         Ok(data)
     }
 
-    /// Chunks by id: from the cache, else from the store (the missing ones
-    /// fetched together, on every core).
     fn read_many(&self, ids: &[ChunkId]) -> Result<Vec<Bytes>> {
-        let mut out: Vec<Option<Bytes>> = ids.iter().map(|id| self.cache.get(id)).collect();
-        let mut missing: Vec<ChunkId> = ids
-            .iter()
-            .zip(&out)
-            .filter(|(_, b)| b.is_none())
-            .map(|(id, _)| *id)
-            .collect();
-        if !missing.is_empty() {
-            missing.sort();
-            missing.dedup();
-            let fetched = self.store.read_chunks(&missing)?;
-            let by_id: HashMap<ChunkId, Bytes> = missing.into_iter().zip(fetched).collect();
-            for (i, slot) in out.iter_mut().enumerate() {
-                if slot.is_none() {
-                    let b = by_id[&ids[i]].clone();
-                    self.cache.put(ids[i], b.clone());
-                    *slot = Some(b);
-                }
-            }
-        }
-        Ok(out.into_iter().map(|b| b.expect("filled above")).collect())
+        self.fetcher.get_many(ids)
     }
 
-    /// Keeps `readahead` bytes past a sequential reader in the cache: the
-    /// chunks of the next stretch are fetched by a background thread, so the
-    /// store has several requests in flight while the reader consumes.
-    fn read_ahead(&self, f: &mut FileState, offset: u64) {
+    /// The chunks to fetch so that `readahead` bytes past a sequential
+    /// reader are in the cache; asked for in half-window strides. The
+    /// kernel's own read-ahead sends several requests at once, which arrive
+    /// in any order: one near where the last ended counts as sequential.
+    fn read_ahead(&self, f: &mut FileState, offset: u64, len: u32) -> Vec<ChunkId> {
         let window = self.settings.readahead;
-        if window == 0 || offset + window / 2 < f.read_ahead_until {
-            return;
+        let end = offset + len as u64;
+        let sequential = offset.abs_diff(f.read_next) <= window / 4;
+        f.read_next = if sequential {
+            f.read_next.max(end)
+        } else {
+            end
+        };
+        if !sequential || window == 0 || end + window / 2 < f.read_ahead_until {
+            return Vec::new();
         }
-        let from = f.read_ahead_until.max(offset);
-        let to = (offset + window).min(f.extents_end());
-        f.read_ahead_until = offset + window;
-        if from >= to {
-            return;
-        }
+        let from = f.read_ahead_until.max(end);
+        let to = (end + window).min(f.extents_end());
+        f.read_ahead_until = end + window;
         let first = f.extents.partition_point(|e| e.offset + e.len <= from);
-        let ids: Vec<ChunkId> = f.extents[first..]
+        f.extents[first..]
             .iter()
             .take_while(|e| e.offset < to)
-            .filter(|e| e.id != recipe::HOLE && !self.cache.contains(&e.id))
+            .filter(|e| e.id != recipe::HOLE)
             .map(|e| e.id)
-            .collect();
-        if ids.is_empty() {
-            return;
-        }
-        let store = self.store.clone();
-        self.store.prefetch(&ids);
-        let cache = self.cache.clone();
-        std::thread::spawn(move || {
-            for part in ids.chunks(64) {
-                match store.read_chunks(part) {
-                    Ok(chunks) => {
-                        for (id, data) in part.iter().zip(chunks) {
-                            cache.put(*id, data);
-                        }
-                    }
-                    Err(_) => return,
-                }
-            }
-        });
+            .collect()
     }
 }
