@@ -18,11 +18,15 @@ use meta::{Content, InodeId, Timestamp};
 use recipe::{Extent, HOLE};
 
 use crate::cache::ChunkCache;
+use crate::cut::cut_segments;
 use crate::{FsError, Result};
 
 /// Dirty runs closer than this are applied together (re-reading the bytes
 /// between them costs less than splitting chunks twice).
 const CLUSTER_GAP: u64 = 1 << 20;
+/// Length past which appends to a dirty run start a new run (small under
+/// test, so that the model test's files span many runs).
+const RUN_MAX: usize = if cfg!(test) { 2048 } else { 1 << 20 };
 
 pub struct FileState {
     pub ino: InodeId,
@@ -99,20 +103,27 @@ impl FileState {
     }
 
     /// Puts `data` at `offset` over whatever dirty bytes are there, merging
-    /// runs that touch so the map stays non-overlapping. A run that reaches
-    /// `offset` grows in place, so a stream of appends costs no copying.
+    /// runs that overlap so the map stays non-overlapping. A run shorter
+    /// than [`RUN_MAX`] that ends at `offset` grows in place; a longer one is
+    /// followed by a new run, so a stream of appends is never copied to make
+    /// room (applying cuts chunks across runs, see [`crate::cut`]).
     fn insert_dirty(&mut self, offset: u64, data: &[u8]) {
         if data.is_empty() {
             return;
         }
         let end = offset + data.len() as u64;
         let start = match self.dirty.range(..=offset).next_back() {
-            Some((&s, run)) if s + run.len() as u64 >= offset => s,
+            Some((&s, run))
+                if s + run.len() as u64 > offset
+                    || (s + run.len() as u64 == offset && run.len() < RUN_MAX) =>
+            {
+                s
+            }
             _ => offset,
         };
         let later: Vec<(u64, Vec<u8>)> = self
             .dirty
-            .range(start + 1..=end)
+            .range(start + 1..end)
             .map(|(&s, _)| s)
             .collect::<Vec<_>>()
             .into_iter()
@@ -362,7 +373,7 @@ impl FileState {
         }
         let mut pieces = Vec::with_capacity(regions.len());
         for (start, old_end, end) in regions {
-            let bytes = match self.take_region(start, old_end, end, store, cache) {
+            let segments = match self.take_region(start, old_end, end, store, cache) {
                 Ok(b) => b,
                 Err(e) => {
                     // The regions taken so far go back to `dirty`.
@@ -370,12 +381,16 @@ impl FileState {
                     return Err(e);
                 }
             };
-            self.in_flight.push((start, bytes.clone()));
+            let mut at = start;
+            for seg in &segments {
+                self.in_flight.push((at, seg.clone()));
+                at += seg.len() as u64;
+            }
             pieces.push(Piece {
                 start,
                 old_end,
                 keep_tail: !whole && end >= self.size,
-                bytes,
+                segments,
             });
         }
         self.dirty_bytes = self.dirty.values().map(Vec::len).sum();
@@ -401,9 +416,10 @@ impl FileState {
         (start, old_end)
     }
 
-    /// The bytes of `start..end`: the old chunks of `start..old_end`, then
-    /// the dirty runs on top, which leave `dirty`. A region that is one
-    /// dirty run and no old data (a stream of appends) is moved, not copied.
+    /// The bytes of `start..end`, in consecutive segments: the old chunks
+    /// of `start..old_end`, then the dirty runs on top, which leave `dirty`.
+    /// A region of dirty runs end to end and no old data (a stream of
+    /// appends) is moved, not copied.
     fn take_region(
         &mut self,
         start: u64,
@@ -411,15 +427,23 @@ impl FileState {
         end: u64,
         store: &Store,
         cache: &ChunkCache,
-    ) -> Result<Bytes> {
+    ) -> Result<Vec<Bytes>> {
         let a = self.extents.partition_point(|e| e.offset < start);
         let b = self.extents.partition_point(|e| e.offset < old_end);
         let old_data = self.extents[a..b].iter().any(|e| e.id != HOLE);
         if !old_data {
-            if let Some(run) = self.dirty.get(&start) {
-                if start + run.len() as u64 == end {
-                    return Ok(Bytes::from(self.dirty.remove(&start).expect("present")));
-                }
+            let mut at = start;
+            let tiled = self.dirty.range(start..end).all(|(&s, run)| {
+                let ok = s == at;
+                at += run.len() as u64;
+                ok
+            }) && at == end;
+            if tiled {
+                let keys: Vec<u64> = self.dirty.range(start..end).map(|(&s, _)| s).collect();
+                return Ok(keys
+                    .into_iter()
+                    .map(|s| Bytes::from(self.dirty.remove(&s).expect("listed")))
+                    .collect());
             }
         }
         let mut region = vec![0u8; (end - start) as usize];
@@ -439,7 +463,7 @@ impl FileState {
             let at = (s - start) as usize;
             region[at..at + run.len()].copy_from_slice(&run);
         }
-        Ok(Bytes::from(region))
+        Ok(vec![Bytes::from(region)])
     }
 
     /// The second half of an apply: the new extents go in, and the bytes in
@@ -557,7 +581,8 @@ struct Piece {
     /// The region reaches the end of the file and its last chunk is kept
     /// dirty for the next append.
     keep_tail: bool,
-    bytes: Bytes,
+    /// The region's bytes, in consecutive pieces.
+    segments: Vec<Bytes>,
 }
 
 /// A [`Job`]'s result, for [`FileState::splice`].
@@ -579,21 +604,13 @@ impl Job {
     pub fn run(self, params: ChunkerParams, writer: &mut StreamWriter) -> Result<Done> {
         let mut pieces = Vec::with_capacity(self.pieces.len());
         for p in self.pieces {
-            let ends = chunking::cut_points(&p.bytes, params);
-            let mut from = 0;
-            let mut chunks: Vec<Bytes> = ends
-                .into_iter()
-                .map(|end| {
-                    let c = p.bytes.slice(from..end);
-                    from = end;
-                    c
-                })
-                .collect();
+            let mut chunks = cut_segments(&p.segments, params);
+            let len: usize = p.segments.iter().map(Bytes::len).sum();
             // Keep the file's last chunk dirty until the file is flushed: the
             // next append will move its cut to where the content puts it.
             let tail = if p.keep_tail && chunks.len() > 1 {
                 let last = chunks.pop().expect("more than one");
-                let end = p.start + p.bytes.len() as u64;
+                let end = p.start + len as u64;
                 Some((end - last.len() as u64, last))
             } else {
                 None

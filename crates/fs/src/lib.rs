@@ -27,6 +27,7 @@
 mod ahead;
 mod behind;
 mod cache;
+mod cut;
 mod file;
 pub mod history;
 pub mod reach;
