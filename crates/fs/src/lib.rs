@@ -21,8 +21,10 @@
 //!   metadata engine, and nothing else syncs the metadata engine.
 //! - `fsync` returns only when the file's data and the metadata that reaches
 //!   it are durable.
-//! - Dirty bytes are bounded: a writer past its file's limit, or past the
-//!   global limit, writes its own dirty bytes behind before it continues.
+//! - Dirty bytes are bounded: a writer past its file's limit hands them to
+//!   an applier thread once the file's previous apply is done (they count
+//!   as dirty until stored); a writer past the global limit writes its own
+//!   dirty bytes behind, and waits for them, before it continues.
 
 mod ahead;
 mod behind;
