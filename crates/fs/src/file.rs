@@ -9,19 +9,24 @@
 //! the middle of a 4 GiB file re-stores a few hundred KiB.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar};
 
 use bytes::Bytes;
-use cas::{ChunkId, StreamWriter};
+use cas::{ChunkId, Store, StreamWriter};
 use chunking::ChunkerParams;
 use meta::{Content, InodeId, Timestamp};
 use recipe::{Extent, HOLE};
 
 use crate::cache::ChunkCache;
-use crate::Result;
+use crate::cut::cut_segments;
+use crate::{FsError, Result};
 
 /// Dirty runs closer than this are applied together (re-reading the bytes
 /// between them costs less than splitting chunks twice).
 const CLUSTER_GAP: u64 = 1 << 20;
+/// Length past which appends to a dirty run start a new run (small under
+/// test, so that the model test's files span many runs).
+const RUN_MAX: usize = if cfg!(test) { 2048 } else { 1 << 20 };
 
 pub struct FileState {
     pub ino: InodeId,
@@ -32,7 +37,19 @@ pub struct FileState {
     /// to `size`, bytes are dirty or zeros.
     pub extents: Vec<Extent>,
     pub dirty: BTreeMap<u64, Vec<u8>>,
+    /// Bytes in `dirty`.
     pub dirty_bytes: usize,
+    /// Regions of an apply in flight (their dirty bytes and the old bytes
+    /// they re-chunk), read under `dirty` until the apply is spliced in.
+    pub in_flight: Vec<(u64, Bytes)>,
+    /// The last extent ends at a content-defined cut (its successor was kept
+    /// dirty), so an append need not re-cut it.
+    end_is_cut: bool,
+    /// Signalled when an apply in flight is spliced in or abandoned.
+    pub settled: Arc<Condvar>,
+    /// Why the last apply in the background failed (its bytes are dirty
+    /// again); told to the next writer.
+    pub failed: Option<FsError>,
     pub writer: Option<StreamWriter>,
     /// Content or size differ from what the metadata engine holds.
     pub changed: bool,
@@ -52,6 +69,10 @@ impl FileState {
             extents,
             dirty: BTreeMap::new(),
             dirty_bytes: 0,
+            in_flight: Vec::new(),
+            end_is_cut: false,
+            settled: Arc::new(Condvar::new()),
+            failed: None,
             writer: None,
             changed: false,
             mtime: None,
@@ -82,20 +103,27 @@ impl FileState {
     }
 
     /// Puts `data` at `offset` over whatever dirty bytes are there, merging
-    /// runs that touch so the map stays non-overlapping. A run that reaches
-    /// `offset` grows in place, so a stream of appends costs no copying.
+    /// runs that overlap so the map stays non-overlapping. A run shorter
+    /// than [`RUN_MAX`] that ends at `offset` grows in place; a longer one is
+    /// followed by a new run, so a stream of appends is never copied to make
+    /// room (applying cuts chunks across runs, see [`crate::cut`]).
     fn insert_dirty(&mut self, offset: u64, data: &[u8]) {
         if data.is_empty() {
             return;
         }
         let end = offset + data.len() as u64;
         let start = match self.dirty.range(..=offset).next_back() {
-            Some((&s, run)) if s + run.len() as u64 >= offset => s,
+            Some((&s, run))
+                if s + run.len() as u64 > offset
+                    || (s + run.len() as u64 == offset && run.len() < RUN_MAX) =>
+            {
+                s
+            }
             _ => offset,
         };
         let later: Vec<(u64, Vec<u8>)> = self
             .dirty
-            .range(start + 1..=end)
+            .range(start + 1..end)
             .map(|(&s, _)| s)
             .collect::<Vec<_>>()
             .into_iter()
@@ -125,6 +153,7 @@ impl FileState {
         now: Timestamp,
         read: &dyn Fn(&ChunkId) -> Result<Bytes>,
     ) -> Result<()> {
+        assert!(!self.busy(), "truncate waits for the apply in flight");
         if size < self.size {
             let tails: Vec<u64> = self.dirty.range(..).map(|(&s, _)| s).collect();
             for s in tails {
@@ -142,6 +171,7 @@ impl FileState {
             if keep < self.extents.len() {
                 let e = self.extents[keep];
                 self.extents.truncate(keep);
+                self.end_is_cut = false;
                 if e.offset < size {
                     if e.id == HOLE {
                         self.extents.push(Extent {
@@ -174,35 +204,57 @@ impl FileState {
         len: u64,
         chunks: &dyn Fn(&[ChunkId]) -> Result<Vec<Bytes>>,
     ) -> Result<Vec<u8>> {
+        let plan = self.read_plan(offset, len);
+        let data = chunks(&plan.ids())?;
+        Ok(plan.assemble(data))
+    }
+
+    /// What reading `offset..offset+len` needs, taken under the file's lock
+    /// so that the chunks can be fetched without it: the extents covering
+    /// the range and copies of the newer bytes over them.
+    pub fn read_plan(&self, offset: u64, len: u64) -> ReadPlan {
         let end = (offset + len).min(self.size);
         if offset >= end {
-            return Ok(Vec::new());
+            return ReadPlan {
+                offset,
+                end: offset,
+                covering: Vec::new(),
+                overlays: Vec::new(),
+            };
         }
-        let mut out = vec![0u8; (end - offset) as usize];
         let first = self.extents.partition_point(|e| e.offset + e.len <= offset);
         let covering: Vec<Extent> = self.extents[first..]
             .iter()
             .take_while(|e| e.offset < end)
             .copied()
             .collect();
-        let ids: Vec<ChunkId> = covering
-            .iter()
-            .filter(|e| e.id != HOLE)
-            .map(|e| e.id)
-            .collect();
-        let mut data = chunks(&ids)?.into_iter();
-        for e in &covering {
-            if e.id == HOLE {
-                continue;
+        let mut overlays: Vec<(u64, Bytes)> = Vec::new();
+        for (s, bytes) in &self.in_flight {
+            let from = offset.max(*s);
+            let to = end.min(s + bytes.len() as u64);
+            if from < to {
+                overlays.push((from, bytes.slice((from - s) as usize..(to - s) as usize)));
             }
-            let bytes = data.next().expect("one chunk per data extent");
-            let from = offset.max(e.offset);
-            let to = end.min(e.offset + e.len);
-            out[(from - offset) as usize..(to - offset) as usize]
-                .copy_from_slice(&bytes[(from - e.offset) as usize..(to - e.offset) as usize]);
         }
-        self.overlay_dirty(offset, &mut out);
-        Ok(out)
+        let start_key = self
+            .dirty
+            .range(..=offset)
+            .next_back()
+            .map_or(offset, |(&s, _)| s);
+        for (&s, run) in self.dirty.range(start_key..end) {
+            let from = offset.max(s);
+            let to = end.min(s + run.len() as u64);
+            if from < to {
+                let part = &run[(from - s) as usize..(to - s) as usize];
+                overlays.push((from, Bytes::copy_from_slice(part)));
+            }
+        }
+        ReadPlan {
+            offset,
+            end,
+            covering,
+            overlays,
+        }
     }
 
     /// Copies the dirty bytes that fall in `offset..offset+buf.len()` over
@@ -238,8 +290,9 @@ impl FileState {
     }
 
     /// Writes every dirty byte behind to the store as chunks and splices the
-    /// extents. Without `whole`, the last chunk of the file stays dirty so
-    /// that the next append re-cuts it at a content-defined boundary.
+    /// extents, on this thread. Without `whole`, the last chunk of the file
+    /// stays dirty so that the next append re-cuts it at a content-defined
+    /// boundary.
     pub fn apply(
         &mut self,
         whole: bool,
@@ -247,105 +300,205 @@ impl FileState {
         writer: &mut StreamWriter,
         cache: &ChunkCache,
     ) -> Result<()> {
-        for (lo, hi) in self.clusters().into_iter().rev() {
-            self.apply_range(lo, hi, whole, params, writer, cache)?;
+        let Some(job) = self.plan(whole, writer.store(), cache)? else {
+            return Ok(());
+        };
+        match job.run(params, writer) {
+            Ok(done) => {
+                self.splice(done);
+                Ok(())
+            }
+            Err(e) => {
+                self.abort();
+                Err(e)
+            }
         }
-        self.dirty_bytes = self.dirty.values().map(Vec::len).sum();
-        Ok(())
     }
 
-    fn apply_range(
-        &mut self,
-        lo: u64,
-        hi: u64,
-        whole: bool,
-        params: ChunkerParams,
-        writer: &mut StreamWriter,
-        cache: &ChunkCache,
-    ) -> Result<()> {
+    /// Whether an apply is in flight: its bytes are readable from
+    /// `in_flight` and the extents must not change until it is spliced.
+    pub fn busy(&self) -> bool {
+        !self.in_flight.is_empty()
+    }
+
+    /// Dirty bytes held in memory: those still in `dirty` and those of an
+    /// apply in flight.
+    pub fn held(&self) -> usize {
+        self.dirty_bytes + self.in_flight.iter().map(|(_, b)| b.len()).sum::<usize>()
+    }
+
+    /// The first half of an apply: takes the dirty runs out of `dirty` into
+    /// regions to re-chunk (with the old bytes of the chunks they touch) and
+    /// keeps them readable in `in_flight`. The regions are re-chunked and
+    /// stored by [`Job::run`], with no lock held, and [`FileState::splice`]
+    /// puts the result in the extents. Nothing may change the extents in
+    /// between (callers wait while [`FileState::busy`]).
+    pub fn plan(&mut self, whole: bool, store: &Store, cache: &ChunkCache) -> Result<Option<Job>> {
+        assert!(!self.busy(), "one apply at a time");
+        let clusters = self.clusters();
+        let Some(&(last_lo, _)) = clusters.last() else {
+            return Ok(None);
+        };
         // A gap between the extents and the runs becomes a hole.
         let ext_end = self.extents_end();
-        if lo > ext_end {
+        if last_lo > ext_end {
             self.extents.push(Extent {
                 offset: ext_end,
-                len: lo - ext_end,
+                len: last_lo - ext_end,
                 id: HOLE,
             });
+            self.end_is_cut = false;
         }
-        // Holes are split at the cluster's edges so re-chunking never has to
-        // materialise hole bytes outside it.
-        let i = self.extents.partition_point(|e| e.offset + e.len <= lo);
-        self.split_hole_at(i, lo);
-        let j = self.extents.partition_point(|e| e.offset + e.len <= hi);
-        self.split_hole_at(j, hi);
-        // Extents a..b overlap the cluster. An append also re-cuts the old
-        // last chunk, whose end was only the end of the data then.
+        // Holes are split at the clusters' edges so re-chunking never has to
+        // materialise hole bytes outside them.
+        for &(lo, hi) in &clusters {
+            for at in [lo, hi] {
+                let i = self.extents.partition_point(|e| e.offset + e.len <= at);
+                self.split_hole_at(i, at);
+            }
+        }
+        // Each cluster's region: the extents it overlaps, merged with the
+        // next region when they share an extent.
+        let mut regions: Vec<(u64, u64, u64)> = Vec::new();
+        for (lo, hi) in clusters {
+            let (start, old_end) = self.region_of(lo, hi);
+            let end = old_end.max(hi);
+            match regions.last_mut() {
+                Some(r) if start < r.2 => {
+                    r.1 = r.1.max(old_end);
+                    r.2 = r.2.max(end);
+                }
+                _ => regions.push((start, old_end, end)),
+            }
+        }
+        let mut pieces = Vec::with_capacity(regions.len());
+        for (start, old_end, end) in regions {
+            let segments = match self.take_region(start, old_end, end, store, cache) {
+                Ok(b) => b,
+                Err(e) => {
+                    // The regions taken so far go back to `dirty`.
+                    self.abort();
+                    return Err(e);
+                }
+            };
+            let mut at = start;
+            for seg in &segments {
+                self.in_flight.push((at, seg.clone()));
+                at += seg.len() as u64;
+            }
+            pieces.push(Piece {
+                start,
+                old_end,
+                keep_tail: !whole && end >= self.size,
+                segments,
+            });
+        }
+        self.dirty_bytes = self.dirty.values().map(Vec::len).sum();
+        Ok(Some(Job { pieces }))
+    }
+
+    /// Where the region re-chunked for dirty bytes in `lo..hi` starts, and
+    /// where the extents it replaces end.
+    fn region_of(&self, lo: u64, hi: u64) -> (u64, u64) {
         let mut a = self.extents.partition_point(|e| e.offset + e.len <= lo);
-        if a == self.extents.len() && a > 0 && self.extents[a - 1].id != HOLE {
+        // An append also re-cuts the old last chunk when its end was only
+        // the end of the data then, not a content-defined cut.
+        if a == self.extents.len() && a > 0 && self.extents[a - 1].id != HOLE && !self.end_is_cut {
             a -= 1;
         }
         let b = self.extents.partition_point(|e| e.offset < hi).max(a);
-        let region_start = self.extents.get(a).map_or(self.extents_end(), |e| e.offset);
+        let start = self.extents.get(a).map_or(self.extents_end(), |e| e.offset);
         let old_end = if b > a {
             self.extents[b - 1].offset + self.extents[b - 1].len
         } else {
-            region_start
+            start
         };
-        let region_end = old_end.max(hi);
-        // Old bytes of the region, then the dirty runs on top.
-        let mut region = vec![0u8; (region_end - region_start) as usize];
+        (start, old_end)
+    }
+
+    /// The bytes of `start..end`, in consecutive segments: the old chunks
+    /// of `start..old_end`, then the dirty runs on top, which leave `dirty`.
+    /// A region of dirty runs end to end and no old data (a stream of
+    /// appends) is moved, not copied.
+    fn take_region(
+        &mut self,
+        start: u64,
+        old_end: u64,
+        end: u64,
+        store: &Store,
+        cache: &ChunkCache,
+    ) -> Result<Vec<Bytes>> {
+        let a = self.extents.partition_point(|e| e.offset < start);
+        let b = self.extents.partition_point(|e| e.offset < old_end);
+        let old_data = self.extents[a..b].iter().any(|e| e.id != HOLE);
+        if !old_data {
+            let mut at = start;
+            let tiled = self.dirty.range(start..end).all(|(&s, run)| {
+                let ok = s == at;
+                at += run.len() as u64;
+                ok
+            }) && at == end;
+            if tiled {
+                let keys: Vec<u64> = self.dirty.range(start..end).map(|(&s, _)| s).collect();
+                return Ok(keys
+                    .into_iter()
+                    .map(|s| Bytes::from(self.dirty.remove(&s).expect("listed")))
+                    .collect());
+            }
+        }
+        let mut region = vec![0u8; (end - start) as usize];
         for e in &self.extents[a..b] {
             if e.id != HOLE {
                 let data = match cache.get(&e.id) {
                     Some(d) => d,
-                    None => writer.store().read_chunk(&e.id)?,
+                    None => store.read_chunk(&e.id)?,
                 };
-                let at = (e.offset - region_start) as usize;
+                let at = (e.offset - start) as usize;
                 region[at..at + data.len()].copy_from_slice(&data);
             }
         }
-        let runs: Vec<u64> = self
-            .dirty
-            .range(region_start..region_end)
-            .map(|(&s, _)| s)
-            .collect();
+        let runs: Vec<u64> = self.dirty.range(start..end).map(|(&s, _)| s).collect();
         for s in &runs {
             let run = self.dirty.remove(s).expect("listed");
-            let at = (s - region_start) as usize;
+            let at = (s - start) as usize;
             region[at..at + run.len()].copy_from_slice(&run);
         }
-        let ends = chunking::cut_points(&region, params);
-        let region = Bytes::from(region);
-        let mut start = 0;
-        let mut chunks: Vec<Bytes> = ends
-            .into_iter()
-            .map(|end| {
-                let c = region.slice(start..end);
-                start = end;
-                c
-            })
-            .collect();
-        // Keep the file's last chunk dirty until the file is flushed: the
-        // next append will move its cut to where the content puts it.
-        let at_file_end = region_end >= self.size && region_end > region_start;
-        if !whole && at_file_end && chunks.len() > 1 {
-            let last = chunks.pop().expect("more than one");
-            let off = region_end - last.len() as u64;
-            self.dirty.insert(off, last.to_vec());
+        Ok(vec![Bytes::from(region)])
+    }
+
+    /// The second half of an apply: the new extents go in, and the bytes in
+    /// flight are dropped. A kept last chunk becomes dirty again under any
+    /// bytes written since.
+    pub fn splice(&mut self, done: Done) {
+        let mut pieces = done.pieces;
+        pieces.sort_by_key(|p| std::cmp::Reverse(p.start));
+        for p in pieces {
+            let a = self.extents.partition_point(|e| e.offset < p.start);
+            let b = self.extents.partition_point(|e| e.offset < p.old_end);
+            let at_end = b == self.extents.len();
+            self.extents.splice(a..b, p.fresh);
+            if at_end {
+                self.end_is_cut = p.tail.is_some();
+            }
+            if let Some((offset, tail)) = p.tail {
+                let mut base = tail.to_vec();
+                self.overlay_dirty(offset, &mut base);
+                self.insert_dirty(offset, &base);
+            }
         }
-        let ids = writer.write_batch(&chunks)?;
-        let mut offset = region_start;
-        let mut fresh = Vec::with_capacity(ids.len());
-        for (chunk, id) in chunks.iter().zip(ids) {
-            fresh.push(Extent {
-                offset,
-                len: chunk.len() as u64,
-                id,
-            });
-            offset += chunk.len() as u64;
+        self.in_flight.clear();
+        self.dirty_bytes = self.dirty.values().map(Vec::len).sum();
+    }
+
+    /// Gives up an apply that failed: its bytes become dirty again (under
+    /// any written since), and the extents stay as they were.
+    pub fn abort(&mut self) {
+        for (start, bytes) in std::mem::take(&mut self.in_flight) {
+            let mut base = bytes.to_vec();
+            self.overlay_dirty(start, &mut base);
+            self.insert_dirty(start, &base);
         }
-        self.extents.splice(a..b, fresh);
-        Ok(())
+        self.dirty_bytes = self.dirty.values().map(Vec::len).sum();
     }
 
     /// Splits a hole extent at `at` (if extent `i` is a hole spanning it),
@@ -371,10 +524,126 @@ impl FileState {
     }
 }
 
+/// A read's extents and newer bytes, from [`FileState::read_plan`].
+pub struct ReadPlan {
+    offset: u64,
+    end: u64,
+    covering: Vec<Extent>,
+    /// Bytes of applies in flight and dirty runs, in the order they go on.
+    overlays: Vec<(u64, Bytes)>,
+}
+
+impl ReadPlan {
+    /// The chunks the read needs, in order.
+    pub fn ids(&self) -> Vec<ChunkId> {
+        self.covering
+            .iter()
+            .filter(|e| e.id != HOLE)
+            .map(|e| e.id)
+            .collect()
+    }
+
+    /// The bytes read, given the chunks of [`ReadPlan::ids`].
+    pub fn assemble(&self, chunks: Vec<Bytes>) -> Vec<u8> {
+        let (offset, end) = (self.offset, self.end);
+        let mut out = Vec::with_capacity((end - offset) as usize);
+        let mut data = chunks.into_iter();
+        // Extents are contiguous from `offset`; past them the file is zeros.
+        for e in &self.covering {
+            let from = (offset.max(e.offset) - e.offset) as usize;
+            let to = (end.min(e.offset + e.len) - e.offset) as usize;
+            if e.id == HOLE {
+                out.resize(out.len() + to - from, 0);
+            } else {
+                let bytes = data.next().expect("one chunk per data extent");
+                out.extend_from_slice(&bytes[from..to]);
+            }
+        }
+        out.resize((end - offset) as usize, 0);
+        for (at, bytes) in &self.overlays {
+            let from = (at - offset) as usize;
+            out[from..from + bytes.len()].copy_from_slice(bytes);
+        }
+        out
+    }
+}
+
+/// Regions of a file to re-chunk and store, taken out by
+/// [`FileState::plan`].
+pub struct Job {
+    pieces: Vec<Piece>,
+}
+
+struct Piece {
+    start: u64,
+    /// Where the extents the region replaces end.
+    old_end: u64,
+    /// The region reaches the end of the file and its last chunk is kept
+    /// dirty for the next append.
+    keep_tail: bool,
+    /// The region's bytes, in consecutive pieces.
+    segments: Vec<Bytes>,
+}
+
+/// A [`Job`]'s result, for [`FileState::splice`].
+pub struct Done {
+    pieces: Vec<Applied>,
+}
+
+struct Applied {
+    start: u64,
+    old_end: u64,
+    fresh: Vec<Extent>,
+    /// The kept last chunk and its offset.
+    tail: Option<(u64, Bytes)>,
+}
+
+impl Job {
+    /// Re-chunks each region and stores its chunks: the costly part of an
+    /// apply, which needs no lock on the file.
+    pub fn run(self, params: ChunkerParams, writer: &mut StreamWriter) -> Result<Done> {
+        let mut pieces = Vec::with_capacity(self.pieces.len());
+        for p in self.pieces {
+            let mut chunks = cut_segments(&p.segments, params);
+            let len: usize = p.segments.iter().map(Bytes::len).sum();
+            // Keep the file's last chunk dirty until the file is flushed: the
+            // next append will move its cut to where the content puts it.
+            let tail = if p.keep_tail && chunks.len() > 1 {
+                let last = chunks.pop().expect("more than one");
+                let end = p.start + len as u64;
+                Some((end - last.len() as u64, last))
+            } else {
+                None
+            };
+            let ids = writer.write_batch(&chunks)?;
+            let mut offset = p.start;
+            let fresh = chunks
+                .iter()
+                .zip(ids)
+                .map(|(chunk, id)| {
+                    let e = Extent {
+                        offset,
+                        len: chunk.len() as u64,
+                        id,
+                    };
+                    offset += e.len;
+                    e
+                })
+                .collect();
+            pieces.push(Applied {
+                start: p.start,
+                old_end: p.old_end,
+                fresh,
+                tail,
+            });
+        }
+        Ok(Done { pieces })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     use branch::LocalDir;
     use cas::{RepoKey, Store, StoreSettings};
@@ -402,6 +671,13 @@ mod tests {
         Write(u64, Vec<u8>),
         Truncate(u64),
         Apply(bool),
+        /// Plans and runs an apply in the background: its result is spliced
+        /// in (or, when it "fails", abandoned) only before the next
+        /// operation that needs the extents.
+        Behind {
+            whole: bool,
+            fails: bool,
+        },
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -409,6 +685,7 @@ mod tests {
             4 => (0u64..40_000, proptest::collection::vec(any::<u8>(), 1..6000)).prop_map(|(o, d)| Op::Write(o, d)),
             1 => (0u64..50_000).prop_map(Op::Truncate),
             2 => any::<bool>().prop_map(Op::Apply),
+            2 => (any::<bool>(), proptest::bool::weighted(0.25)).prop_map(|(whole, fails)| Op::Behind { whole, fails }),
         ]
     }
 
@@ -441,8 +718,23 @@ mod tests {
             let cache = ChunkCache::new(1 << 20);
             let mut f = FileState::new(InodeId(2), 0, Content::Empty, Vec::new());
             let mut model: Vec<u8> = Vec::new();
+            let mut behind: Option<Option<Done>> = None;
             for op in ops {
+                if !matches!(op, Op::Write(..)) {
+                    match behind.take() {
+                        Some(Some(done)) => f.splice(done),
+                        Some(None) => f.abort(),
+                        None => {}
+                    }
+                }
                 match op {
+                    Op::Behind { whole, fails } => {
+                        if let Some(job) = f.plan(whole, w.store(), &cache).unwrap() {
+                            prop_assert!(f.busy());
+                            let done = job.run(SMALL, &mut w).unwrap();
+                            behind = Some((!fails).then_some(done));
+                        }
+                    }
                     Op::Write(o, d) => {
                         f.write(o, &d, Timestamp::default());
                         let end = o as usize + d.len();
@@ -458,6 +750,12 @@ mod tests {
                 }
                 check(&f, &w, &cache, &model);
             }
+            match behind.take() {
+                Some(Some(done)) => f.splice(done),
+                Some(None) => f.abort(),
+                None => {}
+            }
+            check(&f, &w, &cache, &model);
             f.apply(true, SMALL, &mut w, &cache).unwrap();
             prop_assert!(f.dirty.is_empty() || f.extents_end() < f.size);
             check(&f, &w, &cache, &model);

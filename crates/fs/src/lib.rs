@@ -21,10 +21,15 @@
 //!   metadata engine, and nothing else syncs the metadata engine.
 //! - `fsync` returns only when the file's data and the metadata that reaches
 //!   it are durable.
-//! - Dirty bytes are bounded: a writer past its file's limit, or past the
-//!   global limit, writes its own dirty bytes behind before it continues.
+//! - Dirty bytes are bounded: a writer past its file's limit hands them to
+//!   an applier thread once the file's previous apply is done (they count
+//!   as dirty until stored); a writer past the global limit writes its own
+//!   dirty bytes behind, and waits for them, before it continues.
 
+mod ahead;
+mod behind;
 mod cache;
+mod cut;
 mod file;
 pub mod history;
 pub mod reach;
@@ -174,7 +179,9 @@ struct Inner {
     /// Streams of closed files whose chunks the next commit must flush.
     pending: Mutex<Vec<StreamWriter>>,
     dirty_total: AtomicUsize,
+    appliers: behind::Appliers,
     cache: Arc<ChunkCache>,
+    fetcher: ahead::Fetcher,
     commit_lock: Mutex<()>,
     /// See [`history`]: versions and garbage collection's marking.
     history: Mutex<()>,
@@ -235,11 +242,13 @@ impl Fs {
         rules: Rules,
     ) -> Result<Fs> {
         meta.purge_orphans()?;
+        let cache = Arc::new(ChunkCache::new(settings.cache_bytes));
         let inner = Arc::new(Inner {
             meta,
+            fetcher: ahead::Fetcher::start(store.clone(), cache.clone()),
             store,
             params,
-            cache: Arc::new(ChunkCache::new(settings.cache_bytes)),
+            cache,
             settings,
             rules: std::sync::RwLock::new(rules),
             names: Mutex::new(lru::LruCache::new(
@@ -248,6 +257,7 @@ impl Fs {
             files: Mutex::new(HashMap::new()),
             pending: Mutex::new(Vec::new()),
             dirty_total: AtomicUsize::new(0),
+            appliers: behind::Appliers::start(),
             commit_lock: Mutex::new(()),
             history: Mutex::new(()),
             snapshots: snapview::SnapView::default(),
@@ -325,12 +335,12 @@ impl Fs {
         }
         if let Some(size) = size {
             let state = self.inner.state(ino)?;
-            let mut f = state.lock().unwrap();
-            let before = f.dirty_bytes;
+            let mut f = self.inner.lock_settled(&state);
+            let before = f.held();
             let inner = &self.inner;
             let read = |id: &ChunkId| inner.read_one(id);
             f.truncate(size, t, &read)?;
-            inner.account(before, f.dirty_bytes);
+            inner.account(before, f.held());
             inner.finalize(&mut f)?;
             drop(f);
             self.inner.release_state(ino, state);
@@ -520,7 +530,7 @@ impl Fs {
         let Some(state) = self.inner.files.lock().unwrap().get(&ino).cloned() else {
             return Ok(());
         };
-        let mut f = state.lock().unwrap();
+        let mut f = self.inner.lock_settled(&state);
         f.handles = f.handles.saturating_sub(1);
         let result = self.inner.finalize(&mut f);
         drop(f);
@@ -534,14 +544,17 @@ impl Fs {
         }
         let state = self.inner.state(ino)?;
         let mut f = state.lock().unwrap();
-        let sequential = offset == f.read_next;
-        f.read_next = offset + len as u64;
-        if sequential {
-            self.inner.read_ahead(&mut f, offset);
-        }
-        let inner = &self.inner;
-        let out = f.read(offset, len as u64, &|ids| inner.read_many(ids));
+        let ahead = self.inner.read_ahead(&mut f, offset, len);
+        let plan = f.read_plan(offset, len as u64);
+        // The chunks are fetched without the file's lock: the kernel's
+        // read-ahead requests for the file are served in parallel.
         drop(f);
+        self.inner.fetcher.ahead(&ahead);
+        let out = self
+            .inner
+            .fetcher
+            .get_many(&plan.ids())
+            .map(|chunks| plan.assemble(chunks));
         self.inner.release_state(ino, state);
         out
     }
@@ -552,12 +565,22 @@ impl Fs {
         writable(ino)?;
         let state = self.inner.state(ino)?;
         let mut f = state.lock().unwrap();
+        if let Some(e) = f.failed.take() {
+            drop(f);
+            self.inner.release_state(ino, state);
+            return Err(e);
+        }
         let added = f.write(offset, data, now());
         self.inner.dirty_total.fetch_add(added, Ordering::Relaxed);
-        let over = f.dirty_bytes > self.inner.settings.file_dirty_max
-            || self.inner.dirty_total.load(Ordering::Relaxed) > self.inner.settings.total_dirty_max;
-        let result = if over {
+        let settings = &self.inner.settings;
+        let result = if self.inner.dirty_total.load(Ordering::Relaxed) > settings.total_dirty_max {
+            // Past the global limit the writer waits until its bytes are
+            // stored, so that all files together stay within it.
+            f = self.inner.settle(f);
             self.inner.apply(&mut f, false)
+        } else if f.dirty_bytes > settings.file_dirty_max {
+            f = self.inner.settle(f);
+            self.inner.apply_behind(&state, &mut f)
         } else {
             Ok(())
         };
@@ -572,7 +595,7 @@ impl Fs {
         let Some(state) = self.inner.files.lock().unwrap().get(&ino).cloned() else {
             return Ok(());
         };
-        let mut f = state.lock().unwrap();
+        let mut f = self.inner.lock_settled(&state);
         self.inner.finalize(&mut f)
     }
 
@@ -815,7 +838,7 @@ impl Inner {
     fn release_state(&self, ino: InodeId, state: Arc<Mutex<FileState>>) {
         let mut files = self.files.lock().unwrap();
         let f = state.lock().unwrap();
-        if f.handles > 0 || f.changed || f.writer.is_some() {
+        if f.handles > 0 || f.changed || f.writer.is_some() || f.busy() {
             return;
         }
         drop(f);
@@ -838,15 +861,17 @@ impl Inner {
         }
     }
 
+    /// Writes the file's dirty bytes behind on this thread (no apply may be
+    /// in flight for it).
     fn apply(&self, f: &mut FileState, whole: bool) -> Result<()> {
-        let before = f.dirty_bytes;
+        let before = f.held();
         let mut writer = match f.writer.take() {
             Some(w) => w,
             None => self.open_stream(f)?,
         };
         let result = f.apply(whole, self.params, &mut writer, &self.cache);
         f.writer = Some(writer);
-        self.account(before, f.dirty_bytes);
+        self.account(before, f.held());
         result
     }
 
@@ -872,6 +897,8 @@ impl Inner {
                 }
             } else {
                 self.apply(f, true)?;
+                // Any failure of an apply in the background is mended now.
+                f.failed = None;
                 if f.extents_end() < f.size {
                     let end = f.extents_end();
                     f.extents.push(recipe::Extent {
@@ -912,7 +939,7 @@ impl Inner {
         let open: Vec<Arc<Mutex<FileState>>> =
             self.files.lock().unwrap().values().cloned().collect();
         for state in open {
-            if let Some(w) = state.lock().unwrap().writer.as_mut() {
+            if let Some(w) = self.lock_settled(&state).writer.as_mut() {
                 w.flush()?;
             }
         }
@@ -929,7 +956,7 @@ impl Inner {
             .map(|(k, v)| (*k, v.clone()))
             .collect();
         for (ino, state) in open {
-            let mut f = state.lock().unwrap();
+            let mut f = self.lock_settled(&state);
             self.finalize(&mut f)?;
             drop(f);
             self.release_state(ino, state);
@@ -971,70 +998,35 @@ impl Inner {
         Ok(data)
     }
 
-    /// Chunks by id: from the cache, else from the store (the missing ones
-    /// fetched together, on every core).
     fn read_many(&self, ids: &[ChunkId]) -> Result<Vec<Bytes>> {
-        let mut out: Vec<Option<Bytes>> = ids.iter().map(|id| self.cache.get(id)).collect();
-        let mut missing: Vec<ChunkId> = ids
-            .iter()
-            .zip(&out)
-            .filter(|(_, b)| b.is_none())
-            .map(|(id, _)| *id)
-            .collect();
-        if !missing.is_empty() {
-            missing.sort();
-            missing.dedup();
-            let fetched = self.store.read_chunks(&missing)?;
-            let by_id: HashMap<ChunkId, Bytes> = missing.into_iter().zip(fetched).collect();
-            for (i, slot) in out.iter_mut().enumerate() {
-                if slot.is_none() {
-                    let b = by_id[&ids[i]].clone();
-                    self.cache.put(ids[i], b.clone());
-                    *slot = Some(b);
-                }
-            }
-        }
-        Ok(out.into_iter().map(|b| b.expect("filled above")).collect())
+        self.fetcher.get_many(ids)
     }
 
-    /// Keeps `readahead` bytes past a sequential reader in the cache: the
-    /// chunks of the next stretch are fetched by a background thread, so the
-    /// store has several requests in flight while the reader consumes.
-    fn read_ahead(&self, f: &mut FileState, offset: u64) {
+    /// The chunks to fetch so that `readahead` bytes past a sequential
+    /// reader are in the cache; asked for in half-window strides. The
+    /// kernel's own read-ahead sends several requests at once, which arrive
+    /// in any order: one near where the last ended counts as sequential.
+    fn read_ahead(&self, f: &mut FileState, offset: u64, len: u32) -> Vec<ChunkId> {
         let window = self.settings.readahead;
-        if window == 0 || offset + window / 2 < f.read_ahead_until {
-            return;
+        let end = offset + len as u64;
+        let sequential = offset.abs_diff(f.read_next) <= window / 4;
+        f.read_next = if sequential {
+            f.read_next.max(end)
+        } else {
+            end
+        };
+        if !sequential || window == 0 || end + window / 2 < f.read_ahead_until {
+            return Vec::new();
         }
-        let from = f.read_ahead_until.max(offset);
-        let to = (offset + window).min(f.extents_end());
-        f.read_ahead_until = offset + window;
-        if from >= to {
-            return;
-        }
+        let from = f.read_ahead_until.max(end);
+        let to = (end + window).min(f.extents_end());
+        f.read_ahead_until = end + window;
         let first = f.extents.partition_point(|e| e.offset + e.len <= from);
-        let ids: Vec<ChunkId> = f.extents[first..]
+        f.extents[first..]
             .iter()
             .take_while(|e| e.offset < to)
-            .filter(|e| e.id != recipe::HOLE && !self.cache.contains(&e.id))
+            .filter(|e| e.id != recipe::HOLE)
             .map(|e| e.id)
-            .collect();
-        if ids.is_empty() {
-            return;
-        }
-        let store = self.store.clone();
-        self.store.prefetch(&ids);
-        let cache = self.cache.clone();
-        std::thread::spawn(move || {
-            for part in ids.chunks(64) {
-                match store.read_chunks(part) {
-                    Ok(chunks) => {
-                        for (id, data) in part.iter().zip(chunks) {
-                            cache.put(*id, data);
-                        }
-                    }
-                    Err(_) => return,
-                }
-            }
-        });
+            .collect()
     }
 }

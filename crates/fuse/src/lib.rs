@@ -57,6 +57,10 @@ const BLOCK_SIZE: u32 = 4096;
 const MAX_WRITE: u32 = 1 << 20;
 /// A cap on read-ahead so that fuser's page count stays representable.
 const MAX_READAHEAD: u32 = 16 << 20;
+/// The kernel's read-ahead for the mount, in KiB: one largest read request.
+/// A FUSE mount starts at 128 KiB (and `max_readahead` at init can only
+/// lower it), so a sequential reader cost a round trip per 128 KiB.
+const KERNEL_READAHEAD_KB: u32 = 1024;
 /// Free blocks and inodes reported by `statfs`: the store grows as needed.
 const FREE_BLOCKS: u64 = 1 << 40;
 const FREE_FILES: u64 = 1 << 32;
@@ -233,11 +237,29 @@ pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> Result<Moun
     };
     let session = fuser::Session::new(filesystem, &path, &config).map_err(mount_error)?;
     let session = session.spawn().map_err(mount_error)?;
+    raise_kernel_readahead(&path);
     Ok(Mounted {
         mountpoint: path,
         session: Some(session),
         shared,
     })
+}
+
+/// Sets the read-ahead of the mount's backing device (`read_ahead_kb` of its
+/// bdi in sysfs). Only root may; for anyone else the mount keeps the
+/// kernel's default, which is slower for large reads but correct.
+fn raise_kernel_readahead(mountpoint: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(mountpoint) else {
+        return;
+    };
+    let dev = meta.dev();
+    let knob = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        libc::major(dev),
+        libc::minor(dev)
+    );
+    let _ = std::fs::write(knob, KERNEL_READAHEAD_KB.to_string());
 }
 
 /// A mounted file system. Dropping it unmounts (as [`Mounted::unmount`],

@@ -1,0 +1,165 @@
+//! Chunk fetching for reads: the DRAM cache, read-ahead on a few threads,
+//! and one fetch per chunk at a time.
+//!
+//! A sequential reader's next window is cut into steps that fetcher threads
+//! read concurrently (each step's regions coalesced into few large reads by
+//! the store, then decompressed and verified on every core), so the disk
+//! has several requests in flight while the reader consumes. A chunk being
+//! fetched, by read-ahead or by a reader, is *pending*: a reader that needs
+//! it waits for that fetch instead of reading it a second time.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Condvar, Mutex};
+
+use bytes::Bytes;
+use cas::{ChunkId, Store};
+use crossbeam_channel::Sender;
+
+use crate::cache::ChunkCache;
+use crate::Result;
+
+/// Threads reading ahead: enough that the disk always has a request queued
+/// while another step is being decoded.
+const FETCHERS: usize = 4;
+/// Chunks per read-ahead step (4 MiB at the default 64 KiB average).
+const STEP: usize = 64;
+
+struct Shared {
+    store: Store,
+    cache: Arc<ChunkCache>,
+    pending: Mutex<HashSet<ChunkId>>,
+    /// Signalled whenever a fetch ends and its chunks stop being pending.
+    fetched: Condvar,
+}
+
+/// Reads chunks for the file system; its threads end when it is dropped.
+pub(crate) struct Fetcher {
+    shared: Arc<Shared>,
+    steps: Sender<Vec<ChunkId>>,
+}
+
+impl Fetcher {
+    pub(crate) fn start(store: Store, cache: Arc<ChunkCache>) -> Fetcher {
+        let shared = Arc::new(Shared {
+            store,
+            cache,
+            pending: Mutex::new(HashSet::new()),
+            fetched: Condvar::new(),
+        });
+        let (steps, rx) = crossbeam_channel::unbounded::<Vec<ChunkId>>();
+        for i in 0..FETCHERS {
+            let rx = rx.clone();
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name(format!("fs-ahead-{i}"))
+                .spawn(move || {
+                    for step in rx {
+                        // A failed step is retried by the reader that needs
+                        // it, which then sees the error.
+                        let _ = shared.fetch_claimed(&step);
+                    }
+                })
+                .expect("spawn a read-ahead thread");
+        }
+        Fetcher { shared, steps }
+    }
+
+    /// Starts fetching the chunks of `ids` that are neither cached nor
+    /// pending, in steps on the fetcher threads.
+    pub(crate) fn ahead(&self, ids: &[ChunkId]) {
+        let claimed = self.shared.claim(ids);
+        for step in claimed.chunks(STEP) {
+            // The receivers live as long as `self`.
+            let _ = self.steps.send(step.to_vec());
+        }
+    }
+
+    /// Chunks by id, in order: from the cache, else from the fetch already
+    /// reading them, else from the store (the missing ones together).
+    pub(crate) fn get_many(&self, ids: &[ChunkId]) -> Result<Vec<Bytes>> {
+        let shared = &self.shared;
+        let mut out: Vec<Option<Bytes>> = ids.iter().map(|id| shared.cache.get(id)).collect();
+        let missing: Vec<ChunkId> = ids
+            .iter()
+            .zip(&out)
+            .filter(|(_, b)| b.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        if missing.is_empty() {
+            return Ok(out.into_iter().map(|b| b.expect("cached")).collect());
+        }
+        let mine = shared.claim(&missing);
+        let mut got: HashMap<ChunkId, Bytes> = HashMap::new();
+        if !mine.is_empty() {
+            got.extend(mine.iter().copied().zip(shared.fetch_claimed(&mine)?));
+        }
+        let others: Vec<ChunkId> = missing
+            .into_iter()
+            .filter(|id| !got.contains_key(id))
+            .collect();
+        if !others.is_empty() {
+            let pending = shared.pending.lock().unwrap();
+            let pending = shared
+                .fetched
+                .wait_while(pending, |p| others.iter().any(|id| p.contains(id)))
+                .unwrap();
+            drop(pending);
+            // Fetched by someone else: in the cache, unless that fetch failed
+            // or the chunk was evicted already; then it is read here.
+            let mut again = Vec::new();
+            for id in others {
+                match shared.cache.get(&id) {
+                    Some(b) => {
+                        got.insert(id, b);
+                    }
+                    None => again.push(id),
+                }
+            }
+            again.sort();
+            again.dedup();
+            if !again.is_empty() {
+                let chunks = shared.store.read_chunks(&again)?;
+                for (id, b) in again.into_iter().zip(chunks) {
+                    shared.cache.put(id, b.clone());
+                    got.insert(id, b);
+                }
+            }
+        }
+        for (slot, id) in out.iter_mut().zip(ids) {
+            if slot.is_none() {
+                *slot = Some(got[id].clone());
+            }
+        }
+        Ok(out.into_iter().map(|b| b.expect("filled above")).collect())
+    }
+}
+
+impl Shared {
+    /// Marks the distinct ids that are neither cached nor pending as
+    /// pending and returns them: the caller must fetch them.
+    fn claim(&self, ids: &[ChunkId]) -> Vec<ChunkId> {
+        let mut pending = self.pending.lock().unwrap();
+        ids.iter()
+            .filter(|id| !self.cache.contains(id) && pending.insert(**id))
+            .copied()
+            .collect()
+    }
+
+    /// Reads claimed chunks into the cache and releases them, also when the
+    /// read fails.
+    fn fetch_claimed(&self, ids: &[ChunkId]) -> Result<Vec<Bytes>> {
+        let result = self.store.read_chunks(ids);
+        if let Ok(chunks) = &result {
+            for (id, b) in ids.iter().zip(chunks) {
+                self.cache.put(*id, b.clone());
+            }
+        }
+        let mut pending = self.pending.lock().unwrap();
+        for id in ids {
+            pending.remove(id);
+        }
+        drop(pending);
+        self.fetched.notify_all();
+        Ok(result?)
+    }
+}

@@ -1,0 +1,107 @@
+//! Write-behind in the background: a file past its dirty limit hands its
+//! dirty runs to an applier thread, which re-chunks, hashes, compresses and
+//! stores them while FUSE writes to the file go on.
+//!
+//! The kernel sends a stream's writes one at a time, so an apply done on
+//! the writing thread stalls the stream for its whole duration; here the
+//! writer only takes the runs out ([`FileState::plan`]) and returns. The
+//! runs stay readable in the file's `in_flight` until the applier splices
+//! the new extents in. One apply per file is in flight at a time: the next
+//! writer past the limit, and everything that needs the extents (truncate,
+//! finalize, the commit's flush of the file's stream), waits for it first.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::file::FileState;
+use crate::{Inner, Result};
+
+type Task = Box<dyn FnOnce() + Send>;
+
+/// Threads that run applies. Two let one file's chunking overlap another's
+/// (each apply also hashes and compresses on every core).
+const APPLIERS: usize = 2;
+
+/// The applier threads; they end when this is dropped.
+pub(crate) struct Appliers {
+    tx: Sender<Task>,
+}
+
+impl Appliers {
+    pub(crate) fn start() -> Appliers {
+        let (tx, rx) = crossbeam_channel::unbounded::<Task>();
+        for i in 0..APPLIERS {
+            let rx: Receiver<Task> = rx.clone();
+            std::thread::Builder::new()
+                .name(format!("fs-apply-{i}"))
+                .spawn(move || {
+                    for task in rx {
+                        task();
+                    }
+                })
+                .expect("spawn an applier thread");
+        }
+        Appliers { tx }
+    }
+}
+
+impl Inner {
+    /// Waits until the file has no apply in flight.
+    pub(crate) fn settle<'a>(&self, f: MutexGuard<'a, FileState>) -> MutexGuard<'a, FileState> {
+        let settled = f.settled.clone();
+        settled.wait_while(f, |f| f.busy()).unwrap()
+    }
+
+    /// Locks a file's state once no apply is in flight for it.
+    pub(crate) fn lock_settled<'a>(
+        &self,
+        state: &'a Mutex<FileState>,
+    ) -> MutexGuard<'a, FileState> {
+        self.settle(state.lock().unwrap())
+    }
+
+    /// Hands the file's dirty runs to an applier thread (the file must have
+    /// no apply in flight). The bytes stay counted as dirty until the apply
+    /// is spliced in; when it fails they become dirty again and the next
+    /// writer is told.
+    pub(crate) fn apply_behind(
+        self: &Arc<Self>,
+        state: &Arc<Mutex<FileState>>,
+        f: &mut FileState,
+    ) -> Result<()> {
+        let mut writer = match f.writer.take() {
+            Some(w) => w,
+            None => self.open_stream(f)?,
+        };
+        let job = match f.plan(false, &self.store, &self.cache) {
+            Ok(Some(job)) => job,
+            other => {
+                f.writer = Some(writer);
+                return other.map(|_| ());
+            }
+        };
+        let inner = self.clone();
+        let state = state.clone();
+        let task = move || {
+            let result = job.run(inner.params, &mut writer);
+            let mut f = state.lock().unwrap();
+            let before = f.held();
+            match result {
+                Ok(done) => f.splice(done),
+                Err(e) => {
+                    f.abort();
+                    f.failed = Some(e);
+                }
+            }
+            f.writer = Some(writer);
+            inner.account(before, f.held());
+            f.settled.notify_all();
+        };
+        self.appliers
+            .tx
+            .send(Box::new(task))
+            .expect("the appliers outlive the file system");
+        Ok(())
+    }
+}
