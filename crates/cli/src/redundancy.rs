@@ -408,16 +408,11 @@ pub fn replace(
             total: p.total as u64,
         })
     })?;
-    let mut failed: Vec<String> = report
+    let failed: Vec<String> = report
         .failed
         .iter()
         .map(|(k, why)| format!("{k}: {why}"))
         .collect();
-    failed.extend(report.conflicts.iter().map(|k| {
-        format!(
-            "{k}: {new} already holds another shard of it; run `cairn scrub` to place it elsewhere"
-        )
-    }));
     layer.reset_health(to);
     Ok(MoveOut {
         rebuilt: report.rebuilt,

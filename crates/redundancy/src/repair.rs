@@ -73,8 +73,9 @@ pub struct RebuildReport {
     pub rebuilt: usize,
     /// Shards the new branch already held intact (from an earlier run).
     pub already_present: usize,
-    /// Containers that already have another shard on the new branch, so
-    /// putting this one there too would weaken them; left for scrub.
+    /// Containers that already had another shard on the new branch: theirs
+    /// went to a spare branch instead (one holding no shard of the
+    /// container), so no branch holds two shards of one container.
     pub conflicts: Vec<BlobKey>,
     pub failed: Vec<(BlobKey, String)>,
 }
@@ -307,9 +308,11 @@ impl Redundant {
                 .update(key, |locs| locs[usize::from(index)].retain(|id| *id != old));
             return Ok(());
         }
-        if new.is_some_and(|n| entry.holds(n) && !here.contains(&n)) {
+        // A branch added while the old one still took shards may hold
+        // another shard of this container already.
+        let conflict = new.is_some_and(|n| entry.holds(n) && !here.contains(&n));
+        if conflict {
             report.conflicts.push(key.clone());
-            return Ok(());
         }
         let from_old = here
             .contains(&old)
@@ -324,8 +327,8 @@ impl Redundant {
         };
         let blob = shard::encode(layout, index, &payload);
         let targets = match new {
-            Some(new) => vec![new],
-            None => {
+            Some(new) if !conflict => vec![new],
+            _ => {
                 let current = self.map.get(key).unwrap_or_else(|| Arc::new(entry.clone()));
                 self.spare_branches(key, &current, index)
             }
