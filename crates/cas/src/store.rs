@@ -5,7 +5,7 @@ use std::thread::JoinHandle;
 
 use branch::Branch;
 use crossbeam_channel::{Receiver, Sender};
-use redundancy::{Policy, PolicyView, Redundant};
+use redundancy::{Policy, PolicyView, PutRequest, Redundant};
 use serde::{Deserialize, Serialize};
 
 use crate::budget::{Budget, Permit};
@@ -503,36 +503,29 @@ fn check_label(label: &str) -> Result<()> {
 }
 
 /// Makes sealed containers durable: through the redundancy layer, each
-/// under its own protection, all at once (the layer writes a container's
-/// shards in parallel; one container at a time left the disk waiting on
-/// each one's fsyncs), else on the plain branch in one batch.
+/// under its own protection, the whole batch at once (shards bound for one
+/// branch are written together and share its directory syncs), else on
+/// the plain branch in one batch.
 fn put_containers(shared: &Shared, jobs: &[IoJob]) -> Vec<std::result::Result<(), String>> {
     match &shared.layer {
-        Some(layer) => std::thread::scope(|s| {
-            let puts: Vec<_> = jobs
+        Some(layer) => {
+            let keys: Vec<_> = jobs.iter().map(|j| j.sealed.id.blob_key()).collect();
+            let requests: Vec<PutRequest<'_>> = jobs
                 .iter()
-                .map(|j| {
-                    s.spawn(move || {
-                        let p = &j.sealed.protection;
-                        layer
-                            .put(
-                                &j.sealed.id.blob_key(),
-                                &j.sealed.bytes,
-                                &p.policy,
-                                &p.branches,
-                            )
-                            .map(|_| ())
-                            .map_err(|e| e.to_string())
-                    })
+                .zip(&keys)
+                .map(|(j, key)| PutRequest {
+                    key,
+                    data: &j.sealed.bytes,
+                    policy: &j.sealed.protection.policy,
+                    allowed: &j.sealed.protection.branches,
                 })
                 .collect();
-            puts.into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err("the container write panicked".into()))
-                })
+            layer
+                .put_many(&requests)
+                .into_iter()
+                .map(|r| r.map(|_| ()).map_err(|e| e.to_string()))
                 .collect()
-        }),
+        }
         None => {
             let blobs: Vec<_> = jobs
                 .iter()

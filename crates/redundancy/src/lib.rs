@@ -53,6 +53,7 @@ pub use members::{BranchId, BranchStatus, FaultKind};
 pub use policy::{Policy, PolicyError, Strength, MAX_BRANCH_NAME};
 pub use repair::{Progress, RebuildReport, Repair, ScrubReport, ScrubSummary};
 pub use view::PolicyView;
+pub use write::PutRequest;
 
 use map::Map;
 use members::Member;

@@ -1,7 +1,5 @@
 //! Storing and deleting containers.
 
-use std::borrow::Cow;
-
 use branch::BlobKey;
 
 use crate::codec;
@@ -13,6 +11,22 @@ use crate::placement;
 use crate::policy::{Coding, Policy};
 use crate::shard::{self, Layout};
 use crate::Redundant;
+
+/// One container to store with [`Redundant::put_many`].
+pub struct PutRequest<'a> {
+    pub key: &'a BlobKey,
+    pub data: &'a [u8],
+    pub policy: &'a Policy,
+    pub allowed: &'a [BranchId],
+}
+
+/// A container's shards, encoded and placed, not yet written.
+struct Prepared {
+    key: BlobKey,
+    layout: Layout,
+    ids: Vec<BranchId>,
+    blobs: Vec<Vec<u8>>,
+}
 
 impl Redundant {
     /// Stores `data` as container `key` under `policy` on branches chosen
@@ -27,8 +41,63 @@ impl Redundant {
         policy: &Policy,
         allowed: &[BranchId],
     ) -> Result<Placement> {
+        let req = PutRequest {
+            key,
+            data,
+            policy,
+            allowed,
+        };
+        self.put_many(std::slice::from_ref(&req))
+            .pop()
+            .expect("one result per request")
+    }
+
+    /// [`Redundant::put`] for several containers at once, one result each.
+    /// The shards going to one branch are handed to it together
+    /// ([`branch::Branch::put_many`]), so a local branch syncs its
+    /// directory once for all of them instead of once per shard.
+    pub fn put_many(&self, requests: &[PutRequest<'_>]) -> Vec<Result<Placement>> {
         let _placing = self.placing.read().unwrap();
-        let allowed = &self.placeable(policy, allowed)[..];
+        let prepared = fan_out(requests, |r| self.prepare(r));
+        // Every shard of every prepared container: (request, shard index).
+        let mut by_branch: Vec<(BranchId, Vec<(usize, u16)>)> = Vec::new();
+        for (i, p) in prepared.iter().enumerate() {
+            let Ok(p) = p else { continue };
+            for (index, id) in (0..).zip(&p.ids) {
+                match by_branch.iter_mut().find(|(b, _)| b == id) {
+                    Some((_, shards)) => shards.push((i, index)),
+                    None => by_branch.push((*id, vec![(i, index)])),
+                }
+            }
+        }
+        let written = fan_out(&by_branch, |(id, shards)| {
+            let blobs: Vec<(BlobKey, &[u8])> = shards
+                .iter()
+                .map(|&(i, index)| {
+                    let p = prepared[i].as_ref().expect("only prepared requests");
+                    (shard_key(&p.key, index), &p.blobs[usize::from(index)][..])
+                })
+                .collect();
+            self.member(*id).branch.put_many(&blobs)
+        });
+        let mut results: Vec<Vec<(u16, BranchId, branch::Result<()>)>> =
+            requests.iter().map(|_| Vec::new()).collect();
+        for ((id, shards), outcome) in by_branch.iter().zip(written) {
+            for (&(i, index), r) in shards.iter().zip(outcome) {
+                results[i].push((index, *id, r));
+            }
+        }
+        prepared
+            .into_iter()
+            .zip(results)
+            .map(|(p, shards)| self.finish(p?, shards))
+            .collect()
+    }
+
+    /// Places and encodes one container's shards.
+    fn prepare(&self, r: &PutRequest<'_>) -> Result<Prepared> {
+        let (key, data, policy) = (r.key, r.data, r.policy);
+        let allowed = &self.placeable(policy, r.allowed)[..];
         self.validate(policy, allowed)?;
         if self.map.contains(key) {
             return Err(Error::Exists(key.clone()));
@@ -45,67 +114,74 @@ impl Redundant {
                 key: key.clone(),
                 source,
             })?;
-        // Copies differ only in their header: hash the container once.
-        let first_copy =
-            (policy.coding() == Coding::Copies).then(|| shard::encode(&layout, 0, data));
-        let jobs: Vec<(u16, BranchId)> = (0..).zip(ids.iter().copied()).collect();
-        let results = fan_out(&jobs, |&(index, id)| {
-            let blob: Cow<[u8]> = match &first_copy {
-                Some(copy) if index == 0 => Cow::Borrowed(copy),
-                Some(copy) => {
-                    let mut blob = copy.clone();
+        let blobs = match policy.coding() {
+            // Copies differ only in their header: hash the container once.
+            Coding::Copies => {
+                let first = shard::encode(&layout, 0, data);
+                let mut blobs = vec![first];
+                for index in 1..layout.shards() {
+                    let mut blob = blobs[0].clone();
                     shard::relabel(&layout, &mut blob, index);
-                    Cow::Owned(blob)
+                    blobs.push(blob);
                 }
-                None if index < layout.k() => Cow::Owned(shard::encode(
-                    &layout,
-                    index,
-                    codec::data_slice(&layout, data, index),
-                )),
-                None => Cow::Owned(shard::encode(
-                    &layout,
-                    index,
-                    &redundant[usize::from(index - layout.k())],
-                )),
-            };
-            self.member(id).branch.put(&shard_key(key, index), &blob)
-        });
-        let failures: Vec<ShardFault> = jobs
+                blobs
+            }
+            Coding::Xor | Coding::ReedSolomon => (0..layout.shards())
+                .map(|index| match index.checked_sub(layout.k()) {
+                    None => shard::encode(&layout, index, codec::data_slice(&layout, data, index)),
+                    Some(r) => shard::encode(&layout, index, &redundant[usize::from(r)]),
+                })
+                .collect(),
+        };
+        Ok(Prepared {
+            key: key.clone(),
+            layout,
+            ids,
+            blobs,
+        })
+    }
+
+    /// Maps a container whose shards were all written; else removes those
+    /// that were and names the ones that failed.
+    fn finish(
+        &self,
+        p: Prepared,
+        shards: Vec<(u16, BranchId, branch::Result<()>)>,
+    ) -> Result<Placement> {
+        let failures: Vec<ShardFault> = shards
             .iter()
-            .zip(&results)
-            .filter_map(|(&(index, id), r)| {
+            .filter_map(|(index, id, r)| {
                 let err = r.as_ref().err()?;
                 Some(ShardFault {
-                    index,
-                    branch: Some(self.member(id).name.clone()),
+                    index: *index,
+                    branch: Some(self.member(*id).name.clone()),
                     kind: FaultKind::of(err),
                     detail: err.to_string(),
                 })
             })
             .collect();
         if !failures.is_empty() {
-            let written: Vec<(u16, BranchId)> = jobs
+            let written: Vec<(u16, BranchId)> = shards
                 .iter()
-                .zip(&results)
-                .filter(|(_, r)| r.is_ok())
-                .map(|(job, _)| *job)
+                .filter(|(_, _, r)| r.is_ok())
+                .map(|(index, id, _)| (*index, *id))
                 .collect();
             fan_out(&written, |&(index, id)| {
-                let _ = self.member(id).branch.delete(&shard_key(key, index));
+                let _ = self.member(id).branch.delete(&shard_key(&p.key, index));
             });
             return Err(Error::Write {
                 op: "store",
-                key: key.clone(),
-                policy: policy.clone(),
+                key: p.key,
+                policy: p.layout.policy.clone(),
                 failures,
             });
         }
         let entry = Entry {
-            layout,
-            locations: ids.into_iter().map(|id| vec![id]).collect(),
+            layout: p.layout,
+            locations: p.ids.into_iter().map(|id| vec![id]).collect(),
         };
-        let placed = entry.placement(key);
-        self.map.insert(key.clone(), entry);
+        let placed = entry.placement(&p.key);
+        self.map.insert(p.key, entry);
         Ok(placed)
     }
 
