@@ -278,7 +278,7 @@ pub enum BranchCommand {
     /// Appends a [[branch]] entry to cairn.toml after checking the branch
     /// can be opened (a bucket must exist and accept the credentials). Rules
     /// use it once they name it or one of its labels (or name no branches).
-    /// A mounted file system uses it after a remount.
+    /// A mounted file system opens it and stores on it at once.
     Add {
         /// 1-64 characters of [A-Za-z0-9._-].
         name: String,
@@ -303,9 +303,11 @@ pub enum BranchCommand {
     /// Move every shard off a branch, then remove it from cairn.toml.
     ///
     /// Each shard goes to another branch holding no shard of the same
-    /// container. Refused, before anything moves, when a rule names the
-    /// branch or would be left with too few branches for its policy. The
-    /// directory or bucket itself is left untouched.
+    /// container, spread over all of them. Refused, before anything moves,
+    /// when a rule names the branch or would be left with too few branches
+    /// for its policy. On a mounted file system the branch takes no new
+    /// shards from the start; cairn.toml changes only once every shard has
+    /// moved. The directory or bucket itself is left untouched.
     Remove {
         /// The branch to empty and drop.
         name: String,
@@ -315,8 +317,10 @@ pub enum BranchCommand {
     /// NEW must already be a configured branch (`cairn branch add`). Shards
     /// are read from OLD while it still answers, else rebuilt from the other
     /// copies or parity. Interrupted (even by kill -9), run it again: shards
-    /// already on NEW are verified and skipped. Rules naming OLD name NEW
-    /// afterwards.
+    /// already on NEW are verified and skipped. A container already holding
+    /// another shard on NEW gets this one on a third branch. Rules naming
+    /// OLD name NEW afterwards. On a mounted file system new shards go to
+    /// NEW instead of OLD from the start.
     Replace {
         /// The branch being retired (it may be gone already).
         old: String,
