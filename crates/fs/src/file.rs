@@ -236,18 +236,8 @@ impl FileState {
                 overlays.push((from, bytes.slice((from - s) as usize..(to - s) as usize)));
             }
         }
-        let start_key = self
-            .dirty
-            .range(..=offset)
-            .next_back()
-            .map_or(offset, |(&s, _)| s);
-        for (&s, run) in self.dirty.range(start_key..end) {
-            let from = offset.max(s);
-            let to = end.min(s + run.len() as u64);
-            if from < to {
-                let part = &run[(from - s) as usize..(to - s) as usize];
-                overlays.push((from, Bytes::copy_from_slice(part)));
-            }
+        for (from, part) in self.dirty_in(offset, end) {
+            overlays.push((from, Bytes::copy_from_slice(part)));
         }
         ReadPlan {
             offset,
@@ -257,22 +247,30 @@ impl FileState {
         }
     }
 
-    /// Copies the dirty bytes that fall in `offset..offset+buf.len()` over
-    /// `buf`.
-    fn overlay_dirty(&self, offset: u64, buf: &mut [u8]) {
-        let end = offset + buf.len() as u64;
+    /// The dirty bytes inside `offset..end`, each piece with the offset it
+    /// starts at.
+    fn dirty_in(&self, offset: u64, end: u64) -> impl Iterator<Item = (u64, &[u8])> {
         let start_key = self
             .dirty
             .range(..=offset)
             .next_back()
             .map_or(offset, |(&s, _)| s);
-        for (&s, run) in self.dirty.range(start_key..end) {
-            let from = offset.max(s);
-            let to = end.min(s + run.len() as u64);
-            if from < to {
-                buf[(from - offset) as usize..(to - offset) as usize]
-                    .copy_from_slice(&run[(from - s) as usize..(to - s) as usize]);
-            }
+        self.dirty
+            .range(start_key..end)
+            .filter_map(move |(&s, run)| {
+                let from = offset.max(s);
+                let to = end.min(s + run.len() as u64);
+                (from < to).then(|| (from, &run[(from - s) as usize..(to - s) as usize]))
+            })
+    }
+
+    /// Copies the dirty bytes that fall in `offset..offset+buf.len()` over
+    /// `buf`.
+    fn overlay_dirty(&self, offset: u64, buf: &mut [u8]) {
+        let end = offset + buf.len() as u64;
+        for (from, part) in self.dirty_in(offset, end) {
+            let at = (from - offset) as usize;
+            buf[at..at + part.len()].copy_from_slice(part);
         }
     }
 
