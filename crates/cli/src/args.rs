@@ -419,35 +419,25 @@ pub enum BenchCommand {
     /// created and read cold, the daemon's peak RSS. Runs bench/fs.py
     /// (built in) with this binary; every argument is passed on (see
     /// `cairn bench fs -- --help`). Run it as root.
-    Fs {
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "ARGS"
-        )]
-        args: Vec<String>,
-    },
+    Fs(ScriptArgs),
     /// Ingest and restore against restic and borg on the same data: runs
     /// bench/ingest.py (built in) with this binary; arguments are passed on.
-    Ingest {
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "ARGS"
-        )]
-        args: Vec<String>,
-    },
+    Ingest(ScriptArgs),
     /// Garbage collection against restic's forget + prune, and the cost of
     /// a version: runs bench/gc.py (built in) with this binary; arguments
     /// are passed on.
-    Gc {
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "ARGS"
-        )]
-        args: Vec<String>,
-    },
+    Gc(ScriptArgs),
+}
+
+/// Arguments passed on to a bench/ script.
+#[derive(Args, Debug)]
+pub struct ScriptArgs {
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<String>,
 }
 
 #[derive(Args, Debug)]

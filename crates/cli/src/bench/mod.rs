@@ -37,8 +37,8 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         BenchCommand::Redundancy(args) => redundancy::run(args),
-        BenchCommand::Fs { args } => scripts::run("fs.py", &args),
-        BenchCommand::Ingest { args } => scripts::run("ingest.py", &args),
-        BenchCommand::Gc { args } => scripts::run("gc.py", &args),
+        BenchCommand::Fs(a) => scripts::run("fs.py", &a.args),
+        BenchCommand::Ingest(a) => scripts::run("ingest.py", &a.args),
+        BenchCommand::Gc(a) => scripts::run("gc.py", &a.args),
     }
 }
