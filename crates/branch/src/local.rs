@@ -11,7 +11,7 @@ use crate::aligned::AlignedBuf;
 use crate::{BlobKey, Branch, BranchError, Result};
 
 /// Blobs as files under a directory. A blob is written to `.partial/`, synced,
-/// linked into place and its directory synced, so a crash leaves either the
+/// moved into place and its directory synced, so a crash leaves either the
 /// whole blob or a leftover in `.partial/`, which [`LocalDir::open`] discards.
 pub struct LocalDir {
     name: String,
@@ -151,8 +151,13 @@ impl LocalDir {
         Ok(Some(f))
     }
 
-    /// Links a synced partial blob into place; a link, unlike a rename,
-    /// never replaces an existing blob.
+    /// Moves a synced partial blob into place without ever replacing an
+    /// existing blob: `renameat2(RENAME_NOREPLACE)`, or where the file
+    /// system lacks it, a hard link (the partial file is then removed).
+    /// Renaming matters for speed: every unlink leaves a recently deleted
+    /// inode that ext4's allocator then checks on each later create, which
+    /// cost a quarter of the CPU of a Reed-Solomon store (one file per
+    /// shard).
     fn place(&self, key: &BlobKey, tmp: &Path) -> Result<()> {
         let dest = self.path(key);
         let dir = dest.parent().expect("a blob path has a parent");
@@ -160,14 +165,44 @@ impl LocalDir {
             fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
             sync_dir(dir.parent().unwrap_or(&self.root))?;
         }
-        match fs::hard_link(tmp, &dest) {
+        let placed = match rename_noreplace(tmp, &dest) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
+                let linked = fs::hard_link(tmp, &dest);
+                let _ = fs::remove_file(tmp);
+                linked
+            }
+            other => other,
+        };
+        match placed {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(BranchError::Exists {
                 branch: self.name.clone(),
                 key: key.clone(),
             }),
-            Err(e) => Err(io_err("link into place", &dest)(e)),
+            Err(e) => Err(io_err("move into place", &dest)(e)),
         }
+    }
+}
+
+fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other);
+    let (from, to) = (c(from)?, c(to)?);
+    // SAFETY: both paths are NUL-terminated strings that outlive the call.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -203,7 +238,9 @@ impl Branch for LocalDir {
                 let synced = f.sync_data().map_err(io_err("sync", &tmp));
                 drop(f);
                 let placed = synced.and_then(|()| self.place(key, &tmp));
-                let _ = fs::remove_file(&tmp);
+                if placed.is_err() {
+                    let _ = fs::remove_file(&tmp);
+                }
                 placed?;
                 let dir = self
                     .path(key)

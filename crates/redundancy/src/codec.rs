@@ -6,6 +6,8 @@
 //! block-aligned span of a shard needs only the same span of the others:
 //! a degraded range read does not fetch whole shards.
 
+use std::sync::Mutex;
+
 use reed_solomon_simd::{ReedSolomonDecoder, ReedSolomonEncoder};
 
 use crate::policy::Coding;
@@ -21,39 +23,74 @@ pub fn data_slice<'a>(layout: &Layout, container: &'a [u8], i: u16) -> &'a [u8] 
     &container[start..end]
 }
 
-/// The payloads of the redundant shards, indices K..K+M, of a coded
-/// container (none for copies).
-pub fn redundant_payloads(layout: &Layout, container: &[u8]) -> Result<Vec<Vec<u8>>, CodingError> {
+/// Encoders kept between containers: a new one allocates and zeroes its
+/// work buffers (several MiB at 4 MiB containers), which cost more than
+/// the encoding itself.
+static ENCODERS: Mutex<Vec<ReedSolomonEncoder>> = Mutex::new(Vec::new());
+/// Enough for the store's concurrent puts; more are made and dropped.
+const KEPT_ENCODERS: usize = 4;
+
+/// Calls `f` with the payloads of the redundant shards, indices K..K+M,
+/// of a coded container (none for copies), borrowed from the encoder so
+/// they are not copied before a shard is built around them.
+pub fn with_redundant<R>(
+    layout: &Layout,
+    container: &[u8],
+    f: impl FnOnce(&[&[u8]]) -> R,
+) -> Result<R, CodingError> {
     let k = layout.k();
     let s = layout.shard_len as usize;
     match layout.policy.coding() {
-        Coding::Copies => Ok(Vec::new()),
+        Coding::Copies => Ok(f(&[])),
         Coding::Xor => {
             let mut parity = vec![0u8; s];
             for i in 0..k {
                 xor_into(&mut parity, data_slice(layout, container, i));
             }
-            Ok(vec![parity])
+            Ok(f(&[&parity]))
         }
         Coding::ReedSolomon => {
             let m = layout.shards() - k;
-            let mut enc = ReedSolomonEncoder::new(k.into(), m.into(), s)?;
-            let mut padded = Vec::new();
-            for i in 0..k {
-                let slice = data_slice(layout, container, i);
-                if slice.len() == s {
-                    enc.add_original_shard(slice)?;
-                } else {
-                    padded.clear();
-                    padded.extend_from_slice(slice);
-                    padded.resize(s, 0);
-                    enc.add_original_shard(&padded)?;
+            let kept = ENCODERS.lock().unwrap().pop();
+            let mut enc = match kept {
+                Some(mut enc) => {
+                    enc.reset(k.into(), m.into(), s)?;
+                    enc
                 }
+                None => ReedSolomonEncoder::new(k.into(), m.into(), s)?,
+            };
+            let result = encode_into(&mut enc, layout, container).map(|out| {
+                let recovery: Vec<&[u8]> = out.recovery_iter().collect();
+                f(&recovery)
+            });
+            let mut kept = ENCODERS.lock().unwrap();
+            if kept.len() < KEPT_ENCODERS {
+                kept.push(enc);
             }
-            let out = enc.encode()?;
-            Ok(out.recovery_iter().map(<[u8]>::to_vec).collect())
+            result
         }
     }
+}
+
+fn encode_into<'e>(
+    enc: &'e mut ReedSolomonEncoder,
+    layout: &Layout,
+    container: &[u8],
+) -> Result<reed_solomon_simd::EncoderResult<'e>, CodingError> {
+    let s = layout.shard_len as usize;
+    let mut padded = Vec::new();
+    for i in 0..layout.k() {
+        let slice = data_slice(layout, container, i);
+        if slice.len() == s {
+            enc.add_original_shard(slice)?;
+        } else {
+            padded.clear();
+            padded.extend_from_slice(slice);
+            padded.resize(s, 0);
+            enc.add_original_shard(&padded)?;
+        }
+    }
+    enc.encode()
 }
 
 fn xor_into(acc: &mut [u8], other: &[u8]) {
@@ -141,7 +178,10 @@ mod tests {
         if layout.policy.coding() == Coding::Copies {
             return vec![container.to_vec(); layout.shards().into()];
         }
-        shards.extend(redundant_payloads(layout, container).unwrap());
+        with_redundant(layout, container, |r| {
+            shards.extend(r.iter().map(|p| p.to_vec()))
+        })
+        .unwrap();
         shards
     }
 

@@ -109,12 +109,7 @@ impl Redundant {
         });
         let ids = placement::choose(policy, key.as_str(), allowed, parity_at);
         let layout = Layout::new(policy.clone(), key.as_str(), data.len() as u64);
-        let redundant =
-            codec::redundant_payloads(&layout, data).map_err(|source| Error::Coding {
-                key: key.clone(),
-                source,
-            })?;
-        let blobs = match policy.coding() {
+        let blobs = codec::with_redundant(&layout, data, |redundant| match policy.coding() {
             // Copies differ only in their header: hash the container once.
             Coding::Copies => {
                 let first = shard::encode(&layout, 0, data);
@@ -129,10 +124,14 @@ impl Redundant {
             Coding::Xor | Coding::ReedSolomon => (0..layout.shards())
                 .map(|index| match index.checked_sub(layout.k()) {
                     None => shard::encode(&layout, index, codec::data_slice(&layout, data, index)),
-                    Some(r) => shard::encode(&layout, index, &redundant[usize::from(r)]),
+                    Some(r) => shard::encode(&layout, index, redundant[usize::from(r)]),
                 })
                 .collect(),
-        };
+        })
+        .map_err(|source| Error::Coding {
+            key: key.clone(),
+            source,
+        })?;
         Ok(Prepared {
             key: key.clone(),
             layout,
