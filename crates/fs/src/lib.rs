@@ -178,6 +178,16 @@ struct Inner {
     files: Mutex<HashMap<InodeId, Arc<Mutex<FileState>>>>,
     /// Streams of closed files whose chunks the next commit must flush.
     pending: Mutex<Vec<StreamWriter>>,
+    /// Streams shared by small files, one per protection when idle: each
+    /// closed small file sealing a container of its own made a container
+    /// (a file, a sync, an index entry) per file, and a 4 MiB buffer each
+    /// while it waited for the disk. A commit flushes them.
+    small: Mutex<Vec<StreamWriter>>,
+    /// Held shared while a file's content is recorded (chunks written,
+    /// then the metadata pointing at them), exclusively by a commit from
+    /// its first flush to the metadata sync, so that everything the sync
+    /// makes durable reaches only chunks that are durable already.
+    recording: std::sync::RwLock<()>,
     dirty_total: AtomicUsize,
     appliers: behind::Appliers,
     cache: Arc<ChunkCache>,
@@ -199,6 +209,11 @@ pub struct Fs {
 fn now() -> Timestamp {
     Timestamp::now()
 }
+
+/// Files up to this size that have no stream of their own are recorded
+/// through a stream shared with other small files, so many of them fill
+/// one container. Larger files keep their chunks together in their own.
+const SMALL_FILE_MAX: u64 = 1 << 20;
 
 /// Refuses changes to anything under `.snapshots`.
 fn writable(ino: InodeId) -> Result<()> {
@@ -256,6 +271,8 @@ impl Fs {
             )),
             files: Mutex::new(HashMap::new()),
             pending: Mutex::new(Vec::new()),
+            small: Mutex::new(Vec::new()),
+            recording: std::sync::RwLock::new(()),
             dirty_total: AtomicUsize::new(0),
             appliers: behind::Appliers::start(),
             commit_lock: Mutex::new(()),
@@ -335,6 +352,7 @@ impl Fs {
         }
         if let Some(size) = size {
             let state = self.inner.state(ino)?;
+            let _recording = self.inner.recording.read().unwrap();
             let mut f = self.inner.lock_settled(&state);
             let before = f.held();
             let inner = &self.inner;
@@ -530,10 +548,12 @@ impl Fs {
         let Some(state) = self.inner.files.lock().unwrap().get(&ino).cloned() else {
             return Ok(());
         };
+        let recording = self.inner.recording.read().unwrap();
         let mut f = self.inner.lock_settled(&state);
         f.handles = f.handles.saturating_sub(1);
         let result = self.inner.finalize(&mut f);
         drop(f);
+        drop(recording);
         self.inner.release_state(ino, state);
         result
     }
@@ -595,6 +615,7 @@ impl Fs {
         let Some(state) = self.inner.files.lock().unwrap().get(&ino).cloned() else {
             return Ok(());
         };
+        let _recording = self.inner.recording.read().unwrap();
         let mut f = self.inner.lock_settled(&state);
         self.inner.finalize(&mut f)
     }
@@ -608,6 +629,12 @@ impl Fs {
     /// Records every open file's content and makes everything durable.
     pub fn sync_all(&self) -> Result<()> {
         self.inner.sync_all()
+    }
+
+    /// Bytes held in memory as dirty runs, counted against the global
+    /// limit: written and not yet stored, or an open inline file's bytes.
+    pub fn dirty_bytes(&self) -> usize {
+        self.inner.dirty_total.load(Ordering::Relaxed)
     }
 
     pub fn stats(&self) -> Result<FsStats> {
@@ -742,10 +769,27 @@ impl Inner {
     /// The write stream of a file about to store data, protected as its
     /// xattr or rules say, with the size it has now.
     fn open_stream(&self, f: &FileState) -> Result<StreamWriter> {
+        Ok(self.store.stream_with(self.protection_of(f)?)?)
+    }
+
+    fn protection_of(&self, f: &FileState) -> Result<Protection> {
         let mut inode = self.meta.get(f.ino)?;
         inode.attr.size = f.size;
-        let choice = self.choose(&inode, None)?;
-        Ok(self.store.stream_with(choice.protection)?)
+        Ok(self.choose(&inode, None)?.protection)
+    }
+
+    /// An idle shared stream for small files under `protection`; give it
+    /// back with [`Inner::give_small`] before the recording lock is let go.
+    fn take_small(&self, protection: Protection) -> Result<StreamWriter> {
+        let mut idle = self.small.lock().unwrap();
+        match idle.iter().position(|w| *w.protection() == protection) {
+            Some(i) => Ok(idle.swap_remove(i)),
+            None => Ok(self.store.stream_with(protection)?),
+        }
+    }
+
+    fn give_small(&self, w: StreamWriter) {
+        self.small.lock().unwrap().push(w);
     }
 
     /// Stores the chunks of a file's recipe again under `protection`, in
@@ -829,7 +873,12 @@ impl Inner {
         let mut files = self.files.lock().unwrap();
         Ok(files
             .entry(ino)
-            .or_insert_with(|| Arc::new(Mutex::new(state)))
+            .or_insert_with(|| {
+                // An inline file's bytes are held as dirty runs from here
+                // on, counted until the state is forgotten.
+                self.account(0, state.held());
+                Arc::new(Mutex::new(state))
+            })
             .clone())
     }
 
@@ -841,6 +890,12 @@ impl Inner {
         if f.handles > 0 || f.changed || f.writer.is_some() || f.busy() {
             return;
         }
+        // An inline file keeps its recorded bytes as dirty runs while its
+        // state lives; they stop counting with it. (They once stayed
+        // counted, and an inline file reopened was taken off without being
+        // added, so the count drifted past the global limit and every write
+        // stored its bytes at once, in a container per file.)
+        self.account(f.held(), 0);
         drop(f);
         files.remove(&ino);
         drop(files);
@@ -896,20 +951,17 @@ impl Inner {
                     Content::Inline(bytes)
                 }
             } else {
-                self.apply(f, true)?;
-                // Any failure of an apply in the background is mended now.
-                f.failed = None;
-                if f.extents_end() < f.size {
-                    let end = f.extents_end();
-                    f.extents.push(recipe::Extent {
-                        offset: end,
-                        len: f.size - end,
-                        id: recipe::HOLE,
-                    });
+                // A small file with no stream of its own writes into a
+                // shared one; it is taken back out below, also on error.
+                if f.writer.is_none() && f.size <= SMALL_FILE_MAX {
+                    f.writer = Some(self.take_small(self.protection_of(f)?)?);
+                    let recorded = self.record_chunks(f);
+                    let shared = f.writer.take().expect("installed above");
+                    self.give_small(shared);
+                    recorded?
+                } else {
+                    self.record_chunks(f)?
                 }
-                let writer = f.writer.as_mut().expect("apply opened a stream");
-                let root = recipe::store_tree(writer, f.extents.iter().map(|e| (e.len, e.id)))?;
-                Content::Recipe(root)
             };
             let mtime = f.mtime.unwrap_or_else(now);
             self.meta
@@ -928,12 +980,36 @@ impl Inner {
         Ok(())
     }
 
+    /// Writes the file's dirty bytes and its recipe tree through its
+    /// stream (which the caller provides) and returns the content.
+    fn record_chunks(&self, f: &mut FileState) -> Result<Content> {
+        self.apply(f, true)?;
+        // Any failure of an apply in the background is mended now.
+        f.failed = None;
+        if f.extents_end() < f.size {
+            let end = f.extents_end();
+            f.extents.push(recipe::Extent {
+                offset: end,
+                len: f.size - end,
+                id: recipe::HOLE,
+            });
+        }
+        let writer = f.writer.as_mut().expect("apply opened a stream");
+        let root = recipe::store_tree(writer, f.extents.iter().map(|e| (e.len, e.id)))?;
+        Ok(Content::Recipe(root))
+    }
+
     /// Flushes every stream with new chunks, then syncs the metadata: data
     /// is always durable before the metadata that reaches it.
     fn commit(&self) -> Result<()> {
         let _guard = self.commit_lock.lock().unwrap();
+        let _recording = self.recording.write().unwrap();
         let pending: Vec<StreamWriter> = std::mem::take(&mut *self.pending.lock().unwrap());
         for mut w in pending {
+            w.flush()?;
+        }
+        // No file is being recorded, so every shared stream is idle here.
+        for w in self.small.lock().unwrap().iter_mut() {
             w.flush()?;
         }
         let open: Vec<Arc<Mutex<FileState>>> =
@@ -956,9 +1032,11 @@ impl Inner {
             .map(|(k, v)| (*k, v.clone()))
             .collect();
         for (ino, state) in open {
+            let recording = self.recording.read().unwrap();
             let mut f = self.lock_settled(&state);
             self.finalize(&mut f)?;
             drop(f);
+            drop(recording);
             self.release_state(ino, state);
         }
         self.commit()
