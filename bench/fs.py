@@ -530,6 +530,25 @@ def timed_cold_read(path: str, dropper: CacheDropper, expect: int, problems: lis
     return {"bytes": n, "wall_s": secs, "mb_s": mbps(n, secs)}
 
 
+def memory_touch_rates(dropper: CacheDropper, nbytes: int = 1 << 30) -> dict:
+    """GB/s of writing memory the process never touched (fresh pages: the kernel zeroes
+    each, and a virtual machine's host may back it only now) and of writing the same
+    memory again. Caches are dropped first, so the pages come from freshly freed memory,
+    as the page cache's do right after a cold-read benchmark drops caches."""
+    import mmap
+    dropper.drop()
+    block = b"\x5a" * (1 << 20)
+    m = mmap.mmap(-1, nbytes)
+    rates = []
+    for _ in range(2):
+        t = time.monotonic()
+        for off in range(0, nbytes, len(block)):
+            m[off:off + len(block)] = block
+        rates.append(nbytes / (time.monotonic() - t) / 1e9)
+    m.close()
+    return {"first_touch_gb_s": rates[0], "retouch_gb_s": rates[1]}
+
+
 def phase_big(ctx: dict) -> dict:
     wd, cairn, mounts, dropper = ctx["workdir"], ctx["cairn"], ctx["mounts"], ctx["dropper"]
     problems, step = ctx["problems"], ctx["watch"].step
@@ -860,6 +879,17 @@ def build_report(res: dict) -> tuple[str, list]:
                f"s (write + fsync + unmount: "
                f"{f1(mbps(size, big['cairn_write']['wall_s'] + big['cairn_write']['umount_s']))}"
                f" MB/s); untimed warm-up copy ran at {f1(big['warmup']['mb_s'])} MB/s")
+    mem = env.get("memory")
+    if mem:
+        # Reading through the mount fills its page cache with the whole file, fresh
+        # pages that `get -o /dev/null` never touches. At the first-touch rate that
+        # costs fill_s CPU-seconds; spread over every core it still adds fill_s / cpus.
+        fill_s = size / (mem["first_touch_gb_s"] * 1e9)
+        bound = get["wall_s"] / (get["wall_s"] + fill_s / env["cpus"])
+        out.append(f"   memory here: first touch {mem['first_touch_gb_s']:.2f} GB/s, touched "
+                   f"before {mem['retouch_gb_s']:.1f} GB/s. The mount's page cache is "
+                   f"{fill_s:.1f} CPU-s of first touches that get never makes, so FS read / "
+                   f"get cannot pass {bound:.2f} on this machine")
     targets.append(target("cairn FS write / raw store put", ratio(cw, put["mb_s"]),
                           TARGETS["fs_write_vs_put"]))
     targets.append(target("cairn FS cold read / raw store cold get", ratio(cr, get["mb_s"]),
@@ -1039,6 +1069,7 @@ def main(argv=None) -> int:
             "workdir_fs": fs_of(workdir), "bindfs_version": tool_version(["bindfs", "--version"]),
             "postmark_version": "PostMark v1.51", "postmark_deb": dpkg_version("postmark"),
             "peers_installed_now": installed}
+        results["env"]["memory"] = memory_touch_rates(ctx["dropper"])
         results["big"] = phase_big(ctx)
         results["postmark"] = phase_postmark(ctx)
         results["small"] = phase_small(ctx)

@@ -96,6 +96,9 @@ struct Row {
 struct Bench {
     scratch: PathBuf,
     store: Arc<Redundant>,
+    /// A branch used without the layer: each container one blob, the disk's
+    /// own pace for the write section's bounds.
+    raw: LocalDir,
     slots: Vec<Slot>,
     data: Vec<Vec<u8>>,
     in_flight: usize,
@@ -188,9 +191,11 @@ impl Bench {
                 bytes
             })
             .collect();
+        let (raw, _) = LocalDir::open("raw", scratch.join("raw"))?;
         Ok(Bench {
             scratch: scratch.to_path_buf(),
             store,
+            raw,
             slots,
             data,
             in_flight: args.in_flight,
@@ -225,7 +230,10 @@ impl Bench {
         // short, and this disk's speed swings within a minute. Every round
         // but the last deletes what it wrote (untimed).
         let mut writes: Vec<Vec<Pass>> = POLICIES.iter().map(|_| Vec::new()).collect();
+        let mut raw = Vec::new();
         for round in 1..=self.rounds {
+            say!("writing to a branch without the layer (round {round} of {})", self.rounds);
+            raw.push(self.raw_write_pass()?);
             for (text, all) in POLICIES.iter().zip(&mut writes) {
                 let set = Set::new(text);
                 say!("writing {text} (round {round} of {})", self.rounds);
@@ -237,6 +245,13 @@ impl Bench {
                 }
             }
         }
+        let (raw_pass, raw_spread) = median(&mut raw);
+        let disk = raw_pass.mb_per_s();
+        let mut row = new_row("write", "raw branch, no layer".into(), raw_pass);
+        row.note = format!(
+            "each container one blob on one branch, fsync'd: the disk's pace; {raw_spread}"
+        );
+        let mut raw_row = row;
         let mut base = None;
         for (text, mut all) in POLICIES.into_iter().zip(writes) {
             let set = Set::new(text);
@@ -250,13 +265,23 @@ impl Bench {
                 row.target = Some(format!(">= {WRITE_TARGET:.2}x single"));
                 row.met = row.ratio.map(|r| r >= WRITE_TARGET);
             }
+            // All shards share one disk: writing `stored` bytes at the raw
+            // branch's pace is as fast as this policy can go here.
+            let bound = disk * pass.bytes as f64 / stored as f64;
             row.note = format!(
-                "{:.0} MB of shards over {} branch(es), each fsync'd; {spread}",
+                "{:.0} MB of shards over {} branch(es), each fsync'd; one-disk bound {:.0} MB/s \
+                 ({:.2}x single), reached {:.0}%; {spread}",
                 stored as f64 / MB,
-                set.allowed.len()
+                set.allowed.len(),
+                bound,
+                bound / single,
+                100.0 * pass.mb_per_s() / bound,
             );
             self.rows.push(row);
         }
+        raw_row.ratio = base.map(|single| disk / single);
+        raw_row.vs = Some("single".into());
+        self.rows.push(raw_row);
         // Rounds of all five, alternating, so that what disturbs one pass
         // (the first one after the writes, say) shows in the range.
         let mut passes: Vec<Vec<Pass>> = POLICIES.iter().map(|_| Vec::new()).collect();
@@ -471,6 +496,28 @@ impl Bench {
         })?;
         Ok(Pass {
             seconds: started.elapsed().as_secs_f64(),
+            bytes: self.total_bytes(),
+            warm: false,
+        })
+    }
+
+    /// Stores every container as one blob on the raw branch, `in_flight` at
+    /// once, then deletes them (untimed).
+    fn raw_write_pass(&self) -> Result<Pass> {
+        let key = |i: usize| BlobKey::new(format!("raw/{i:06}")).expect("a valid key");
+        sync();
+        let started = Instant::now();
+        in_parallel(self.data.len(), self.in_flight, |i| {
+            self.raw
+                .put(&key(i), &self.data[i])
+                .with_context(|| format!("storing raw container {i}"))
+        })?;
+        let seconds = started.elapsed().as_secs_f64();
+        for i in 0..self.data.len() {
+            self.raw.delete(&key(i))?;
+        }
+        Ok(Pass {
+            seconds,
             bytes: self.total_bytes(),
             warm: false,
         })
