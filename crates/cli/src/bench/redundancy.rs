@@ -232,7 +232,10 @@ impl Bench {
         let mut writes: Vec<Vec<Pass>> = POLICIES.iter().map(|_| Vec::new()).collect();
         let mut raw = Vec::new();
         for round in 1..=self.rounds {
-            say!("writing to a branch without the layer (round {round} of {})", self.rounds);
+            say!(
+                "writing to a branch without the layer (round {round} of {})",
+                self.rounds
+            );
             raw.push(self.raw_write_pass()?);
             for (text, all) in POLICIES.iter().zip(&mut writes) {
                 let set = Set::new(text);
