@@ -268,6 +268,15 @@ pub enum PolicyCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Apply cairn.toml after editing it by hand: its rules, and any
+    /// [[branch]] entries added, take effect in the running file system at
+    /// once (or are checked, when nothing is mounted).
+    ///
+    /// New files follow the new rules; files already stored keep their
+    /// data where it is (set `user.cairn.policy` on a file to move it). A
+    /// branch left out of cairn.toml while it still holds data is refused:
+    /// use `cairn branch remove` or `cairn branch replace` for that.
+    Reload,
 }
 
 #[derive(Subcommand, Debug)]

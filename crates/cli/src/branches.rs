@@ -146,6 +146,32 @@ pub fn reconfigure(root: &Path, fs: &Fs) -> Result<Applied> {
     apply(root, fs, &text, &[])
 }
 
+/// Applies cairn.toml as edited by hand. A branch the store uses but the
+/// file no longer lists is refused rather than retired: its shards would be
+/// unreachable after the next mount, and `branch remove` moves them off.
+pub fn reload(root: &Path, fs: &Fs) -> Result<Applied> {
+    let path = root.join(CONFIG);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let config = repo::Config::parse(&text).map_err(|e| anyhow::anyhow!("{CONFIG}: {e}"))?;
+    if let (Some(layer), Some(listed)) = (fs.store().layer(), &config.redundancy) {
+        let dropped: Vec<String> = layer
+            .branch_ids()
+            .into_iter()
+            .filter_map(|id| layer.branch_name(id))
+            .filter(|name| !listed.branches.iter().any(|b| &b.name == name))
+            .collect();
+        if !dropped.is_empty() {
+            bail!(
+                "{CONFIG} no longer lists branch(es) {}, which hold data: put them back and \
+                 run `cairn branch remove NAME` (or `branch replace`) to move the data off first",
+                dropped.join(", ")
+            );
+        }
+    }
+    apply(root, fs, &text, &[])
+}
+
 /// Retires the branches `config` no longer lists, runs `mover` to move
 /// their shards off, and then writes `config` as cairn.toml. When shards
 /// could not all be moved, cairn.toml is left as it was and its branches
@@ -168,6 +194,24 @@ pub fn move_off(
         }
     }
     moved
+}
+
+/// `cairn policy reload`.
+pub fn reload_cmd(root: &Path, quiet: bool) -> Result<ExitCode> {
+    let v = ops::run(root, &Request::Reload, quiet)?;
+    let applied: Applied = serde_json::from_value(v)?;
+    if !quiet {
+        for (what, names) in [
+            ("added", &applied.added),
+            ("reinstated", &applied.reinstated),
+        ] {
+            if !names.is_empty() {
+                say!("{what} branch(es) {}", names.join(", "));
+            }
+        }
+        say!("applied {CONFIG}: new files follow its rules");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn report(out: &MoveOut, quiet: bool) -> Result<()> {

@@ -66,6 +66,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Policy(PolicyCommand::Show { path, json }) => {
             crate::redundancy::policy_cmd(&root, path, json, quiet)
         }
+        Command::Policy(PolicyCommand::Reload) => crate::branches::reload_cmd(&root, quiet),
         Command::Status { json } => crate::redundancy::status_cmd(&root, json, quiet),
         Command::Scrub { json } => crate::redundancy::scrub_cmd(&root, json, quiet),
         Command::Branch(cmd) => crate::branches::run(&root, cmd, quiet),

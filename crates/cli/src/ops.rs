@@ -51,6 +51,9 @@ pub enum Request {
     Scrub,
     /// Applies cairn.toml's `[[branch]]` list as it is now on disk.
     Reconfigure,
+    /// Applies cairn.toml as edited by hand: its rules, and branches added;
+    /// refused if it leaves out a branch in use.
+    Reload,
     /// Moves the shards of `old` onto `new`, then makes `config` (cairn.toml
     /// without `old`) the configuration.
     BranchReplace {
@@ -166,6 +169,7 @@ pub fn exec(t: &Target<'_>, req: &Request, progress: &(dyn Fn(Progress) + Sync))
         Request::Reconfigure => {
             crate::redundancy::value_of(crate::branches::reconfigure(t.root, fs)?)?
         }
+        Request::Reload => crate::redundancy::value_of(crate::branches::reload(t.root, fs)?)?,
         Request::BranchReplace { old, new, config } => {
             let successors = [(old.clone(), new.clone())];
             crate::redundancy::value_of(crate::branches::move_off(

@@ -67,7 +67,14 @@ fn containers_of(store: &Store, root: cas::ChunkId) -> Result<BTreeSet<Container
 }
 
 pub fn policy_show(fs: &Fs, path: &str) -> Result<PolicyShow> {
-    let inode = fs.resolve(path)?;
+    let mut inode = fs.resolve(path)?;
+    if inode.attr.kind == FileKind::File {
+        // Shards have places only once their container is sealed and
+        // stored; a small file's chunks may wait in a shared open container
+        // until the next commit, so commit now.
+        fs.fsync(inode.id)?;
+        inode = fs.resolve(path)?;
+    }
     let choice = fs.policy_of(inode.id, Some(path))?;
     let store = fs.store();
     let layer = store.layer();

@@ -600,3 +600,80 @@ fn branch_changes_reach_a_mounted_busy_file_system_at_once() {
     assert_reads_back(&m, &files);
     m.unmount();
 }
+
+#[test]
+fn rules_edited_by_hand_reach_a_mounted_file_system_on_reload() {
+    let base = tempfile::tempdir().unwrap();
+    let repo = repo_with(base.path(), &local_branches(&["a", "b", "c"], "all"));
+    let m = mount(&repo, base.path());
+    let before = random(1, 40_000);
+    fs::write(m.path("before.bin"), &before).unwrap();
+    let policy = |p: &str| {
+        let v = json(&repo, &["policy", "show", p, "--json"]);
+        (
+            v["source"].as_str().unwrap().to_string(),
+            v["policy"].as_str().unwrap().to_string(),
+        )
+    };
+    assert_eq!(
+        policy("/before.bin"),
+        ("the default rule".into(), "single".into())
+    );
+    let path = repo.join("cairn.toml");
+    let original = fs::read_to_string(&path).unwrap();
+    let with_rule = original.clone()
+        + "\n[[rule]]\nname = \"bins\"\nextension = \"bin\"\npolicy = \"mirror:3\"\n";
+
+    // A rule that cannot be met is refused, naming it; nothing changes.
+    fs::write(&path, with_rule.replace("mirror:3", "mirror:4")).unwrap();
+    let out = cairn(&repo, &["policy", "reload"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("rule \"bins\"") && err.contains("mirror:4"),
+        "{err}"
+    );
+
+    // A good edit applies at once: new files follow the rule.
+    fs::write(&path, &with_rule).unwrap();
+    ok(&repo, &["policy", "reload"]);
+    let after = random(2, 40_000);
+    fs::write(m.path("after.bin"), &after).unwrap();
+    fs::File::open(m.path("after.bin"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
+    assert_eq!(
+        policy("/after.bin"),
+        ("rule \"bins\"".into(), "mirror:3".into())
+    );
+    let shown = json(&repo, &["policy", "show", "/after.bin", "--json"]);
+    let containers = shown["containers"].as_array().unwrap();
+    assert!(
+        !containers.is_empty()
+            && containers
+                .iter()
+                .all(|c| c["policy"] == "mirror:3" && c["shards"].as_array().unwrap().len() == 3),
+        "after.bin is not stored as three copies: {shown}"
+    );
+
+    // Leaving out a branch that holds data is refused, naming it (the rule
+    // asks for fewer copies, so the file is otherwise valid).
+    let without_c = with_rule
+        .replace(
+            "\n[[branch]]\nname = \"c\"\nkind = \"local\"\npath = \"br/c\"\nlabels = [\"all\"]\n",
+            "",
+        )
+        .replace("mirror:3", "mirror:2");
+    assert_ne!(without_c, with_rule);
+    fs::write(&path, &without_c).unwrap();
+    let out = cairn(&repo, &["policy", "reload"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("no longer lists branch(es) c"),
+        "{err}"
+    );
+    fs::write(&path, &with_rule).unwrap();
+    assert_eq!(fs::read(m.path("before.bin")).unwrap(), before);
+    assert_eq!(fs::read(m.path("after.bin")).unwrap(), after);
+    m.unmount();
+}
