@@ -64,7 +64,7 @@ pub use protection::{needs_restore, Protection};
 pub use read::Fetched;
 pub use region::{Compression, RegionError};
 pub use store::{Store, StoreSettings, StoreStats, INDEX_FILE, ROOTS_FILE};
-pub use writer::{StreamWriter, WriteStats};
+pub use writer::{Durable, StreamWriter, WriteStats};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CasError {

@@ -238,21 +238,47 @@ impl StreamWriter {
     /// Returns when every chunk this stream has written, or deduplicated
     /// against, is durable on the branch and in the index.
     pub fn flush(&mut self) -> Result<()> {
+        self.start_flush()?.wait()
+    }
+
+    /// The first half of [`StreamWriter::flush`]: seals the open container
+    /// and takes what the flush must wait for, so that the wait can run
+    /// without the lock that guards the stream, which meanwhile takes new
+    /// chunks (the file system's committer must not stall a writer for as
+    /// long as the disk takes to drain).
+    pub fn start_flush(&mut self) -> Result<Durable> {
         self.seal()?;
+        Ok(Durable {
+            store: self.store.clone(),
+            containers: std::mem::take(&mut self.depends),
+        })
+    }
+}
+
+/// Containers a flush waits for, from [`StreamWriter::start_flush`].
+#[must_use = "a flush is complete only once waited for"]
+pub struct Durable {
+    store: Store,
+    containers: HashSet<ContainerId>,
+}
+
+impl Durable {
+    /// Returns when every container is durable on the branch and in the
+    /// index, or names the first that failed.
+    pub fn wait(self) -> Result<()> {
         let shared = &self.store.shared;
         let mut inflight = shared.inflight.lock().unwrap();
         while self
-            .depends
+            .containers
             .iter()
             .any(|c| inflight.containers.contains_key(c))
         {
             inflight = shared.inflight_cv.wait(inflight).unwrap();
         }
         let failure = self
-            .depends
+            .containers
             .iter()
             .find_map(|c| inflight.failed.get(c).map(|r| (*c, r.clone())));
-        self.depends.clear();
         match failure {
             Some((container, reason)) => Err(CasError::WriteFailed { container, reason }),
             None => Ok(()),

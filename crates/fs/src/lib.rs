@@ -1014,10 +1014,16 @@ impl Inner {
         }
         let open: Vec<Arc<Mutex<FileState>>> =
             self.files.lock().unwrap().values().cloned().collect();
+        // Open files' streams are sealed under their lock and waited for
+        // without it, so a writer goes on while the disk drains.
+        let mut waits = Vec::new();
         for state in open {
             if let Some(w) = self.lock_settled(&state).writer.as_mut() {
-                w.flush()?;
+                waits.push(w.start_flush()?);
             }
+        }
+        for durable in waits {
+            durable.wait()?;
         }
         self.meta.sync()?;
         Ok(())
