@@ -227,7 +227,9 @@ pub enum Command {
     ///
     /// A branch is degraded once a read from it failed (missing, unreadable
     /// or corrupt shard) since the repository was opened; reads then went to
-    /// other copies or were rebuilt from parity. USED counts shard payload
+    /// other copies or were rebuilt from parity. A branch is retired while
+    /// `branch remove` or `branch replace` moves its shards off (it takes no
+    /// new ones; it is listed until it holds none). USED counts shard payload
     /// bytes. DELAY is the latency estimate read balancing uses (a moving
     /// average plus deviation); branches with a higher delay get fewer reads.
     /// Works on a mounted file system (through its daemon) and unmounted.

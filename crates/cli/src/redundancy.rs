@@ -123,6 +123,10 @@ pub struct BranchLine {
     pub delay_ms: Option<f64>,
     pub reads: u64,
     pub faults: u64,
+    /// Taking no new shards: being moved off by `branch remove` or
+    /// `replace` (a retired branch holding nothing is not listed).
+    #[serde(default)]
+    pub retired: bool,
 }
 
 pub fn status(store: &Store) -> Result<Vec<BranchLine>> {
@@ -151,9 +155,11 @@ pub fn status(store: &Store) -> Result<Vec<BranchLine>> {
     Ok(layer
         .status()
         .into_iter()
+        .filter(|s| !s.retired || usage.contains_key(&s.id))
         .map(|s| {
             let (shards, bytes) = usage.get(&s.id).copied().unwrap_or_default();
             BranchLine {
+                retired: s.retired,
                 name: s.name,
                 degraded: s.degraded,
                 last_error: s.last_error,
@@ -333,7 +339,11 @@ pub fn status_cmd(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
         println!(
             "{:<16} {:<9} {:>8} {:>11} {:>10} {:>8} {:>7}",
             b.name,
-            if b.degraded { "degraded" } else { "ok" },
+            match (b.retired, b.degraded) {
+                (true, _) => "retired",
+                (false, true) => "degraded",
+                (false, false) => "ok",
+            },
             b.shards,
             crate::ui::bytes(b.bytes),
             b.delay_ms.map_or("-".to_string(), |d| format!("{d:.2} ms")),

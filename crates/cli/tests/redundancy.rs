@@ -414,6 +414,24 @@ fn branch_replace_killed_and_run_again_ends_complete() {
     ok(&repo, &["branch", "replace", "a", "d"]);
     let config = fs::read_to_string(repo.join("cairn.toml")).unwrap();
     assert!(!config.contains("name = \"a\""), "{config}");
+    // a is listed only as retired, and only while shards are mapped to it.
+    let status = json(&repo, &["status", "--json"]);
+    let active: Vec<&str> = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["retired"] == false)
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(active, ["b", "c", "d"], "{status}");
+    for b in status.as_array().unwrap() {
+        if b["retired"] == true {
+            assert!(
+                b["name"] == "a" && b["shards"].as_u64() > Some(0),
+                "{status}"
+            );
+        }
+    }
     let m = mount(&repo, base.path());
     assert_reads_back(&m, &files);
     for name in files.keys() {
@@ -567,6 +585,24 @@ fn branch_changes_reach_a_mounted_busy_file_system_at_once() {
     ok(&repo, &["branch", "replace", "a", "d"]);
     let config = fs::read_to_string(repo.join("cairn.toml")).unwrap();
     assert!(!config.contains("name = \"a\""), "{config}");
+    // a is listed only as retired, and only while shards are mapped to it.
+    let status = json(&repo, &["status", "--json"]);
+    let active: Vec<&str> = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["retired"] == false)
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(active, ["b", "c", "d"], "{status}");
+    for b in status.as_array().unwrap() {
+        if b["retired"] == true {
+            assert!(
+                b["name"] == "a" && b["shards"].as_u64() > Some(0),
+                "{status}"
+            );
+        }
+    }
 
     // From now on nothing new lands on a, and its old shards are not needed.
     let on_a = shard_files(&repo.join("br/a"));

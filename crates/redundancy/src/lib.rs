@@ -241,9 +241,10 @@ impl Redundant {
         self.balancing.load(Ordering::Relaxed)
     }
 
-    /// Health and latency of every branch not retired, for `cairn status`.
+    /// Health and latency of every branch, retired ones included (and
+    /// flagged), for `cairn status`.
     pub fn status(&self) -> Vec<BranchStatus> {
-        self.branch_ids()
+        self.all_ids()
             .into_iter()
             .map(|id| self.member(id).status(id))
             .collect()

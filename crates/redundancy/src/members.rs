@@ -66,6 +66,9 @@ pub struct BranchStatus {
     pub last_error: Option<String>,
     /// The read latency score balancing uses; `None` before the first read.
     pub read_latency: Option<Duration>,
+    /// Taking no new shards (see [`crate::Redundant::retire`]); what it
+    /// holds stays readable until it is moved off.
+    pub retired: bool,
 }
 
 #[derive(Default)]
@@ -158,6 +161,7 @@ impl Member {
             corrupt: s.corrupt,
             last_error: s.last_error.clone(),
             read_latency: s.latency.score().map(Duration::from_secs_f64),
+            retired: self.retired(),
         }
     }
 }
