@@ -63,6 +63,29 @@ fn mount(repo: &Path, base: &Path) -> Mount {
     Mount::start(repo.to_path_buf(), dir)
 }
 
+/// After `gone` was replaced or removed: `status` lists `active` as the
+/// branches in use, and `gone` at most as retired while shards are mapped
+/// to it.
+fn assert_moved_off(repo: &Path, gone: &str, active: &[&str]) {
+    let status = json(repo, &["status", "--json"]);
+    let listed: Vec<&str> = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["retired"] == false)
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, active, "{status}");
+    for b in status.as_array().unwrap() {
+        if b["retired"] == true {
+            assert!(
+                b["name"] == gone && b["shards"].as_u64() > Some(0),
+                "{status}"
+            );
+        }
+    }
+}
+
 /// Writes each file (creating its directory) and makes it durable.
 fn write_files(m: &Mount, files: &BTreeMap<String, Vec<u8>>) {
     for (rel, data) in files {
@@ -414,24 +437,7 @@ fn branch_replace_killed_and_run_again_ends_complete() {
     ok(&repo, &["branch", "replace", "a", "d"]);
     let config = fs::read_to_string(repo.join("cairn.toml")).unwrap();
     assert!(!config.contains("name = \"a\""), "{config}");
-    // a is listed only as retired, and only while shards are mapped to it.
-    let status = json(&repo, &["status", "--json"]);
-    let active: Vec<&str> = status
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|b| b["retired"] == false)
-        .map(|b| b["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(active, ["b", "c", "d"], "{status}");
-    for b in status.as_array().unwrap() {
-        if b["retired"] == true {
-            assert!(
-                b["name"] == "a" && b["shards"].as_u64() > Some(0),
-                "{status}"
-            );
-        }
-    }
+    assert_moved_off(&repo, "a", &["b", "c", "d"]);
     let m = mount(&repo, base.path());
     assert_reads_back(&m, &files);
     for name in files.keys() {
@@ -585,24 +591,7 @@ fn branch_changes_reach_a_mounted_busy_file_system_at_once() {
     ok(&repo, &["branch", "replace", "a", "d"]);
     let config = fs::read_to_string(repo.join("cairn.toml")).unwrap();
     assert!(!config.contains("name = \"a\""), "{config}");
-    // a is listed only as retired, and only while shards are mapped to it.
-    let status = json(&repo, &["status", "--json"]);
-    let active: Vec<&str> = status
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|b| b["retired"] == false)
-        .map(|b| b["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(active, ["b", "c", "d"], "{status}");
-    for b in status.as_array().unwrap() {
-        if b["retired"] == true {
-            assert!(
-                b["name"] == "a" && b["shards"].as_u64() > Some(0),
-                "{status}"
-            );
-        }
-    }
+    assert_moved_off(&repo, "a", &["b", "c", "d"]);
 
     // From now on nothing new lands on a, and its old shards are not needed.
     let on_a = shard_files(&repo.join("br/a"));

@@ -56,6 +56,11 @@ fn pattern(seed: usize, len: usize) -> Vec<u8> {
         .collect()
 }
 
+fn read_file(fs: &Fs, name: &str, len: u32) -> Vec<u8> {
+    let ino = fs.lookup(InodeId::ROOT, name.as_bytes()).unwrap().id;
+    fs.read(ino, 0, len).unwrap()
+}
+
 fn containers(fs: &Fs) -> u64 {
     fs.store().stats().unwrap().containers
 }
@@ -91,14 +96,9 @@ fn closed_inline_files_leave_the_dirty_budget() {
         "inline files were written to containers"
     );
     for i in [0, 99, 199] {
-        let ino = rig
-            .fs
-            .lookup(InodeId::ROOT, format!("small-{i}").as_bytes())
-            .unwrap()
-            .id;
         let mut want = pattern(i, 8000);
         want.extend(pattern(i + 1, 4000));
-        assert_eq!(rig.fs.read(ino, 0, 12_000).unwrap(), want);
+        assert_eq!(read_file(&rig.fs, &format!("small-{i}"), 12_000), want);
     }
     assert_eq!(rig.fs.dirty_bytes(), 0, "reading left bytes counted");
 }
@@ -118,11 +118,9 @@ fn closed_small_files_share_containers() {
     let made = containers(&rig.fs);
     assert!(made <= 6, "{made} containers for {files} small files");
     for i in [0, 150, 299] {
-        let ino = rig
-            .fs
-            .lookup(InodeId::ROOT, format!("f-{i}").as_bytes())
-            .unwrap()
-            .id;
-        assert_eq!(rig.fs.read(ino, 0, 40_000).unwrap(), pattern(i, 40_000));
+        assert_eq!(
+            read_file(&rig.fs, &format!("f-{i}"), 40_000),
+            pattern(i, 40_000)
+        );
     }
 }

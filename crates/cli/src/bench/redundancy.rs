@@ -489,18 +489,12 @@ impl Bench {
 
     /// Stores every container under `set`, `in_flight` at once.
     fn write_pass(&self, set: &Set) -> Result<Pass> {
-        sync();
-        let started = Instant::now();
-        in_parallel(self.data.len(), self.in_flight, |i| {
+        self.timed_puts(|i| {
             let key = set.key(i);
             self.store
                 .put(&key, &self.data[i], &set.policy, &set.allowed)
+                .map(|_| ())
                 .with_context(|| format!("storing {key}"))
-        })?;
-        Ok(Pass {
-            seconds: started.elapsed().as_secs_f64(),
-            bytes: self.total_bytes(),
-            warm: false,
         })
     }
 
@@ -508,19 +502,25 @@ impl Bench {
     /// once, then deletes them (untimed).
     fn raw_write_pass(&self) -> Result<Pass> {
         let key = |i: usize| BlobKey::new(format!("raw/{i:06}")).expect("a valid key");
-        sync();
-        let started = Instant::now();
-        in_parallel(self.data.len(), self.in_flight, |i| {
+        let pass = self.timed_puts(|i| {
             self.raw
                 .put(&key(i), &self.data[i])
                 .with_context(|| format!("storing raw container {i}"))
         })?;
-        let seconds = started.elapsed().as_secs_f64();
         for i in 0..self.data.len() {
             self.raw.delete(&key(i))?;
         }
+        Ok(pass)
+    }
+
+    /// Times `put(i)` for every container, `in_flight` at once, after
+    /// writing back what earlier passes left.
+    fn timed_puts(&self, put: impl Fn(usize) -> Result<()> + Sync) -> Result<Pass> {
+        sync();
+        let started = Instant::now();
+        in_parallel(self.data.len(), self.in_flight, put)?;
         Ok(Pass {
-            seconds,
+            seconds: started.elapsed().as_secs_f64(),
             bytes: self.total_bytes(),
             warm: false,
         })
