@@ -26,6 +26,7 @@ pub fn mount(root: &Path, args: &MountArgs, quiet: bool) -> Result<ExitCode> {
     let opts = fuse::MountOptions {
         allow_other: args.allow_other || is_root,
         threads: args.threads.max(1),
+        page_cache_max: repo.config.page_cache_max,
         ..Default::default()
     };
     let mounted = fuse::mount(fs.clone(), &args.mountpoint, &opts)?;

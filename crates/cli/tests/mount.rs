@@ -537,3 +537,90 @@ fn a_write_or_truncate_by_another_user_clears_set_id_bits() {
     assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o6777);
     m.unmount();
 }
+
+/// Pages of `path` in the kernel's page cache, seen through a read-write
+/// handle (which keeps the page cache, so mapping it drops nothing).
+fn cached_pages(path: &Path) -> usize {
+    use std::os::fd::AsRawFd;
+    let f = OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    let page = 4096;
+    // SAFETY: a fresh shared read-only mapping of a file we hold open,
+    // unmapped below; mincore only reports on it.
+    unsafe {
+        let addr = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(addr, libc::MAP_FAILED, "mmap {}", path.display());
+        let mut vec = vec![0u8; len.div_ceil(page)];
+        assert_eq!(libc::mincore(addr, len, vec.as_mut_ptr()), 0);
+        libc::munmap(addr, len);
+        vec.iter().filter(|&&b| b & 1 == 1).count()
+    }
+}
+
+#[test]
+fn big_and_write_only_handles_bypass_the_page_cache_and_stay_coherent() {
+    use std::os::unix::fs::FileExt;
+    let base = tempfile::tempdir().unwrap();
+    let m = Mount::new(base.path());
+    // Written through a write-only handle: nothing lands in the page cache.
+    let len = 24 << 20;
+    let mut want: Vec<u8> = pattern(5, len).flatten().collect();
+    fs::write(m.path("big"), &want).unwrap();
+    assert_eq!(cached_pages(&m.path("big")), 0, "a write-only handle cached");
+    // Read through a read-only handle: over 16 MiB, so read around the cache.
+    assert!(fs::read(m.path("big")).unwrap() == want);
+    assert_eq!(cached_pages(&m.path("big")), 0, "a big file's read cached");
+    // A small file read that way stays cached, for the next reader.
+    fs::write(m.path("small"), &want[..1 << 20]).unwrap();
+    assert!(fs::read(m.path("small")).unwrap() == want[..1 << 20]);
+    assert!(cached_pages(&m.path("small")) > 0, "a small file's read not cached");
+
+    // A read-write handle caches what it reads; a direct write over it must
+    // drop those pages, and a direct read must see a cached handle's write.
+    let rw = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.path("big"))
+        .unwrap();
+    let mut got = vec![0u8; 1 << 20];
+    rw.read_exact_at(&mut got, 8 << 20).unwrap();
+    assert!(got == want[8 << 20..9 << 20]);
+    assert!(cached_pages(&m.path("big")) > 0);
+    let patch = vec![0xab; 100_000];
+    let wo = OpenOptions::new().write(true).open(m.path("big")).unwrap();
+    wo.write_all_at(&patch, (8 << 20) + 5000).unwrap();
+    want[(8 << 20) + 5000..(8 << 20) + 105_000].copy_from_slice(&patch);
+    rw.read_exact_at(&mut got, 8 << 20).unwrap();
+    assert!(got == want[8 << 20..9 << 20], "a cached handle read stale pages");
+    rw.write_all_at(b"cached write", 20 << 20).unwrap();
+    want[20 << 20..(20 << 20) + 12].copy_from_slice(b"cached write");
+    assert!(fs::read(m.path("big")).unwrap() == want);
+
+    // A shared mapping of a big file works and shows the file as it is.
+    let ro = File::open(m.path("big")).unwrap();
+    // SAFETY: as in `cached_pages`; the slice lives only while mapped.
+    unsafe {
+        use std::os::fd::AsRawFd;
+        let addr = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            ro.as_raw_fd(),
+            0,
+        );
+        assert_ne!(addr, libc::MAP_FAILED, "shared mapping of a big file");
+        let mapped = std::slice::from_raw_parts(addr as *const u8, len);
+        assert!(mapped == &want[..]);
+        libc::munmap(addr, len);
+    }
+    drop((rw, wo, ro));
+    m.unmount();
+}

@@ -79,6 +79,9 @@ pub struct MountOptions {
     pub fsname: String,
     /// Kernel request worker threads.
     pub threads: usize,
+    /// Files larger than this, opened read-only, are read around the
+    /// kernel's page cache (`FOPEN_DIRECT_IO`); see [`open_flags`].
+    pub page_cache_max: u64,
 }
 
 impl Default for MountOptions {
@@ -87,6 +90,7 @@ impl Default for MountOptions {
             allow_other: false,
             fsname: "cairn".into(),
             threads: 4,
+            page_cache_max: 16 << 20,
         }
     }
 }
@@ -224,7 +228,7 @@ pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> Result<Moun
     config.clone_fd = threads > 1;
 
     let shared = Arc::new(Shared::default());
-    let filesystem = CairnFs::new(fs, shared.clone());
+    let filesystem = CairnFs::new(fs, shared.clone(), opts.page_cache_max);
     let mount_error = |source: io::Error| {
         if source.kind() == io::ErrorKind::NotFound && fusermount_bin().is_none() {
             FuseError::FusermountMissing
@@ -673,16 +677,18 @@ struct CairnFs {
     /// the `..` entry of `readdir`.
     parents: Mutex<HashMap<InodeId, InodeId>>,
     shared: Arc<Shared>,
+    page_cache_max: u64,
 }
 
 impl CairnFs {
-    fn new(fs: Arc<Fs>, shared: Arc<Shared>) -> CairnFs {
+    fn new(fs: Arc<Fs>, shared: Arc<Shared>, page_cache_max: u64) -> CairnFs {
         CairnFs {
             fs,
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             parents: Mutex::new(HashMap::new()),
             shared,
+            page_cache_max,
         }
     }
 
@@ -810,6 +816,38 @@ impl CairnFs {
     }
 }
 
+/// How the kernel caches an opened file.
+///
+/// `fs` is the only writer, through this kernel, so the page cache stays
+/// valid across opens (`KEEP_CACHE`), and a read-only handle, with nothing
+/// to flush, closes without a round trip (`NOFLUSH`).
+///
+/// A write-only handle, and a read-only one of a file over
+/// `page_cache_max`, bypass the page cache (`DIRECT_IO`): the kernel passes
+/// the caller's own buffer to the daemon instead of copying it into page
+/// cache pages first. That copy cost a writer two thirds of its CPU (most of
+/// it allocating fresh pages), and streaming a big file through the cache
+/// also evicts what smaller files keep there. Such a handle never reads
+/// back what it wrote, and the daemon keeps its own chunk cache. The kernel
+/// drops cached pages a direct write overlaps, so handles of either kind
+/// stay coherent, and `DIRECT_IO_ALLOW_MMAP` (asked for at init) keeps
+/// shared mappings working. A read-write handle (a database, a VM image)
+/// keeps the page cache for its small random reads.
+fn open_flags(flags: i32, size: u64, page_cache_max: u64) -> FopenFlags {
+    let mut open = FopenFlags::FOPEN_KEEP_CACHE;
+    match flags & libc::O_ACCMODE {
+        libc::O_WRONLY => open |= FopenFlags::FOPEN_DIRECT_IO,
+        libc::O_RDONLY => {
+            open |= FopenFlags::FOPEN_NOFLUSH;
+            if size > page_cache_max {
+                open |= FopenFlags::FOPEN_DIRECT_IO;
+            }
+        }
+        _ => {}
+    }
+    open
+}
+
 impl Drop for CairnFs {
     fn drop(&mut self) {
         // `destroy` has normally said so already; this covers a session that
@@ -835,6 +873,9 @@ impl Filesystem for CairnFs {
             // kernel need not ask for security.capability before every
             // write: one round trip less per write.
             InitFlags::FUSE_HANDLE_KILLPRIV_V2,
+            // Shared mappings of a file opened with `DIRECT_IO` (see
+            // `open_flags`); without it they fail with ENODEV.
+            InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
         ] {
             // A flag the kernel lacks is simply left off.
             let _ = config.add_capabilities(flag);
@@ -1084,15 +1125,13 @@ impl Filesystem for CairnFs {
         if flags.0 & libc::O_DIRECTORY != 0 {
             return reply.error(Errno::ENOTDIR);
         }
-        // `fs` is the only writer, through this kernel: its page cache stays
-        // valid across opens. A read-only handle has nothing to flush, so
-        // its close costs no round trip.
-        let mut open = FopenFlags::FOPEN_KEEP_CACHE;
-        if flags.0 & libc::O_ACCMODE == libc::O_RDONLY {
-            open |= FopenFlags::FOPEN_NOFLUSH;
-        }
-        match self.fs.open(InodeId(ino.0)) {
-            Ok(()) => reply.opened(FileHandle(0), open),
+        let ino = InodeId(ino.0);
+        let opened = self.fs.open(ino).and_then(|()| self.fs.getattr(ino));
+        match opened {
+            Ok(inode) => reply.opened(
+                FileHandle(0),
+                open_flags(flags.0, inode.attr.size, self.page_cache_max),
+            ),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -1422,7 +1461,7 @@ impl Filesystem for CairnFs {
                 &file_attr(inode.id, &inode.attr),
                 Generation(0),
                 FileHandle(0),
-                FopenFlags::FOPEN_KEEP_CACHE,
+                open_flags(flags, inode.attr.size, self.page_cache_max),
             ),
             Err(e) => reply.error(errno(&e)),
         }

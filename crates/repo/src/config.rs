@@ -14,6 +14,9 @@ pub struct Config {
     pub chunking: ChunkerParams,
     pub store: StoreSettings,
     pub fs: FsSettings,
+    /// `fs.page_cache_max`: files larger than this are read around the
+    /// kernel's page cache (see `fuse::MountOptions::page_cache_max`).
+    pub page_cache_max: u64,
     /// The `[[branch]]`, `[[rule]]` and `[default_rule]` sections; `None`
     /// when no branch is configured (one plain local branch, `single`).
     pub redundancy: Option<RedundancyConfig>,
@@ -86,6 +89,10 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// Default `fs.page_cache_max`: files a tree of sources or documents is made
+/// of stay in the page cache; media, images and archives stream past it.
+pub const PAGE_CACHE_MAX: u64 = 16 << 20;
+
 /// The file `cairn init` writes: every setting with its default, explained.
 pub const DEFAULT_TOML: &str = r#"# cairn repository settings. Sizes take B, KiB, MiB or GiB ("64KiB") or a
 # plain number of bytes. Changing chunking or compression affects only data
@@ -118,6 +125,7 @@ file_dirty = "32MiB"    # written bytes one file buffers before writing them beh
 total_dirty = "256MiB"  # written bytes all files together buffer
 readahead = "32MiB"     # how far ahead of a sequential reader chunks are fetched
 cache = "256MiB"        # DRAM cache of chunks
+page_cache_max = "16MiB" # bigger files are read around the kernel's page cache (one copy less)
 commit_seconds = 5      # written data and metadata become durable at least this often
 version_seconds = 30    # a version of the namespace is written this often (0: never)
 versions_keep = 10      # how many versions are kept; older ones are dropped
@@ -156,6 +164,8 @@ struct RawFs {
     readahead: Size,
     #[serde(default = "cache")]
     cache: Size,
+    #[serde(default = "page_cache_max")]
+    page_cache_max: Size,
     #[serde(default = "commit_seconds")]
     commit_seconds: u64,
     #[serde(default = "version_seconds")]
@@ -179,6 +189,9 @@ fn readahead() -> Size {
 fn cache() -> Size {
     Size(FsSettings::default().cache_bytes as u64)
 }
+fn page_cache_max() -> Size {
+    Size(PAGE_CACHE_MAX)
+}
 fn commit_seconds() -> u64 {
     FsSettings::default().commit_interval.as_secs()
 }
@@ -197,6 +210,7 @@ impl Default for RawFs {
             total_dirty: total_dirty(),
             readahead: readahead(),
             cache: cache(),
+            page_cache_max: page_cache_max(),
             commit_seconds: commit_seconds(),
             version_seconds: version_seconds(),
             versions_keep: versions_keep(),
@@ -610,6 +624,7 @@ impl Config {
                 version_interval: std::time::Duration::from_secs(f.version_seconds),
                 versions_keep: f.versions_keep as usize,
             },
+            page_cache_max: f.page_cache_max.0,
         })
     }
 }
@@ -820,6 +835,7 @@ mod tests {
                 d.cache_bytes
             )
         );
+        assert_eq!(c.page_cache_max, PAGE_CACHE_MAX);
         assert_eq!(Config::parse("").unwrap(), c);
     }
 
