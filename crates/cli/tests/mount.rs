@@ -542,7 +542,11 @@ fn a_write_or_truncate_by_another_user_clears_set_id_bits() {
 /// handle (which keeps the page cache, so mapping it drops nothing).
 fn cached_pages(path: &Path) -> usize {
     use std::os::fd::AsRawFd;
-    let f = OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
     let len = f.metadata().unwrap().len() as usize;
     let page = 4096;
     // SAFETY: a fresh shared read-only mapping of a file we hold open,
@@ -573,14 +577,21 @@ fn big_and_write_only_handles_bypass_the_page_cache_and_stay_coherent() {
     let len = 24 << 20;
     let mut want: Vec<u8> = pattern(5, len).flatten().collect();
     fs::write(m.path("big"), &want).unwrap();
-    assert_eq!(cached_pages(&m.path("big")), 0, "a write-only handle cached");
+    assert_eq!(
+        cached_pages(&m.path("big")),
+        0,
+        "a write-only handle cached"
+    );
     // Read through a read-only handle: over 16 MiB, so read around the cache.
     assert!(fs::read(m.path("big")).unwrap() == want);
     assert_eq!(cached_pages(&m.path("big")), 0, "a big file's read cached");
     // A small file read that way stays cached, for the next reader.
     fs::write(m.path("small"), &want[..1 << 20]).unwrap();
     assert!(fs::read(m.path("small")).unwrap() == want[..1 << 20]);
-    assert!(cached_pages(&m.path("small")) > 0, "a small file's read not cached");
+    assert!(
+        cached_pages(&m.path("small")) > 0,
+        "a small file's read not cached"
+    );
 
     // A read-write handle caches what it reads; a direct write over it must
     // drop those pages, and a direct read must see a cached handle's write.
@@ -598,7 +609,10 @@ fn big_and_write_only_handles_bypass_the_page_cache_and_stay_coherent() {
     wo.write_all_at(&patch, (8 << 20) + 5000).unwrap();
     want[(8 << 20) + 5000..(8 << 20) + 105_000].copy_from_slice(&patch);
     rw.read_exact_at(&mut got, 8 << 20).unwrap();
-    assert!(got == want[8 << 20..9 << 20], "a cached handle read stale pages");
+    assert!(
+        got == want[8 << 20..9 << 20],
+        "a cached handle read stale pages"
+    );
     rw.write_all_at(b"cached write", 20 << 20).unwrap();
     want[20 << 20..(20 << 20) + 12].copy_from_slice(b"cached write");
     assert!(fs::read(m.path("big")).unwrap() == want);
