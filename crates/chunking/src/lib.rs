@@ -23,4 +23,4 @@ mod params;
 mod stream;
 
 pub use params::{ChunkerParams, ParamsError};
-pub use stream::{cut_points, Batch, Chunker};
+pub use stream::{cut_points, decided_cuts, first_cut, Batch, Chunker};

@@ -89,51 +89,63 @@ impl<R: Read> Chunker<R> {
         }
     }
 
-    /// Ends of the chunks that can be decided from `data`. Without end of
-    /// stream, a cut needs `max` bytes of lookahead from the chunk start so
-    /// that it matches the cut of the whole stream.
     fn cut_points(&self, data: &[u8]) -> Vec<usize> {
-        let max = self.params.max_chunk();
-        let mut cuts = Vec::new();
-        let mut pos = 0;
-        let cdc = match self.params {
-            ChunkerParams::ContentDefined { min, avg, max } => Some(FastCDC::with_level(
-                data,
-                min as usize,
-                avg as usize,
-                max as usize,
-                Normalization::Level1,
-            )),
-            ChunkerParams::Fixed { .. } => None,
-        };
-        while pos < data.len() {
-            let remaining = data.len() - pos;
-            if !self.eof && remaining < max {
-                break;
-            }
-            let end = match &cdc {
-                Some(cdc) => cdc.cut(pos, remaining).1,
-                None => pos + remaining.min(max),
-            };
-            cuts.push(end);
-            pos = end;
-        }
-        cuts
+        decided_cuts(data, self.params, self.eof)
     }
+}
+
+/// The chunker over `data`, or `None` for fixed-size chunks.
+fn content_defined(data: &[u8], params: ChunkerParams) -> Option<FastCDC<'_>> {
+    match params {
+        ChunkerParams::ContentDefined { min, avg, max } => Some(FastCDC::with_level(
+            data,
+            min as usize,
+            avg as usize,
+            max as usize,
+            Normalization::Level1,
+        )),
+        ChunkerParams::Fixed { .. } => None,
+    }
+}
+
+/// Ends of the chunks of a stream that `data`, the stream from a chunk start
+/// on, decides. With `at_end` the stream ends with `data` and every byte is
+/// cut; otherwise a cut needs `max` bytes of lookahead from its chunk start
+/// (so that it matches the cut of the whole stream), and cutting stops with
+/// fewer than `max` bytes left.
+pub fn decided_cuts(data: &[u8], params: ChunkerParams, at_end: bool) -> Vec<usize> {
+    let max = params.max_chunk();
+    let cdc = content_defined(data, params);
+    let mut cuts = Vec::new();
+    let mut pos = 0;
+    while pos < data.len() {
+        let remaining = data.len() - pos;
+        if !at_end && remaining < max {
+            break;
+        }
+        let end = match &cdc {
+            Some(cdc) => cdc.cut(pos, remaining).1,
+            None => pos + remaining.min(max),
+        };
+        cuts.push(end);
+        pos = end;
+    }
+    cuts
 }
 
 /// The chunk ends of `data` taken as a whole stream: what [`Chunker`] would
 /// cut, without reading or copying anything.
 pub fn cut_points(data: &[u8], params: ChunkerParams) -> Vec<usize> {
-    let whole = Chunker {
-        source: io::empty(),
-        params,
-        read_size: 0,
-        carry: Vec::new(),
-        offset: 0,
-        eof: true,
-    };
-    whole.cut_points(data)
+    decided_cuts(data, params, true)
+}
+
+/// The end of the first chunk of `data` taken as a whole stream (the first
+/// of [`cut_points`]), without cutting the rest. `data` must not be empty.
+pub fn first_cut(data: &[u8], params: ChunkerParams) -> usize {
+    match content_defined(data, params) {
+        Some(cdc) => cdc.cut(0, data.len()).1,
+        None => data.len().min(params.max_chunk()),
+    }
 }
 
 impl<R: Read> Iterator for Chunker<R> {
@@ -287,6 +299,27 @@ mod tests {
                 prop_assert!(l > 0 && l <= 32768);
                 prop_assert!(l >= 2048 || i + 1 == whole.len());
             }
+        }
+
+        #[test]
+        fn partial_cuts_are_a_prefix_of_the_whole(
+            len in 1usize..200_000,
+            seed in any::<u64>(),
+            fixed in any::<bool>(),
+        ) {
+            let data = pseudo_random(len, seed | 1);
+            let p = if fixed {
+                ChunkerParams::Fixed { size: 5000 }
+            } else {
+                ChunkerParams::ContentDefined { min: 2048, avg: 8192, max: 32768 }
+            };
+            let whole = cut_points(&data, p);
+            prop_assert_eq!(first_cut(&data, p), whole[0]);
+            let decided = decided_cuts(&data, p, false);
+            prop_assert_eq!(&whole[..decided.len()], &decided[..]);
+            // Everything up to `max` bytes before the end is decided.
+            let done = decided.last().copied().unwrap_or(0);
+            prop_assert!(len - done < p.max_chunk());
         }
     }
 }

@@ -7,10 +7,13 @@
 //! copied.
 
 use bytes::Bytes;
-use chunking::{cut_points, ChunkerParams};
+use chunking::{decided_cuts, first_cut, ChunkerParams};
 
 /// The chunks of the concatenation of `segments`, cut exactly as
-/// [`chunking::cut_points`] cuts the concatenation.
+/// [`chunking::cut_points`] cuts the concatenation. Each byte is scanned
+/// for a cut once, plus at most one chunk's worth where a chunk spans two
+/// segments (cutting each segment to its end and re-cutting the tail cost
+/// 45% more chunking than `cairn put` did).
 ///
 /// A cut depends only on the `max` bytes after the chunk's start (or on all
 /// that is left, when less): a chunk starting at least `max` bytes before
@@ -31,10 +34,7 @@ pub fn cut_segments(segments: &[Bytes], params: ChunkerParams) -> Vec<Bytes> {
         let rest = &seg[pos..];
         if last || rest.len() >= max {
             let mut start = 0;
-            for end in cut_points(rest, params) {
-                if !last && rest.len() - start < max {
-                    break;
-                }
+            for end in decided_cuts(rest, params, last) {
                 chunks.push(seg.slice(pos + start..pos + end));
                 start = end;
             }
@@ -55,7 +55,7 @@ pub fn cut_segments(segments: &[Bytes], params: ChunkerParams) -> Vec<Bytes> {
             let take = (max - window.len()).min(next.len());
             window.extend_from_slice(&next[..take]);
         }
-        let first = cut_points(&window, params)[0];
+        let first = first_cut(&window, params);
         window.truncate(first);
         chunks.push(Bytes::from(window));
         // Step over the chunk's bytes, across segments.
@@ -78,6 +78,7 @@ pub fn cut_segments(segments: &[Bytes], params: ChunkerParams) -> Vec<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chunking::cut_points;
     use proptest::prelude::*;
 
     const SMALL: ChunkerParams = ChunkerParams::ContentDefined {
