@@ -2,7 +2,7 @@ use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -277,11 +277,25 @@ impl Branch for LocalDir {
 
     fn read_range(&self, key: &BlobKey, offset: u64, len: usize) -> Result<Vec<u8>> {
         let file = self.handle(key)?;
-        let mut buf = vec![0u8; len];
-        let mut done = 0;
-        while done < len {
-            match file.read_at(&mut buf[done..], offset + done as u64) {
-                Ok(0) => {
+        // Read into spare capacity: zero-filling the buffer first cost a
+        // pass over every byte read (4% of a cold read's samples).
+        let mut buf: Vec<u8> = Vec::with_capacity(len);
+        while buf.len() < len {
+            let done = buf.len();
+            let spare = buf.spare_capacity_mut();
+            // SAFETY: pread writes at most `spare.len()` bytes into the
+            // vector's spare capacity, and only what it reports written is
+            // counted as initialised below.
+            let n = unsafe {
+                libc::pread(
+                    file.as_raw_fd(),
+                    spare.as_mut_ptr().cast(),
+                    spare.len(),
+                    (offset + done as u64) as libc::off_t,
+                )
+            };
+            match n {
+                0 => {
                     return Err(BranchError::Truncated {
                         branch: self.name.clone(),
                         key: key.clone(),
@@ -290,9 +304,14 @@ impl Branch for LocalDir {
                         size: self.size(key)?,
                     })
                 }
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_err("read", &self.path(key))(e)),
+                // SAFETY: the kernel initialised `n` more bytes.
+                n if n > 0 => unsafe { buf.set_len(done + n as usize) },
+                _ => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(io_err("read", &self.path(key))(e));
+                    }
+                }
             }
         }
         Ok(buf)
