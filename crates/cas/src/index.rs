@@ -174,6 +174,23 @@ impl Index {
         self.lookup_persistent(id)
     }
 
+    /// [`Index::lookup`] of many chunks, in one read transaction.
+    pub fn lookup_many(&self, ids: &[ChunkId]) -> Result<Vec<Option<ChunkLocation>>> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(CHUNKS)?;
+        let compact = self.compact.read().unwrap();
+        ids.iter()
+            .map(|id| {
+                if !compact.may_contain(id.short()) {
+                    return Ok(None);
+                }
+                Ok(table
+                    .get(id.as_bytes())?
+                    .map(|v| ChunkLocation::decode(&v.value())))
+            })
+            .collect()
+    }
+
     fn lookup_persistent(&self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
         let tx = self.db.begin_read()?;
         let table = tx.open_table(CHUNKS)?;

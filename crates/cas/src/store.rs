@@ -385,6 +385,21 @@ impl Store {
             .ok_or(CasError::UnknownChunk(*id))
     }
 
+    /// [`Store::locate`] of many chunks, with one index transaction.
+    pub fn locate_many(&self, ids: &[ChunkId]) -> Result<Vec<ChunkLocation>> {
+        {
+            let mut inflight = self.shared.inflight.lock().unwrap();
+            while ids.iter().any(|id| inflight.pending.contains_key(id)) {
+                inflight = self.shared.inflight_cv.wait(inflight).unwrap();
+            }
+        }
+        let found = self.shared.index.lookup_many(ids)?;
+        ids.iter()
+            .zip(found)
+            .map(|(id, loc)| loc.ok_or(CasError::UnknownChunk(*id)))
+            .collect()
+    }
+
     /// Whether the store holds the chunk (durably, or about to).
     pub fn contains(&self, id: &ChunkId) -> Result<bool> {
         match self.locate(id) {

@@ -21,7 +21,9 @@ use crate::Result;
 /// Threads reading ahead: enough that the disk always has a request queued
 /// while another step is being decoded.
 const FETCHERS: usize = 4;
-/// Chunks per read-ahead step (4 MiB at the default 64 KiB average).
+/// Chunks per read-ahead step at least (4 MiB at the default 64 KiB
+/// average); a step ends where a stored region does, so that no two steps
+/// read the same region.
 const STEP: usize = 64;
 
 struct Shared {
@@ -68,9 +70,9 @@ impl Fetcher {
     /// pending, in steps on the fetcher threads.
     pub(crate) fn ahead(&self, ids: &[ChunkId]) {
         let claimed = self.shared.claim(ids);
-        for step in claimed.chunks(STEP) {
+        for run in self.shared.store.region_runs(&claimed, STEP) {
             // The receivers live as long as `self`.
-            let _ = self.steps.send(step.to_vec());
+            let _ = self.steps.send(claimed[run].to_vec());
         }
     }
 
