@@ -33,6 +33,10 @@
 //!    index keeps the first copy of equal strength.)
 //! 5. Garbage collection never deletes a chunk that is marked or that a
 //!    writer deduplicated against while it ran (the protocol is in `gc.rs`).
+//! 6. A chunk a read returns keeps alive little more memory than itself, so
+//!    callers may cache it as it is: it shares its buffer (the span read, or
+//!    the region decompressed) only with chunks returned by the same read
+//!    that together use at least 7/8 of it; otherwise it is copied out.
 //!
 //! The container format and the compact index are written by hand because
 //! they are what makes cairn cairn (DDFS's container and short-fingerprint

@@ -84,6 +84,59 @@ pub struct Fetched {
     bytes: Vec<Bytes>,
 }
 
+/// Whether chunks using `used` bytes of a buffer of `size` would keep too
+/// much of it alive (invariant 6).
+fn sparse(used: usize, size: usize) -> bool {
+    used * 8 < size * 7
+}
+
+impl Fetched {
+    /// Per region: whether its chunks are copied out of their buffer
+    /// (invariant 6). A region stored raw is a slice of its span, so the
+    /// span is the buffer, shared by all raw regions in it; a compressed
+    /// region decodes into a buffer of its own.
+    fn copy_out(&self, members: &[Vec<usize>]) -> Vec<bool> {
+        let stored = |r: usize| {
+            let (loc, s) = (&self.regions[r], self.span_of[r]);
+            let from = (loc.region_offset - self.spans[s].start) as usize;
+            &self.bytes[s][from..from + loc.region_len as usize]
+        };
+        // Bytes of distinct chunks in each region (an id may be asked twice).
+        let used: Vec<usize> = members
+            .iter()
+            .map(|m| {
+                let mut parts: Vec<(u32, u32)> = m
+                    .iter()
+                    .map(|&i| (self.locs[i].offset_in_region, self.locs[i].len))
+                    .collect();
+                parts.sort_unstable();
+                parts.dedup();
+                parts.iter().map(|&(_, len)| len as usize).sum()
+            })
+            .collect();
+        let raw: Vec<bool> = (0..self.regions.len())
+            .map(|r| region::is_raw(stored(r)))
+            .collect();
+        let mut span_used = vec![0; self.spans.len()];
+        for r in (0..self.regions.len()).filter(|&r| raw[r]) {
+            span_used[self.span_of[r]] += used[r];
+        }
+        (0..self.regions.len())
+            .map(|r| {
+                if raw[r] {
+                    sparse(
+                        span_used[self.span_of[r]],
+                        self.bytes[self.span_of[r]].len(),
+                    )
+                } else {
+                    let size = region::decoded_len(stored(r)).unwrap_or(0);
+                    sparse(used[r], size)
+                }
+            })
+            .collect()
+    }
+}
+
 impl Store {
     pub(crate) fn read_region(&self, loc: &ChunkLocation) -> Result<Bytes> {
         let stored = self.shared.branch.read_range(
@@ -132,12 +185,18 @@ impl Store {
     /// Reads and verifies one chunk (also one whose container is still open).
     pub fn read_chunk(&self, id: &ChunkId) -> Result<Bytes> {
         if let Some(data) = self.shared.unsealed.lock().unwrap().get(id) {
-            return Ok(data.clone());
+            return Ok(Bytes::copy_from_slice(data));
         }
         moved_retry(|| {
             let loc = self.locate(id)?;
             let region = self.read_region(&loc).map_err(|e| name_chunk(e, id))?;
-            self.verify(id, &loc, &region)
+            let data = self.verify(id, &loc, &region)?;
+            // The buffer is the region (decoded or as stored, about alike).
+            Ok(if sparse(data.len(), region.len()) {
+                Bytes::copy_from_slice(&data)
+            } else {
+                data
+            })
         })
     }
 
@@ -162,9 +221,13 @@ impl Store {
     /// distinct region is read and decompressed once, and nearby regions of
     /// a container are fetched in one request.
     pub fn read_chunks(&self, ids: &[ChunkId]) -> Result<Vec<Bytes>> {
+        // A chunk of an open container is a slice of what its writer passed
+        // in, which may be much larger.
         let open: Vec<Option<Bytes>> = {
             let unsealed = self.shared.unsealed.lock().unwrap();
-            ids.iter().map(|id| unsealed.get(id).cloned()).collect()
+            ids.iter()
+                .map(|id| unsealed.get(id).map(|b| Bytes::copy_from_slice(b)))
+                .collect()
         };
         if open.iter().all(Option::is_none) {
             return self.decode_fetched(self.fetch_chunks(ids)?);
@@ -239,12 +302,13 @@ impl Store {
         for (i, &r) in f.region_of.iter().enumerate() {
             members[r].push(i);
         }
+        let copy = f.copy_out(&members);
         let verified: Vec<Vec<(usize, Result<Bytes>)>> = f
             .regions
             .par_iter()
             .zip(f.span_of.par_iter())
-            .zip(members.par_iter())
-            .map(|((r, &s), chunks)| {
+            .zip(members.par_iter().zip(copy.par_iter()))
+            .map(|((r, &s), (chunks, &copy))| {
                 let from = (r.region_offset - f.spans[s].start) as usize;
                 let region =
                     self.decode_region(r, f.bytes[s].slice(from..from + r.region_len as usize));
@@ -254,6 +318,10 @@ impl Store {
                         let result = match &region {
                             Ok(region) => self.verify(&f.ids[i], &f.locs[i], region),
                             Err(e) => Err(name_chunk(clone_corrupt(e), &f.ids[i])),
+                        };
+                        let result = match result {
+                            Ok(data) if copy => Ok(Bytes::copy_from_slice(&data)),
+                            other => other,
                         };
                         (i, result)
                     })

@@ -167,6 +167,18 @@ pub fn encode(raw: &[u8], compression: Compression) -> Vec<u8> {
     out
 }
 
+/// Whether a stored region holds its bytes as they are: decoding it slices
+/// `stored` rather than filling a buffer of its own.
+pub fn is_raw(stored: &[u8]) -> bool {
+    stored.first() == Some(&RAW)
+}
+
+/// The length of a stored region once decoded, as its header says.
+pub fn decoded_len(stored: &[u8]) -> Option<usize> {
+    let len = stored.get(1..HEADER_LEN)?;
+    Some(u32::from_le_bytes(len.try_into().unwrap()) as usize)
+}
+
 /// Decodes a stored region back to its raw bytes (a raw region is not copied).
 pub fn decode(stored: Bytes) -> Result<Bytes, RegionError> {
     if stored.len() < HEADER_LEN {

@@ -534,3 +534,40 @@ fn an_index_creation_cut_short_leaves_no_damaged_index() {
     let (store, _) = open(dir.path(), &key);
     assert_eq!(store.read_chunk(&id).unwrap(), text(5000, 3));
 }
+
+/// Invariant 6: chunks read together share a buffer only when they use most
+/// of it, so a cache can keep them as they are.
+#[test]
+fn chunks_share_a_buffer_only_when_they_use_most_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = RepoKey::generate();
+    let (store, _) = open(dir.path(), &key);
+    // Random bytes are stored raw: a raw region is a slice of the span read.
+    let chunks: Vec<Bytes> = (0..16).map(|_| random(4000)).collect();
+    let mut w = store.stream();
+    let ids = w.write_batch(&chunks).unwrap();
+    w.flush().unwrap();
+    let adjacent = |a: &Bytes, b: &Bytes| a.as_ptr() as usize + a.len() == b.as_ptr() as usize;
+    // All of them: one buffer, each chunk right after the one before within
+    // a region (two regions of eight; a region header lies between them).
+    let all = store.read_chunks(&ids).unwrap();
+    assert_eq!(all, chunks);
+    let joined = all.windows(2).filter(|w| adjacent(&w[0], &w[1])).count();
+    assert!(joined >= 12, "{joined} adjacent");
+    // Two neighbours out of sixteen use an eighth of the span: copied out.
+    let two = store.read_chunks(&ids[3..5]).unwrap();
+    assert_eq!(two, chunks[3..5]);
+    assert!(!adjacent(&two[0], &two[1]));
+    // Compressed regions decode into a buffer of their own: the same holds.
+    let texts: Vec<Bytes> = (0..16).map(|i| text(4000, i)).collect();
+    let mut w = store.stream();
+    let ids = w.write_batch(&texts).unwrap();
+    w.flush().unwrap();
+    let all = store.read_chunks(&ids).unwrap();
+    assert_eq!(all, texts);
+    let joined = all.windows(2).filter(|w| adjacent(&w[0], &w[1])).count();
+    assert!(joined >= 8, "{joined} adjacent");
+    let two = store.read_chunks(&ids[3..5]).unwrap();
+    assert_eq!(two, texts[3..5]);
+    assert!(!adjacent(&two[0], &two[1]));
+}
