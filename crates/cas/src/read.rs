@@ -54,7 +54,7 @@ fn coalesce(regions: &[ChunkLocation]) -> (Vec<Span>, Vec<usize>) {
     (spans, span_of)
 }
 
-/// See [`Store::region_runs`].
+/// See [`Store::read_ahead_runs`].
 fn region_runs(locs: &[ChunkLocation], min: usize) -> Vec<Range<usize>> {
     let region = |l: &ChunkLocation| (l.container, l.region_offset);
     let mut runs = Vec::new();
@@ -245,14 +245,16 @@ impl Store {
             .collect())
     }
 
-    /// Cuts `ids` into runs of at least `min` chunks (the last may be
-    /// shorter) that end where a region ends, so that runs read apart, as
-    /// read-ahead does, read no region twice. Runs cut by count alone split
-    /// a region at every boundary, and both runs read all of it: a fifth
-    /// more bytes for 64-chunk runs over 1 MiB regions. A run is cut at
-    /// `4 * min` chunks whatever its regions; chunks the index cannot place
-    /// (an error the read itself will report) are cut by count.
-    pub fn region_runs(&self, ids: &[ChunkId], min: usize) -> Vec<Range<usize>> {
+    /// Plans read-ahead of `ids`: asks the branch to start reading their
+    /// regions in the background (as [`Store::prefetch`]) and cuts `ids`
+    /// into runs of at least `min` chunks (the last may be shorter) that end
+    /// where a region ends, so that runs read apart read no region twice.
+    /// Runs cut by count alone split a region at every boundary, and both
+    /// runs read all of it: a fifth more bytes for 64-chunk runs over 1 MiB
+    /// regions. A run is cut at `4 * min` chunks whatever its regions;
+    /// chunks the index cannot place (an error the read itself will report)
+    /// are cut by count and not hinted.
+    pub fn read_ahead_runs(&self, ids: &[ChunkId], min: usize) -> Vec<Range<usize>> {
         let min = min.max(1);
         let Ok(locs) = self.locate_many(ids) else {
             return (0..ids.len())
@@ -260,6 +262,7 @@ impl Store {
                 .map(|s| s..(s + min).min(ids.len()))
                 .collect();
         };
+        self.hint(&locs);
         region_runs(&locs, min)
     }
 
@@ -342,11 +345,13 @@ impl Store {
     /// background, so a later [`Store::read_chunks`] of them finds them
     /// close at hand. Unknown chunks are skipped; this never fails.
     pub fn prefetch(&self, ids: &[ChunkId]) {
-        let locs: Vec<ChunkLocation> = ids
-            .iter()
-            .filter_map(|id| self.shared.index.lookup(id).ok().flatten())
-            .collect();
-        let (regions, _) = Self::regions_of(&locs);
+        let found = self.shared.index.lookup_many(ids).unwrap_or_default();
+        let locs: Vec<ChunkLocation> = found.into_iter().flatten().collect();
+        self.hint(&locs);
+    }
+
+    fn hint(&self, locs: &[ChunkLocation]) {
+        let (regions, _) = Self::regions_of(locs);
         let (spans, _) = coalesce(&regions);
         for s in spans {
             self.shared

@@ -1,10 +1,12 @@
 //! Chunk fetching for reads: the DRAM cache, read-ahead on a few threads,
 //! and one fetch per chunk at a time.
 //!
-//! A sequential reader's next window is cut into steps that fetcher threads
-//! read concurrently (each step's regions coalesced into few large reads by
-//! the store, then decompressed and verified on every core), so the disk
-//! has several requests in flight while the reader consumes. A chunk being
+//! A sequential reader's next window is hinted to the branch (which starts
+//! reading it in the background, as `cairn get` does) and cut into steps
+//! that fetcher threads read concurrently (each step's regions coalesced
+//! into few large reads by the store, then decompressed and verified on
+//! every core), so the disk has the whole window in flight while the
+//! reader consumes. A chunk being
 //! fetched, by read-ahead or by a reader, is *pending*: a reader that needs
 //! it waits for that fetch instead of reading it a second time.
 
@@ -70,7 +72,7 @@ impl Fetcher {
     /// pending, in steps on the fetcher threads.
     pub(crate) fn ahead(&self, ids: &[ChunkId]) {
         let claimed = self.shared.claim(ids);
-        for run in self.shared.store.region_runs(&claimed, STEP) {
+        for run in self.shared.store.read_ahead_runs(&claimed, STEP) {
             // The receivers live as long as `self`.
             let _ = self.steps.send(claimed[run].to_vec());
         }
