@@ -54,20 +54,20 @@ fn coalesce(regions: &[ChunkLocation]) -> (Vec<Span>, Vec<usize>) {
     (spans, span_of)
 }
 
-/// See [`Store::read_ahead_runs`].
-fn region_runs(locs: &[ChunkLocation], min: usize) -> Vec<Range<usize>> {
-    let region = |l: &ChunkLocation| (l.container, l.region_offset);
+/// See [`Store::read_ahead_runs`]: `regions[i]` is the region of chunk `i`,
+/// if known.
+fn region_runs<R: PartialEq>(regions: &[R], min: usize) -> Vec<Range<usize>> {
     let mut runs = Vec::new();
     let mut start = 0;
-    for i in 1..locs.len() {
+    for i in 1..regions.len() {
         let long = i - start >= min;
-        if (long && region(&locs[i]) != region(&locs[i - 1])) || i - start >= 4 * min {
+        if (long && regions[i] != regions[i - 1]) || i - start >= 4 * min {
             runs.push(start..i);
             start = i;
         }
     }
-    if start < locs.len() {
-        runs.push(start..locs.len());
+    if start < regions.len() {
+        runs.push(start..regions.len());
     }
     runs
 }
@@ -251,19 +251,22 @@ impl Store {
     /// where a region ends, so that runs read apart read no region twice.
     /// Runs cut by count alone split a region at every boundary, and both
     /// runs read all of it: a fifth more bytes for 64-chunk runs over 1 MiB
-    /// regions. A run is cut at `4 * min` chunks whatever its regions;
-    /// chunks the index cannot place (an error the read itself will report)
-    /// are cut by count and not hinted.
+    /// regions. A run is cut at `4 * min` chunks whatever its regions.
+    /// Only the index is asked, without waiting for containers still being
+    /// written: chunks it cannot place yet are grouped by count and not
+    /// hinted (their read waits for them, and reports any error).
     pub fn read_ahead_runs(&self, ids: &[ChunkId], min: usize) -> Vec<Range<usize>> {
-        let min = min.max(1);
-        let Ok(locs) = self.locate_many(ids) else {
-            return (0..ids.len())
-                .step_by(min)
-                .map(|s| s..(s + min).min(ids.len()))
-                .collect();
+        let found = match self.shared.index.lookup_many(ids) {
+            Ok(found) => found,
+            Err(_) => vec![None; ids.len()],
         };
-        self.hint(&locs);
-        region_runs(&locs, min)
+        let placed: Vec<ChunkLocation> = found.iter().flatten().copied().collect();
+        self.hint(&placed);
+        let regions: Vec<Option<(ContainerId, u64)>> = found
+            .iter()
+            .map(|l| l.map(|l| (l.container, l.region_offset)))
+            .collect();
+        region_runs(&regions, min.max(1))
     }
 
     /// The I/O half of [`Store::read_chunks`]: reads the regions of `ids`
@@ -445,7 +448,9 @@ mod tests {
             // Consecutive chunks mostly share a region, as a file's do.
             let locs: Vec<ChunkLocation> =
                 regions.iter().map(|&r| loc(r / 3, (r % 3) << 20, 1 << 20)).collect();
-            let runs = region_runs(&locs, min);
+            let keys: Vec<(ContainerId, u64)> =
+                locs.iter().map(|l| (l.container, l.region_offset)).collect();
+            let runs = region_runs(&keys, min);
             let mut next = 0;
             for (k, run) in runs.iter().enumerate() {
                 proptest::prop_assert_eq!(run.start, next);
