@@ -538,19 +538,12 @@ fn a_write_or_truncate_by_another_user_clears_set_id_bits() {
     m.unmount();
 }
 
-/// Pages of `path` in the kernel's page cache, seen through a read-write
-/// handle (which keeps the page cache, so mapping it drops nothing).
-fn cached_pages(path: &Path) -> usize {
+/// Maps the first `len` bytes of `f` shared and read-only, hands the
+/// mapping to `look`, and unmaps it.
+fn with_shared_map<T>(f: &File, len: usize, look: impl FnOnce(&[u8], *mut libc::c_void) -> T) -> T {
     use std::os::fd::AsRawFd;
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let len = f.metadata().unwrap().len() as usize;
-    let page = 4096;
-    // SAFETY: a fresh shared read-only mapping of a file we hold open,
-    // unmapped below; mincore only reports on it.
+    // SAFETY: a fresh mapping of a file held open for the call; the slice
+    // and address do not outlive it, and it is unmapped before returning.
     unsafe {
         let addr = libc::mmap(
             std::ptr::null_mut(),
@@ -560,12 +553,28 @@ fn cached_pages(path: &Path) -> usize {
             f.as_raw_fd(),
             0,
         );
-        assert_ne!(addr, libc::MAP_FAILED, "mmap {}", path.display());
-        let mut vec = vec![0u8; len.div_ceil(page)];
-        assert_eq!(libc::mincore(addr, len, vec.as_mut_ptr()), 0);
+        assert_ne!(addr, libc::MAP_FAILED, "shared mapping of {len} bytes");
+        let out = look(std::slice::from_raw_parts(addr as *const u8, len), addr);
         libc::munmap(addr, len);
-        vec.iter().filter(|&&b| b & 1 == 1).count()
+        out
     }
+}
+
+/// Pages of `path` in the kernel's page cache, seen through a read-write
+/// handle (which keeps the page cache, so mapping it drops nothing).
+fn cached_pages(path: &Path) -> usize {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    let mut vec = vec![0u8; len.div_ceil(4096)];
+    // SAFETY: mincore only reports on the live mapping it is given.
+    with_shared_map(&f, len, |_, addr| unsafe {
+        assert_eq!(libc::mincore(addr, len, vec.as_mut_ptr()), 0);
+    });
+    vec.iter().filter(|&&b| b & 1 == 1).count()
 }
 
 #[test]
@@ -619,22 +628,7 @@ fn big_and_write_only_handles_bypass_the_page_cache_and_stay_coherent() {
 
     // A shared mapping of a big file works and shows the file as it is.
     let ro = File::open(m.path("big")).unwrap();
-    // SAFETY: as in `cached_pages`; the slice lives only while mapped.
-    unsafe {
-        use std::os::fd::AsRawFd;
-        let addr = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            ro.as_raw_fd(),
-            0,
-        );
-        assert_ne!(addr, libc::MAP_FAILED, "shared mapping of a big file");
-        let mapped = std::slice::from_raw_parts(addr as *const u8, len);
-        assert!(mapped == &want[..]);
-        libc::munmap(addr, len);
-    }
+    with_shared_map(&ro, len, |mapped, _| assert!(mapped == &want[..]));
     drop((rw, wo, ro));
     m.unmount();
 }
