@@ -19,6 +19,11 @@ pub struct Cli {
     #[arg(long, short, global = true)]
     pub quiet: bool,
 
+    /// More log lines on stderr: -v for info, -vv for debug (`RUST_LOG`
+    /// overrides). The repository's own log is REPO/log/cairn.log.
+    #[arg(long, short, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
     #[command(subcommand)]
     pub command: Command,
 }

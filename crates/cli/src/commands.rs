@@ -75,6 +75,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 
 pub fn open(root: &Path, quiet: bool) -> Result<Repo> {
     let repo = Repo::open(root)?;
+    crate::log::to_repo(&repo.root);
     if repo.discarded_partials > 0 && !quiet {
         say!(
             "cairn: discarded {} partial container(s) left by an interrupted write",

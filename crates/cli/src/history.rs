@@ -177,6 +177,7 @@ pub fn recover(
         }
         Err(e) => return Err(e.into()),
     };
+    crate::log::to_repo(&repo.root);
     let store = &repo.store;
     let pb = ui::count_bar(quiet, "index");
     let rebuilt = store.rebuild_index(&|p| {

@@ -23,6 +23,7 @@ mod branches;
 mod commands;
 mod control;
 mod history;
+mod log;
 mod mount;
 mod ops;
 mod redundancy;
@@ -40,9 +41,11 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let args = args::Cli::parse();
+    log::init(args.verbose);
     match commands::run(args) {
         Ok(code) => code,
         Err(e) => {
+            tracing::debug!(error = %format!("{e:#}"), "command failed");
             say!("cairn: error: {e}");
             // Many errors repeat their source in their own message: print
             // each cause only if nothing printed yet says it already.

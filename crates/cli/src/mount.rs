@@ -31,7 +31,8 @@ pub fn mount(root: &Path, args: &MountArgs, quiet: bool) -> Result<ExitCode> {
     };
     let mounted = fuse::mount(fs.clone(), &args.mountpoint, &opts)?;
     let mountpoint = std::fs::canonicalize(&args.mountpoint).unwrap_or(args.mountpoint.clone());
-    let control = crate::control::serve(&repo.root, fs.clone(), mountpoint)?;
+    let control = crate::control::serve(&repo.root, fs.clone(), mountpoint.clone())?;
+    tracing::info!(repo = %repo.root.display(), mountpoint = %mountpoint.display(), pid = std::process::id(), "mounted");
     if !quiet {
         say!(
             "cairn: mounted {} at {} (Ctrl-C or `cairn umount {}` to unmount)",
@@ -57,8 +58,11 @@ pub fn mount(root: &Path, args: &MountArgs, quiet: bool) -> Result<ExitCode> {
     let _ = watcher.join();
     drop(mounted);
     drop(control);
-    fs.shutdown()
-        .context("making written data durable at unmount")?;
+    if let Err(e) = fs.shutdown() {
+        tracing::error!(mountpoint = %mountpoint.display(), error = %e, "making written data durable at unmount failed");
+        return Err(anyhow::Error::new(e).context("making written data durable at unmount"));
+    }
+    tracing::info!(mountpoint = %mountpoint.display(), "unmounted");
     if !quiet {
         say!("cairn: unmounted {}", args.mountpoint.display());
     }

@@ -292,6 +292,12 @@ impl Fs {
         })
     }
 
+    /// How a log line names a file: its path from the mount root when it
+    /// was reached by name recently, else its inode number.
+    pub fn describe(&self, ino: InodeId) -> String {
+        self.inner.describe(ino)
+    }
+
     pub fn store(&self) -> &Store {
         &self.inner.store
     }
@@ -498,7 +504,9 @@ impl Fs {
         if name != POLICY_XATTR {
             return Ok(self.inner.meta.set_xattr(ino, name, value, flags, now())?);
         }
-        let protection = self.inner.xattr_protection(value)?;
+        let protection = self.inner.xattr_protection(value).inspect_err(|e| {
+            tracing::warn!(file = %self.inner.describe(ino), policy = %String::from_utf8_lossy(value), error = %e, "refused a policy xattr");
+        })?;
         let before = self.inner.meta.get(ino)?;
         self.inner.meta.set_xattr(ino, name, value, flags, now())?;
         if let Content::Recipe(root) = before.content {
@@ -713,6 +721,15 @@ impl Inner {
         Some(joined.join("/"))
     }
 
+    /// How a log line names a file: its path from the mount root when
+    /// known, else its inode number.
+    fn describe(&self, ino: InodeId) -> String {
+        match self.path_of(ino) {
+            Some(p) => format!("/{p}"),
+            None => format!("inode {}", ino.0),
+        }
+    }
+
     /// A policy written to `user.cairn.policy`: parsed and checked against
     /// every branch of the store, which is what such a policy may use.
     fn xattr_protection(&self, value: &[u8]) -> Result<Protection> {
@@ -746,10 +763,11 @@ impl Inner {
                 }
                 // Set before the branches changed, or restored from a
                 // snapshot: the rules still protect the file.
-                Err(e) => eprintln!(
-                    "cairn: inode {}: ignoring {}: {e}",
-                    inode.id.0,
-                    String::from_utf8_lossy(POLICY_XATTR)
+                Err(e) => tracing::warn!(
+                    file = %self.describe(inode.id),
+                    xattr = %String::from_utf8_lossy(POLICY_XATTR),
+                    error = %e,
+                    "ignoring a policy the branches cannot give; the rules protect the file"
                 ),
             },
             Err(MetaError::NoXattr) => {}
@@ -799,6 +817,7 @@ impl Inner {
     /// (stronger) and nothing is written, as other files may share them.
     fn migrate(self: &Arc<Self>, ino: InodeId, root: ChunkId, protection: Protection) {
         let inner = self.clone();
+        let logged = self.clone();
         let run = move || -> Result<()> {
             let recipe = Recipe::open(&inner.store, root)?;
             let extents = recipe.extents(0, recipe.len())?;
@@ -820,14 +839,11 @@ impl Inner {
             .name("policy-migrate".into())
             .spawn(move || {
                 if let Err(e) = run() {
-                    eprintln!(
-                        "cairn: re-storing inode {} under its new policy failed: {e}",
-                        ino.0
-                    );
+                    tracing::error!(file = %logged.describe(ino), error = %e, "re-storing a file under its new policy failed");
                 }
             });
         if let Err(e) = spawned {
-            eprintln!("cairn: cannot start re-storing inode {}: {e}", ino.0);
+            tracing::error!(file = %self.describe(ino), error = %e, "cannot start re-storing a file under its new policy");
         }
     }
 
@@ -1061,12 +1077,14 @@ impl Inner {
                 break;
             }
             drop(stopped);
-            let _ = self.sync_all();
+            if let Err(e) = self.sync_all() {
+                tracing::error!(error = %e, "the background commit failed; it is retried at the next interval");
+            }
             let every = self.settings.version_interval;
             if !every.is_zero() && last_version.elapsed() >= every {
                 last_version = std::time::Instant::now();
                 if let Err(e) = self.write_version() {
-                    eprintln!("cairn: writing a version of the file system failed: {e}");
+                    tracing::error!(error = %e, "writing a version of the file system failed");
                 }
             }
             stopped = lock.lock().unwrap();

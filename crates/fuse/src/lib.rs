@@ -458,18 +458,6 @@ struct SessionState {
 // ---------------------------------------------------------------------------
 // Pure helpers
 
-/// Answers an operation that returns nothing: ok, or its errno.
-fn reply_empty(reply: ReplyEmpty, result: fs::Result<()>) {
-    match result {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(&e)),
-    }
-}
-
-fn errno(e: &FsError) -> Errno {
-    Errno::from_i32(e.errno())
-}
-
 fn file_type(kind: FileKind) -> FileType {
     match kind {
         FileKind::File => FileType::RegularFile,
@@ -753,7 +741,46 @@ impl CairnFs {
                 self.note_parent(&inode, parent);
                 reply.entry(&TTL, &file_attr(inode.id, &inode.attr), Generation(0));
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail("create", parent, &e)),
+        }
+    }
+
+    /// The errno `op` on `ino` answers for `e`. An I/O error reaches a
+    /// caller only here, so it is logged here, once, with the file and the
+    /// whole chain of causes; so is a full disk, which an operator must see.
+    fn fail(&self, op: &'static str, ino: InodeId, e: &FsError) -> Errno {
+        let code = e.errno();
+        if code == libc::EIO || code == libc::ENOSPC {
+            let mut cause = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(s) = source {
+                let text = s.to_string();
+                if !cause.contains(&text) {
+                    cause = format!("{cause}: {text}");
+                }
+                source = s.source();
+            }
+            let file = self.fs.describe(ino);
+            if code == libc::EIO {
+                tracing::error!(op, file = %file, cause = %cause, "I/O error returned to the caller");
+            } else {
+                tracing::warn!(op, file = %file, cause = %cause, "no space left: returned ENOSPC");
+            }
+        }
+        Errno::from_i32(code)
+    }
+
+    /// Answers an operation that returns nothing: ok, or its errno.
+    fn reply_empty(
+        &self,
+        op: &'static str,
+        ino: InodeId,
+        reply: ReplyEmpty,
+        result: fs::Result<()>,
+    ) {
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(self.fail(op, ino, &e)),
         }
     }
 
@@ -915,7 +942,7 @@ impl Filesystem for CairnFs {
                 // replaces it).
                 reply.entry(&TTL, &file_attr(InodeId(0), &empty_attr()), Generation(0));
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail("lookup", InodeId(parent.0), &e)),
         }
     }
 
@@ -926,7 +953,7 @@ impl Filesystem for CairnFs {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.fs.getattr(InodeId(ino.0)) {
             Ok(inode) => reply.attr(&TTL, &file_attr(inode.id, &inode.attr)),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail("getattr", InodeId(ino.0), &e)),
         }
     }
 
@@ -962,19 +989,19 @@ impl Filesystem for CairnFs {
         if size.is_some() && mode.is_none() && req.uid() != 0 {
             match self.fs.getattr(InodeId(ino.0)) {
                 Ok(inode) => changes.perm = kill_priv(inode.attr.perm),
-                Err(e) => return reply.error(errno(&e)),
+                Err(e) => return reply.error(self.fail("setattr", InodeId(ino.0), &e)),
             }
         }
         match self.fs.setattr(InodeId(ino.0), &changes, size) {
             Ok(inode) => reply.attr(&TTL, &file_attr(inode.id, &inode.attr)),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail("setattr", InodeId(ino.0), &e)),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         match self.fs.readlink(InodeId(ino.0)) {
             Ok(target) => reply.data(&target),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail("readlink", InodeId(ino.0), &e)),
         }
     }
 
@@ -1028,7 +1055,12 @@ impl Filesystem for CairnFs {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        reply_empty(reply, self.fs.unlink(InodeId(parent.0), name))
+        self.reply_empty(
+            "unlink",
+            InodeId(parent.0),
+            reply,
+            self.fs.unlink(InodeId(parent.0), name),
+        )
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -1036,7 +1068,12 @@ impl Filesystem for CairnFs {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        reply_empty(reply, self.fs.rmdir(InodeId(parent.0), name))
+        self.reply_empty(
+            "rmdir",
+            InodeId(parent.0),
+            reply,
+            self.fs.rmdir(InodeId(parent.0), name),
+        )
     }
 
     fn symlink(
@@ -1098,7 +1135,7 @@ impl Filesystem for CairnFs {
                     }
                 }
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail("rename", InodeId(parent.0), &e)),
         }
     }
 
@@ -1116,7 +1153,7 @@ impl Filesystem for CairnFs {
         };
         match self.fs.link(InodeId(ino.0), InodeId(newparent.0), name) {
             Ok(inode) => reply.entry(&TTL, &file_attr(inode.id, &inode.attr), Generation(0)),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail("link", InodeId(ino.0), &e)),
         }
     }
 
@@ -1132,7 +1169,7 @@ impl Filesystem for CairnFs {
                 FileHandle(0),
                 open_flags(flags.0, inode.attr.size, self.page_cache_max),
             ),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail("open", InodeId(ino.0), &e)),
         }
     }
 
@@ -1149,7 +1186,7 @@ impl Filesystem for CairnFs {
     ) {
         match self.fs.read(InodeId(ino.0), offset, size) {
             Ok(data) => reply.data(&data),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail("read", InodeId(ino.0), &e)),
         }
     }
 
@@ -1182,12 +1219,12 @@ impl Filesystem for CairnFs {
                     None => Ok(()),
                 });
             if let Err(e) = cleared {
-                return reply.error(errno(&e));
+                return reply.error(self.fail("write", InodeId(ino.0), &e));
             }
         }
         match self.fs.write(ino, offset, data) {
             Ok(n) => reply.written(n),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail("write", InodeId(ino.0), &e)),
         }
     }
 
@@ -1199,7 +1236,12 @@ impl Filesystem for CairnFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.flush(InodeId(ino.0)))
+        self.reply_empty(
+            "flush",
+            InodeId(ino.0),
+            reply,
+            self.fs.flush(InodeId(ino.0)),
+        )
     }
 
     fn release(
@@ -1212,7 +1254,12 @@ impl Filesystem for CairnFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.release(InodeId(ino.0)))
+        self.reply_empty(
+            "release",
+            InodeId(ino.0),
+            reply,
+            self.fs.release(InodeId(ino.0)),
+        )
     }
 
     fn fsync(
@@ -1223,7 +1270,12 @@ impl Filesystem for CairnFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(reply, self.fs.fsync(InodeId(ino.0)))
+        self.reply_empty(
+            "fsync",
+            InodeId(ino.0),
+            reply,
+            self.fs.fsync(InodeId(ino.0)),
+        )
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -1231,7 +1283,7 @@ impl Filesystem for CairnFs {
         match self.fs.getattr(ino) {
             Ok(inode) if inode.attr.kind != FileKind::Dir => return reply.error(Errno::ENOTDIR),
             Ok(_) => {}
-            Err(e) => return reply.error(errno(&e)),
+            Err(e) => return reply.error(self.fail("opendir", InodeId(ino.0), &e)),
         }
         let h = DirHandle {
             ino,
@@ -1266,7 +1318,7 @@ impl Filesystem for CairnFs {
             match self.load_upto(&h, &mut l, i) {
                 Ok(true) => {}
                 Ok(false) => break,
-                Err(e) => return reply.error(errno(&e)),
+                Err(e) => return reply.error(self.fail("readdir", h.ino, &e)),
             }
             let e = &l.entries[i];
             let name = OsStr::from_bytes(&e.name);
@@ -1299,7 +1351,7 @@ impl Filesystem for CairnFs {
             match self.load_upto(&h, &mut l, i) {
                 Ok(true) => {}
                 Ok(false) => break,
-                Err(e) if added == 0 => return reply.error(errno(&e)),
+                Err(e) if added == 0 => return reply.error(self.fail("readdir", h.ino, &e)),
                 Err(_) => break,
             }
             let e = &l.entries[i];
@@ -1313,7 +1365,7 @@ impl Filesystem for CairnFs {
                     i += 1;
                     continue;
                 }
-                Err(err) if added == 0 => return reply.error(errno(&err)),
+                Err(err) if added == 0 => return reply.error(self.fail("readdir", target, &err)),
                 Err(_) => break,
             };
             if i >= 2 {
@@ -1360,7 +1412,7 @@ impl Filesystem for CairnFs {
     ) {
         // `fs` offers no narrower commit: entries become durable with
         // everything else.
-        reply_empty(reply, self.fs.sync_all())
+        self.reply_empty("fsyncdir", InodeId::ROOT, reply, self.fs.sync_all())
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -1379,7 +1431,7 @@ impl Filesystem for CairnFs {
                     BLOCK_SIZE,
                 );
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail("statfs", InodeId::ROOT, &e)),
         }
     }
 
@@ -1400,7 +1452,9 @@ impl Filesystem for CairnFs {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        reply_empty(
+        self.reply_empty(
+            "setxattr",
+            InodeId(ino.0),
             reply,
             self.fs
                 .set_xattr(InodeId(ino.0), name.as_bytes(), value, flags),
@@ -1410,26 +1464,31 @@ impl Filesystem for CairnFs {
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         match self.fs.get_xattr(InodeId(ino.0), name.as_bytes()) {
             Ok(value) => reply_xattr(reply, &value, size),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail("getxattr", InodeId(ino.0), &e)),
         }
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         match self.fs.list_xattr(InodeId(ino.0)) {
             Ok(names) => reply_xattr(reply, &xattr_list(&names), size),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail("listxattr", InodeId(ino.0), &e)),
         }
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(reply, self.fs.remove_xattr(InodeId(ino.0), name.as_bytes()))
+        self.reply_empty(
+            "removexattr",
+            InodeId(ino.0),
+            reply,
+            self.fs.remove_xattr(InodeId(ino.0), name.as_bytes()),
+        )
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
         // With default_permissions the kernel checks; only existence here.
         match self.fs.getattr(InodeId(ino.0)) {
             Ok(_) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail("access", InodeId(ino.0), &e)),
         }
     }
 
@@ -1463,7 +1522,7 @@ impl Filesystem for CairnFs {
                 FileHandle(0),
                 open_flags(flags, inode.attr.size, self.page_cache_max),
             ),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail("create", InodeId(parent.0), &e)),
         }
     }
 
@@ -1495,7 +1554,7 @@ impl Filesystem for CairnFs {
                 Ok(())
             }
         });
-        reply_empty(reply, extended)
+        self.reply_empty("fallocate", InodeId(ino.0), reply, extended)
     }
 }
 
