@@ -229,6 +229,10 @@ impl Branch for FaultyBranch {
         Ok(keys)
     }
 
+    fn space(&self) -> Result<Option<crate::Space>> {
+        self.inner.space()
+    }
+
     fn delete(&self, key: &BlobKey) -> Result<()> {
         match self.enter("delete", key.as_str(), self.control.fault_for(key.as_str()))? {
             // Nothing is there to remove, which is not an error.

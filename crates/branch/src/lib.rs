@@ -33,7 +33,7 @@ pub mod testing;
 
 pub use fault::{Fault, FaultControl, FaultyBranch};
 pub use key::{BlobKey, KeyError};
-pub use local::LocalDir;
+pub use local::{reserve, LocalDir};
 pub use s3::{S3Bucket, S3Config};
 
 use std::path::PathBuf;
@@ -85,6 +85,47 @@ pub enum BranchError {
     /// A branch's configuration is malformed.
     #[error("branch {branch}: invalid configuration: {reason}")]
     Config { branch: String, reason: String },
+    /// Storing would eat into the space kept free on the branch's disk for
+    /// the metadata engines (see [`LocalDir`]): nothing was written.
+    #[error(
+        "no space left on branch {branch}: {wanted} bytes to store, {free} bytes free, \
+         {reserve} of them kept for metadata"
+    )]
+    NoSpace {
+        branch: String,
+        wanted: u64,
+        free: u64,
+        reserve: u64,
+    },
+}
+
+impl BranchError {
+    /// Whether the error means the branch is full (and writing may work
+    /// again once space is freed), rather than damaged or unreachable.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            BranchError::NoSpace { .. } => true,
+            BranchError::Io { source, .. } => is_no_space_io(source),
+            _ => false,
+        }
+    }
+}
+
+/// ENOSPC or EDQUOT: the disk, or the user's quota on it, is full.
+pub fn is_no_space_io(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::StorageFull
+        || e.kind() == std::io::ErrorKind::QuotaExceeded
+        || matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
+/// How much a branch holds and can still take, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Space {
+    /// The size of the storage under the branch.
+    pub total: u64,
+    /// What the branch can still store: free space less what it keeps in
+    /// reserve.
+    pub available: u64,
 }
 
 pub type Result<T, E = BranchError> = std::result::Result<T, E>;
@@ -113,4 +154,9 @@ pub trait Branch: Send + Sync {
     fn list(&self, prefix: &str) -> Result<Vec<BlobKey>>;
     /// Removes the blob; removing a missing blob is not an error.
     fn delete(&self, key: &BlobKey) -> Result<()>;
+    /// How much the branch holds and can still take; `None` when it cannot
+    /// tell (an object store has no fixed size).
+    fn space(&self) -> Result<Option<Space>> {
+        Ok(None)
+    }
 }

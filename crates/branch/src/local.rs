@@ -8,11 +8,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::aligned::AlignedBuf;
-use crate::{BlobKey, Branch, BranchError, Result};
+use crate::{BlobKey, Branch, BranchError, Result, Space};
 
 /// Blobs as files under a directory. A blob is written to `.partial/`, synced,
 /// moved into place and its directory synced, so a crash leaves either the
 /// whole blob or a leftover in `.partial/`, which [`LocalDir::open`] discards.
+///
+/// A put that would leave less than [`reserve`] free on the disk is refused
+/// with [`BranchError::NoSpace`] before anything is written: the metadata
+/// engines usually share the disk, and a metadata engine that hits ENOSPC
+/// mid-commit cannot commit again until it is reopened, while a refused
+/// container is only retried later. The reserve keeps the namespace
+/// writable (rm, truncate, and the commit that makes them durable) on a
+/// disk that data filled.
 pub struct LocalDir {
     name: String,
     root: PathBuf,
@@ -24,6 +32,12 @@ pub struct LocalDir {
 }
 
 const PARTIAL: &str = ".partial";
+
+/// Bytes kept free on a branch's disk for metadata: 1/32 of its size, at
+/// least 2 MiB and at most 256 MiB.
+pub fn reserve(total: u64) -> u64 {
+    (total / 32).clamp(2 << 20, 256 << 20)
+}
 const MAX_HANDLES: usize = 512;
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> BranchError + 'a {
@@ -60,6 +74,56 @@ impl LocalDir {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The disk's size and free bytes (for an unprivileged user), from
+    /// statvfs.
+    fn disk(&self) -> Result<(u64, u64)> {
+        let c = std::ffi::CString::new(self.root.as_os_str().as_encoded_bytes())
+            .map_err(|e| io_err("statvfs", &self.root)(io::Error::other(e)))?;
+        let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+        // SAFETY: a NUL-terminated path and a buffer statvfs fills on success.
+        let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+        if rc != 0 {
+            return Err(io_err("statvfs", &self.root)(io::Error::last_os_error()));
+        }
+        // SAFETY: statvfs returned 0, so it initialised the buffer.
+        let st = unsafe { st.assume_init() };
+        let unit = st.f_frsize as u64;
+        Ok((st.f_blocks as u64 * unit, st.f_bavail as u64 * unit))
+    }
+
+    /// Stages each blob that fits above the reserve, in order; the others
+    /// are refused without a byte written.
+    fn stage_within_room(&self, blobs: &[(BlobKey, &[u8])]) -> Vec<Result<(PathBuf, File)>> {
+        let (total, free) = match self.disk() {
+            Ok(d) => d,
+            Err(e) => {
+                let msg = e.to_string();
+                return blobs
+                    .iter()
+                    .map(|_| Err(io_err("statvfs", &self.root)(io::Error::other(msg.clone()))))
+                    .collect();
+            }
+        };
+        let reserve = reserve(total);
+        let mut room = free.saturating_sub(reserve);
+        blobs
+            .iter()
+            .map(|(key, data)| {
+                let wanted = data.len() as u64;
+                if wanted > room {
+                    return Err(BranchError::NoSpace {
+                        branch: self.name.clone(),
+                        wanted,
+                        free,
+                        reserve,
+                    });
+                }
+                room -= wanted;
+                self.stage(key, data)
+            })
+            .collect()
     }
 
     fn path(&self, key: &BlobKey) -> PathBuf {
@@ -108,19 +172,33 @@ impl LocalDir {
             key.as_str().replace('/', "_"),
             std::process::id()
         ));
-        if let Some(f) = self.stage_direct(&tmp, data)? {
-            return Ok((tmp, f));
+        let staged = self
+            .stage_direct(&tmp, data)
+            .and_then(|direct| match direct {
+                Some(f) => Ok(f),
+                None => self.stage_buffered(&tmp, data),
+            });
+        match staged {
+            Ok(f) => Ok((tmp, f)),
+            Err(e) => {
+                // A blob cut short by a full disk must not keep its space.
+                let _ = fs::remove_file(&tmp);
+                Err(e)
+            }
         }
+    }
+
+    fn stage_buffered(&self, tmp: &Path, data: &[u8]) -> Result<File> {
         let mut f = OpenOptions::new()
             .write(true)
             .create_new(true)
-            .open(&tmp)
-            .map_err(io_err("create", &tmp))?;
-        f.write_all(data).map_err(io_err("write", &tmp))?;
+            .open(tmp)
+            .map_err(io_err("create", tmp))?;
+        f.write_all(data).map_err(io_err("write", tmp))?;
         // SAFETY: a plain syscall on a descriptor we own; it only starts
         // write-back, durability still comes from sync_data.
         unsafe { libc::sync_file_range(f.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
-        Ok((tmp, f))
+        Ok(f)
     }
 
     /// Writes with `O_DIRECT`, so a blob written once is not also copied
@@ -227,8 +305,7 @@ impl Branch for LocalDir {
     /// starts at once, and each directory is synced once for the batch, so a
     /// batch costs about one device flush instead of two per blob.
     fn put_many(&self, blobs: &[(BlobKey, &[u8])]) -> Vec<Result<()>> {
-        let staged: Vec<Result<(PathBuf, File)>> =
-            blobs.iter().map(|(k, d)| self.stage(k, d)).collect();
+        let staged = self.stage_within_room(blobs);
         let mut dirs: Vec<PathBuf> = Vec::new();
         let mut results: Vec<Result<()>> = staged
             .into_iter()
@@ -364,6 +441,14 @@ impl Branch for LocalDir {
         }
         out.sort();
         Ok(out)
+    }
+
+    fn space(&self) -> Result<Option<Space>> {
+        let (total, free) = self.disk()?;
+        Ok(Some(Space {
+            total,
+            available: free.saturating_sub(reserve(total)),
+        }))
     }
 
     fn delete(&self, key: &BlobKey) -> Result<()> {

@@ -53,11 +53,13 @@ mod index;
 mod protection;
 mod read;
 pub mod region;
+mod stall;
 mod store;
 mod writer;
 
 use std::path::PathBuf;
 
+pub use branch::Space;
 pub use budget::{Budget, Permit};
 pub use check::{CheckProgress, CheckReport, Problem, RebuildReport};
 pub use container::{ChunkLocation, ContainerError};
@@ -88,6 +90,16 @@ pub enum CasError {
     },
     #[error("container {container} failed to be written: {reason}")]
     WriteFailed {
+        container: ContainerId,
+        reason: String,
+    },
+    /// A branch had no room for the container: it is kept in memory, its
+    /// chunks readable, and written as soon as space is freed.
+    #[error(
+        "no space left to store container {container} ({reason}); it is kept in memory and \
+         written once space is freed (delete files, then run `cairn gc`)"
+    )]
+    NoSpace {
         container: ContainerId,
         reason: String,
     },
@@ -125,6 +137,20 @@ pub enum CasError {
         container: ContainerId,
         reason: String,
     },
+}
+
+impl CasError {
+    /// Whether the error means storage is full (and may work once space is
+    /// freed), which a file system reports as ENOSPC rather than EIO.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            CasError::NoSpace { .. } => true,
+            CasError::Branch(e) => e.is_no_space(),
+            CasError::Redundancy(e) => e.is_no_space(),
+            CasError::Index(redb::Error::Io(e)) => branch::is_no_space_io(e),
+            _ => false,
+        }
+    }
 }
 
 pub type Result<T, E = CasError> = std::result::Result<T, E>;

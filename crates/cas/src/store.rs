@@ -4,7 +4,7 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 
 use branch::Branch;
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use redundancy::{Policy, PolicyView, PutRequest, Redundant};
 use serde::{Deserialize, Serialize};
 
@@ -14,6 +14,7 @@ use crate::id::{ChunkId, ContainerId, RepoKey};
 use crate::index::Index;
 use crate::protection::{needs_restore, Protection};
 use crate::region::Compression;
+use crate::stall;
 use crate::writer::StreamWriter;
 use crate::{CasError, Result};
 
@@ -64,6 +65,9 @@ pub(crate) struct Inflight {
     /// Sealed containers not yet durable, with their policies.
     pub containers: HashMap<ContainerId, Policy>,
     pub failed: HashMap<ContainerId, String>,
+    /// Containers a full branch refused, kept to be written again (see
+    /// [`crate::stall`]), with why. They stay in `containers`.
+    pub parked: HashMap<ContainerId, String>,
 }
 
 /// Container buffers handed back by the I/O thread for the next container,
@@ -318,6 +322,18 @@ impl Store {
 
     /// The redundancy layer containers are stored through; `None` for a
     /// store on one plain branch.
+    /// What the default protection can still store, and could hold in
+    /// all, in data bytes; `None` when a branch cannot tell (S3).
+    pub fn space(&self) -> Result<Option<branch::Space>> {
+        match &self.shared.layer {
+            Some(layer) => {
+                let p = self.default_protection();
+                Ok(layer.space(&p.policy, &p.branches)?)
+            }
+            None => Ok(self.shared.branch.space()?),
+        }
+    }
+
     pub fn layer(&self) -> Option<&Arc<Redundant>> {
         self.shared.layer.as_ref()
     }
@@ -369,6 +385,18 @@ impl Store {
             .map(|c| c.0 + 1)
             .max()
             .unwrap_or(0))
+    }
+
+    /// [`CasError::NoSpace`] naming a container a full branch refused, if
+    /// any is waiting for space: nothing that points at its chunks may be
+    /// made durable, and new data should be refused, until it is stored.
+    pub fn waiting_for_space(&self) -> Option<CasError> {
+        let inflight = self.shared.inflight.lock().unwrap();
+        inflight
+            .parked
+            .iter()
+            .min_by_key(|(id, _)| **id)
+            .map(|(id, reason)| stall::no_space(*id, reason))
     }
 
     /// Where a chunk is, waiting if its container is still being written.
@@ -521,7 +549,14 @@ fn check_label(label: &str) -> Result<()> {
 /// under its own protection, the whole batch at once (shards bound for one
 /// branch are written together and share its directory syncs), else on
 /// the plain branch in one batch.
-fn put_containers(shared: &Shared, jobs: &[IoJob]) -> Vec<std::result::Result<(), String>> {
+/// Why a container could not be stored.
+struct PutFailure {
+    /// A branch is full: worth trying again once space is freed.
+    no_space: bool,
+    reason: String,
+}
+
+fn put_containers(shared: &Shared, jobs: &[IoJob]) -> Vec<std::result::Result<(), PutFailure>> {
     match &shared.layer {
         Some(layer) => {
             let keys: Vec<_> = jobs.iter().map(|j| j.sealed.id.blob_key()).collect();
@@ -538,7 +573,12 @@ fn put_containers(shared: &Shared, jobs: &[IoJob]) -> Vec<std::result::Result<()
             layer
                 .put_many(&requests)
                 .into_iter()
-                .map(|r| r.map(|_| ()).map_err(|e| e.to_string()))
+                .map(|r| {
+                    r.map(|_| ()).map_err(|e| PutFailure {
+                        no_space: e.is_no_space(),
+                        reason: e.to_string(),
+                    })
+                })
                 .collect()
         }
         None => {
@@ -550,48 +590,122 @@ fn put_containers(shared: &Shared, jobs: &[IoJob]) -> Vec<std::result::Result<()
                 .branch
                 .put_many(&blobs)
                 .into_iter()
-                .map(|r| r.map_err(|e| e.to_string()))
+                .map(|r| {
+                    r.map_err(|e| PutFailure {
+                        no_space: e.is_no_space(),
+                        reason: e.to_string(),
+                    })
+                })
                 .collect()
         }
     }
 }
 
 fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
-    while let Ok(first) = rx.recv() {
-        let mut jobs = vec![first];
-        while jobs.len() < MAX_CONTAINERS_PER_COMMIT {
+    // Containers a full branch refused, oldest first: tried again before
+    // anything new, every `RETRY_EVERY` and whenever new work comes.
+    let mut parked: Vec<IoJob> = Vec::new();
+    loop {
+        let first = if parked.is_empty() {
+            match rx.recv() {
+                Ok(job) => Some(job),
+                Err(_) => break,
+            }
+        } else {
+            match rx.recv_timeout(stall::RETRY_EVERY) {
+                Ok(job) => Some(job),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        };
+        let retried = parked.len();
+        let mut jobs = std::mem::take(&mut parked);
+        jobs.extend(first);
+        while jobs.len() < retried + MAX_CONTAINERS_PER_COMMIT {
             match rx.try_recv() {
                 Ok(job) => jobs.push(job),
                 Err(_) => break,
             }
         }
-        let mut failed: Vec<(ContainerId, String)> = Vec::new();
-        let mut written: Vec<&Sealed> = Vec::new();
-        for (job, result) in jobs.iter().zip(put_containers(shared, &jobs)) {
-            match result {
-                Ok(()) => written.push(&job.sealed),
-                Err(e) => failed.push((job.sealed.id, e)),
-            }
-        }
+        let mut outcomes: Vec<Outcome> = put_containers(shared, &jobs)
+            .into_iter()
+            .map(|r| match r {
+                Ok(()) => Outcome::Written,
+                Err(f) if f.no_space => Outcome::Parked(f.reason),
+                Err(f) => Outcome::Failed(f.reason),
+            })
+            .collect();
+        let written: Vec<&Sealed> = jobs
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, o)| matches!(o, Outcome::Written))
+            .map(|(j, _)| &j.sealed)
+            .collect();
         if let Err(e) = shared.index.commit_containers(&written) {
-            failed.extend(written.iter().map(|s| (s.id, format!("indexing: {e}"))));
-        }
-        let mut inflight = shared.inflight.lock().unwrap();
-        for job in &jobs {
-            for (id, _) in &job.sealed.entries {
-                if inflight.pending.get(id) == Some(&job.sealed.id) {
-                    inflight.pending.remove(id);
+            for o in outcomes.iter_mut() {
+                if matches!(o, Outcome::Written) {
+                    *o = Outcome::Failed(format!("indexing: {e}"));
                 }
             }
-            inflight.containers.remove(&job.sealed.id);
         }
-        inflight.failed.extend(failed);
+        let mut inflight = shared.inflight.lock().unwrap();
+        for (job, outcome) in jobs.iter().zip(&outcomes) {
+            let id = job.sealed.id;
+            let was_parked = inflight.parked.remove(&id).is_some();
+            if let Outcome::Parked(reason) = outcome {
+                if !was_parked {
+                    // Readable from memory before it stops being pending.
+                    stall::park(shared, &job.sealed);
+                    tracing::warn!(container = %id, reason = %reason, "a branch is full: keeping the container in memory and trying again");
+                }
+                for (chunk, _) in &job.sealed.entries {
+                    if inflight.pending.get(chunk) == Some(&id) {
+                        inflight.pending.remove(chunk);
+                    }
+                }
+                inflight.parked.insert(id, reason.clone());
+                continue;
+            }
+            if was_parked {
+                stall::unpark(shared, &job.sealed);
+                if matches!(outcome, Outcome::Written) {
+                    tracing::info!(container = %id, "stored a container that waited for space");
+                }
+            }
+            for (chunk, _) in &job.sealed.entries {
+                if inflight.pending.get(chunk) == Some(&id) {
+                    inflight.pending.remove(chunk);
+                }
+            }
+            inflight.containers.remove(&id);
+            if let Outcome::Failed(reason) = outcome {
+                tracing::error!(container = %id, reason = %reason, "a container failed to be written");
+                inflight.failed.insert(id, reason.clone());
+            }
+        }
         drop(inflight);
         shared.inflight_cv.notify_all();
-        for job in jobs {
-            shared.buffers.give(job.sealed.bytes);
+        for (job, outcome) in jobs.into_iter().zip(outcomes) {
+            match outcome {
+                Outcome::Parked(_) => parked.push(job),
+                _ => shared.buffers.give(job.sealed.bytes),
+            }
         }
     }
+    if !parked.is_empty() {
+        tracing::error!(
+            containers = parked.len(),
+            "the store closed while containers waited for space; their data is lost"
+        );
+    }
+}
+
+/// What became of one container the I/O thread was given.
+enum Outcome {
+    Written,
+    /// A branch is full: kept and tried again.
+    Parked(String),
+    Failed(String),
 }
 
 #[cfg(test)]

@@ -268,10 +268,12 @@ impl Durable {
     pub fn wait(self) -> Result<()> {
         let shared = &self.store.shared;
         let mut inflight = shared.inflight.lock().unwrap();
+        // A parked container is not waited for: it waits for space, which
+        // only the caller's user can free.
         while self
             .containers
             .iter()
-            .any(|c| inflight.containers.contains_key(c))
+            .any(|c| inflight.containers.contains_key(c) && !inflight.parked.contains_key(c))
         {
             inflight = shared.inflight_cv.wait(inflight).unwrap();
         }
@@ -279,8 +281,15 @@ impl Durable {
             .containers
             .iter()
             .find_map(|c| inflight.failed.get(c).map(|r| (*c, r.clone())));
-        match failure {
-            Some((container, reason)) => Err(CasError::WriteFailed { container, reason }),
+        if let Some((container, reason)) = failure {
+            return Err(CasError::WriteFailed { container, reason });
+        }
+        match self
+            .containers
+            .iter()
+            .find_map(|c| inflight.parked.get(c).map(|r| (*c, r.clone())))
+        {
+            Some((container, reason)) => Err(crate::stall::no_space(container, &reason)),
             None => Ok(()),
         }
     }

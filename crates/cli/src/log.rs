@@ -11,7 +11,7 @@
 //! file system through its control socket writes no file: the daemon logs
 //! what it did.
 
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
@@ -50,6 +50,7 @@ pub fn init(verbose: u8) {
     };
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(io::stderr)
+        .with_ansi(io::stderr().is_terminal())
         .with_target(false)
         .without_time()
         .with_filter(filter(level));

@@ -136,8 +136,10 @@ impl FsError {
                 MetaError::NameTooLong => libc::ENAMETOOLONG,
                 MetaError::NoXattr => libc::ENODATA,
                 MetaError::Invalid(_) => libc::EINVAL,
+                e if e.is_no_space() => libc::ENOSPC,
                 _ => libc::EIO,
             },
+            FsError::Store(e) if e.is_no_space() => libc::ENOSPC,
             FsError::NotFile | FsError::BadName(_) | FsError::BadPolicy(_) => libc::EINVAL,
             FsError::NotSupported => libc::EOPNOTSUPP,
             FsError::ReadOnly => libc::EROFS,
@@ -559,7 +561,11 @@ impl Fs {
         let recording = self.inner.recording.read().unwrap();
         let mut f = self.inner.lock_settled(&state);
         f.handles = f.handles.saturating_sub(1);
-        let result = self.inner.finalize(&mut f);
+        let wrote = f.changed;
+        let result = self
+            .inner
+            .finalize(&mut f)
+            .and_then(|()| self.inner.stored_or_waiting(wrote));
         drop(f);
         drop(recording);
         self.inner.release_state(ino, state);
@@ -591,6 +597,11 @@ impl Fs {
     /// dirty limit, the writer first writes its own dirty bytes behind.
     pub fn write(&self, ino: InodeId, offset: u64, data: &[u8]) -> Result<u32> {
         writable(ino)?;
+        // Data already accepted waits for space: taking more would only
+        // grow what memory holds for a disk that cannot take it.
+        if let Some(e) = self.inner.store.waiting_for_space() {
+            return Err(e.into());
+        }
         let state = self.inner.state(ino)?;
         let mut f = state.lock().unwrap();
         if let Some(e) = f.failed.take() {
@@ -625,7 +636,9 @@ impl Fs {
         };
         let _recording = self.inner.recording.read().unwrap();
         let mut f = self.inner.lock_settled(&state);
-        self.inner.finalize(&mut f)
+        let wrote = f.changed;
+        self.inner.finalize(&mut f)?;
+        self.inner.stored_or_waiting(wrote)
     }
 
     /// Returns when the file's data and metadata are durable.
@@ -643,6 +656,12 @@ impl Fs {
     /// limit: written and not yet stored, or an open inline file's bytes.
     pub fn dirty_bytes(&self) -> usize {
         self.inner.dirty_total.load(Ordering::Relaxed)
+    }
+
+    /// What the store can still take and could hold in all, for
+    /// `statfs`; `None` when a branch cannot tell (an object store).
+    pub fn space(&self) -> Result<Option<cas::Space>> {
+        Ok(self.inner.store.space()?)
     }
 
     pub fn stats(&self) -> Result<FsStats> {
@@ -922,6 +941,17 @@ impl Inner {
         }
     }
 
+    /// ENOSPC for a close or flush of a file that was written while data
+    /// waits for space: its bytes are kept and stored once space is freed,
+    /// but a writer that never calls fsync (`cp`) must still hear that
+    /// they are not on disk.
+    fn stored_or_waiting(&self, wrote: bool) -> Result<()> {
+        match self.store.waiting_for_space() {
+            Some(e) if wrote => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+
     fn account(&self, before: usize, after: usize) {
         if after >= before {
             self.dirty_total
@@ -1021,12 +1051,19 @@ impl Inner {
         let _guard = self.commit_lock.lock().unwrap();
         let _recording = self.recording.write().unwrap();
         let pending: Vec<StreamWriter> = std::mem::take(&mut *self.pending.lock().unwrap());
+        // Every stream is flushed even after one failed: each flush starts
+        // its containers towards the disk.
+        let mut first_error = None;
         for mut w in pending {
-            w.flush()?;
+            if let Err(e) = w.flush() {
+                first_error.get_or_insert(e);
+            }
         }
         // No file is being recorded, so every shared stream is idle here.
         for w in self.small.lock().unwrap().iter_mut() {
-            w.flush()?;
+            if let Err(e) = w.flush() {
+                first_error.get_or_insert(e);
+            }
         }
         let open: Vec<Arc<Mutex<FileState>>> =
             self.files.lock().unwrap().values().cloned().collect();
@@ -1039,7 +1076,18 @@ impl Inner {
             }
         }
         for durable in waits {
-            durable.wait()?;
+            if let Err(e) = durable.wait() {
+                first_error.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e.into());
+        }
+        // Metadata recorded since the last sync may point at a container
+        // still waiting for space: none of it is made durable before that
+        // container is. The commit is tried again at the next interval.
+        if let Some(e) = self.store.waiting_for_space() {
+            return Err(e.into());
         }
         self.meta.sync()?;
         Ok(())

@@ -61,7 +61,8 @@ const MAX_READAHEAD: u32 = 16 << 20;
 /// A FUSE mount starts at 128 KiB (and `max_readahead` at init can only
 /// lower it), so a sequential reader cost a round trip per 128 KiB.
 const KERNEL_READAHEAD_KB: u32 = 1024;
-/// Free blocks and inodes reported by `statfs`: the store grows as needed.
+/// Free blocks reported by `statfs` when a branch cannot tell (an object
+/// store grows as needed), and free inodes (the namespace has no fixed table).
 const FREE_BLOCKS: u64 = 1 << 40;
 const FREE_FILES: u64 = 1 << 32;
 /// Directory entries fetched from `fs` at a time.
@@ -1415,15 +1416,28 @@ impl Filesystem for CairnFs {
         self.reply_empty("fsyncdir", InodeId::ROOT, reply, self.fs.sync_all())
     }
 
+    /// The branches' real space: `df` shows what the default policy can
+    /// still store (free space less the metadata reserve, divided by the
+    /// policy's overhead), and blocks used as the store's bytes. Where a
+    /// branch cannot tell (S3), the free figure is a large constant.
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        match self.fs.stats() {
-            Ok(s) => {
-                let used = s.stored_bytes.div_ceil(u64::from(BLOCK_SIZE));
+        let measured = self.fs.stats().and_then(|s| Ok((s, self.fs.space()?)));
+        match measured {
+            Ok((s, space)) => {
+                let block = u64::from(BLOCK_SIZE);
+                let used = s.stored_bytes.div_ceil(block);
+                let (blocks, free) = match space {
+                    Some(sp) => {
+                        let free = sp.available / block;
+                        ((sp.total / block).max(used + free), free)
+                    }
+                    None => (used + FREE_BLOCKS, FREE_BLOCKS),
+                };
                 let files = s.files + s.dirs;
                 reply.statfs(
-                    used + FREE_BLOCKS,
-                    FREE_BLOCKS,
-                    FREE_BLOCKS,
+                    blocks,
+                    free,
+                    free,
                     files + FREE_FILES,
                     FREE_FILES,
                     BLOCK_SIZE,

@@ -18,8 +18,8 @@
 
 use std::collections::HashMap;
 use std::ops::Bound;
-use std::path::Path;
-use std::sync::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use cas::ChunkId;
 use redb::{
@@ -520,8 +520,17 @@ impl<'t> W<'t> {
 /// commits (dirty-page checksums, allocator bookkeeping), and a file
 /// created, written and closed is two operations with no read between.
 /// Durability is what it was: nothing is durable before `sync`.
+///
+/// A write that fails for an operating-system reason (a full disk) leaves
+/// redb refusing every later write ("Previous I/O error occurred") until
+/// the database is reopened. So the database is dropped at such an error
+/// and reopened by the next operation: what was applied since the last
+/// `sync` is lost, as after a crash, and everything synced stays. A full
+/// disk then costs the operations that met it, not the file system.
 pub struct RedbMeta {
-    pub(crate) db: Database,
+    /// `None` after an I/O error, until the next operation reopens it.
+    db: RwLock<Option<Arc<Database>>>,
+    path: PathBuf,
     batch: Mutex<Batch>,
 }
 
@@ -530,6 +539,25 @@ pub struct RedbMeta {
 struct Batch {
     tx: Option<WriteTransaction>,
     ops: usize,
+}
+
+/// Free bytes under which operations that grow the namespace are refused.
+/// Branches keep at least twice this free (`branch::reserve`), so data
+/// fills a disk before metadata does.
+pub const GROWTH_FLOOR: u64 = 1 << 20;
+
+/// Free bytes for an unprivileged user on the disk holding `dir`; `None`
+/// if statvfs fails (the operation then goes ahead and redb reports).
+fn free_bytes(dir: &Path) -> Option<u64> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: a NUL-terminated path and a buffer statvfs fills on success.
+    if unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it initialised the buffer.
+    let st = unsafe { st.assume_init() };
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 /// Operations per commit at most, which bounds redb's dirty pages.
@@ -586,21 +614,56 @@ impl RedbMeta {
         Self::open_at(path, root_uid, root_gid)
     }
 
-    fn open_at(path: &Path, root_uid: u32, root_gid: u32) -> Result<Self> {
+    fn open_db(path: &Path) -> Result<Database> {
         // redb's default page cache is 1 GiB: with many inline files it grew
         // the daemon by that much. 64 MiB keeps the hot namespace in memory.
-        let db = match redb::Builder::new().set_cache_size(64 << 20).create(path) {
-            Ok(db) => db,
+        match redb::Builder::new().set_cache_size(64 << 20).create(path) {
+            Ok(db) => Ok(db),
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
-                return Err(MetaError::Busy(path.to_path_buf()))
+                Err(MetaError::Busy(path.to_path_buf()))
             }
-            Err(e) => {
-                return Err(MetaError::Open {
-                    path: path.to_path_buf(),
-                    source: e.into(),
-                })
-            }
-        };
+            Err(e) => Err(MetaError::Open {
+                path: path.to_path_buf(),
+                source: e.into(),
+            }),
+        }
+    }
+
+    /// The database, reopened first if an I/O error closed it.
+    pub(crate) fn db(&self) -> Result<Arc<Database>> {
+        if let Some(db) = self
+            .db
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            return Ok(db.clone());
+        }
+        let mut slot = self.db.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(db) = slot.as_ref() {
+            return Ok(db.clone());
+        }
+        let db = Arc::new(Self::open_db(&self.path)?);
+        tracing::warn!(path = %self.path.display(), "reopened the metadata engine after an I/O error; changes since the last commit were lost");
+        *slot = Some(db.clone());
+        Ok(db)
+    }
+
+    /// Closes the database after an I/O error, so that the next operation
+    /// reopens it (see the type's docs); other errors pass through.
+    fn after(&self, e: MetaError) -> MetaError {
+        if matches!(
+            e,
+            MetaError::Store(redb::Error::Io(_) | redb::Error::PreviousIo)
+        ) {
+            tracing::error!(path = %self.path.display(), error = %e, "the metadata engine failed to write; reopening it");
+            *self.db.write().unwrap_or_else(PoisonError::into_inner) = None;
+        }
+        e
+    }
+
+    fn open_at(path: &Path, root_uid: u32, root_gid: u32) -> Result<Self> {
+        let db = Self::open_db(path)?;
         let tx = db.begin_write()?;
         {
             let mut w = W::open(&tx)?;
@@ -634,7 +697,8 @@ impl RedbMeta {
         }
         tx.commit()?;
         Ok(RedbMeta {
-            db,
+            db: RwLock::new(Some(Arc::new(db))),
+            path: path.to_path_buf(),
             batch: Mutex::new(Batch::default()),
         })
     }
@@ -645,11 +709,32 @@ impl RedbMeta {
     /// error) takes the whole uncommitted batch down with it, as a crash
     /// would.
     fn write<T>(&self, f: impl FnOnce(&mut W<'_>) -> Result<T>) -> Result<T> {
+        self.write_batched(f).map_err(|e| self.after(e))
+    }
+
+    /// [`RedbMeta::write`] of an operation that grows the namespace:
+    /// refused while the disk has less than [`GROWTH_FLOOR`] free, so that
+    /// redb never meets ENOSPC in the middle of a batch (which would lose
+    /// the batch) and removals still find room for their pages.
+    fn write_growing<T>(&self, f: impl FnOnce(&mut W<'_>) -> Result<T>) -> Result<T> {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        if let Some(free) = free_bytes(dir) {
+            if free < GROWTH_FLOOR {
+                return Err(MetaError::NoSpace {
+                    path: self.path.clone(),
+                    free,
+                });
+            }
+        }
+        self.write(f)
+    }
+
+    fn write_batched<T>(&self, f: impl FnOnce(&mut W<'_>) -> Result<T>) -> Result<T> {
         let mut batch = self.batch.lock().unwrap();
         let tx = match batch.tx.take() {
             Some(tx) => tx,
             None => {
-                let mut tx = self.db.begin_write()?;
+                let mut tx = self.db()?.begin_write()?;
                 tx.set_durability(Durability::None)?;
                 tx
             }
@@ -693,14 +778,14 @@ impl RedbMeta {
         let mut batch = self.batch.lock().unwrap();
         batch.ops = 0;
         match batch.tx.take() {
-            Some(tx) => Ok(tx.commit()?),
+            Some(tx) => tx.commit().map_err(|e| self.after(e.into())),
             None => Ok(()),
         }
     }
 
     fn begin_read(&self) -> Result<redb::ReadTransaction> {
         self.settle()?;
-        Ok(self.db.begin_read()?)
+        Ok(self.db()?.begin_read()?)
     }
 
     /// Checks every invariant of the store (an fsck): entries point at
@@ -896,7 +981,7 @@ impl MetaStore for RedbMeta {
             return get_in(&tx.open_table(INODES)?, ino);
         }
         drop(batch);
-        let tx = self.db.begin_read()?;
+        let tx = self.db()?.begin_read()?;
         get_in(&tx.open_table(INODES)?, ino)
     }
 
@@ -912,7 +997,7 @@ impl MetaStore for RedbMeta {
             );
         }
         drop(batch);
-        let tx = self.db.begin_read()?;
+        let tx = self.db()?.begin_read()?;
         lookup_in(
             &tx.open_table(INODES)?,
             &tx.open_table(DIRENTS)?,
@@ -924,7 +1009,7 @@ impl MetaStore for RedbMeta {
     fn create(&self, parent: InodeId, name: &[u8], new: NewInode, now: Timestamp) -> Result<Inode> {
         check_name(name)?;
         let size = new_size(&new)?;
-        self.write(|w| {
+        self.write_growing(|w| {
             w.dir(parent)?;
             if w.entry(parent, name)?.is_some() {
                 return Err(MetaError::Exists);
@@ -970,7 +1055,7 @@ impl MetaStore for RedbMeta {
         now: Timestamp,
     ) -> Result<Inode> {
         check_name(new_name)?;
-        self.write(|w| {
+        self.write_growing(|w| {
             let rec = w.rec(ino)?;
             if rec.is_dir() {
                 return Err(MetaError::Invalid("a directory cannot be hard-linked"));
@@ -1046,7 +1131,7 @@ impl MetaStore for RedbMeta {
         if flags.exchange && flags.noreplace {
             return Err(MetaError::Invalid("RENAME_EXCHANGE with RENAME_NOREPLACE"));
         }
-        self.write(|w| {
+        self.write_growing(|w| {
             w.dir(parent)?;
             w.dir(new_parent)?;
             let (src, src_kind) = w.entry(parent, name)?.ok_or(MetaError::NotFound)?;
@@ -1198,7 +1283,10 @@ impl MetaStore for RedbMeta {
         size: u64,
         mtime: Timestamp,
     ) -> Result<Inode> {
-        self.write(|w| {
+        // Inline bytes grow the store; a recipe id or nothing does not, so
+        // a truncate still works on a full disk.
+        let grows = matches!(content, Content::Inline(_));
+        let op = |w: &mut W<'_>| {
             let rec = w.rec_mut(ino)?;
             match rec.inode.attr.kind {
                 FileKind::File => {}
@@ -1215,7 +1303,12 @@ impl MetaStore for RedbMeta {
             a.mtime = mtime;
             a.ctime = mtime;
             Ok(rec.inode.clone())
-        })
+        };
+        if grows {
+            self.write_growing(op)
+        } else {
+            self.write(op)
+        }
     }
 
     fn get_xattr(&self, ino: InodeId, name: &[u8]) -> Result<Vec<u8>> {
@@ -1226,7 +1319,7 @@ impl MetaStore for RedbMeta {
             return xattr_in(&tx.open_table(INODES)?, &tx.open_table(XATTRS)?, ino, name);
         }
         drop(batch);
-        let tx = self.db.begin_read()?;
+        let tx = self.db()?.begin_read()?;
         xattr_in(&tx.open_table(INODES)?, &tx.open_table(XATTRS)?, ino, name)
     }
 
@@ -1239,7 +1332,7 @@ impl MetaStore for RedbMeta {
         now: Timestamp,
     ) -> Result<()> {
         check_xattr_name(name)?;
-        self.write(|w| {
+        self.write_growing(|w| {
             w.rec_mut(ino)?.inode.attr.ctime = now;
             let key = dkey(ino, name);
             let exists = w.xattrs.get(key.as_slice())?.is_some();
@@ -1335,13 +1428,16 @@ impl MetaStore for RedbMeta {
     fn sync(&self) -> Result<()> {
         let mut batch = self.batch.lock().unwrap();
         batch.ops = 0;
-        let mut tx = match batch.tx.take() {
-            Some(tx) => tx,
-            None => self.db.begin_write()?,
-        };
-        tx.set_durability(Durability::Immediate)?;
-        tx.commit()?;
-        Ok(())
+        let synced = (|| -> Result<()> {
+            let mut tx = match batch.tx.take() {
+                Some(tx) => tx,
+                None => self.db()?.begin_write()?,
+            };
+            tx.set_durability(Durability::Immediate)?;
+            tx.commit()?;
+            Ok(())
+        })();
+        synced.map_err(|e| self.after(e))
     }
 }
 

@@ -69,9 +69,32 @@ pub enum MetaError {
     },
     #[error("the metadata store at {0} is in use by another cairn process")]
     Busy(std::path::PathBuf),
+    /// The disk under the store is nearly full: operations that grow the
+    /// namespace are refused, those that shrink it still run.
+    #[error(
+        "no space left for metadata at {}: {free} bytes free (delete files to free space)",
+        path.display()
+    )]
+    NoSpace { path: std::path::PathBuf, free: u64 },
 }
 
 impl MetaError {
+    /// Whether the disk under the store is full (ENOSPC or EDQUOT).
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            MetaError::NoSpace { .. } => true,
+            MetaError::Store(redb::Error::Io(io))
+            | MetaError::Open {
+                source: redb::Error::Io(io),
+                ..
+            } => {
+                io.kind() == std::io::ErrorKind::StorageFull
+                    || matches!(io.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the store itself is damaged, as opposed to busy or failing
     /// for an operating-system reason (a full disk, a permission) that
     /// leaves the file as it was.

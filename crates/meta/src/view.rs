@@ -120,7 +120,7 @@ impl RedbMeta {
             kinds.push(kind);
         }
         let db = RedbMeta::open(path, 0, 0)?;
-        let mut tx = db.db.begin_write()?;
+        let mut tx = db.db()?.begin_write()?;
         tx.set_durability(Durability::Immediate)?;
         {
             let mut table = tx.open_table(INODES)?;

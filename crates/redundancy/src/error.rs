@@ -90,12 +90,31 @@ pub enum Error {
         policy: Policy,
         failures: Vec<ShardFault>,
     },
+    #[error("branch {branch}: {source}")]
+    Branch {
+        branch: String,
+        #[source]
+        source: branch::BranchError,
+    },
     #[error("coding container {key}: {source}")]
     Coding {
         key: BlobKey,
         #[source]
         source: CodingError,
     },
+}
+
+impl Error {
+    /// Whether a write failed only because branches are full: it may work
+    /// once space is freed.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            Error::Write { failures, .. } => {
+                !failures.is_empty() && failures.iter().all(|f| f.kind == FaultKind::Full)
+            }
+            _ => false,
+        }
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -38,6 +38,7 @@ mod policy;
 mod read;
 mod repair;
 pub mod shard;
+mod space;
 mod view;
 mod write;
 
@@ -228,6 +229,22 @@ impl Redundant {
         let short = policy.width().saturating_sub(out.len());
         out.extend(spare.into_iter().take(short));
         out
+    }
+
+    /// The data `policy` can still store over `allowed` (retired branches
+    /// replaced as a write would), and what it could hold in all; `None`
+    /// when a branch cannot tell (an object store).
+    pub fn space(&self, policy: &Policy, allowed: &[BranchId]) -> Result<Option<branch::Space>> {
+        let mut spaces = Vec::new();
+        for id in self.placeable(policy, allowed) {
+            let member = self.member(id);
+            let space = member.branch.space().map_err(|source| Error::Branch {
+                branch: member.name.clone(),
+                source,
+            })?;
+            spaces.push(space);
+        }
+        Ok(space::of_policy(policy, &spaces))
     }
 
     /// Turns latency-based read balancing on (the default) or off. Off,

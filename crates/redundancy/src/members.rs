@@ -28,6 +28,9 @@ pub enum FaultKind {
     Unavailable,
     /// The blob is there but fails verification (or is truncated).
     Corrupt,
+    /// The branch has no room for the blob (writing may work once space is
+    /// freed).
+    Full,
 }
 
 impl FaultKind {
@@ -35,6 +38,7 @@ impl FaultKind {
         match err {
             BranchError::NotFound { .. } => FaultKind::Missing,
             BranchError::Truncated { .. } => FaultKind::Corrupt,
+            e if e.is_no_space() => FaultKind::Full,
             _ => FaultKind::Unavailable,
         }
     }
@@ -46,6 +50,7 @@ impl fmt::Display for FaultKind {
             FaultKind::Missing => "missing",
             FaultKind::Unavailable => "unavailable",
             FaultKind::Corrupt => "corrupt",
+            FaultKind::Full => "full",
         })
     }
 }
@@ -126,7 +131,7 @@ impl Member {
         let mut s = self.stats.lock().unwrap();
         match kind {
             FaultKind::Missing => s.missing += 1,
-            FaultKind::Unavailable => s.unavailable += 1,
+            FaultKind::Unavailable | FaultKind::Full => s.unavailable += 1,
             FaultKind::Corrupt => s.corrupt += 1,
         }
         s.last_error = Some(detail.to_string());
