@@ -121,6 +121,11 @@ pub enum FsError {
     Malformed(String),
     #[error("{0}")]
     BadPolicy(String),
+    /// A directory reached again below itself: only a damaged metadata
+    /// engine holds one (directories have one name, and a rename into its
+    /// own subtree is refused).
+    #[error("directory inode {} lies inside itself: the metadata is damaged", .0.0)]
+    DirectoryCycle(InodeId),
 }
 
 impl FsError {
@@ -143,7 +148,10 @@ impl FsError {
             FsError::ReadOnly => libc::EROFS,
             FsError::NotFoundNamed(_) => libc::ENOENT,
             FsError::Exists(_) => libc::EEXIST,
-            FsError::Store(_) | FsError::Recipe(_) | FsError::Malformed(_) => libc::EIO,
+            FsError::Store(_)
+            | FsError::Recipe(_)
+            | FsError::Malformed(_)
+            | FsError::DirectoryCycle(_) => libc::EIO,
         }
     }
 }
