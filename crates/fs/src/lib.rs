@@ -25,6 +25,11 @@
 //!   an applier thread once the file's previous apply is done (they count
 //!   as dirty until stored); a writer past the global limit writes its own
 //!   dirty bytes behind, and waits for them, before it continues.
+//! - No recursion whose depth a user controls: a tree is as deep as its
+//!   users make it, so every walk of one (writing a version, diff, clone,
+//!   restore, marking) keeps the directories on its way down in an explicit
+//!   stack on the heap, bounded by the tree, never by the thread's stack
+//!   (see `docs/history.md`, "Walking a tree").
 
 mod ahead;
 mod behind;

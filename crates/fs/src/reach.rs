@@ -5,7 +5,9 @@
 //! dead chunk alive, never lose a live one), so memory is a small fixed
 //! number of bytes per reachable chunk. Recipe nodes and listings are
 //! Merkle trees: a node already in the set had its whole subtree marked, so
-//! versions that share most of their tree cost only what differs.
+//! versions that share most of their tree cost only what differs. The walk
+//! keeps what is left to mark in a stack on the heap: a tree can be any
+//! depth.
 
 use cas::{ChunkId, Store};
 use meta::{Content, MetaView};
