@@ -190,58 +190,89 @@ impl Fs {
         let (_, rb) = self.snapshot_record(b)?;
         let mut out = Vec::new();
         if let (TreeContent::Dir(la), TreeContent::Dir(lb)) = (&ra.root.content, &rb.root.content) {
-            self.diff_dirs("", la, lb, &mut out)?;
+            self.diff_dirs(la, lb, &mut out)?;
         }
         Ok(out)
     }
 
-    fn diff_dirs(&self, at: &str, a: &ChunkId, b: &ChunkId, out: &mut Vec<Change>) -> Result<()> {
-        if a == b {
-            return Ok(());
+    /// Compares two stored directories depth first, as a stack of the
+    /// directory pairs on the way down (a tree is as deep as its users make
+    /// it) and one path buffer: in each pair, `a`'s entries in order (a
+    /// changed subdirectory's changes where it stands), then what only `b`
+    /// has.
+    fn diff_dirs(&self, a: &ChunkId, b: &ChunkId, out: &mut Vec<Change>) -> Result<()> {
+        let mut path = String::new();
+        let mut stack = Vec::new();
+        if a != b {
+            stack.push(self.diff_pair(0, a, b)?);
         }
-        let store = &self.inner.store;
-        let ea = tree::read_listing(store, a)?;
-        let eb = tree::read_listing(store, b)?;
-        let mut by_name: HashMap<&[u8], &TreeEntry> =
-            eb.iter().map(|e| (e.name.as_slice(), e)).collect();
-        let path = |e: &TreeEntry| format!("{at}/{}", String::from_utf8_lossy(&e.name));
-        for x in &ea {
-            match by_name.remove(x.name.as_slice()) {
-                None => out.push(Change {
-                    kind: ChangeKind::Removed,
-                    path: path(x),
-                }),
-                Some(y) => match (&x.content, &y.content) {
-                    (TreeContent::Dir(da), TreeContent::Dir(db)) => {
-                        self.diff_dirs(&path(x), da, db, out)?
-                    }
-                    _ if x.attr.kind != y.attr.kind => {
-                        out.push(Change {
-                            kind: ChangeKind::Removed,
-                            path: path(x),
-                        });
+        let at = |path: &str, e: &TreeEntry| format!("{path}/{}", String::from_utf8_lossy(&e.name));
+        while let Some(top) = stack.last_mut() {
+            let Some(x) = top.a.next() else {
+                let done = stack.pop().expect("the top");
+                for y in &done.b {
+                    if done.unmatched.contains_key(&y.name) {
                         out.push(Change {
                             kind: ChangeKind::Added,
-                            path: path(y),
+                            path: at(&path, y),
                         });
                     }
-                    _ if !x.same_as(y) => out.push(Change {
-                        kind: ChangeKind::Changed,
-                        path: path(x),
-                    }),
-                    _ => {}
-                },
-            }
-        }
-        for y in &eb {
-            if by_name.contains_key(y.name.as_slice()) {
+                }
+                path.truncate(done.parent_len);
+                continue;
+            };
+            let Some(i) = top.unmatched.remove(&x.name) else {
                 out.push(Change {
-                    kind: ChangeKind::Added,
-                    path: path(y),
+                    kind: ChangeKind::Removed,
+                    path: at(&path, &x),
                 });
+                continue;
+            };
+            let y = &top.b[i];
+            match (&x.content, &y.content) {
+                (TreeContent::Dir(da), TreeContent::Dir(db)) if da != db => {
+                    let (da, db) = (*da, *db);
+                    let parent_len = path.len();
+                    path.push('/');
+                    path.push_str(&String::from_utf8_lossy(&x.name));
+                    stack.push(self.diff_pair(parent_len, &da, &db)?);
+                }
+                (TreeContent::Dir(_), TreeContent::Dir(_)) => {}
+                _ if x.attr.kind != y.attr.kind => {
+                    out.push(Change {
+                        kind: ChangeKind::Removed,
+                        path: at(&path, &x),
+                    });
+                    out.push(Change {
+                        kind: ChangeKind::Added,
+                        path: at(&path, y),
+                    });
+                }
+                _ if !x.same_as(y) => out.push(Change {
+                    kind: ChangeKind::Changed,
+                    path: at(&path, &x),
+                }),
+                _ => {}
             }
         }
         Ok(())
+    }
+
+    fn diff_pair(&self, parent_len: usize, a: &ChunkId, b: &ChunkId) -> Result<DiffPair> {
+        let store = &self.inner.store;
+        let b = tree::read_listing(store, b)?;
+        // Later duplicates win, as a map built from the listing would.
+        let unmatched = b
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.name.clone(), i))
+            .collect();
+        Ok(DiffPair {
+            parent_len,
+            a: tree::read_listing(store, a)?.into_iter(),
+            b,
+            unmatched,
+        })
     }
 
     /// The live inode at `path` (relative to the file system's root).
@@ -383,7 +414,9 @@ impl Fs {
     }
 
     /// Creates `entry` (and, for a directory, everything below it) in
-    /// `parent`. Hard links inside the copied tree stay hard links.
+    /// `parent`, depth first in name order. Hard links inside the copied
+    /// tree stay hard links. The directories on the way down are an
+    /// explicit stack: a tree is as deep as its users make it.
     fn materialize(
         &self,
         parent: InodeId,
@@ -391,20 +424,65 @@ impl Fs {
         source: &Source,
         cx: &mut CopyCx,
     ) -> Result<()> {
+        let mut stack: Vec<CopyDir> = Vec::new();
+        let mut on_path = HashSet::new();
+        let mut next = self
+            .place(parent, entry, source, cx)?
+            .map(|copy| (copy, entry.clone()));
+        loop {
+            if let Some((copy, dir)) = next.take() {
+                if !on_path.insert(dir.ino) {
+                    return Err(FsError::DirectoryCycle(dir.ino));
+                }
+                stack.push(CopyDir {
+                    copy,
+                    left: self.children(&dir, source)?.into_iter(),
+                    dir,
+                });
+            }
+            let Some(top) = stack.last_mut() else {
+                return Ok(());
+            };
+            // A copy made inside its own source is not copied again.
+            match top.left.find(|child| !cx.made.contains(&child.ino)) {
+                Some(child) => {
+                    next = self
+                        .place(top.copy, &child, source, cx)?
+                        .map(|copy| (copy, child));
+                }
+                None => {
+                    let done = stack.pop().expect("the top");
+                    on_path.remove(&done.dir.ino);
+                    self.copy_times(done.copy, &done.dir.attr)?;
+                }
+            }
+        }
+    }
+
+    /// Creates `entry` in `parent`: a file or link whole, a directory
+    /// itself only, returning its copy for the caller to fill (and then
+    /// give its times).
+    fn place(
+        &self,
+        parent: InodeId,
+        entry: &TreeEntry,
+        source: &Source,
+        cx: &mut CopyCx,
+    ) -> Result<Option<InodeId>> {
         let a = &entry.attr;
+        let overwrite = matches!(source, Source::Stored { overwrite: true });
         let existing = match self.lookup(parent, &entry.name) {
+            Ok(cur) if overwrite && cur.attr.kind != FileKind::Dir && a.kind != FileKind::Dir => {
+                self.unlink(parent, &entry.name)?;
+                None
+            }
             Ok(i) => Some(i),
             Err(FsError::Meta(meta::MetaError::NotFound)) => None,
             Err(e) => return Err(e),
         };
-        let overwrite = matches!(source, Source::Stored { overwrite: true });
         let created = match existing {
             Some(cur) if overwrite && cur.attr.kind == FileKind::Dir && a.kind == FileKind::Dir => {
                 cur
-            }
-            Some(cur) if overwrite && cur.attr.kind != FileKind::Dir && a.kind != FileKind::Dir => {
-                self.unlink(parent, &entry.name)?;
-                return self.materialize(parent, entry, source, cx);
             }
             Some(_) => {
                 return Err(FsError::Exists(format!(
@@ -416,7 +494,7 @@ impl Fs {
                 if a.kind != FileKind::Dir {
                     if let Some(&target) = cx.links.get(&entry.ino) {
                         self.link(target, parent, &entry.name)?;
-                        return Ok(());
+                        return Ok(None);
                     }
                 }
                 let content = match &entry.content {
@@ -445,25 +523,24 @@ impl Fs {
         }
         if a.kind == FileKind::Dir {
             cx.report.dirs += 1;
-            for child in self.children(entry, source)? {
-                // A copy made inside its own source is not copied again.
-                if !cx.made.contains(&child.ino) {
-                    self.materialize(created.id, &child, source, cx)?;
-                }
-            }
-        } else {
-            cx.report.files += 1;
-            cx.report.bytes += a.size;
-            cx.links.insert(entry.ino, created.id);
+            return Ok(Some(created.id));
         }
+        cx.report.files += 1;
+        cx.report.bytes += a.size;
+        cx.links.insert(entry.ino, created.id);
+        self.copy_times(created.id, a)?;
+        Ok(None)
+    }
+
+    /// Gives a copy its source's access and modification times (last: a
+    /// directory's change as its entries are made).
+    fn copy_times(&self, copy: InodeId, a: &meta::Attr) -> Result<()> {
         let times = SetAttr {
             atime: Some(a.atime),
             mtime: Some(a.mtime),
             ..Default::default()
         };
-        self.inner
-            .meta
-            .set_attr(created.id, &times, Timestamp::now())?;
+        self.inner.meta.set_attr(copy, &times, Timestamp::now())?;
         Ok(())
     }
 
@@ -497,6 +574,23 @@ struct CopyCx {
 enum Source {
     Live,
     Stored { overwrite: bool },
+}
+
+/// A directory being copied: its copy, and its entries not copied yet.
+struct CopyDir {
+    copy: InodeId,
+    dir: TreeEntry,
+    left: std::vec::IntoIter<TreeEntry>,
+}
+
+/// Two stored directories being compared: the entries of `a` left, and
+/// the names of `b` that no entry of `a` matched so far.
+struct DiffPair {
+    /// The length of the path of the directory holding this pair.
+    parent_len: usize,
+    a: std::vec::IntoIter<TreeEntry>,
+    b: Vec<TreeEntry>,
+    unmatched: HashMap<Vec<u8>, usize>,
 }
 
 impl Inner {

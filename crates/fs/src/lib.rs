@@ -25,6 +25,11 @@
 //!   an applier thread once the file's previous apply is done (they count
 //!   as dirty until stored); a writer past the global limit writes its own
 //!   dirty bytes behind, and waits for them, before it continues.
+//! - No recursion whose depth a user controls: a tree is as deep as its
+//!   users make it, so every walk of one (writing a version, diff, clone,
+//!   restore, marking) keeps the directories on its way down in an explicit
+//!   stack on the heap, bounded by the tree, never by the thread's stack
+//!   (see `docs/history.md`, "Walking a tree").
 
 mod ahead;
 mod behind;
@@ -121,6 +126,11 @@ pub enum FsError {
     Malformed(String),
     #[error("{0}")]
     BadPolicy(String),
+    /// A directory reached again below itself: only a damaged metadata
+    /// engine holds one (directories have one name, and a rename into its
+    /// own subtree is refused).
+    #[error("directory inode {} lies inside itself: the metadata is damaged", .0.0)]
+    DirectoryCycle(InodeId),
 }
 
 impl FsError {
@@ -145,7 +155,10 @@ impl FsError {
             FsError::ReadOnly => libc::EROFS,
             FsError::NotFoundNamed(_) => libc::ENOENT,
             FsError::Exists(_) => libc::EEXIST,
-            FsError::Store(_) | FsError::Recipe(_) | FsError::Malformed(_) => libc::EIO,
+            FsError::Store(_)
+            | FsError::Recipe(_)
+            | FsError::Malformed(_)
+            | FsError::DirectoryCycle(_) => libc::EIO,
         }
     }
 }

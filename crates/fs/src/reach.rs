@@ -5,7 +5,9 @@
 //! dead chunk alive, never lose a live one), so memory is a small fixed
 //! number of bytes per reachable chunk. Recipe nodes and listings are
 //! Merkle trees: a node already in the set had its whole subtree marked, so
-//! versions that share most of their tree cost only what differs.
+//! versions that share most of their tree cost only what differs. The walk
+//! keeps what is left to mark in a stack on the heap: a tree can be any
+//! depth.
 
 use cas::{ChunkId, Store};
 use meta::{Content, MetaView};
@@ -48,58 +50,18 @@ impl MarkSet {
 
     /// Marks a recipe tree: its nodes and the data chunks under them.
     pub fn recipe(&mut self, store: &Store, root: &ChunkId) -> Result<()> {
-        if *root == HOLE || !self.insert(root) {
-            return Ok(());
-        }
-        let node = Node::decode(*root, &store.read_chunk(root)?)?;
-        let mut start = 0;
-        for (end, child) in &node.entries {
-            if node.level == 0 {
-                if *child != HOLE && self.insert(child) {
-                    self.data_bytes += end - start;
-                }
-            } else {
-                self.recipe(store, child)?;
-            }
-            start = *end;
-        }
-        Ok(())
+        self.walk(store, Todo::Recipe(*root), &|_| false)
     }
 
     /// Marks a stored directory: its listing and everything below it.
     pub fn listing(&mut self, store: &Store, root: &ChunkId) -> Result<()> {
-        if self.contains(root) {
-            return Ok(());
-        }
-        let entries = tree::read_listing(store, root)?;
-        self.recipe(store, root)?;
-        for e in entries {
-            match e.content {
-                TreeContent::Recipe(id) => self.recipe(store, &id)?,
-                TreeContent::Dir(id) => self.listing(store, &id)?,
-                TreeContent::Empty | TreeContent::Inline(_) => {}
-            }
-        }
-        Ok(())
+        self.walk(store, Todo::Listing(*root), &|_| false)
     }
 
     /// Marks what a root points at: a version record and its tree, or a
     /// recipe (a stored file).
     pub fn root(&mut self, store: &Store, id: &ChunkId) -> Result<()> {
-        if self.contains(id) {
-            return Ok(());
-        }
-        let bytes = store.read_chunk(id)?;
-        if tree::is_record(&bytes) {
-            self.insert(id);
-            let record = tree::decode_record(&bytes)?;
-            if let TreeContent::Dir(listing) = record.root.content {
-                self.listing(store, &listing)?;
-            }
-            Ok(())
-        } else {
-            self.recipe(store, id)
-        }
+        self.walk(store, Todo::Root(*id), &|_| false)
     }
 
     /// Marks every file content of a namespace view.
@@ -131,65 +93,93 @@ impl MarkSet {
 /// free, before compression.
 pub fn unique_bytes(store: &Store, root: &ChunkId, others: &MarkSet) -> Result<u64> {
     let mut walk = MarkSet::default();
-    let mut unique = 0;
-    count_unique(store, root, others, &mut walk, &mut unique)?;
-    Ok(unique)
+    // A node in `others` had its whole subtree marked there.
+    walk.walk(store, Todo::Root(*root), &|id| others.contains(id))?;
+    Ok(walk.data_bytes)
 }
 
-/// Walks like [`MarkSet::root`] but skips subtrees `others` holds whole (a
-/// node in `others` had all its children marked there).
-fn count_unique(
-    store: &Store,
-    id: &ChunkId,
-    others: &MarkSet,
-    walk: &mut MarkSet,
-    unique: &mut u64,
-) -> Result<()> {
-    if others.contains(id) || walk.contains(id) {
-        return Ok(());
-    }
-    let bytes = store.read_chunk(id)?;
-    walk.insert(id);
-    if tree::is_record(&bytes) {
-        let record = tree::decode_record(&bytes)?;
-        if let TreeContent::Dir(listing) = record.root.content {
-            count_listing(store, &listing, others, walk, unique)?;
-        }
-        return Ok(());
-    }
-    let node = Node::decode(*id, &bytes)?;
-    let mut start = 0;
-    for (end, child) in &node.entries {
-        if node.level == 0 {
-            if *child != HOLE && !others.contains(child) && walk.insert(child) {
-                *unique += end - start;
+/// What is left to mark.
+enum Todo {
+    /// A version record or a recipe, told apart by its bytes.
+    Root(ChunkId),
+    Recipe(ChunkId),
+    Listing(ChunkId),
+}
+
+impl MarkSet {
+    /// Marks everything under `first` except the subtrees whose root
+    /// `skip` holds. The work left is a stack on the heap, not the thread's
+    /// own: a tree is as deep as its users make it (a nested call per
+    /// directory once overflowed the stack at a few thousand levels).
+    fn walk(&mut self, store: &Store, first: Todo, skip: &dyn Fn(&ChunkId) -> bool) -> Result<()> {
+        let mut todo = vec![first];
+        while let Some(next) = todo.pop() {
+            match next {
+                Todo::Root(id) => {
+                    if skip(&id) || self.contains(&id) {
+                        continue;
+                    }
+                    let bytes = store.read_chunk(&id)?;
+                    self.insert(&id);
+                    if tree::is_record(&bytes) {
+                        let record = tree::decode_record(&bytes)?;
+                        if let TreeContent::Dir(listing) = record.root.content {
+                            todo.push(Todo::Listing(listing));
+                        }
+                    } else {
+                        self.node(&id, &bytes, &mut todo, skip)?;
+                    }
+                }
+                Todo::Recipe(id) => {
+                    if id == HOLE || skip(&id) || !self.insert(&id) {
+                        continue;
+                    }
+                    let bytes = store.read_chunk(&id)?;
+                    self.node(&id, &bytes, &mut todo, skip)?;
+                }
+                Todo::Listing(id) => {
+                    if skip(&id) || self.contains(&id) {
+                        continue;
+                    }
+                    let entries = tree::read_listing(store, &id)?;
+                    for e in entries.into_iter().rev() {
+                        match e.content {
+                            TreeContent::Recipe(c) => todo.push(Todo::Recipe(c)),
+                            TreeContent::Dir(c) => todo.push(Todo::Listing(c)),
+                            TreeContent::Empty | TreeContent::Inline(_) => {}
+                        }
+                    }
+                    // The listing's own chunks come next, so a listing met
+                    // again finds itself marked; its entries are on the
+                    // stack and marked before the walk ends.
+                    todo.push(Todo::Recipe(id));
+                }
             }
-        } else {
-            count_unique(store, child, others, walk, unique)?;
         }
-        start = *end;
+        Ok(())
     }
-    Ok(())
-}
 
-fn count_listing(
-    store: &Store,
-    root: &ChunkId,
-    others: &MarkSet,
-    walk: &mut MarkSet,
-    unique: &mut u64,
-) -> Result<()> {
-    if others.contains(root) || walk.contains(root) {
-        return Ok(());
-    }
-    let entries = tree::read_listing(store, root)?;
-    count_unique(store, root, others, walk, unique)?;
-    for e in entries {
-        match e.content {
-            TreeContent::Recipe(id) => count_unique(store, &id, others, walk, unique)?,
-            TreeContent::Dir(id) => count_listing(store, &id, others, walk, unique)?,
-            TreeContent::Empty | TreeContent::Inline(_) => {}
+    /// Marks the data chunks of a recipe leaf, or queues an inner node's
+    /// children.
+    fn node(
+        &mut self,
+        id: &ChunkId,
+        bytes: &[u8],
+        todo: &mut Vec<Todo>,
+        skip: &dyn Fn(&ChunkId) -> bool,
+    ) -> Result<()> {
+        let node = Node::decode(*id, bytes)?;
+        if node.level > 0 {
+            todo.extend(node.entries.iter().rev().map(|(_, c)| Todo::Recipe(*c)));
+            return Ok(());
         }
+        let mut start = 0;
+        for (end, child) in &node.entries {
+            if *child != HOLE && !skip(child) && self.insert(child) {
+                self.data_bytes += end - start;
+            }
+            start = *end;
+        }
+        Ok(())
     }
-    Ok(())
 }

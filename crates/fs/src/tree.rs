@@ -21,10 +21,12 @@
 //! u16+bytes and value u32+bytes). Link counts are not stored: they follow
 //! from the entries.
 
+use std::collections::HashSet;
+
 use bytes::Bytes;
 use cas::{ChunkId, Store, StreamWriter};
 use chunking::ChunkerParams;
-use meta::{Attr, Content, FileKind, Inode, InodeId, MetaView, Timestamp};
+use meta::{Attr, Content, DirEntry, FileKind, Inode, InodeId, MetaView, Timestamp};
 use recipe::Recipe;
 
 use crate::{FsError, Result};
@@ -331,10 +333,9 @@ pub fn write_tree(
         files: 0,
         dirs: 1,
         logical: 0,
-        seen_links: std::collections::HashSet::new(),
+        seen_links: HashSet::new(),
     };
-    let listing = w.dir(InodeId::ROOT)?;
-    let root = w.entry(Vec::new(), &root_inode, TreeContent::Dir(listing))?;
+    let root = w.tree(root_inode)?;
     let record = Record {
         created: Timestamp::now(),
         files: w.files,
@@ -356,7 +357,16 @@ struct TreeWriter<'a> {
     files: u64,
     dirs: u64,
     logical: u64,
-    seen_links: std::collections::HashSet<InodeId>,
+    seen_links: HashSet<InodeId>,
+}
+
+/// A directory on the way down from the root whose listing is not stored
+/// yet: the names left to visit and the entries of those done.
+struct OpenDir {
+    name: Vec<u8>,
+    inode: Inode,
+    left: std::vec::IntoIter<DirEntry>,
+    done: Vec<TreeEntry>,
 }
 
 impl TreeWriter<'_> {
@@ -373,32 +383,57 @@ impl TreeWriter<'_> {
         })
     }
 
-    /// Stores a directory's listing (its subdirectories first) and returns
-    /// the listing's root.
-    fn dir(&mut self, dir: InodeId) -> Result<ChunkId> {
-        let mut entries = Vec::new();
-        for e in self.view.entries(dir)? {
-            let inode = self.view.get(e.ino)?;
-            let content = match (&inode.attr.kind, &inode.content) {
-                (FileKind::Dir, _) => {
+    fn open(&self, name: Vec<u8>, inode: Inode) -> Result<OpenDir> {
+        Ok(OpenDir {
+            left: self.view.entries(inode.id)?.into_iter(),
+            name,
+            inode,
+            done: Vec::new(),
+        })
+    }
+
+    /// Stores the tree under the root directory, each listing after its
+    /// subdirectories' (depth first, in name order), and returns the
+    /// root's entry. The directories on the way down are an explicit
+    /// stack: a tree is as deep as its users make it.
+    fn tree(&mut self, root: Inode) -> Result<TreeEntry> {
+        let mut path = vec![self.open(Vec::new(), root)?];
+        let mut on_path = HashSet::from([InodeId::ROOT]);
+        loop {
+            let top = path.last_mut().expect("the root is open until the end");
+            if let Some(e) = top.left.next() {
+                let inode = self.view.get(e.ino)?;
+                if inode.attr.kind == FileKind::Dir {
+                    if !on_path.insert(inode.id) {
+                        return Err(FsError::DirectoryCycle(inode.id));
+                    }
                     self.dirs += 1;
-                    TreeContent::Dir(self.dir(e.ino)?)
+                    let below = self.open(e.name, inode)?;
+                    path.push(below);
+                    continue;
                 }
-                (_, c) => {
-                    self.files += 1;
-                    if inode.attr.kind == FileKind::File && self.seen_links.insert(inode.id) {
-                        self.logical += inode.attr.size;
-                    }
-                    match c {
-                        Content::Empty => TreeContent::Empty,
-                        Content::Inline(b) => TreeContent::Inline(b.clone()),
-                        Content::Recipe(id) => TreeContent::Recipe(*id),
-                    }
+                self.files += 1;
+                if inode.attr.kind == FileKind::File && self.seen_links.insert(inode.id) {
+                    self.logical += inode.attr.size;
                 }
-            };
-            entries.push(self.entry(e.name, &inode, content)?);
+                let content = match &inode.content {
+                    Content::Empty => TreeContent::Empty,
+                    Content::Inline(b) => TreeContent::Inline(b.clone()),
+                    Content::Recipe(id) => TreeContent::Recipe(*id),
+                };
+                let entry = self.entry(e.name, &inode, content)?;
+                top.done.push(entry);
+                continue;
+            }
+            let dir = path.pop().expect("the top");
+            on_path.remove(&dir.inode.id);
+            let listing = self.store_listing(&encode_listing(&dir.done))?;
+            let entry = self.entry(dir.name, &dir.inode, TreeContent::Dir(listing))?;
+            match path.last_mut() {
+                Some(parent) => parent.done.push(entry),
+                None => return Ok(entry),
+            }
         }
-        self.store_listing(&encode_listing(&entries))
     }
 
     fn store_listing(&mut self, bytes: &[u8]) -> Result<ChunkId> {

@@ -26,6 +26,11 @@
 //! Memory is the mark set (8 bytes of id per reachable chunk, in a hash set)
 //! plus a few words per candidate container: bounded by the chunk count,
 //! never by the data size.
+//!
+//! No recursion whose depth a user controls, here or in what marking calls:
+//! a directory tree can be any depth, and marking walks it with an explicit
+//! stack on the heap (`fs::reach`), never a call per level, so a deep tree
+//! cannot overflow the daemon's stack while it collects.
 
 use cas::{Assessment, Store};
 use fs::reach::MarkSet;

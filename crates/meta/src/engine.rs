@@ -476,10 +476,16 @@ impl<'t> W<'t> {
     }
 
     /// Whether `dir` is `ancestor` or lies below it, following parent
-    /// pointers up to the root.
+    /// pointers up to the root: a loop, not a call per level, since a tree
+    /// is as deep as its users make it.
     fn is_within(&mut self, mut dir: InodeId, ancestor: InodeId) -> Result<bool> {
-        // A bound against a corrupt parent cycle.
-        for _ in 0..1_000_000 {
+        // A chain longer than there are directories goes round a cycle,
+        // which only a damaged store holds.
+        let dirs = self.meta.get(DIRS)?.map(|v| v.value()).unwrap_or(0);
+        let steps = dirs
+            .saturating_add_signed(self.dirs_delta)
+            .saturating_add(1);
+        for _ in 0..steps {
             if dir == ancestor {
                 return Ok(true);
             }

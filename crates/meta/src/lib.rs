@@ -20,7 +20,8 @@
 //! - Every directory but the root has exactly one name, and records the
 //!   directory holding it (its parent pointer; the root's is itself). A
 //!   rename keeps it current, and it is how a rename that would move a
-//!   directory into its own subtree is refused. [`RedbMeta::verify`] checks
+//!   directory into its own subtree is refused (walked up in a loop, bounded
+//!   by the number of directories: a tree can be any depth). [`RedbMeta::verify`] checks
 //!   this and every other invariant.
 //! - Operations are applied at once but made durable in batches: a
 //!   mutation returns before it is on disk, [`MetaStore::sync`] makes every

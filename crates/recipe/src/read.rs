@@ -77,6 +77,8 @@ impl Recipe {
         Ok(out)
     }
 
+    /// Recursive, but at most 256 calls deep whatever the file: a node's
+    /// level is a byte, and each child is checked to be one level lower.
     fn collect(
         &self,
         node: Arc<Node>,
