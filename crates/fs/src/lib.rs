@@ -37,6 +37,7 @@ mod cache;
 mod cut;
 mod file;
 pub mod history;
+pub mod damage;
 pub mod reach;
 pub mod rules;
 mod snapview;

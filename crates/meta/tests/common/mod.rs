@@ -71,6 +71,7 @@ pub fn kind(e: &MetaError) -> &'static str {
         MetaError::Store(_) => "Store",
         MetaError::Open { .. } => "Open",
         MetaError::Busy(_) => "Busy",
+        MetaError::NoSpace { .. } => "NoSpace",
     }
 }
 

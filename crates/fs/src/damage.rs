@@ -1,0 +1,85 @@
+//! Files of the live namespace whose content the store cannot give back:
+//! a recipe node that cannot be read, or a data chunk the index does not
+//! hold. `cairn check` lists them by path, and garbage collection names
+//! them when it cannot mark.
+//!
+//! The namespace is walked from the root with a stack on the heap (a tree
+//! can be any depth); a file with several names is reported under the first
+//! one the walk meets.
+
+use std::collections::HashSet;
+
+use cas::{ChunkId, Store};
+use meta::{Content, FileKind, InodeId, MetaView};
+use recipe::{Recipe, HOLE};
+use serde::Serialize;
+
+use crate::Result;
+
+/// A file whose content cannot be read back whole.
+#[derive(Debug, Clone, Serialize)]
+pub struct DamagedFile {
+    /// From the mount root, starting with `/`.
+    pub path: String,
+    pub ino: u64,
+    /// What is missing or unreadable.
+    pub cause: String,
+}
+
+/// Every damaged file of `view`.
+pub fn damaged_files(store: &Store, view: &dyn MetaView) -> Result<Vec<DamagedFile>> {
+    let mut out = Vec::new();
+    let mut seen: HashSet<InodeId> = HashSet::new();
+    let mut stack: Vec<(InodeId, String)> = vec![(InodeId::ROOT, String::new())];
+    while let Some((dir, path)) = stack.pop() {
+        for e in view.entries(dir)? {
+            if e.name == b"." || e.name == b".." {
+                continue;
+            }
+            let child = format!("{path}/{}", String::from_utf8_lossy(&e.name));
+            match e.kind {
+                FileKind::Dir => stack.push((e.ino, child)),
+                FileKind::File if seen.insert(e.ino) => {
+                    if let Content::Recipe(root) = view.get(e.ino)?.content {
+                        if let Some(cause) = unreadable(store, root) {
+                            out.push(DamagedFile {
+                                path: child,
+                                ino: e.ino.0,
+                                cause,
+                            });
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// Why the recipe at `root` cannot be read back, if it cannot.
+fn unreadable(store: &Store, root: ChunkId) -> Option<String> {
+    let extents = Recipe::open(store, root)
+        .and_then(|r| r.extents(0, r.len()))
+        .map_err(|e| e.to_string());
+    let extents = match extents {
+        Ok(x) => x,
+        Err(e) => return Some(format!("its recipe cannot be read: {e}")),
+    };
+    for e in extents.iter().filter(|e| e.id != HOLE) {
+        match store.contains(&e.id) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Some(format!(
+                    "bytes {}..{} are chunk {}, which is not in the store",
+                    e.offset,
+                    e.offset + e.len,
+                    e.id
+                ))
+            }
+            Err(err) => return Some(format!("chunk {} cannot be located: {err}", e.id)),
+        }
+    }
+    None
+}
