@@ -9,11 +9,14 @@
 //! It also picks each file's redundancy protection when its write stream
 //! opens ([`rules`]: the `user.cairn.policy` xattr, inherited by new
 //! children, else `cairn.toml`'s rules) and re-stores a file's data when its
-//! policy is made stronger.
+//! policy is made stronger. It applies the POSIX rules the kernel leaves to
+//! the file system (`posix`, [`acl`]): the umask or an inherited default
+//! ACL on create, a setgid directory's group, set-id bits a chown clears,
+//! and access ACLs kept in step with the mode.
 //!
 //! **Never:** opens a container or touches a branch (that is `cas`); speaks
 //! FUSE (that is the `fuse` crate); checks permissions (the kernel does, with
-//! `default_permissions`).
+//! `default_permissions` and the ACLs `fs` keeps).
 //!
 //! **Invariants:**
 //! - Data is durable before metadata that points at it: every commit flushes
@@ -21,6 +24,11 @@
 //!   metadata engine, and nothing else syncs the metadata engine.
 //! - `fsync` returns only when the file's data and the metadata that reaches
 //!   it are durable.
+//! - An inode's access ACL, if kept, agrees with its mode (owner, mask or
+//!   group, other); both change in one metadata operation. An ACL the mode
+//!   says all of is not kept.
+//! - An mtime set explicitly is not overwritten by content written before
+//!   it (it is recorded first).
 //! - Dirty bytes are bounded: a writer past its file's limit hands them to
 //!   an applier thread once the file's previous apply is done (they count
 //!   as dirty until stored); a writer past the global limit writes its own
@@ -345,7 +353,8 @@ impl Fs {
     }
 
     /// Changes attributes; `size` truncates or extends a regular file.
-    /// The POSIX rules on the mode apply (see [`Inner::set_attr_posix`]).
+    /// The POSIX rules on the mode apply: a chown clears set-id bits, a
+    /// chmod carries into the access ACL.
     pub fn setattr(&self, ino: InodeId, changes: &SetAttr, size: Option<u64>) -> Result<Inode> {
         writable(ino)?;
         let t = now();
@@ -488,7 +497,7 @@ impl Fs {
     }
 
     /// Sets an extended attribute. An ACL is checked and kept in step with
-    /// the mode ([`Inner::set_acl`]); a policy is checked and applied to
+    /// the mode (see [`acl`]); a policy is checked and applied to
     /// data stored already.
     pub fn set_xattr(
         &self,
