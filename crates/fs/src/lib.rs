@@ -136,6 +136,10 @@ pub enum FsError {
     BadAcl(#[from] acl::AclError),
     #[error("only a directory has a default ACL")]
     DefaultAclNotDir,
+    /// An ACL kept before it was checked (an older repository) that does
+    /// not parse: `setfacl -b` removes it.
+    #[error("inode {}: its stored ACL is damaged: {source}", ino.0)]
+    DamagedAcl { ino: InodeId, source: acl::AclError },
 }
 
 impl FsError {
@@ -160,7 +164,10 @@ impl FsError {
             FsError::ReadOnly => libc::EROFS,
             FsError::NotFoundNamed(_) => libc::ENOENT,
             FsError::Exists(_) => libc::EEXIST,
-            FsError::Store(_) | FsError::Recipe(_) | FsError::Malformed(_) => libc::EIO,
+            FsError::Store(_)
+            | FsError::Recipe(_)
+            | FsError::Malformed(_)
+            | FsError::DamagedAcl { .. } => libc::EIO,
         }
     }
 }

@@ -160,7 +160,12 @@ impl Inner {
         let acl = Acl::parse(value)?;
         let _modes = self.modes.lock().unwrap();
         let inode = self.meta.get(ino)?;
-        let exists = self.stored_acl(ino, name)?.is_some();
+        // Only whether one is there: a damaged one is replaced.
+        let exists = match self.meta.get_xattr(ino, name) {
+            Ok(_) => true,
+            Err(MetaError::NoXattr) => false,
+            Err(e) => return Err(e.into()),
+        };
         match flags {
             XattrFlags::Create if exists => return Err(MetaError::Exists.into()),
             XattrFlags::Replace if !exists => return Err(MetaError::NoXattr.into()),
@@ -204,7 +209,9 @@ impl Inner {
     /// The ACL kept under `name`, if any.
     fn stored_acl(&self, ino: InodeId, name: &[u8]) -> Result<Option<Acl>> {
         match self.meta.get_xattr(ino, name) {
-            Ok(value) => Ok(Some(Acl::parse(&value)?)),
+            Ok(value) => Acl::parse(&value)
+                .map(Some)
+                .map_err(|source| FsError::DamagedAcl { ino, source }),
             Err(MetaError::NoXattr) => Ok(None),
             Err(e) => Err(e.into()),
         }
