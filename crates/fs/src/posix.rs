@@ -3,8 +3,9 @@
 //! POSIX ACLs kept in step with the mode (the rules themselves are in
 //! [`crate::acl`]).
 
-use meta::XattrFlags;
-use meta::{FileKind, Inode, InodeId, MetaError, NewInode, SetAttr, Timestamp, XattrChange};
+use meta::{
+    FileKind, Inode, InodeId, MetaError, NewInode, SetAttr, Timestamp, XattrChange, XattrFlags,
+};
 
 use crate::acl::{self, Acl};
 use crate::{now, writable, Fs, FsError, Inner, Result};
