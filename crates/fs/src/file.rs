@@ -53,6 +53,8 @@ pub struct FileState {
     pub writer: Option<StreamWriter>,
     /// Content or size differ from what the metadata engine holds.
     pub changed: bool,
+    /// When the content last changed, while that change is not recorded
+    /// in the metadata engine (it is recorded with it).
     pub mtime: Option<Timestamp>,
     pub handles: u32,
     /// Where the last read ended and how far read-ahead has been asked for.

@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::reach::{self, MarkSet};
 use crate::tree::{self, Record, TreeContent, TreeEntry, TreeStats};
-use crate::{Fs, FsError, Inner, Result};
+use crate::{Caller, Fs, FsError, Inner, Result};
 
 pub const VERSION_PREFIX: &str = "version/";
 pub const SNAPSHOT_PREFIX: &str = "snapshot/";
@@ -508,6 +508,7 @@ impl Fs {
                     gid: a.gid,
                     rdev: a.rdev,
                     content,
+                    xattrs: Vec::new(),
                 };
                 self.create(parent, &entry.name, new)?
             }
@@ -519,7 +520,7 @@ impl Fs {
                 .set_content(created.id, Content::Recipe(id), a.size, a.mtime)?;
         }
         for (name, value) in &entry.xattrs {
-            self.set_xattr(created.id, name, value, XattrFlags::Either)?;
+            self.set_xattr(created.id, name, value, XattrFlags::Either, &Caller::root())?;
         }
         if a.kind == FileKind::Dir {
             cx.report.dirs += 1;

@@ -9,11 +9,14 @@
 //! It also picks each file's redundancy protection when its write stream
 //! opens ([`rules`]: the `user.cairn.policy` xattr, inherited by new
 //! children, else `cairn.toml`'s rules) and re-stores a file's data when its
-//! policy is made stronger.
+//! policy is made stronger. It applies the POSIX rules the kernel leaves to
+//! the file system (`posix`, [`acl`]): the umask or an inherited default
+//! ACL on create, a setgid directory's group, set-id bits a chown clears,
+//! and access ACLs kept in step with the mode.
 //!
 //! **Never:** opens a container or touches a branch (that is `cas`); speaks
 //! FUSE (that is the `fuse` crate); checks permissions (the kernel does, with
-//! `default_permissions`).
+//! `default_permissions` and the ACLs `fs` keeps).
 //!
 //! **Invariants:**
 //! - Data is durable before metadata that points at it: every commit flushes
@@ -21,6 +24,11 @@
 //!   metadata engine, and nothing else syncs the metadata engine.
 //! - `fsync` returns only when the file's data and the metadata that reaches
 //!   it are durable.
+//! - An inode's access ACL, if kept, agrees with its mode (owner, mask or
+//!   group, other); both change in one metadata operation. An ACL the mode
+//!   says all of is not kept.
+//! - An mtime set explicitly is not overwritten by content written before
+//!   it (it is recorded first).
 //! - Dirty bytes are bounded: a writer past its file's limit hands them to
 //!   an applier thread once the file's previous apply is done (they count
 //!   as dirty until stored); a writer past the global limit writes its own
@@ -31,13 +39,15 @@
 //!   stack on the heap, bounded by the tree, never by the thread's stack
 //!   (see `docs/history.md`, "Walking a tree").
 
+pub mod acl;
 mod ahead;
 mod behind;
 mod cache;
 mod cut;
+pub mod damage;
 mod file;
 pub mod history;
-pub mod damage;
+mod posix;
 pub mod reach;
 pub mod rules;
 mod snapview;
@@ -60,6 +70,7 @@ use recipe::{Recipe, RecipeError};
 
 pub use cache::ChunkCache;
 use file::FileState;
+pub use posix::Caller;
 use rules::{Choice, FileFacts, Rules, Source, POLICY_XATTR};
 use snapview::is_snapshots_name;
 pub use snapview::{is_virtual, SNAPSHOTS_DIR};
@@ -132,6 +143,14 @@ pub enum FsError {
     /// own subtree is refused).
     #[error("directory inode {} lies inside itself: the metadata is damaged", .0.0)]
     DirectoryCycle(InodeId),
+    #[error(transparent)]
+    BadAcl(#[from] acl::AclError),
+    #[error("only a directory has a default ACL")]
+    DefaultAclNotDir,
+    /// An ACL kept before it was checked (an older repository) that does
+    /// not parse: `setfacl -b` removes it.
+    #[error("inode {}: its stored ACL is damaged: {source}", ino.0)]
+    DamagedAcl { ino: InodeId, source: acl::AclError },
 }
 
 impl FsError {
@@ -152,14 +171,17 @@ impl FsError {
             },
             FsError::Store(e) if e.is_no_space() => libc::ENOSPC,
             FsError::NotFile | FsError::BadName(_) | FsError::BadPolicy(_) => libc::EINVAL,
-            FsError::NotSupported => libc::EOPNOTSUPP,
+            FsError::NotSupported | FsError::BadAcl(acl::AclError::Version(_)) => libc::EOPNOTSUPP,
+            FsError::BadAcl(_) => libc::EINVAL,
+            FsError::DefaultAclNotDir => libc::EACCES,
             FsError::ReadOnly => libc::EROFS,
             FsError::NotFoundNamed(_) => libc::ENOENT,
             FsError::Exists(_) => libc::EEXIST,
             FsError::Store(_)
             | FsError::Recipe(_)
             | FsError::Malformed(_)
-            | FsError::DirectoryCycle(_) => libc::EIO,
+            | FsError::DirectoryCycle(_)
+            | FsError::DamagedAcl { .. } => libc::EIO,
         }
     }
 }
@@ -211,6 +233,10 @@ struct Inner {
     commit_lock: Mutex<()>,
     /// See [`history`]: versions and garbage collection's marking.
     history: Mutex<()>,
+    /// Held while an inode's mode and the access ACL that must agree with
+    /// it are read and written, so that a chmod and a setfacl cannot
+    /// interleave.
+    modes: Mutex<()>,
     snapshots: snapview::SnapView,
     stop: (Mutex<bool>, Condvar),
 }
@@ -293,6 +319,7 @@ impl Fs {
             appliers: behind::Appliers::start(),
             commit_lock: Mutex::new(()),
             history: Mutex::new(()),
+            modes: Mutex::new(()),
             snapshots: snapview::SnapView::default(),
             stop: (Mutex::new(false), Condvar::new()),
         });
@@ -353,24 +380,17 @@ impl Fs {
     }
 
     /// Changes attributes; `size` truncates or extends a regular file.
-    /// Changing the owner of a non-directory clears its set-user-id bit, and
-    /// its set-group-id bit when group-executable, as Linux does.
+    /// The POSIX rules on the mode apply: a chown clears set-id bits, a
+    /// chmod carries into the access ACL.
     pub fn setattr(&self, ino: InodeId, changes: &SetAttr, size: Option<u64>) -> Result<Inode> {
         writable(ino)?;
         let t = now();
-        let mut changes = changes.clone();
-        if changes.uid.is_some() || changes.gid.is_some() {
-            let cur = self.inner.meta.get(ino)?;
-            if cur.attr.kind != FileKind::Dir {
-                let mut perm = changes.perm.unwrap_or(cur.attr.perm);
-                perm &= !0o4000;
-                if perm & 0o010 != 0 {
-                    perm &= !0o2000;
-                }
-                if perm != cur.attr.perm || changes.perm.is_some() {
-                    changes.perm = Some(perm);
-                }
-            }
+        if changes.mtime.is_some() {
+            // Content written and not yet recorded carries the time of its
+            // write: it is recorded first, so the mtime asked for now (a
+            // copy tool's futimens just before close) is the one that
+            // stays. A later write sets it again, as on ext4.
+            self.flush(ino)?;
         }
         if let Some(size) = size {
             let state = self.inner.state(ino)?;
@@ -385,34 +405,27 @@ impl Fs {
             drop(f);
             self.inner.release_state(ino, state);
         }
-        let mut inode = self.inner.meta.set_attr(ino, &changes, t)?;
+        let mut inode = self.inner.set_attr_posix(ino, changes, t)?;
         self.inner.overlay(&mut inode);
         Ok(inode)
     }
 
-    pub fn create(&self, parent: InodeId, name: &[u8], new: NewInode) -> Result<Inode> {
+    /// Creates `name` in `parent` exactly as `new` describes it (and with
+    /// the parent's redundancy policy, if it has one); [`Fs::create_posix`]
+    /// applies the rules a process creating it is under.
+    pub fn create(&self, parent: InodeId, name: &[u8], mut new: NewInode) -> Result<Inode> {
         writable(parent)?;
         if is_snapshots_name(parent, name) {
             return Err(MetaError::Exists.into());
         }
-        let inherited = match self.inner.meta.get_xattr(parent, POLICY_XATTR) {
-            Ok(v) => Some(v),
-            Err(MetaError::NoXattr) => None,
-            Err(e) => return Err(e.into()),
-        };
-        let inode = self.inner.meta.create(parent, name, new, now())?;
-        if let Some(policy) = inherited {
-            let kind = inode.attr.kind;
-            if kind == FileKind::File || kind == FileKind::Dir {
-                self.inner.meta.set_xattr(
-                    inode.id,
-                    POLICY_XATTR,
-                    &policy,
-                    XattrFlags::Either,
-                    now(),
-                )?;
+        if new.kind == FileKind::File || new.kind == FileKind::Dir {
+            match self.inner.meta.get_xattr(parent, POLICY_XATTR) {
+                Ok(policy) => new.xattrs.push((POLICY_XATTR.to_vec(), policy)),
+                Err(MetaError::NoXattr) => {}
+                Err(e) => return Err(e.into()),
             }
         }
+        let inode = self.inner.meta.create(parent, name, new, now())?;
         self.inner.remember(inode.id, parent, name);
         Ok(inode)
     }
@@ -506,17 +519,26 @@ impl Fs {
                 .map(|(_, v)| v)
                 .ok_or(MetaError::NoXattr.into());
         }
+        self.inner.xattr_supported(ino, name)?;
         Ok(self.inner.meta.get_xattr(ino, name)?)
     }
 
+    /// Sets an extended attribute. An ACL is checked and kept in step with
+    /// the mode (see [`acl`]); a policy is checked and applied to
+    /// data stored already.
     pub fn set_xattr(
         &self,
         ino: InodeId,
         name: &[u8],
         value: &[u8],
         flags: XattrFlags,
+        caller: &Caller,
     ) -> Result<()> {
         writable(ino)?;
+        self.inner.xattr_supported(ino, name)?;
+        if acl::is_acl(name) {
+            return self.inner.set_acl(ino, name, value, flags, caller);
+        }
         if name != POLICY_XATTR {
             return Ok(self.inner.meta.set_xattr(ino, name, value, flags, now())?);
         }
@@ -548,6 +570,10 @@ impl Fs {
 
     pub fn remove_xattr(&self, ino: InodeId, name: &[u8]) -> Result<()> {
         writable(ino)?;
+        self.inner.xattr_supported(ino, name)?;
+        if acl::is_acl(name) {
+            return self.inner.remove_acl(ino, name);
+        }
         Ok(self.inner.meta.remove_xattr(ino, name, now())?)
     }
 
@@ -1028,6 +1054,8 @@ impl Inner {
                 .set_content(f.ino, content.clone(), f.size, mtime)?;
             f.content = content;
             f.changed = false;
+            // Recorded: the engine's mtime is the file's from here on.
+            f.mtime = None;
         }
         if f.handles == 0 {
             if let Some(mut w) = f.writer.take() {

@@ -40,6 +40,7 @@ fn write_file(fs: &Fs, name: &str, bytes: &[u8]) {
         gid: 0,
         rdev: 0,
         content: Content::Empty,
+        xattrs: Vec::new(),
     };
     let inode = fs.create(InodeId::ROOT, name.as_bytes(), new).unwrap();
     fs.open(inode.id).unwrap();

@@ -28,7 +28,7 @@ use redb::{
 
 use crate::{
     Attr, Content, Counts, DirEntry, FileKind, Inode, InodeId, MetaError, MetaStore, NewInode,
-    RenameFlags, Result, SetAttr, Timestamp, XattrFlags, NAME_MAX,
+    RenameFlags, Result, SetAttr, Timestamp, XattrChange, XattrFlags, NAME_MAX,
 };
 
 pub(crate) const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
@@ -1012,9 +1012,19 @@ impl MetaStore for RedbMeta {
         )
     }
 
-    fn create(&self, parent: InodeId, name: &[u8], new: NewInode, now: Timestamp) -> Result<Inode> {
+    fn create(
+        &self,
+        parent: InodeId,
+        name: &[u8],
+        mut new: NewInode,
+        now: Timestamp,
+    ) -> Result<Inode> {
         check_name(name)?;
         let size = new_size(&new)?;
+        for (xattr, _) in &new.xattrs {
+            check_xattr_name(xattr)?;
+        }
+        let xattrs = std::mem::take(&mut new.xattrs);
         self.write_growing(|w| {
             w.dir(parent)?;
             if w.entry(parent, name)?.is_some() {
@@ -1049,6 +1059,10 @@ impl MetaStore for RedbMeta {
             }
             w.touch_dir(parent, now)?;
             w.insert_new(rec);
+            for (xattr, value) in &xattrs {
+                w.xattrs
+                    .insert(dkey(ino, xattr).as_slice(), value.as_slice())?;
+            }
             Ok(out)
         })
     }
@@ -1259,6 +1273,19 @@ impl MetaStore for RedbMeta {
     }
 
     fn set_attr(&self, ino: InodeId, changes: &SetAttr, now: Timestamp) -> Result<Inode> {
+        self.update(ino, changes, &[], now)
+    }
+
+    fn update(
+        &self,
+        ino: InodeId,
+        changes: &SetAttr,
+        xattrs: &[XattrChange],
+        now: Timestamp,
+    ) -> Result<Inode> {
+        for x in xattrs {
+            check_xattr_name(&x.name)?;
+        }
         self.write(|w| {
             let rec = w.rec_mut(ino)?;
             let a = &mut rec.inode.attr;
@@ -1278,7 +1305,16 @@ impl MetaStore for RedbMeta {
                 a.mtime = mtime;
             }
             a.ctime = now;
-            Ok(rec.inode.clone())
+            let out = rec.inode.clone();
+            for x in xattrs {
+                let key = dkey(ino, &x.name);
+                w.mutated = true;
+                match &x.value {
+                    Some(v) => w.xattrs.insert(key.as_slice(), v.as_slice())?,
+                    None => w.xattrs.remove(key.as_slice())?,
+                };
+            }
+            Ok(out)
         })
     }
 

@@ -128,7 +128,8 @@ pub trait MetaStore: Send + Sync {
     /// `parent`. `Exists` if the name is taken; `NotDir` if `parent` is not
     /// a directory. A symlink's target is its `Content::Inline` (and its
     /// size); a file's content is `Empty` or `Inline`; other kinds take
-    /// `Empty`; anything else is `Invalid`.
+    /// `Empty`; anything else is `Invalid`. The inode's extended
+    /// attributes (`new.xattrs`) are stored in the same operation.
     fn create(&self, parent: InodeId, name: &[u8], new: NewInode, now: Timestamp) -> Result<Inode>;
 
     /// Adds the name `new_name` in `new_parent` for the existing non-directory
@@ -184,6 +185,17 @@ pub trait MetaStore: Send + Sync {
 
     /// Changes attributes; `None` fields stay. Sets ctime to `now`.
     fn set_attr(&self, ino: InodeId, changes: &SetAttr, now: Timestamp) -> Result<Inode>;
+
+    /// Changes attributes and extended attributes together, in one
+    /// operation (a mode and the ACL that must agree with it). Removing an
+    /// absent attribute is not an error. Sets ctime to `now`.
+    fn update(
+        &self,
+        ino: InodeId,
+        changes: &SetAttr,
+        xattrs: &[XattrChange],
+        now: Timestamp,
+    ) -> Result<Inode>;
 
     /// Replaces a file's content reference and size (a write or truncate
     /// committed by `fs`), setting mtime and ctime to `mtime`. `IsDir` for a

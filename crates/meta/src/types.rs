@@ -112,6 +112,9 @@ pub struct NewInode {
     pub rdev: u32,
     /// A symlink's target goes here as `Content::Inline`.
     pub content: Content,
+    /// Extended attributes the inode is created with (an inherited ACL or
+    /// policy), stored in the same operation.
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +132,14 @@ pub struct SetAttr {
     pub gid: Option<u32>,
     pub atime: Option<Timestamp>,
     pub mtime: Option<Timestamp>,
+}
+
+/// An extended attribute set to a value, or removed (`None`), as one part
+/// of [`crate::MetaStore::update`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XattrChange {
+    pub name: Vec<u8>,
+    pub value: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use cas::ChunkId;
 use common::*;
 use meta::{
     Content, Counts, FileKind, InodeId, MetaStore, NewInode, RedbMeta, RenameFlags, SetAttr,
-    XattrFlags, NAME_MAX,
+    XattrChange, XattrFlags, NAME_MAX,
 };
 
 const NOREPLACE: RenameFlags = RenameFlags {
@@ -1116,5 +1116,66 @@ fn batched_operations_are_seen_at_once_and_kept_by_sync() {
     );
     let f = m.lookup(dir, b"f599").unwrap();
     assert_eq!(f.content, Content::Inline(b"f599".to_vec()));
+    assert_consistent(&m);
+}
+
+#[test]
+fn create_stores_the_xattrs_it_is_given() {
+    let (_d, m) = store();
+    let with = NewInode {
+        xattrs: vec![
+            (b"user.a".to_vec(), b"1".to_vec()),
+            (b"system.posix_acl_default".to_vec(), vec![2, 0, 0, 0]),
+        ],
+        ..new(FileKind::Dir)
+    };
+    let d = m.create(ROOT, b"d", with, t(5)).unwrap().id;
+    assert_eq!(
+        m.list_xattr(d).unwrap(),
+        [b"system.posix_acl_default".to_vec(), b"user.a".to_vec()]
+    );
+    assert_eq!(m.get_xattr(d, b"user.a").unwrap(), b"1");
+    let bad = NewInode {
+        xattrs: vec![(Vec::new(), b"1".to_vec())],
+        ..new(FileKind::File)
+    };
+    assert_eq!(err(m.create(ROOT, b"f", bad, t(6))), "Invalid");
+    assert_eq!(err(m.lookup(ROOT, b"f")), "NotFound", "refused whole");
+    assert_consistent(&m);
+}
+
+#[test]
+fn update_changes_attributes_and_xattrs_in_one_step() {
+    let (_d, m) = store();
+    let f = mkfile(&m, ROOT, "f");
+    m.set_xattr(f, b"user.gone", b"x", XattrFlags::Either, t(2))
+        .unwrap();
+    let changes = SetAttr {
+        perm: Some(0o750),
+        ..SetAttr::default()
+    };
+    let set = |name: &[u8], value: Option<&[u8]>| XattrChange {
+        name: name.to_vec(),
+        value: value.map(<[u8]>::to_vec),
+    };
+    let a = m
+        .update(
+            f,
+            &changes,
+            &[
+                set(b"user.new", Some(b"y")),
+                set(b"user.gone", None),
+                set(b"user.never", None),
+            ],
+            t(3),
+        )
+        .unwrap();
+    assert_eq!((a.attr.perm, a.attr.ctime), (0o750, t(3)));
+    assert_eq!(m.list_xattr(f).unwrap(), [b"user.new".to_vec()]);
+    assert_eq!(
+        err(m.update(f, &SetAttr::default(), &[set(b"", None)], t(4))),
+        "Invalid"
+    );
+    assert_eq!(m.get(f).unwrap().attr.ctime, t(3), "refused whole");
     assert_consistent(&m);
 }

@@ -148,3 +148,55 @@ impl Drop for Mount {
         }
     }
 }
+
+/// `sh -c SCRIPT`, asserting success; its standard output.
+pub fn sh(script: &str) -> String {
+    let out = Command::new("sh").args(["-c", script]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{script}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Every extended attribute of `path` itself (a symlink's own), by name.
+pub fn xattrs(path: &Path) -> std::collections::BTreeMap<Vec<u8>, Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let mut names = vec![0u8; 64 << 10];
+    // SAFETY: a valid path and a buffer of the length given.
+    let len = unsafe { libc::llistxattr(p.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    assert!(
+        len >= 0,
+        "llistxattr {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    names.truncate(len as usize);
+    let mut out = std::collections::BTreeMap::new();
+    for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let n = std::ffi::CString::new(name).unwrap();
+        let mut value = vec![0u8; 64 << 10];
+        // SAFETY: as above.
+        let len = unsafe {
+            libc::lgetxattr(
+                p.as_ptr(),
+                n.as_ptr(),
+                value.as_mut_ptr().cast(),
+                value.len(),
+            )
+        };
+        assert!(
+            len >= 0,
+            "lgetxattr {} {}: {}",
+            path.display(),
+            String::from_utf8_lossy(name),
+            std::io::Error::last_os_error()
+        );
+        value.truncate(len as usize);
+        out.insert(name.to_vec(), value);
+    }
+    out
+}

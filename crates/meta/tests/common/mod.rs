@@ -22,6 +22,7 @@ pub fn new(kind: FileKind) -> NewInode {
         gid: 100,
         rdev: 0,
         content: Content::Empty,
+        xattrs: Vec::new(),
     }
 }
 
