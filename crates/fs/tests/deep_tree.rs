@@ -35,6 +35,7 @@ fn new_inode(kind: FileKind) -> NewInode {
         gid: 0,
         rdev: 0,
         content: Content::Empty,
+        xattrs: Vec::new(),
     }
 }
 
