@@ -24,6 +24,7 @@ fn new_inode(kind: FileKind, content: &[u8]) -> NewInode {
         } else {
             Content::Inline(content.to_vec())
         },
+        xattrs: Vec::new(),
     }
 }
 
