@@ -328,53 +328,105 @@ fn unflushed_stream_leaves_no_index_entries_and_a_clean_store() {
     assert!(store.check(&no_progress()).unwrap().is_clean());
 }
 
-#[test]
-fn failing_branch_fails_the_flush() {
-    struct Failing;
-    impl Branch for Failing {
-        fn name(&self) -> &str {
-            "failing"
-        }
-        fn put(&self, key: &branch::BlobKey, _: &[u8]) -> branch::Result<()> {
-            Err(branch::BranchError::Io {
+/// A branch whose puts fail with `errno` while it is set (0: they work).
+struct Failing {
+    inner: branch::LocalDir,
+    errno: std::sync::atomic::AtomicI32,
+}
+
+impl Branch for Failing {
+    fn name(&self) -> &str {
+        "failing"
+    }
+    fn put(&self, key: &branch::BlobKey, data: &[u8]) -> branch::Result<()> {
+        match self.errno.load(std::sync::atomic::Ordering::SeqCst) {
+            0 => self.inner.put(key, data),
+            errno => Err(branch::BranchError::Io {
                 op: "write",
                 path: key.as_str().into(),
-                source: std::io::Error::from_raw_os_error(28),
-            })
-        }
-        fn get(&self, key: &branch::BlobKey) -> branch::Result<Vec<u8>> {
-            self.read_range(key, 0, 0)
-        }
-        fn read_range(&self, key: &branch::BlobKey, _: u64, _: usize) -> branch::Result<Vec<u8>> {
-            Err(branch::BranchError::NotFound {
-                branch: "failing".into(),
-                key: key.clone(),
-            })
-        }
-        fn size(&self, key: &branch::BlobKey) -> branch::Result<u64> {
-            self.read_range(key, 0, 0).map(|_| 0)
-        }
-        fn list(&self, _: &str) -> branch::Result<Vec<branch::BlobKey>> {
-            Ok(Vec::new())
-        }
-        fn delete(&self, _: &branch::BlobKey) -> branch::Result<()> {
-            Ok(())
+                source: std::io::Error::from_raw_os_error(errno),
+            }),
         }
     }
-    let dir = tempfile::tempdir().unwrap();
+    fn get(&self, key: &branch::BlobKey) -> branch::Result<Vec<u8>> {
+        self.inner.get(key)
+    }
+    fn read_range(
+        &self,
+        key: &branch::BlobKey,
+        offset: u64,
+        len: usize,
+    ) -> branch::Result<Vec<u8>> {
+        self.inner.read_range(key, offset, len)
+    }
+    fn size(&self, key: &branch::BlobKey) -> branch::Result<u64> {
+        self.inner.size(key)
+    }
+    fn list(&self, prefix: &str) -> branch::Result<Vec<branch::BlobKey>> {
+        self.inner.list(prefix)
+    }
+    fn delete(&self, key: &branch::BlobKey) -> branch::Result<()> {
+        self.inner.delete(key)
+    }
+}
+
+fn failing_store(dir: &Path, errno: i32, key: RepoKey) -> (Store, Arc<Failing>) {
+    let branch = Arc::new(Failing {
+        inner: branch::LocalDir::open("failing", dir.join("branch"))
+            .unwrap()
+            .0,
+        errno: std::sync::atomic::AtomicI32::new(errno),
+    });
     let settings = StoreSettings {
         compression: Compression::Lz4,
         ..settings()
     };
-    let store = Store::open(Arc::new(Failing), dir.path(), RepoKey::generate(), settings).unwrap();
+    let store = Store::open(branch.clone(), dir, key, settings).unwrap();
+    (store, branch)
+}
+
+#[test]
+fn failing_branch_fails_the_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = failing_store(dir.path(), libc::EIO, RepoKey::generate());
     let mut w = store.stream();
     let id = w.write_chunk(random(1000)).unwrap();
     let err = w.flush().unwrap_err().to_string();
     assert!(
-        err.contains("failed to be written") && err.contains("No space left"),
+        err.contains("failed to be written") && err.contains("Input/output error"),
         "{err}"
     );
     assert!(!store.contains(&id).unwrap());
+}
+
+#[test]
+fn a_full_branch_parks_the_container_until_space_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = RepoKey::generate();
+    let (store, branch) = failing_store(dir.path(), libc::ENOSPC, key.clone());
+    let data = random(1000);
+    let mut w = store.stream();
+    let id = w.write_chunk(data.clone()).unwrap();
+    let err = w.flush().unwrap_err();
+    assert!(err.is_no_space(), "{err}");
+    assert!(store.waiting_for_space().is_some());
+    // Kept in memory and readable meanwhile.
+    assert_eq!(store.read_chunk(&id).unwrap(), data);
+    // Space returns: the I/O thread stores it on its own.
+    branch.errno.store(0, std::sync::atomic::Ordering::SeqCst);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while store.waiting_for_space().is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the parked container was never stored"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(store.contains(&id).unwrap());
+    drop(w);
+    drop(store);
+    let (store, _) = failing_store(dir.path(), 0, key);
+    assert_eq!(store.read_chunk(&id).unwrap(), data);
 }
 
 /// A branch that takes its time, so writers outrun it.

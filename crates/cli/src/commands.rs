@@ -408,14 +408,25 @@ fn damaged_chunks(problems: &[Problem]) -> HashSet<String> {
 pub struct CheckOut {
     check: cas::CheckReport,
     damaged_roots: Vec<(String, String)>,
+    /// Live files that point at chunks the store cannot give back.
+    damaged_files: Vec<fs::damage::DamagedFile>,
 }
 
-pub fn check_store(store: &Store, progress: &(dyn Fn(CheckProgress) + Sync)) -> Result<CheckOut> {
+pub fn check_store(
+    store: &Store,
+    fs: Option<&fs::Fs>,
+    progress: &(dyn Fn(CheckProgress) + Sync),
+) -> Result<CheckOut> {
     let check = store.check(progress)?;
     let damaged_roots = damaged_roots(store, &damaged_chunks(&check.problems))?;
+    let damaged_files = match fs {
+        Some(fs) => fs.damaged_files()?,
+        None => Vec::new(),
+    };
     Ok(CheckOut {
         check,
         damaged_roots,
+        damaged_files,
     })
 }
 
@@ -436,12 +447,18 @@ fn check(root: &Path, args: &CheckArgs, quiet: bool) -> Result<ExitCode> {
                  rebuilds the index: unmount, then run it again"
             );
         }
-        return check_print(out.check, out.damaged_roots, None, args.json);
+        return check_print(out, None, args.json);
     }
     let repo = open(root, quiet)?;
     let pb = ui::count_bar(quiet, "check");
     let report = repo.store.check(&progress_fn(&pb))?;
     pb.finish_and_clear();
+    // The live file system, when the repository has one.
+    let live = if repo.fs_meta_path().exists() {
+        Some(crate::mount::open_fs(&repo)?)
+    } else {
+        None
+    };
     let mut damaged = damaged_chunks(&report.problems);
     let mut lost = damaged_roots(&repo.store, &damaged)?;
     let mut repaired = None;
@@ -453,21 +470,35 @@ fn check(root: &Path, args: &CheckArgs, quiet: bool) -> Result<ExitCode> {
         lost = damaged_roots(&repo.store, &damaged)?;
         repaired = Some(r);
     }
-    check_print(report, lost, repaired, args.json)
+    let damaged_files = match &live {
+        Some(fs) => fs.damaged_files()?,
+        None => Vec::new(),
+    };
+    let out = CheckOut {
+        check: report,
+        damaged_roots: lost,
+        damaged_files,
+    };
+    check_print(out, repaired, args.json)
 }
 
 fn check_print(
-    report: cas::CheckReport,
-    lost: Vec<(String, String)>,
+    out: CheckOut,
     repaired: Option<cas::RebuildReport>,
     json: bool,
 ) -> Result<ExitCode> {
+    let CheckOut {
+        check: report,
+        damaged_roots: lost,
+        damaged_files,
+    } = out;
     if json {
         #[derive(Serialize)]
         struct Out<'a> {
             check: &'a cas::CheckReport,
             repaired: Option<&'a cas::RebuildReport>,
             damaged_roots: Vec<serde_json::Value>,
+            damaged_files: &'a [fs::damage::DamagedFile],
         }
         let damaged_roots = lost
             .iter()
@@ -478,7 +509,8 @@ fn check_print(
             serde_json::to_string_pretty(&Out {
                 check: &report,
                 repaired: repaired.as_ref(),
-                damaged_roots
+                damaged_roots,
+                damaged_files: &damaged_files,
             })?
         );
     } else {
@@ -503,7 +535,16 @@ fn check_print(
         for (label, v) in &lost {
             println!("  root {label:?}: {v}");
         }
-        if report.is_clean() {
+        for f in &damaged_files {
+            println!("  DAMAGE: file {}: {}", f.path, f.cause);
+        }
+        if !damaged_files.is_empty() {
+            println!(
+                "{} file(s) cannot be read back whole; writing the same data again, \
+                 restoring them from a snapshot, or deleting them clears this",
+                damaged_files.len()
+            );
+        } else if report.is_clean() {
             println!("no damage found");
         } else if repaired.is_some() && lost.is_empty() {
             println!("repaired: every root reads back");
@@ -514,7 +555,8 @@ fn check_print(
             );
         }
     }
-    let healthy = report.is_clean() || (repaired.is_some() && lost.is_empty());
+    let healthy =
+        damaged_files.is_empty() && (report.is_clean() || (repaired.is_some() && lost.is_empty()));
     Ok(if healthy {
         ExitCode::SUCCESS
     } else {

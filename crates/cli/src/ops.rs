@@ -111,7 +111,7 @@ pub fn exec(t: &Target<'_>, req: &Request, progress: &(dyn Fn(Progress) + Sync))
             )?)?
         }
         Request::Check => {
-            let report = crate::commands::check_store(fs.store(), &|p| {
+            let report = crate::commands::check_store(fs.store(), Some(fs), &|p| {
                 progress(Progress {
                     what: "check".into(),
                     done: p.containers_done,

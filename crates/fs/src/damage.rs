@@ -12,12 +12,12 @@ use std::collections::HashSet;
 use cas::{ChunkId, Store};
 use meta::{Content, FileKind, InodeId, MetaView};
 use recipe::{Recipe, HOLE};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::Result;
 
 /// A file whose content cannot be read back whole.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DamagedFile {
     /// From the mount root, starting with `/`.
     pub path: String,

@@ -698,6 +698,13 @@ impl Fs {
         self.inner.dirty_total.load(Ordering::Relaxed)
     }
 
+    /// Files whose content cannot be read back whole (see [`damage`]), as
+    /// last recorded.
+    pub fn damaged_files(&self) -> Result<Vec<damage::DamagedFile>> {
+        let view = self.inner.meta.view()?;
+        damage::damaged_files(&self.inner.store, view.as_ref())
+    }
+
     /// What the store can still take and could hold in all, for
     /// `statfs`; `None` when a branch cannot tell (an object store).
     pub fn space(&self) -> Result<Option<cas::Space>> {
