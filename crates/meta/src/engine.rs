@@ -535,6 +535,14 @@ struct Batch {
 /// Operations per commit at most, which bounds redb's dirty pages.
 const MAX_BATCH: usize = 256;
 
+/// redb's default page cache is 1 GiB: with many inline files it grew the
+/// daemon by that much. 64 MiB keeps the hot namespace in memory.
+fn builder() -> redb::Builder {
+    let mut b = redb::Builder::new();
+    b.set_cache_size(64 << 20);
+    b
+}
+
 impl Drop for RedbMeta {
     /// Leaves nothing applied but uncommitted (a process that exits without
     /// `sync` loses it anyway; one that reopens the store sees it).
@@ -587,9 +595,7 @@ impl RedbMeta {
     }
 
     fn open_at(path: &Path, root_uid: u32, root_gid: u32) -> Result<Self> {
-        // redb's default page cache is 1 GiB: with many inline files it grew
-        // the daemon by that much. 64 MiB keeps the hot namespace in memory.
-        let db = match redb::Builder::new().set_cache_size(64 << 20).create(path) {
+        let db = match builder().create(path) {
             Ok(db) => db,
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
                 return Err(MetaError::Busy(path.to_path_buf()))
@@ -601,6 +607,28 @@ impl RedbMeta {
                 })
             }
         };
+        Self::with_database(db, root_uid, root_gid)
+    }
+
+    /// [`RedbMeta::open`] over a redb storage backend instead of a file
+    /// (the power-loss tests give it one that loses unsynced writes); an
+    /// empty backend gets a new store. The bytes are the same as the file's.
+    pub fn open_on(
+        backend: impl redb::StorageBackend,
+        root_uid: u32,
+        root_gid: u32,
+    ) -> Result<Self> {
+        let name = format!("{backend:?}");
+        let db = builder()
+            .create_with_backend(backend)
+            .map_err(|e| MetaError::Open {
+                path: name.into(),
+                source: e.into(),
+            })?;
+        Self::with_database(db, root_uid, root_gid)
+    }
+
+    fn with_database(db: Database, root_uid: u32, root_gid: u32) -> Result<Self> {
         let tx = db.begin_write()?;
         {
             let mut w = W::open(&tx)?;
