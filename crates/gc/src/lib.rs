@@ -22,6 +22,12 @@
 //!    seen in one or the other.
 //! 4. Only containers indexed when the collection began are candidates;
 //!    anything written since is untouched.
+//! 5. The file system is made durable after marking and before anything is
+//!    reclaimed. Marking reads the namespace as it is, which can be newer
+//!    than what a power loss (or `kill -9`) would bring back: a file
+//!    fsynced, then truncated or overwritten, is recorded without its old
+//!    chunks, and a collection that reclaimed them before that record was
+//!    durable left the fsynced file pointing at chunks that were gone.
 //!
 //! Memory is the mark set (8 bytes of id per reachable chunk, in a hash set)
 //! plus a few words per candidate container: bounded by the chunk count,
@@ -138,6 +144,10 @@ pub fn collect(
         }
         (collection, marks)
     };
+    // Invariant 5: what was marked is durable before anything unmarked goes.
+    if let Live::Mounted(fs) = &live {
+        fs.sync_all()?;
+    }
     report.marked_chunks = marks.len() as u64;
     report.mark_seconds = started.elapsed().as_secs_f64();
     progress(GcProgress::Marking {

@@ -1,6 +1,10 @@
 //! Power loss at thousands of points of a random workload loses nothing
 //! that was synced, and never makes a file read wrong bytes.
 //!
+//! It lives with the garbage collector because its workload reaches every
+//! layer that changes what is stored: the file system (files, versions,
+//! snapshots), the chunk store and the collector.
+//!
 //! Every byte the file system stores (containers on the branch, the
 //! fingerprint index, the roots, the metadata engine) goes through one
 //! simulated power switch (`branch::crash`). For each seed, a workload of
@@ -23,21 +27,23 @@
 
 mod power;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use branch::crash::{Change, Kept, Loss};
 use cas::{ContainerId, Problem};
+use fs::tree::{self, TreeContent};
 use fs::Fs;
+use gc::{GcOptions, Live};
 use meta::{Content, FileKind, InodeId, NewInode};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use power::model::{Model, Snapshot};
+use power::model::{Model, Rooted, Snapshot, Tree};
 use power::workload::{self, Op};
 use power::{Disks, Running};
 
@@ -106,6 +112,7 @@ impl fmt::Display for Case {
 /// the branch's unsynced changes, the operations run.
 struct Ran {
     candidates: Vec<Snapshot>,
+    roots: BTreeMap<String, Rooted>,
     ops: u64,
     log: Vec<String>,
 }
@@ -136,6 +143,7 @@ fn run_workload(running: &Running, seed: u64) -> Result<Ran, String> {
                     workload::synced(&mut model, &op);
                     interrupted = Some(model.snapshot());
                 }
+                workload::interrupted(&mut model, &op);
                 log.push(format!("  failed after the power cut: {e}"));
                 break;
             }
@@ -152,6 +160,7 @@ fn run_workload(running: &Running, seed: u64) -> Result<Ran, String> {
     candidates.extend(interrupted);
     Ok(Ran {
         candidates,
+        roots: model.roots,
         ops,
         log,
     })
@@ -195,6 +204,96 @@ fn observe(fs: &Fs) -> Result<Snapshot, String> {
         }
     }
     Ok(seen)
+}
+
+/// A namespace stored under a root (a version or a snapshot), by path.
+fn materialize(store: &cas::Store, id: &cas::ChunkId) -> Result<Tree, String> {
+    let record = tree::read_record(store, id).map_err(|e| format!("its record: {e}"))?;
+    let TreeContent::Dir(root) = record.root.content else {
+        return Err("its root is not a directory".into());
+    };
+    let mut out = Tree::new();
+    let mut dirs = vec![(Vec::new(), root)];
+    while let Some((at, listing)) = dirs.pop() {
+        let entries = tree::read_listing(store, &listing)
+            .map_err(|e| format!("the listing of {:?}: {e}", String::from_utf8_lossy(&at)))?;
+        for e in entries {
+            let mut path = at.clone();
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(&e.name);
+            let bytes = match e.content {
+                TreeContent::Dir(listing) => {
+                    if out.len() > 10_000 {
+                        return Err("the stored tree has a cycle".into());
+                    }
+                    dirs.push((path.clone(), listing));
+                    out.insert(path, None);
+                    continue;
+                }
+                TreeContent::Empty => Vec::new(),
+                TreeContent::Inline(bytes) => bytes,
+                TreeContent::Recipe(id) => recipe::Recipe::open(store, id)
+                    .and_then(|r| r.read_at(0, e.attr.size))
+                    .map_err(|err| format!("reading {}: {err}", String::from_utf8_lossy(&path)))?,
+            };
+            out.insert(path, Some(Arc::new(bytes)));
+        }
+    }
+    Ok(out)
+}
+
+/// Every root holds exactly the tree it was made from, and every root
+/// whose creation returned (and that nothing may have deleted) is there.
+fn check_roots(fs: &Fs, made: &BTreeMap<String, Rooted>) -> Result<(), String> {
+    let store = fs.store();
+    let found = store
+        .list_roots()
+        .map_err(|e| format!("listing the roots: {e}"))?;
+    for (label, id) in &found {
+        let Some(rooted) = made.get(label) else {
+            return Err(format!(
+                "root {label} is there but was never made, or was deleted"
+            ));
+        };
+        let tree = materialize(store, id).map_err(|e| format!("root {label}: {e}"))?;
+        if tree != rooted.tree {
+            let differ: Vec<String> = tree
+                .iter()
+                .filter(|(path, bytes)| rooted.tree.get(*path) != Some(bytes))
+                .chain(
+                    rooted
+                        .tree
+                        .iter()
+                        .filter(|(path, _)| !tree.contains_key(*path)),
+                )
+                .map(|(path, _)| String::from_utf8_lossy(path).into_owned())
+                .take(8)
+                .collect();
+            return Err(format!(
+                "root {label} differs from the tree it was made from at {differ:?}"
+            ));
+        }
+    }
+    let missing: Vec<&String> = made
+        .iter()
+        .filter(|(label, r)| r.must && !found.iter().any(|(l, _)| l == *label))
+        .map(|(label, _)| label)
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("roots made and not deleted are gone: {missing:?}"))
+    }
+}
+
+fn collect(fs: &Fs) -> Result<(), gc::GcError> {
+    let options = GcOptions {
+        threshold: 1.0,
+        dry_run: false,
+    };
+    gc::collect(fs.store(), Live::Mounted(fs), options, &|_| {}).map(drop)
 }
 
 /// Containers whose put the cut tore (only a tearing branch tears them).
@@ -292,6 +391,15 @@ fn run_case(clean: &Disks, dir: &Path, case: Case) -> Result<u64, String> {
     if !unexplained.is_empty() {
         return Err(fail(format!(
             "the store's check found damage the cut does not explain: {unexplained:?}"
+        )));
+    }
+    check_roots(&running.fs, &ran.roots).map_err(fail)?;
+    collect(&running.fs).map_err(|e| fail(format!("a collection after the recovery: {e}")))?;
+    let again = observe(&running.fs).map_err(fail)?;
+    if again != seen {
+        return Err(fail(format!(
+            "a collection after the recovery changed the file system: {}",
+            again.diff(&seen)
         )));
     }
     still_works(&running.fs).map_err(fail)?;

@@ -72,9 +72,49 @@ impl fmt::Debug for Snapshot {
     }
 }
 
+/// A namespace by path: a directory's value is `None`, a file's its bytes.
+pub type Tree = BTreeMap<Vec<u8>, Option<Bytes>>;
+
+impl Snapshot {
+    /// The same namespace by path, as a version or snapshot stores it.
+    pub fn tree(&self) -> Tree {
+        let names: HashMap<u64, (u64, &[u8])> = self
+            .entries
+            .iter()
+            .map(|((parent, name), (ino, _))| (*ino, (*parent, name.as_slice())))
+            .collect();
+        self.entries
+            .values()
+            .map(|(ino, dir)| {
+                let mut parts = Vec::new();
+                let mut at = *ino;
+                while let Some((parent, name)) = names.get(&at) {
+                    parts.push(*name);
+                    at = *parent;
+                }
+                parts.reverse();
+                let content = (!dir).then(|| self.contents[ino].clone());
+                (parts.join(&b'/'), content)
+            })
+            .collect()
+    }
+}
+
+/// A root (a version or a snapshot) the workload made: the tree it holds,
+/// and whether it must survive (its creation returned and nothing that
+/// may delete it ran since).
+pub struct Rooted {
+    pub tree: Tree,
+    pub must: bool,
+}
+
 /// The expected state, kept in step with the workload.
 #[derive(Default)]
 pub struct Model {
+    /// Roots by label.
+    pub roots: BTreeMap<String, Rooted>,
+    /// Snapshots named so far, so that each gets a new name.
+    pub snapshots_named: u64,
     pub entries: BTreeMap<(u64, Vec<u8>), (u64, bool)>,
     /// What a reader of each file sees now.
     pub live: HashMap<u64, Bytes>,

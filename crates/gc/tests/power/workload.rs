@@ -4,12 +4,14 @@
 use std::fmt;
 use std::sync::Arc;
 
+use fs::history::{SNAPSHOT_PREFIX as SNAPSHOT, VERSION_PREFIX as VERSION};
 use fs::{Fs, FsError};
+use gc::{GcError, GcOptions, Live};
 use meta::{Content, InodeId, NewInode, RenameFlags, SetAttr};
 use rand::rngs::StdRng;
 use rand::Rng;
 
-use super::model::{Bytes, Model};
+use super::model::{Bytes, Model, Rooted};
 
 /// Files never grow past this, so a run stays small at opt-level 0.
 const MAX_FILE: usize = 256 << 10;
@@ -53,12 +55,26 @@ pub enum Op {
         name: Vec<u8>,
     },
     SyncAll,
+    /// Writes a version (which syncs everything first).
+    Version,
+    Snapshot {
+        name: String,
+    },
+    DeleteSnapshot {
+        name: String,
+    },
+    /// A garbage collection reclaiming every container with any garbage
+    /// (which syncs everything once it has marked).
+    Gc,
 }
 
 impl Op {
     /// Whether the operation makes everything before it durable.
     pub fn syncs(&self) -> bool {
-        matches!(self, Op::Fsync { .. } | Op::SyncAll)
+        matches!(
+            self,
+            Op::Fsync { .. } | Op::SyncAll | Op::Version | Op::Snapshot { .. } | Op::Gc
+        )
     }
 }
 
@@ -85,6 +101,10 @@ impl fmt::Display for Op {
             Op::Unlink { parent, name } => write!(f, "unlink {parent}/{}", n(name)),
             Op::Rmdir { parent, name } => write!(f, "rmdir {parent}/{}", n(name)),
             Op::SyncAll => write!(f, "sync all"),
+            Op::Version => write!(f, "write a version"),
+            Op::Snapshot { name } => write!(f, "create snapshot {name}"),
+            Op::DeleteSnapshot { name } => write!(f, "delete snapshot {name}"),
+            Op::Gc => write!(f, "collect garbage"),
         }
     }
 }
@@ -141,12 +161,12 @@ pub fn next(rng: &mut StdRng, model: &Model) -> Op {
         let files = model.files();
         let roll = rng.gen_range(0..100);
         let op = match roll {
-            0..=11 if files.len() < MAX_FILES => {
+            0..=10 if files.len() < MAX_FILES => {
                 let parent = pick(rng, &model.dirs()).expect("the root");
                 let name = fresh_name(rng, model, parent, "f");
                 Some(Op::Create { parent, name })
             }
-            12..=46 => pick(rng, &files).and_then(|ino| {
+            11..=40 => pick(rng, &files).and_then(|ino| {
                 let size = model.live[&ino].len() as u64;
                 let data = data(rng, model);
                 let offset = match rng.gen_range(0..10) {
@@ -161,10 +181,10 @@ pub fn next(rng: &mut StdRng, model: &Model) -> Op {
                     data: Arc::new(data),
                 })
             }),
-            47..=58 => pick(rng, &model.open.iter().copied().collect::<Vec<_>>())
+            41..=51 => pick(rng, &model.open.iter().copied().collect::<Vec<_>>())
                 .map(|ino| Op::Close { ino }),
-            59..=69 => pick(rng, &files).map(|ino| Op::Fsync { ino }),
-            70..=75 => pick(rng, &files).map(|ino| {
+            52..=61 => pick(rng, &files).map(|ino| Op::Fsync { ino }),
+            62..=66 => pick(rng, &files).map(|ino| {
                 let size = model.live[&ino].len() as u64;
                 let size = match rng.gen_range(0..4) {
                     0 => 0,
@@ -173,7 +193,7 @@ pub fn next(rng: &mut StdRng, model: &Model) -> Op {
                 };
                 Op::Truncate { ino, size }
             }),
-            76..=82 => {
+            67..=72 => {
                 let dir = rng.gen_bool(0.25);
                 pick(rng, &model.names(dir)).and_then(|from| {
                     let moved = model.entries[&from].0;
@@ -192,15 +212,15 @@ pub fn next(rng: &mut StdRng, model: &Model) -> Op {
                     Some(Op::Rename { from, to })
                 })
             }
-            83..=88 => {
+            73..=77 => {
                 pick(rng, &model.names(false)).map(|(parent, name)| Op::Unlink { parent, name })
             }
-            89..=92 if model.dirs().len() <= MAX_DIRS => {
+            78..=80 if model.dirs().len() <= MAX_DIRS => {
                 let parent = pick(rng, &model.dirs()).expect("the root");
                 let name = fresh_name(rng, model, parent, "d");
                 Some(Op::Mkdir { parent, name })
             }
-            93..=95 => {
+            81..=82 => {
                 let empty: Vec<(u64, Vec<u8>)> = model
                     .names(true)
                     .into_iter()
@@ -208,8 +228,24 @@ pub fn next(rng: &mut StdRng, model: &Model) -> Op {
                     .collect();
                 pick(rng, &empty).map(|(parent, name)| Op::Rmdir { parent, name })
             }
-            96..=97 => Some(Op::SyncAll),
-            _ => None,
+            83..=84 => Some(Op::SyncAll),
+            85..=88 => Some(Op::Version),
+            89..=92 => {
+                if rng.gen_bool(0.6) {
+                    Some(Op::Snapshot {
+                        name: format!("s{}", model.snapshots_named),
+                    })
+                } else {
+                    let names: Vec<String> = model
+                        .roots
+                        .keys()
+                        .filter_map(|l| l.strip_prefix(SNAPSHOT))
+                        .map(str::to_string)
+                        .collect();
+                    pick(rng, &names).map(|name| Op::DeleteSnapshot { name })
+                }
+            }
+            _ => Some(Op::Gc),
         };
         if let Some(op) = op {
             return op;
@@ -306,8 +342,84 @@ pub fn apply(fs: &Fs, model: &mut Model, op: &Op) -> Result<(), FsError> {
             fs.sync_all()?;
             synced(model, op);
         }
+        Op::Version => {
+            let report = fs.write_version()?;
+            synced(model, op);
+            if report.written {
+                let tree = model.snapshot().tree();
+                model
+                    .roots
+                    .insert(report.label, Rooted { tree, must: true });
+            }
+            for label in report.dropped {
+                model.roots.remove(&label);
+            }
+        }
+        Op::Snapshot { name } => {
+            model.snapshots_named += 1;
+            fs.snapshot_create(name)?;
+            synced(model, op);
+            let tree = model.snapshot().tree();
+            model
+                .roots
+                .insert(format!("{SNAPSHOT}{name}"), Rooted { tree, must: true });
+        }
+        Op::DeleteSnapshot { name } => {
+            fs.snapshot_delete(name)?;
+            model.roots.remove(&format!("{SNAPSHOT}{name}"));
+        }
+        Op::Gc => {
+            let options = GcOptions {
+                threshold: 1.0,
+                dry_run: false,
+            };
+            gc::collect(fs.store(), Live::Mounted(fs), options, &|_| {}).map_err(|e| match e {
+                GcError::Fs(e) => e,
+                GcError::Store(e) => FsError::Store(e),
+                GcError::BadThreshold(_) => unreachable!("the threshold is valid"),
+            })?;
+            synced(model, op);
+        }
     }
     Ok(())
+}
+
+/// What an operation that the power cut interrupted may have done to the
+/// roots: a root it was making may exist, one it was deleting may be gone.
+pub fn interrupted(model: &mut Model, op: &Op) {
+    match op {
+        Op::Version => {
+            let next = model
+                .roots
+                .keys()
+                .filter_map(|l| l.strip_prefix(VERSION)?.parse::<u64>().ok())
+                .max()
+                .unwrap_or(0)
+                + 1;
+            let tree = model.snapshot().tree();
+            model
+                .roots
+                .insert(format!("{VERSION}{next}"), Rooted { tree, must: false });
+            // Retention may drop any older version.
+            for (label, rooted) in model.roots.iter_mut() {
+                if label.starts_with(VERSION) {
+                    rooted.must = false;
+                }
+            }
+        }
+        Op::Snapshot { name } => {
+            let tree = model.snapshot().tree();
+            model
+                .roots
+                .insert(format!("{SNAPSHOT}{name}"), Rooted { tree, must: false });
+        }
+        Op::DeleteSnapshot { name } => {
+            if let Some(rooted) = model.roots.get_mut(&format!("{SNAPSHOT}{name}")) {
+                rooted.must = false;
+            }
+        }
+        _ => {}
+    }
 }
 
 /// What a sync records in the model: the open files it flushes (a closed
@@ -315,7 +427,7 @@ pub fn apply(fs: &Fs, model: &mut Model, op: &Op) -> Result<(), FsError> {
 pub fn synced(model: &mut Model, op: &Op) {
     match op {
         Op::Fsync { ino } if model.open.contains(ino) => model.record(*ino),
-        Op::SyncAll => {
+        Op::SyncAll | Op::Version | Op::Snapshot { .. } | Op::Gc => {
             for ino in model.open.clone() {
                 model.record(ino);
             }
