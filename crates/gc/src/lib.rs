@@ -19,7 +19,8 @@
 //!    recording began.
 //! 3. The live file system is marked after the roots, open files before the
 //!    namespace: a reference moving from an open file into the namespace is
-//!    seen in one or the other.
+//!    seen in one or the other. An open file's write-behind apply in flight
+//!    is waited for, so its references are in the file's extents.
 //! 4. Only containers indexed when the collection began are candidates;
 //!    anything written since is untouched.
 //! 5. The file system is made durable after marking and before anything is

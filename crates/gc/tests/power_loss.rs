@@ -9,18 +9,25 @@
 //! fingerprint index, the roots, the metadata engine) goes through one
 //! simulated power switch (`branch::crash`). For each seed, a workload of
 //! creates, writes (inline and chunked, small and large, written behind),
-//! overwrites, truncates, renames, unlinks, mkdirs and fsyncs runs once to
-//! count its storage operations, then again with the power cut at one
-//! operation after another: what was not synced is lost (the last write
-//! torn, or any of them kept, torn or lost), the machine restarts on what
-//! the disks kept, and
+//! overwrites, truncates, renames, hard links, unlinks, mkdirs, fsyncs,
+//! versions, snapshots and garbage collections runs once to count its
+//! storage operations, then again with the power cut at one operation after
+//! another: what was not synced is lost (the last write torn, or any of
+//! them kept, torn or lost), the machine restarts on what the disks kept,
+//! and
 //! - the namespace and every file's content are exactly those of the last
 //!   completed sync (or of a sync the cut interrupted): every fsynced file
 //!   reads back exactly, and no file reads anything else;
 //! - the metadata engine's invariants hold;
 //! - the store's check finds no damage but the torn blob of a put the cut
 //!   interrupted (only when the branch is allowed to tear puts);
-//! - the file system takes new data and makes it durable.
+//! - every version and snapshot holds exactly the tree it was made from,
+//!   and none whose creation returned is lost;
+//! - a garbage collection changes nothing a reader sees, and the file
+//!   system takes new data and makes it durable.
+//!
+//! A third of the cases cut the power a second time while the machine
+//! restarts and is checked, then restart and check again.
 //!
 //! A failure names its seed and cut; `CAIRN_CRASH_SEED=SEED:CUT` replays
 //! that case alone (and `CAIRN_CRASH_SEED=SEED` the seed's every cut).
@@ -34,7 +41,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use branch::crash::{Change, Kept, Loss};
+use branch::crash::{Change, Kept, Loss, Power};
+use branch::Branch;
 use cas::{ContainerId, Problem};
 use fs::tree::{self, TreeContent};
 use fs::Fs;
@@ -45,7 +53,7 @@ use rand::{Rng, SeedableRng};
 
 use power::model::{Model, Rooted, Snapshot, Tree};
 use power::workload::{self, Op};
-use power::{Disks, Running};
+use power::Disks;
 
 const SEEDS: u64 = 24;
 /// Workload operations per seed, before the final sync.
@@ -55,15 +63,21 @@ const CUTS_PER_SEED: u64 = 110;
 /// The whole test must cut the power at least this often.
 const MIN_CUTS: u64 = 2000;
 const WORKERS: usize = 2;
+/// A second cut, in some cases, falls on one of the restart's first this
+/// many storage operations (a restart and its checks make 80 to 110).
+const RESTART_OPS: u64 = 100;
 
 /// One power cut: the seed of the workload, the storage operation it falls
-/// on (`None`: the reference run, cut after the last), how writes are lost.
+/// on (`None`: the reference run, cut after the last), how writes are lost,
+/// and for some cases a second cut while the machine restarts.
 #[derive(Clone, Copy)]
 struct Case {
     seed: u64,
     at: Option<u64>,
     loss: Loss,
     tear: bool,
+    /// The storage operation of the restart that a second cut falls on.
+    again: Option<u64>,
 }
 
 impl Case {
@@ -78,38 +92,41 @@ impl Case {
                 Loss::Scatter
             },
             tear: dice.gen_bool(0.3),
+            again: (at.is_some() && dice.gen_bool(0.3)).then(|| dice.gen_range(1..=RESTART_OPS)),
         }
     }
 
-    /// The seed of the dice that decide what the disks keep.
-    fn loss_seed(&self) -> u64 {
-        self.seed ^ self.at.unwrap_or(u64::MAX).rotate_left(32)
+    /// The seed of the dice that decide what the disks keep at cut `n`.
+    fn loss_seed(&self, n: u64) -> u64 {
+        (self.seed ^ self.at.unwrap_or(u64::MAX).rotate_left(32)).wrapping_add(n)
     }
 }
 
 impl fmt::Display for Case {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.at {
-            Some(at) => write!(
-                f,
-                "seed {}, power cut at storage operation {at} ({:?} loss{}); replay with \
-                 CAIRN_CRASH_SEED={}:{at}",
-                self.seed,
-                self.loss,
-                if self.tear { ", puts may tear" } else { "" },
-                self.seed
-            ),
-            None => write!(
+        let Some(at) = self.at else {
+            return write!(
                 f,
                 "seed {}, reference run; replay with CAIRN_CRASH_SEED={}",
                 self.seed, self.seed
-            ),
+            );
+        };
+        write!(
+            f,
+            "seed {}, power cut at storage operation {at} ({:?} loss{})",
+            self.seed,
+            self.loss,
+            if self.tear { ", puts may tear" } else { "" },
+        )?;
+        if let Some(again) = self.again {
+            write!(f, " and again at operation {again} of the restart")?;
         }
+        write!(f, "; replay with CAIRN_CRASH_SEED={}:{at}", self.seed)
     }
 }
 
-/// What a run left to check: the states recovery may find, what became of
-/// the branch's unsynced changes, the operations run.
+/// What a run left to check: the states recovery may find, the roots made,
+/// the operations run.
 struct Ran {
     candidates: Vec<Snapshot>,
     roots: BTreeMap<String, Rooted>,
@@ -119,14 +136,14 @@ struct Ran {
 
 /// Runs the seed's workload until it ends (then syncs everything) or the
 /// power goes off.
-fn run_workload(running: &Running, seed: u64) -> Result<Ran, String> {
+fn run_workload(power: &Power, fs: &Fs, seed: u64) -> Result<Ran, String> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut model = Model::default();
     model.durable = model.snapshot();
     let mut log = Vec::new();
     let mut interrupted = None;
     for step in 0..=STEPS {
-        if running.power.is_off() {
+        if power.is_off() {
             break;
         }
         let op = if step == STEPS {
@@ -135,10 +152,10 @@ fn run_workload(running: &Running, seed: u64) -> Result<Ran, String> {
             workload::next(&mut rng, &model)
         };
         log.push(op.to_string());
-        match workload::apply(&running.fs, &mut model, &op) {
+        match workload::apply(fs, &mut model, &op) {
             Ok(()) if op.syncs() => model.durable = model.snapshot(),
             Ok(()) => {}
-            Err(e) if running.power.is_off() => {
+            Err(e) if power.is_off() => {
                 if op.syncs() {
                     workload::synced(&mut model, &op);
                     interrupted = Some(model.snapshot());
@@ -155,19 +172,18 @@ fn run_workload(running: &Running, seed: u64) -> Result<Ran, String> {
             }
         }
     }
-    let ops = running.power.ops();
     let mut candidates = vec![model.durable.clone()];
     candidates.extend(interrupted);
     Ok(Ran {
         candidates,
         roots: model.roots,
-        ops,
+        ops: power.ops(),
         log,
     })
 }
 
 /// The namespace and every file's content as the file system serves them.
-fn observe(fs: &Fs) -> Result<Snapshot, String> {
+fn observe(fs: &Fs, branch: &dyn Branch) -> Result<Snapshot, String> {
     let mut seen = Snapshot::default();
     let mut dirs = vec![InodeId::ROOT];
     while let Some(dir) = dirs.pop() {
@@ -190,9 +206,13 @@ fn observe(fs: &Fs) -> Result<Snapshot, String> {
                 .map_err(|e| format!("getattr of inode {}: {e}", entry.ino.0))?
                 .attr
                 .size;
-            let bytes = fs
-                .read(entry.ino, 0, size as u32)
-                .map_err(|e| format!("reading inode {} ({size} bytes): {e}", entry.ino.0))?;
+            let bytes = fs.read(entry.ino, 0, size as u32).map_err(|e| {
+                format!(
+                    "reading inode {} ({size} bytes): {e}{}",
+                    entry.ino.0,
+                    whereabouts(branch, &e)
+                )
+            })?;
             if bytes.len() as u64 != size {
                 return Err(format!(
                     "inode {} reads {} bytes of {size}",
@@ -204,6 +224,30 @@ fn observe(fs: &Fs) -> Result<Snapshot, String> {
         }
     }
     Ok(seen)
+}
+
+/// For a chunk the store does not know: which containers on the branch
+/// hold it anyway, for the failure message.
+fn whereabouts(branch: &dyn Branch, e: &fs::FsError) -> String {
+    let fs::FsError::Store(cas::CasError::UnknownChunk(id)) = e else {
+        return String::new();
+    };
+    let Ok(keys) = branch.list(ContainerId::list_prefix()) else {
+        return " (the branch cannot be listed)".into();
+    };
+    let holders: Vec<String> = keys
+        .iter()
+        .filter_map(|key| {
+            let c = ContainerId::from_blob_key(key)?;
+            let bytes = branch.get(key).ok()?;
+            let entries = cas::container::parse(c, &bytes).ok()?;
+            entries
+                .iter()
+                .any(|(chunk, _)| chunk == id)
+                .then(|| c.to_string())
+        })
+        .collect();
+    format!(" (containers on the branch that hold it: {holders:?})")
 }
 
 /// A namespace stored under a root (a version or a snapshot), by path.
@@ -309,8 +353,37 @@ fn torn_containers(outcomes: &[branch::crash::Outcome]) -> HashSet<String> {
         .collect()
 }
 
-/// Writes a new file after the recovery and reads it back.
-fn still_works(fs: &Fs) -> Result<(), String> {
+/// The files each restart writes to see that the file system still works.
+const PROBE: &[u8] = b"written-after-restart-";
+
+fn probe_bytes() -> Vec<u8> {
+    (0..60_000u32).map(|i| (i * 7 + i / 251) as u8).collect()
+}
+
+/// Takes the restarts' probe files out of what was seen, once they are
+/// found whole (a probe is there only if its fsync made it durable).
+fn without_probes(mut seen: Snapshot) -> Result<Snapshot, String> {
+    let probes: Vec<((u64, Vec<u8>), u64)> = seen
+        .entries
+        .iter()
+        .filter(|((parent, name), _)| *parent == InodeId::ROOT.0 && name.starts_with(PROBE))
+        .map(|(key, (ino, _))| (key.clone(), *ino))
+        .collect();
+    for (key, ino) in probes {
+        if seen.contents.get(&ino).map(|b| b.as_slice()) != Some(&probe_bytes()[..]) {
+            return Err(format!(
+                "{} reads other bytes than were written and fsynced",
+                String::from_utf8_lossy(&key.1)
+            ));
+        }
+        seen.entries.remove(&key);
+        seen.contents.remove(&ino);
+    }
+    Ok(seen)
+}
+
+/// Writes a new file after a restart, fsyncs it and reads it back.
+fn still_works(fs: &Fs, restart: u32) -> Result<(), String> {
     let new = NewInode {
         kind: FileKind::File,
         perm: 0o644,
@@ -319,11 +392,10 @@ fn still_works(fs: &Fs) -> Result<(), String> {
         rdev: 0,
         content: Content::Empty,
     };
-    let bytes: Vec<u8> = (0..60_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+    let bytes = probe_bytes();
+    let name = [PROBE, restart.to_string().as_bytes()].concat();
     let run = || -> fs::Result<Vec<u8>> {
-        let ino = fs
-            .create(InodeId::ROOT, b"written-after-the-crash", new)?
-            .id;
+        let ino = fs.create(InodeId::ROOT, &name, new)?.id;
         fs.open(ino)?;
         fs.write(ino, 0, &bytes)?;
         fs.fsync(ino)?;
@@ -332,77 +404,114 @@ fn still_works(fs: &Fs) -> Result<(), String> {
     };
     match run() {
         Ok(read) if read == bytes => Ok(()),
-        Ok(_) => Err("a file written after the recovery reads back different bytes".into()),
-        Err(e) => Err(format!("writing after the recovery failed: {e}")),
+        Ok(_) => Err("a file written after the restart reads back different bytes".into()),
+        Err(e) => Err(format!("writing after the restart failed: {e}")),
     }
+}
+
+/// What a restart must find.
+struct Expected<'a> {
+    candidates: &'a [Snapshot],
+    roots: &'a BTreeMap<String, Rooted>,
+    /// Containers whose put a cut tore.
+    torn: &'a HashSet<String>,
+}
+
+/// Restarts the machine on what the disks kept and checks everything.
+fn restart(disks: &Disks, expected: &Expected<'_>, n: u32) -> Result<(), String> {
+    let running = disks.boot()?;
+    let fs = &running.fs;
+    let seen = observe(fs, &*disks.branch)?;
+    let found = without_probes(seen.clone())?;
+    if !expected.candidates.contains(&found) {
+        let diffs: Vec<String> = expected
+            .candidates
+            .iter()
+            .map(|c| format!("  against a state synced: {}", found.diff(c)))
+            .collect();
+        return Err(format!(
+            "the recovered file system is not a state that was synced:\n{}",
+            diffs.join("\n")
+        ));
+    }
+    let problems = running
+        .meta
+        .verify()
+        .map_err(|e| format!("verifying the metadata failed: {e}"))?;
+    if !problems.is_empty() {
+        return Err(format!("the metadata is inconsistent: {problems:?}"));
+    }
+    let report = fs
+        .store()
+        .check(&|_| {})
+        .map_err(|e| format!("the store's check failed: {e}"))?;
+    let unexplained: Vec<&Problem> = report
+        .problems
+        .iter()
+        .filter(|p| match p {
+            Problem::CorruptContainer { container, .. } => !expected.torn.contains(container),
+            other => other.is_damage(),
+        })
+        .collect();
+    if !unexplained.is_empty() {
+        return Err(format!(
+            "the store's check found damage the cuts do not explain: {unexplained:?}"
+        ));
+    }
+    check_roots(fs, expected.roots)?;
+    collect(fs).map_err(|e| format!("a collection after the restart: {e}"))?;
+    let again = observe(fs, &*disks.branch).map_err(|e| format!("after a collection: {e}"))?;
+    if again != seen {
+        return Err(format!(
+            "a collection after the restart changed the file system: {}",
+            again.diff(&seen)
+        ));
+    }
+    still_works(fs, n)
 }
 
 /// Runs one case on a copy of the clean disks; returns how many storage
 /// operations its workload made.
 fn run_case(clean: &Disks, dir: &Path, case: Case) -> Result<u64, String> {
-    let disks = clean.copy(dir);
-    let running = disks.boot(case.tear);
+    let disks = clean.copy(dir, case.tear);
+    let running = disks.boot()?;
     if let Some(at) = case.at {
-        running.power.crash_after(at, case.loss, case.loss_seed());
+        disks.power.crash_after(at, case.loss, case.loss_seed(0));
     }
-    let ran = run_workload(&running, case.seed)?;
-    running.power.cut(case.loss, case.loss_seed());
-    let (disks, outcomes) = running.recover(&disks);
-    let running = disks.boot(false);
+    let ran = run_workload(&disks.power, &running.fs, case.seed)?;
+    disks.power.cut(case.loss, case.loss_seed(0));
+    drop(running);
+    let (mut disks, outcomes) = disks.recover();
     let fail = |what: String| {
         format!(
             "{what}\nthe branch's unsynced changes: {outcomes:?}\noperations:\n{}",
             ran.log.join("\n")
         )
     };
-    let seen = observe(&running.fs).map_err(fail)?;
-    if !ran.candidates.contains(&seen) {
-        let diffs: Vec<String> = ran
-            .candidates
-            .iter()
-            .map(|c| format!("  against a state synced: {}", seen.diff(c)))
-            .collect();
-        return Err(fail(format!(
-            "the recovered file system is not a state that was synced:\n{}",
-            diffs.join("\n")
-        )));
+    let mut torn = torn_containers(&outcomes);
+    if let Some(again) = case.again {
+        disks.power.crash_after(again, case.loss, case.loss_seed(1));
+        let expected = Expected {
+            candidates: &ran.candidates,
+            roots: &ran.roots,
+            torn: &torn,
+        };
+        match restart(&disks, &expected, 1) {
+            Err(e) if !disks.power.is_off() => {
+                return Err(fail(format!("the restart before the second cut: {e}")))
+            }
+            _ => disks.power.cut(case.loss, case.loss_seed(1)),
+        }
+        let (recovered, outcomes) = disks.recover();
+        torn.extend(torn_containers(&outcomes));
+        disks = recovered;
     }
-    let problems = running
-        .meta
-        .verify()
-        .map_err(|e| fail(format!("verifying the metadata failed: {e}")))?;
-    if !problems.is_empty() {
-        return Err(fail(format!("the metadata is inconsistent: {problems:?}")));
-    }
-    let report = running
-        .fs
-        .store()
-        .check(&|_| {})
-        .map_err(|e| fail(format!("the store's check failed: {e}")))?;
-    let torn = torn_containers(&outcomes);
-    let unexplained: Vec<&Problem> = report
-        .problems
-        .iter()
-        .filter(|p| match p {
-            Problem::CorruptContainer { container, .. } => !torn.contains(container),
-            other => other.is_damage(),
-        })
-        .collect();
-    if !unexplained.is_empty() {
-        return Err(fail(format!(
-            "the store's check found damage the cut does not explain: {unexplained:?}"
-        )));
-    }
-    check_roots(&running.fs, &ran.roots).map_err(fail)?;
-    collect(&running.fs).map_err(|e| fail(format!("a collection after the recovery: {e}")))?;
-    let again = observe(&running.fs).map_err(fail)?;
-    if again != seen {
-        return Err(fail(format!(
-            "a collection after the recovery changed the file system: {}",
-            again.diff(&seen)
-        )));
-    }
-    still_works(&running.fs).map_err(fail)?;
+    let expected = Expected {
+        candidates: &ran.candidates,
+        roots: &ran.roots,
+        torn: &torn,
+    };
+    restart(&disks, &expected, 2).map_err(fail)?;
     Ok(ran.ops)
 }
 

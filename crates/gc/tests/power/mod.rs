@@ -4,12 +4,12 @@
 pub mod model;
 pub mod workload;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use branch::crash::{CrashBranch, CrashFile, Outcome, Power};
-use branch::LocalDir;
+use branch::{Branch, LocalDir};
 use cas::{RepoKey, Store, StoreSettings};
 use chunking::ChunkerParams;
 use fs::{Fs, FsSettings};
@@ -35,7 +35,8 @@ fn params() -> ChunkerParams {
 
 /// No background commits or versions: only the workload's syncs make
 /// anything durable, so the model knows what must survive. A low dirty
-/// limit per file makes large writes go behind.
+/// limit per file makes large writes go behind; few versions are kept, so
+/// old ones are dropped.
 fn fs_settings() -> FsSettings {
     FsSettings {
         file_dirty_max: 64 << 10,
@@ -44,6 +45,7 @@ fn fs_settings() -> FsSettings {
         cache_bytes: 1 << 20,
         commit_interval: Duration::from_secs(3600),
         version_interval: Duration::ZERO,
+        versions_keep: 3,
         ..FsSettings::default()
     }
 }
@@ -56,116 +58,101 @@ fn key() -> RepoKey {
 /// power goes through.
 pub struct Disks {
     pub power: Power,
-    /// The branch's directory.
-    pub branch: std::path::PathBuf,
-    pub index: CrashFile,
-    pub roots: CrashFile,
-    pub meta: CrashFile,
+    dir: PathBuf,
+    tearing: bool,
+    pub branch: Arc<CrashBranch>,
+    index: CrashFile,
+    roots: CrashFile,
+    meta: CrashFile,
 }
 
-/// A machine that is up: everything it stores goes through `power`.
+/// A machine that is up.
 pub struct Running {
-    pub power: Power,
-    pub branch: Arc<CrashBranch>,
     pub meta: Arc<RedbMeta>,
     pub fs: Fs,
 }
 
 impl Disks {
-    /// A new, empty machine, set up and shut down cleanly.
-    pub fn new(dir: &Path) -> Disks {
-        let power = Power::on();
-        let disks = Disks {
-            power: power.clone(),
-            branch: dir.join("branch"),
-            index: CrashFile::new("index.redb", &power),
-            roots: CrashFile::new("roots.redb", &power),
-            meta: CrashFile::new("fs.redb", &power),
-        };
-        let running = disks.boot(false);
-        running.fs.shutdown().expect("a clean shutdown");
-        drop(running);
-        disks
-    }
-
-    /// A copy of these disks, as after a clean shutdown, for a new run.
-    pub fn copy(&self, dir: &Path) -> Disks {
-        let power = Power::on();
-        std::fs::create_dir_all(dir.join("branch")).unwrap();
-        for entry in std::fs::read_dir(&self.branch).unwrap() {
-            let entry = entry.unwrap();
-            assert!(
-                entry.file_name() == ".partial",
-                "the clean disks hold only an empty branch"
-            );
-        }
-        Disks {
-            power: power.clone(),
-            branch: dir.join("branch"),
-            index: self.index.copy(&power),
-            roots: self.roots.copy(&power),
-            meta: self.meta.copy(&power),
-        }
-    }
-
-    /// Starts the machine on these disks. Panics if it does not come up:
-    /// a crash must never leave a machine that cannot start.
-    pub fn boot(&self, tearing: bool) -> Running {
-        let power = &self.power;
-        let (local, _) = LocalDir::open("local", &self.branch).expect("open the branch");
-        let mut branch = CrashBranch::new(Arc::new(local), power);
+    fn assemble(
+        dir: &Path,
+        power: Power,
+        tearing: bool,
+        [index, roots, meta]: [CrashFile; 3],
+    ) -> Disks {
+        let (local, _) = LocalDir::open("local", dir).expect("open the branch's directory");
+        let mut branch = CrashBranch::new(Arc::new(local), &power);
         if tearing {
             branch = branch.tearing();
         }
-        let branch = Arc::new(branch);
+        Disks {
+            power,
+            dir: dir.to_path_buf(),
+            tearing,
+            branch: Arc::new(branch),
+            index,
+            roots,
+            meta,
+        }
+    }
+
+    /// A new, empty machine, set up and shut down cleanly.
+    pub fn new(dir: &Path) -> Disks {
+        let power = Power::on();
+        let files = ["index.redb", "roots.redb", "fs.redb"].map(|n| CrashFile::new(n, &power));
+        let disks = Self::assemble(dir, power, false, files);
+        let running = disks.boot().unwrap_or_else(|e| panic!("{e}"));
+        running.fs.shutdown().expect("a clean shutdown");
+        disks
+    }
+
+    /// A copy of these disks (which hold no blobs yet) under `dir`, as
+    /// after a clean shutdown; with `tearing`, puts cut short may tear.
+    pub fn copy(&self, dir: &Path, tearing: bool) -> Disks {
+        assert!(
+            self.branch
+                .list("")
+                .expect("list the clean branch")
+                .is_empty(),
+            "the clean disks hold no blobs"
+        );
+        let power = Power::on();
+        let files = [&self.index, &self.roots, &self.meta].map(|f| f.copy(&power));
+        Self::assemble(dir, power, tearing, files)
+    }
+
+    /// Starts the machine on these disks.
+    pub fn boot(&self) -> Result<Running, String> {
         let store = Store::open_on(
-            branch.clone(),
+            self.branch.clone(),
             self.index.clone(),
             self.roots.clone(),
             key(),
             store_settings(),
         )
-        .unwrap_or_else(|e| panic!("the store does not open: {e}"));
+        .map_err(|e| format!("the store does not open: {e}"))?;
         let meta = Arc::new(
             RedbMeta::open_on(self.meta.clone(), 0, 0)
-                .unwrap_or_else(|e| panic!("the metadata engine does not open: {e}")),
+                .map_err(|e| format!("the metadata engine does not open: {e}"))?,
         );
         let fs = Fs::new(meta.clone(), store, params(), fs_settings())
-            .unwrap_or_else(|e| panic!("the file system does not start: {e}"));
-        Running {
-            power: power.clone(),
-            branch,
-            meta,
-            fs,
-        }
+            .map_err(|e| format!("the file system does not start: {e}"))?;
+        Ok(Running { meta, fs })
     }
-}
 
-impl Running {
-    /// After the power cut: stops what was running (every write now
-    /// fails), decides what the disks kept, and returns them with what
-    /// became of the branch's unsynced changes.
-    pub fn recover(self, disks: &Disks) -> (Disks, Vec<Outcome>) {
-        let Running {
-            power,
-            branch,
-            meta,
-            fs,
-        } = self;
-        assert!(power.is_off(), "recover only after a power cut");
-        drop(fs);
-        drop(meta);
-        let outcomes = branch
+    /// After the power cut (and once everything running on these disks is
+    /// dropped): decides what the disks kept, and returns them, powered
+    /// anew, with what became of the branch's unsynced changes.
+    pub fn recover(self) -> (Disks, Vec<Outcome>) {
+        assert!(self.power.is_off(), "recover only after a power cut");
+        let outcomes = self
+            .branch
             .recover()
             .expect("the branch's disk takes the outcome");
-        let after = Power::on();
-        let recovered = Disks {
-            power: after.clone(),
-            branch: disks.branch.clone(),
-            index: disks.index.recover(&after),
-            roots: disks.roots.recover(&after),
-            meta: disks.meta.recover(&after),
-        };
-        (recovered, outcomes)
+        let power = Power::on();
+        let files = [&self.index, &self.roots, &self.meta].map(|f| f.recover(&power));
+        (
+            Self::assemble(&self.dir, power, self.tearing, files),
+            outcomes,
+        )
     }
 }

@@ -76,21 +76,23 @@ impl fmt::Debug for Snapshot {
 pub type Tree = BTreeMap<Vec<u8>, Option<Bytes>>;
 
 impl Snapshot {
-    /// The same namespace by path, as a version or snapshot stores it.
+    /// The same namespace by path, as a version or snapshot stores it (a
+    /// file with several names at each of them).
     pub fn tree(&self) -> Tree {
-        let names: HashMap<u64, (u64, &[u8])> = self
+        let dirs: HashMap<u64, (u64, &[u8])> = self
             .entries
             .iter()
+            .filter(|(_, (_, dir))| *dir)
             .map(|((parent, name), (ino, _))| (*ino, (*parent, name.as_slice())))
             .collect();
         self.entries
-            .values()
-            .map(|(ino, dir)| {
-                let mut parts = Vec::new();
-                let mut at = *ino;
-                while let Some((parent, name)) = names.get(&at) {
+            .iter()
+            .map(|((parent, name), (ino, dir))| {
+                let mut parts = vec![name.as_slice()];
+                let mut at = *parent;
+                while let Some((up, name)) = dirs.get(&at) {
                     parts.push(*name);
-                    at = *parent;
+                    at = *up;
                 }
                 parts.reverse();
                 let content = (!dir).then(|| self.contents[ino].clone());
@@ -116,11 +118,12 @@ pub struct Model {
     /// Snapshots named so far, so that each gets a new name.
     pub snapshots_named: u64,
     pub entries: BTreeMap<(u64, Vec<u8>), (u64, bool)>,
-    /// What a reader of each file sees now.
-    pub live: HashMap<u64, Bytes>,
+    /// What a reader of each file sees now (ordered, so that the workload
+    /// drawn from it is the same in every run).
+    pub live: BTreeMap<u64, Bytes>,
     /// What the metadata engine records for each file (its last flush,
     /// close, fsync or truncate).
-    pub recorded: HashMap<u64, Bytes>,
+    pub recorded: BTreeMap<u64, Bytes>,
     /// Files with a handle open.
     pub open: BTreeSet<u64>,
     /// The state the last completed sync made durable.
@@ -153,11 +156,13 @@ impl Model {
     }
 
     pub fn files(&self) -> Vec<u64> {
-        self.entries
+        let files: BTreeSet<u64> = self
+            .entries
             .values()
             .filter(|(_, dir)| !dir)
             .map(|(ino, _)| *ino)
-            .collect()
+            .collect();
+        files.into_iter().collect()
     }
 
     /// The (parent, name) of every entry of this kind.
@@ -204,11 +209,14 @@ impl Model {
         }
     }
 
+    /// Removes a name; a file that had no other is gone.
     pub fn remove(&mut self, parent: u64, name: &[u8]) {
         if let Some((ino, _)) = self.entries.remove(&(parent, name.to_vec())) {
-            self.live.remove(&ino);
-            self.recorded.remove(&ino);
-            self.open.remove(&ino);
+            if !self.entries.values().any(|(other, _)| *other == ino) {
+                self.live.remove(&ino);
+                self.recorded.remove(&ino);
+                self.open.remove(&ino);
+            }
         }
     }
 

@@ -46,6 +46,10 @@ pub enum Op {
         from: (u64, Vec<u8>),
         to: (u64, Vec<u8>),
     },
+    Link {
+        ino: u64,
+        to: (u64, Vec<u8>),
+    },
     Unlink {
         parent: u64,
         name: Vec<u8>,
@@ -98,6 +102,7 @@ impl fmt::Display for Op {
                 to.0,
                 n(&to.1)
             ),
+            Op::Link { ino, to } => write!(f, "link inode {ino} as {}/{}", to.0, n(&to.1)),
             Op::Unlink { parent, name } => write!(f, "unlink {parent}/{}", n(name)),
             Op::Rmdir { parent, name } => write!(f, "rmdir {parent}/{}", n(name)),
             Op::SyncAll => write!(f, "sync all"),
@@ -212,9 +217,17 @@ pub fn next(rng: &mut StdRng, model: &Model) -> Op {
                     Some(Op::Rename { from, to })
                 })
             }
-            73..=77 => {
+            73..=75 => {
                 pick(rng, &model.names(false)).map(|(parent, name)| Op::Unlink { parent, name })
             }
+            76..=77 => pick(rng, &files).map(|ino| {
+                let parent = pick(rng, &model.dirs()).expect("the root");
+                let name = fresh_name(rng, model, parent, "l");
+                Op::Link {
+                    ino,
+                    to: (parent, name),
+                }
+            }),
             78..=80 if model.dirs().len() <= MAX_DIRS => {
                 let parent = pick(rng, &model.dirs()).expect("the root");
                 let name = fresh_name(rng, model, parent, "d");
@@ -312,7 +325,19 @@ pub fn apply(fs: &Fs, model: &mut Model, op: &Op) -> Result<(), FsError> {
             model.record(*ino);
         }
         Op::Rename { from, to } => {
+            let moved = model.entries[from].0;
             if let Some((target, false)) = model.entries.get(to).copied() {
+                if target == moved {
+                    // Two names of one file: rename(2) leaves both.
+                    fs.rename(
+                        InodeId(from.0),
+                        &from.1,
+                        InodeId(to.0),
+                        &to.1,
+                        RenameFlags::default(),
+                    )?;
+                    return Ok(());
+                }
                 close(fs, model, target)?;
             }
             fs.rename(
@@ -327,6 +352,10 @@ pub fn apply(fs: &Fs, model: &mut Model, op: &Op) -> Result<(), FsError> {
                 model.remove(to.0, &to.1);
             }
             model.entries.insert(to.clone(), moved);
+        }
+        Op::Link { ino, to } => {
+            fs.link(InodeId(*ino), InodeId(to.0), &to.1)?;
+            model.entries.insert(to.clone(), (*ino, false));
         }
         Op::Unlink { parent, name } => {
             let ino = model.entries[&(*parent, name.clone())].0;
