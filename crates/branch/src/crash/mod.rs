@@ -50,7 +50,8 @@ pub enum Loss {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kept {
     Whole,
-    /// The first this many bytes (fewer than the whole).
+    /// The first this many bytes (fewer than the whole; for a blob,
+    /// possibly none: an empty blob is left under its key).
     Prefix(usize),
     Nothing,
 }
