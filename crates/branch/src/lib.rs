@@ -3,7 +3,9 @@
 //! **Owns:** moving bytes to and from one place — a local directory
 //! ([`LocalDir`]), an S3 bucket ([`S3Bucket`]) — behind one [`Branch`] trait,
 //! and making a blob durable and atomically visible there. [`FaultyBranch`]
-//! wraps any branch to inject failures, slowness or corruption in tests.
+//! wraps any branch to inject failures, slowness or corruption in tests;
+//! [`crash`] (behind the `testing` feature) simulates power loss, for
+//! branches and for redb's storage backend, with one switch for both.
 //!
 //! **Never:** interprets a blob. A branch does not know what a chunk or a
 //! container is; `cas` decides what the blobs mean and what they are called.
@@ -23,6 +25,8 @@
 //! maintained against real S3 and its look-alikes.
 
 mod aligned;
+#[cfg(feature = "testing")]
+pub mod crash;
 mod fault;
 mod key;
 mod local;

@@ -35,3 +35,10 @@ fn s3_bucket_on_s3proxy() {
     let proxy = S3Proxy::start();
     conformance(|| Arc::new(S3Bucket::open("s3", &proxy.new_bucket()).unwrap()));
 }
+
+#[test]
+fn powered_crash_branch_over_local_dir() {
+    let (_dir, make) = local_dirs();
+    let power = branch::crash::Power::on();
+    conformance(|| Arc::new(branch::crash::CrashBranch::new(make(), &power)));
+}

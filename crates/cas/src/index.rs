@@ -19,12 +19,15 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::RwLock;
 
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, StorageBackend, TableDefinition,
+};
 
 use crate::compact::CompactIndex;
 use crate::container::{ChunkLocation, Sealed};
 use crate::id::{ChunkId, ContainerId};
 use crate::protection::needs_restore;
+use crate::store::{INDEX_FILE, ROOTS_FILE};
 use crate::{CasError, Result};
 use redundancy::Policy;
 
@@ -66,15 +69,21 @@ pub struct Index {
     compact: RwLock<CompactIndex>,
 }
 
+/// redb's default page cache is 1 GiB. The compact index already answers
+/// "is it new?" from RAM, so the B-tree needs only its upper levels here;
+/// leaves come from the OS page cache. 64 MiB per database doubled a gc's
+/// peak RSS for no measurable speed.
+fn builder() -> redb::Builder {
+    let mut b = redb::Builder::new();
+    b.set_cache_size(16 << 20);
+    b
+}
+
 fn open_db(path: &Path) -> Result<Database> {
     if !path.exists() {
         create_whole(path)?;
     }
-    // redb's default page cache is 1 GiB. The compact index already answers
-    // "is it new?" from RAM, so the B-tree needs only its upper levels here;
-    // leaves come from the OS page cache. 64 MiB per database doubled a
-    // gc's peak RSS for no measurable speed.
-    match redb::Builder::new().set_cache_size(16 << 20).create(path) {
+    match builder().create(path) {
         Ok(db) => Ok(db),
         Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(CasError::Busy(path.to_path_buf())),
         Err(e) => Err(CasError::IndexOpen {
@@ -82,6 +91,17 @@ fn open_db(path: &Path) -> Result<Database> {
             source: e.into(),
         }),
     }
+}
+
+/// A database over a storage backend (created if the backend is empty);
+/// `name` stands for it in messages.
+fn open_backend(backend: impl StorageBackend, name: &str) -> Result<Database> {
+    builder()
+        .create_with_backend(backend)
+        .map_err(|e| CasError::IndexOpen {
+            path: name.into(),
+            source: e.into(),
+        })
 }
 
 /// Creates an empty database under a temporary name and renames it into
@@ -128,7 +148,20 @@ redb_errors!(
 
 impl Index {
     pub fn open(index_path: &Path, roots_path: &Path) -> Result<Self> {
-        let db = open_db(index_path)?;
+        Self::with_databases(open_db(index_path)?, open_db(roots_path)?)
+    }
+
+    /// The index and roots over storage backends instead of files (a test
+    /// that simulates power loss gives it its own). The bytes are the same
+    /// as in the files.
+    pub fn on_backends(index: impl StorageBackend, roots: impl StorageBackend) -> Result<Self> {
+        Self::with_databases(
+            open_backend(index, INDEX_FILE)?,
+            open_backend(roots, ROOTS_FILE)?,
+        )
+    }
+
+    fn with_databases(db: Database, roots: Database) -> Result<Self> {
         let tx = db.begin_write()?;
         {
             tx.open_table(CHUNKS)?;
@@ -137,7 +170,6 @@ impl Index {
             tx.open_table(META)?;
         }
         tx.commit()?;
-        let roots = open_db(roots_path)?;
         let tx = roots.begin_write()?;
         tx.open_table(ROOTS)?;
         tx.commit()?;

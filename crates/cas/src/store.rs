@@ -192,7 +192,30 @@ impl Store {
         key: RepoKey,
         settings: StoreSettings,
     ) -> Result<Store> {
-        Self::open_with(branch, None, Protection::plain(), meta_dir, key, settings)
+        let roots_lost = !meta_dir.join(ROOTS_FILE).exists();
+        let index = Index::open(&meta_dir.join(INDEX_FILE), &meta_dir.join(ROOTS_FILE))?;
+        let plain = Protection::plain();
+        Self::open_with(branch, None, plain, index, roots_lost, key, settings)
+    }
+
+    /// [`Store::open`] with the index and the roots on redb storage
+    /// backends rather than in files (the power-loss tests give it
+    /// backends that lose unsynced writes). An empty roots backend is a
+    /// lost roots file: the roots are recovered from the branch.
+    pub fn open_on(
+        branch: Arc<dyn Branch>,
+        index: impl redb::StorageBackend,
+        roots: impl redb::StorageBackend,
+        key: RepoKey,
+        settings: StoreSettings,
+    ) -> Result<Store> {
+        let roots_lost = roots.len().map_err(|e| CasError::IndexOpen {
+            path: ROOTS_FILE.into(),
+            source: e.into(),
+        })? == 0;
+        let index = Index::on_backends(index, roots)?;
+        let plain = Protection::plain();
+        Self::open_with(branch, None, plain, index, roots_lost, key, settings)
     }
 
     /// Opens a store whose containers are stored through the redundancy
@@ -210,11 +233,14 @@ impl Store {
             default.policy.clone(),
             default.branches.clone(),
         )?;
+        let roots_lost = !meta_dir.join(ROOTS_FILE).exists();
+        let index = Index::open(&meta_dir.join(INDEX_FILE), &meta_dir.join(ROOTS_FILE))?;
         Self::open_with(
             Arc::new(view),
             Some(layer),
             default,
-            meta_dir,
+            index,
+            roots_lost,
             key,
             settings,
         )
@@ -224,12 +250,11 @@ impl Store {
         branch: Arc<dyn Branch>,
         layer: Option<Arc<Redundant>>,
         default: Protection,
-        meta_dir: &Path,
+        index: Index,
+        roots_lost: bool,
         key: RepoKey,
         settings: StoreSettings,
     ) -> Result<Store> {
-        let roots_lost = !meta_dir.join(ROOTS_FILE).exists();
-        let index = Index::open(&meta_dir.join(INDEX_FILE), &meta_dir.join(ROOTS_FILE))?;
         let shared = Arc::new(Shared {
             branch,
             layer,

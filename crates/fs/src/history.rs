@@ -547,11 +547,14 @@ impl Fs {
 
     /// Marks everything the live file system references: every inode's
     /// recipe and every open file's extents (including data written but not
-    /// yet recorded). Call with the history lock held.
+    /// yet recorded). Call with the history lock held, and with the store's
+    /// dedup recording on: an apply in flight is waited for, since the
+    /// chunks it found already stored before the recording began are in
+    /// none of the places marked until it is spliced in.
     pub fn mark_live(&self, set: &mut MarkSet) -> Result<()> {
         let open: Vec<_> = self.inner.files.lock().unwrap().values().cloned().collect();
         for state in open {
-            let f = state.lock().unwrap();
+            let f = self.inner.lock_settled(&state);
             set.chunks(f.extents.iter().map(|e| e.id));
             if let Content::Recipe(id) = f.content {
                 set.recipe(&self.inner.store, &id)?;

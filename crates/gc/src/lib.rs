@@ -19,9 +19,16 @@
 //!    recording began.
 //! 3. The live file system is marked after the roots, open files before the
 //!    namespace: a reference moving from an open file into the namespace is
-//!    seen in one or the other.
+//!    seen in one or the other. An open file's write-behind apply in flight
+//!    is waited for, so its references are in the file's extents.
 //! 4. Only containers indexed when the collection began are candidates;
 //!    anything written since is untouched.
+//! 5. The file system is made durable after marking and before anything is
+//!    reclaimed. Marking reads the namespace as it is, which can be newer
+//!    than what a power loss (or `kill -9`) would bring back: a file
+//!    fsynced, then truncated or overwritten, is recorded without its old
+//!    chunks, and a collection that reclaimed them before that record was
+//!    durable left the fsynced file pointing at chunks that were gone.
 //!
 //! Memory is the mark set (8 bytes of id per reachable chunk, in a hash set)
 //! plus a few words per candidate container: bounded by the chunk count,
@@ -143,6 +150,10 @@ pub fn collect(
         }
         (collection, marks)
     };
+    // Invariant 5: what was marked is durable before anything unmarked goes.
+    if let Live::Mounted(fs) = &live {
+        fs.sync_all()?;
+    }
     report.marked_chunks = marks.len() as u64;
     report.mark_seconds = started.elapsed().as_secs_f64();
     progress(GcProgress::Marking {

@@ -536,7 +536,8 @@ impl<'t> W<'t> {
 pub struct RedbMeta {
     /// `None` after an I/O error, until the next operation reopens it.
     db: RwLock<Option<Arc<Database>>>,
-    path: PathBuf,
+    /// The file, when the store is one (not a test's storage backend).
+    path: Option<PathBuf>,
     batch: Mutex<Batch>,
 }
 
@@ -568,6 +569,14 @@ fn free_bytes(dir: &Path) -> Option<u64> {
 
 /// Operations per commit at most, which bounds redb's dirty pages.
 const MAX_BATCH: usize = 256;
+
+/// redb's default page cache is 1 GiB: with many inline files it grew the
+/// daemon by that much. 64 MiB keeps the hot namespace in memory.
+fn builder() -> redb::Builder {
+    let mut b = redb::Builder::new();
+    b.set_cache_size(64 << 20);
+    b
+}
 
 impl Drop for RedbMeta {
     /// Leaves nothing applied but uncommitted (a process that exits without
@@ -621,9 +630,7 @@ impl RedbMeta {
     }
 
     fn open_db(path: &Path) -> Result<Database> {
-        // redb's default page cache is 1 GiB: with many inline files it grew
-        // the daemon by that much. 64 MiB keeps the hot namespace in memory.
-        match redb::Builder::new().set_cache_size(64 << 20).create(path) {
+        match builder().create(path) {
             Ok(db) => Ok(db),
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
                 Err(MetaError::Busy(path.to_path_buf()))
@@ -649,27 +656,61 @@ impl RedbMeta {
         if let Some(db) = slot.as_ref() {
             return Ok(db.clone());
         }
-        let db = Arc::new(Self::open_db(&self.path)?);
-        tracing::warn!(path = %self.path.display(), "reopened the metadata engine after an I/O error; changes since the last commit were lost");
+        let path = self
+            .path
+            .as_deref()
+            .ok_or(MetaError::Store(redb::Error::PreviousIo))?;
+        let db = Arc::new(Self::open_db(path)?);
+        tracing::warn!(path = %path.display(), "reopened the metadata engine after an I/O error; changes since the last commit were lost");
         *slot = Some(db.clone());
         Ok(db)
     }
 
     /// Closes the database after an I/O error, so that the next operation
-    /// reopens it (see the type's docs); other errors pass through.
+    /// reopens it (see the type's docs); other errors pass through. A store
+    /// over a backend (tests) cannot be reopened and stays as it is.
     fn after(&self, e: MetaError) -> MetaError {
-        if matches!(
-            e,
-            MetaError::Store(redb::Error::Io(_) | redb::Error::PreviousIo)
-        ) {
-            tracing::error!(path = %self.path.display(), error = %e, "the metadata engine failed to write; reopening it");
-            *self.db.write().unwrap_or_else(PoisonError::into_inner) = None;
+        if let Some(path) = &self.path {
+            if matches!(
+                e,
+                MetaError::Store(redb::Error::Io(_) | redb::Error::PreviousIo)
+            ) {
+                tracing::error!(path = %path.display(), error = %e, "the metadata engine failed to write; reopening it");
+                *self.db.write().unwrap_or_else(PoisonError::into_inner) = None;
+            }
         }
         e
     }
 
     fn open_at(path: &Path, root_uid: u32, root_gid: u32) -> Result<Self> {
         let db = Self::open_db(path)?;
+        Self::with_database(db, Some(path.to_path_buf()), root_uid, root_gid)
+    }
+
+    /// [`RedbMeta::open`] over a redb storage backend instead of a file
+    /// (the power-loss tests give it one that loses unsynced writes); an
+    /// empty backend gets a new store. The bytes are the same as the file's.
+    pub fn open_on(
+        backend: impl redb::StorageBackend,
+        root_uid: u32,
+        root_gid: u32,
+    ) -> Result<Self> {
+        let name = format!("{backend:?}");
+        let db = builder()
+            .create_with_backend(backend)
+            .map_err(|e| MetaError::Open {
+                path: name.into(),
+                source: e.into(),
+            })?;
+        Self::with_database(db, None, root_uid, root_gid)
+    }
+
+    fn with_database(
+        db: Database,
+        path: Option<PathBuf>,
+        root_uid: u32,
+        root_gid: u32,
+    ) -> Result<Self> {
         let tx = db.begin_write()?;
         {
             let mut w = W::open(&tx)?;
@@ -704,7 +745,7 @@ impl RedbMeta {
         tx.commit()?;
         Ok(RedbMeta {
             db: RwLock::new(Some(Arc::new(db))),
-            path: path.to_path_buf(),
+            path,
             batch: Mutex::new(Batch::default()),
         })
     }
@@ -723,13 +764,15 @@ impl RedbMeta {
     /// redb never meets ENOSPC in the middle of a batch (which would lose
     /// the batch) and removals still find room for their pages.
     fn write_growing<T>(&self, f: impl FnOnce(&mut W<'_>) -> Result<T>) -> Result<T> {
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        if let Some(free) = free_bytes(dir) {
-            if free < GROWTH_FLOOR {
-                return Err(MetaError::NoSpace {
-                    path: self.path.clone(),
-                    free,
-                });
+        if let Some(path) = &self.path {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            if let Some(free) = free_bytes(dir) {
+                if free < GROWTH_FLOOR {
+                    return Err(MetaError::NoSpace {
+                        path: path.clone(),
+                        free,
+                    });
+                }
             }
         }
         self.write(f)
