@@ -110,6 +110,9 @@ pub(crate) struct Shared {
     pub budget: Budget,
     pub inflight: Mutex<Inflight>,
     pub inflight_cv: Condvar,
+    /// Containers parked by the I/O thread between its rounds (see
+    /// [`crate::stall`]); garbage collection may drop those nothing uses.
+    pub parked_jobs: Mutex<Vec<IoJob>>,
     ids: Mutex<(u64, u64)>,
     /// While a garbage collection runs, the chunks writers deduplicated
     /// against (see the `gc` module for the protocol).
@@ -267,6 +270,7 @@ impl Store {
             budget: Budget::new(settings.memory_budget),
             inflight: Mutex::new(Inflight::default()),
             inflight_cv: Condvar::new(),
+            parked_jobs: Mutex::new(Vec::new()),
             ids: Mutex::new((0, 0)),
             retained: RwLock::new(None),
         });
@@ -422,6 +426,50 @@ impl Store {
             .iter()
             .min_by_key(|(id, _)| **id)
             .map(|(id, reason)| stall::no_space(*id, reason))
+    }
+
+    /// The containers waiting for space now.
+    pub fn parked_containers(&self) -> Vec<ContainerId> {
+        self.shared
+            .inflight
+            .lock()
+            .unwrap()
+            .parked
+            .keys()
+            .copied()
+            .collect()
+    }
+
+    /// Drops the containers of `among` still waiting for space that hold
+    /// no chunk `used` names: garbage collection's way out of a full disk,
+    /// where the files that wrote them were deleted before they could be
+    /// stored. Returns how many were dropped. A container the I/O thread is
+    /// trying again at this moment is left for the next collection.
+    pub fn drop_unused_parked(
+        &self,
+        among: &[ContainerId],
+        used: &dyn Fn(&ChunkId) -> bool,
+    ) -> usize {
+        let dropped: Vec<IoJob> = {
+            let mut jobs = self.shared.parked_jobs.lock().unwrap();
+            let (drop, keep) = std::mem::take(&mut *jobs).into_iter().partition(|j| {
+                among.contains(&j.sealed.id) && !j.sealed.entries.iter().any(|(id, _)| used(id))
+            });
+            *jobs = keep;
+            drop
+        };
+        for job in &dropped {
+            stall::unpark(&self.shared, &job.sealed);
+        }
+        let mut inflight = self.shared.inflight.lock().unwrap();
+        for job in &dropped {
+            inflight.parked.remove(&job.sealed.id);
+            inflight.containers.remove(&job.sealed.id);
+            tracing::info!(container = %job.sealed.id, "dropped a container waiting for space that no file uses");
+        }
+        drop(inflight);
+        self.shared.inflight_cv.notify_all();
+        dropped.len()
     }
 
     /// Where a chunk is, waiting if its container is still being written.
@@ -627,11 +675,12 @@ fn put_containers(shared: &Shared, jobs: &[IoJob]) -> Vec<std::result::Result<()
 }
 
 fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
-    // Containers a full branch refused, oldest first: tried again before
-    // anything new, every `RETRY_EVERY` and whenever new work comes.
-    let mut parked: Vec<IoJob> = Vec::new();
+    // Containers a full branch refused, oldest first (in
+    // `shared.parked_jobs` between rounds): tried again before anything
+    // new, every `RETRY_EVERY` and whenever new work comes.
     loop {
-        let first = if parked.is_empty() {
+        let waiting = !shared.parked_jobs.lock().unwrap().is_empty();
+        let first = if !waiting {
             match rx.recv() {
                 Ok(job) => Some(job),
                 Err(_) => break,
@@ -643,8 +692,8 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         };
-        let retried = parked.len();
-        let mut jobs = std::mem::take(&mut parked);
+        let mut jobs = std::mem::take(&mut *shared.parked_jobs.lock().unwrap());
+        let retried = jobs.len();
         jobs.extend(first);
         while jobs.len() < retried + MAX_CONTAINERS_PER_COMMIT {
             match rx.try_recv() {
@@ -710,6 +759,7 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
         }
         drop(inflight);
         shared.inflight_cv.notify_all();
+        let mut parked = shared.parked_jobs.lock().unwrap();
         for (job, outcome) in jobs.into_iter().zip(outcomes) {
             match outcome {
                 Outcome::Parked(_) => parked.push(job),
@@ -717,6 +767,7 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
             }
         }
     }
+    let parked = shared.parked_jobs.lock().unwrap();
     if !parked.is_empty() {
         tracing::error!(
             containers = parked.len(),

@@ -102,6 +102,9 @@ pub struct GcReport {
     pub dropped_chunks: u64,
     /// Containers left alone although they hold some garbage.
     pub kept_with_garbage: u64,
+    /// Containers waiting for space (in memory) that no file used any
+    /// more, dropped.
+    pub dropped_parked: u64,
     pub orphans_removed: u64,
     pub orphan_bytes: u64,
     pub mark_seconds: f64,
@@ -138,6 +141,10 @@ pub fn collect(
             Live::StoreOnly => None,
         };
         let collection = store.begin_collection()?;
+        // Containers waiting for space before marking began: those that
+        // hold nothing marked belong to files deleted since, and dropping
+        // them is what lets a full disk commit again.
+        let parked = store.parked_containers();
         let mut marks = MarkSet::default();
         for (_, id) in store.list_roots()? {
             marks.root(store, &id)?;
@@ -148,6 +155,7 @@ pub fn collect(
         if let Live::Mounted(fs) = &live {
             fs.mark_live(&mut marks)?;
         }
+        report.dropped_parked = store.drop_unused_parked(&parked, &|id| marks.contains(id)) as u64;
         (collection, marks)
     };
     // Invariant 5: what was marked is durable before anything unmarked goes.
