@@ -82,6 +82,9 @@ pub struct MountOptions {
     /// Files larger than this, opened read-only, are read around the
     /// kernel's page cache (`FOPEN_DIRECT_IO`); see [`open_flags`].
     pub page_cache_max: u64,
+    /// Mount on a directory that is not empty or is itself a mount point
+    /// (never on a live cairn mount: see [`check_mountpoint`]).
+    pub nonempty: bool,
 }
 
 impl Default for MountOptions {
@@ -91,6 +94,7 @@ impl Default for MountOptions {
             fsname: "cairn".into(),
             threads: 4,
             page_cache_max: 16 << 20,
+            nonempty: false,
         }
     }
 }
@@ -111,6 +115,30 @@ pub enum FuseError {
     },
     #[error("cannot mount at {}: not a directory", path.display())]
     NotADirectory { path: PathBuf },
+    #[error(
+        "cannot mount at {}: a cairn file system is already mounted there; \
+         `cairn umount {}` first",
+        path.display(), path.display()
+    )]
+    CairnMounted { path: PathBuf },
+    #[error(
+        "cannot mount at {}: it is already a mount point ({what}); give --nonempty to \
+         mount on top of it anyway",
+        path.display()
+    )]
+    AlreadyMounted { path: PathBuf, what: String },
+    #[error(
+        "cannot mount at {}: the directory is not empty (its files would be hidden while \
+         mounted); give --nonempty to mount anyway",
+        path.display()
+    )]
+    NotEmpty { path: PathBuf },
+    #[error(
+        "cannot mount at {}: a dead mount is there ({what}, \"Transport endpoint is not \
+         connected\": its daemon ended without unmounting); run `fusermount3 -u {}`",
+        path.display(), path.display()
+    )]
+    DeadMount { path: PathBuf, what: String },
     #[error("cannot mount at {}: the file-system name {name:?} must not be empty or contain ','", path.display())]
     InvalidFsname { path: PathBuf, name: String },
     #[error("cannot mount at {}: {source}", path.display())]
@@ -184,11 +212,160 @@ fn fusermount_bin() -> Option<PathBuf> {
     None
 }
 
+/// One entry of the kernel's mount table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    /// `fuse`, `fuse.cairn`, `ext4` ...
+    pub fstype: String,
+    /// What was mounted: a device, or a FUSE file system's name.
+    pub source: String,
+}
+
+impl MountEntry {
+    /// A cairn mount: its source is [`MountOptions::fsname`]'s default, and
+    /// its type `fuse.cairn` (`fuse` when root mounted it directly).
+    pub fn is_cairn(&self) -> bool {
+        self.fstype == "fuse.cairn" || (self.fstype == "fuse" && self.source == "cairn")
+    }
+}
+
+impl std::fmt::Display for MountEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.fstype, self.source)
+    }
+}
+
+/// What the kernel's mount table says is mounted at a directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MountState {
+    NotMounted,
+    /// A file system is mounted there and answers.
+    Live(MountEntry),
+    /// A FUSE mount whose daemon is gone ("Transport endpoint is not
+    /// connected"): nothing can be read or written there until it is
+    /// detached.
+    Dead(MountEntry),
+}
+
+/// What is mounted at `dir` (the topmost mount when several are stacked).
+pub fn mount_state(dir: &Path) -> io::Result<MountState> {
+    let target = absolute_path(dir)?;
+    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
+    // Stacked mounts are listed in the order they were made: the last
+    // one at `dir` is on top.
+    let entry = table.lines().rev().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let point = unescape_mountinfo(left.split(' ').nth(4)?);
+        let mut right = right.split(' ');
+        let fstype = right.next()?.to_string();
+        let source = unescape_mountinfo(right.next()?);
+        (Path::new(&point) == target).then_some(MountEntry { fstype, source })
+    });
+    let Some(entry) = entry else {
+        return Ok(MountState::NotMounted);
+    };
+    Ok(match std::fs::metadata(&target) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => MountState::Dead(entry),
+        _ => MountState::Live(entry),
+    })
+}
+
+/// `dir` made absolute and canonical without touching `dir` itself (a
+/// dead mount fails every look at it).
+fn absolute_path(dir: &Path) -> io::Result<PathBuf> {
+    let abs = std::path::absolute(dir)?;
+    match (abs.parent(), abs.file_name()) {
+        (Some(parent), Some(name)) => Ok(parent.canonicalize()?.join(name)),
+        _ => Ok(abs),
+    }
+}
+
+/// Mount points in mountinfo escape space, tab, newline and backslash as
+/// three octal digits.
+fn unescape_mountinfo(field: &str) -> String {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Detaches whatever is mounted at `dir` (lazily, as `fusermount3 -u -z`):
+/// for a dead mount, whose daemon can no longer lose anything.
+pub fn detach(dir: &Path) -> Result<(), FuseError> {
+    let path = absolute_path(dir).map_err(|source| FuseError::Unmount {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    unmount_path(&path, true).map_err(|source| FuseError::Unmount { path, source })
+}
+
+/// Refuses a mount point that is a live cairn mount (stacking one on
+/// another makes stopping the top one take down both), a dead mount, and,
+/// unless `nonempty`, a mount point of another file system or a directory
+/// that is not empty.
+pub fn check_mountpoint(mountpoint: &Path, nonempty: bool) -> Result<(), FuseError> {
+    let path = mountpoint.to_path_buf();
+    let state = mount_state(mountpoint).map_err(|source| FuseError::Mountpoint {
+        path: path.clone(),
+        source,
+    })?;
+    match state {
+        MountState::Dead(entry) => {
+            return Err(FuseError::DeadMount {
+                path,
+                what: entry.to_string(),
+            })
+        }
+        MountState::Live(entry) if entry.is_cairn() => {
+            return Err(FuseError::CairnMounted { path })
+        }
+        MountState::Live(entry) if !nonempty => {
+            return Err(FuseError::AlreadyMounted {
+                path,
+                what: entry.to_string(),
+            })
+        }
+        _ => {}
+    }
+    let meta = std::fs::metadata(mountpoint).map_err(|source| FuseError::Mountpoint {
+        path: path.clone(),
+        source,
+    })?;
+    if !meta.is_dir() {
+        return Err(FuseError::NotADirectory { path });
+    }
+    let mut entries = std::fs::read_dir(mountpoint).map_err(|source| FuseError::Mountpoint {
+        path: path.clone(),
+        source,
+    })?;
+    if !nonempty && entries.next().is_some() {
+        return Err(FuseError::NotEmpty { path });
+    }
+    Ok(())
+}
+
 /// Mounts `fs` at `mountpoint` and serves it from `opts.threads` background
 /// threads. Returns once the kernel has completed its handshake, so the
-/// mount is usable as soon as this returns.
+/// mount is usable as soon as this returns. The mount point is checked
+/// first ([`check_mountpoint`]).
 pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> Result<Mounted, FuseError> {
     check_dev_fuse()?;
+    check_mountpoint(mountpoint, opts.nonempty)?;
     let path = mountpoint.to_path_buf();
     let meta = std::fs::metadata(mountpoint).map_err(|source| FuseError::Mountpoint {
         path: path.clone(),

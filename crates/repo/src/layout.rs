@@ -194,6 +194,21 @@ impl Repo {
         self.lock.announce_mount(mountpoint)
     }
 
+    /// Checks that `config`'s branches open and its rules fit them, as the
+    /// next open will need (an unreachable bucket, a plain repository that
+    /// holds data ...). Holding this repository proves the lock is held.
+    pub fn validate(&self, config: &Config) -> Result<()> {
+        let Some(redundancy) = &config.redundancy else {
+            return Ok(());
+        };
+        if self.store.layer().is_none() {
+            refuse_plain_data(&self.root).map_err(|reason| refused(&self.root, reason))?;
+        }
+        let ((layer, _), _) = open_branches(&self.root, redundancy)?;
+        compile_rules(&self.root, &layer, redundancy)?;
+        Ok(())
+    }
+
     fn open_locked(root: &Path, lock: &Arc<RepoLock>) -> Result<Repo> {
         let config = Config::load(&root.join(CONFIG))?;
         let key_path = root.join(KEY);
