@@ -251,16 +251,26 @@ pub enum MountState {
 pub fn mount_state(dir: &Path) -> io::Result<MountState> {
     let target = absolute_path(dir)?;
     let table = std::fs::read_to_string("/proc/self/mountinfo")?;
-    // Stacked mounts are listed in the order they were made: the last
-    // one at `dir` is on top.
-    let entry = table.lines().rev().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        let point = unescape_mountinfo(left.split(' ').nth(4)?);
-        let mut right = right.split(' ');
-        let fstype = right.next()?.to_string();
-        let source = unescape_mountinfo(right.next()?);
-        (Path::new(&point) == target).then_some(MountEntry { fstype, source })
-    });
+    // (id, parent id, entry) of every mount at `dir`.
+    let here: Vec<(&str, &str, MountEntry)> = table
+        .lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mut left = left.split(' ');
+            let (id, parent) = (left.next()?, left.next()?);
+            let point = unescape_mountinfo(left.nth(2)?);
+            let mut right = right.split(' ');
+            let fstype = right.next()?.to_string();
+            let source = unescape_mountinfo(right.next()?);
+            (Path::new(&point) == target).then_some((id, parent, MountEntry { fstype, source }))
+        })
+        .collect();
+    // Stacked mounts: the top one is no other's parent (the table's order
+    // does not say, as propagation can tuck a mount beneath another).
+    let entry = here
+        .iter()
+        .find(|(id, _, _)| !here.iter().any(|(_, parent, _)| parent == id))
+        .map(|(_, _, e)| e.clone());
     let Some(entry) = entry else {
         return Ok(MountState::NotMounted);
     };
@@ -525,7 +535,7 @@ impl Mounted {
                     // Still mounted: detach it; the worker threads go on
                     // serving open files until the last one is closed.
                     let _ = unmount_path(&path, true);
-                    drop(session);
+                    drop(without_unmount(session));
                     return Err(if e.raw_os_error() == Some(libc::EBUSY) {
                         FuseError::Busy { path }
                     } else {
@@ -535,7 +545,11 @@ impl Mounted {
                 // EINVAL: not mounted any more; the session is ending.
             }
         }
-        session.join().map_err(|source| FuseError::Session {
+        let guard = without_unmount(session);
+        let joined = guard
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the FUSE session thread panicked")));
+        joined.map_err(|source| FuseError::Session {
             path: path.clone(),
             source,
         })?;
@@ -553,6 +567,18 @@ impl Drop for Mounted {
     fn drop(&mut self) {
         let _ = self.finish();
     }
+}
+
+/// The session's thread, with the rest of the session leaked: fuser 0.18
+/// unmounts the mount point again when a session is dropped, even after the
+/// kernel unmounted it (its `is_mounted` takes the disconnected device's
+/// POLLERR for "mounted"), and so took down whatever was mounted beneath
+/// (`--nonempty` over another mount). The leak is a disconnected
+/// `/dev/fuse` descriptor and the mount's path, once per mount.
+fn without_unmount(mut session: BackgroundSession) -> std::thread::JoinHandle<io::Result<()>> {
+    let guard = std::mem::replace(&mut session.guard, std::thread::spawn(|| Ok(())));
+    std::mem::forget(session);
+    guard
 }
 
 /// Asks the kernel to unmount a [`Mounted`] file system, from any thread;
