@@ -57,6 +57,11 @@ impl Steps {
     /// `done` of `total` steps of `what`; a `total` of 0 means unknown.
     pub fn update(&self, what: &str, done: u64, total: u64) {
         let known = total > 0;
+        // The length goes first: a style or message change draws, and must
+        // not draw the new bar against the old (zero) length.
+        if known {
+            self.pb.set_length(total);
+        }
         let mut bar = self.bar.lock().unwrap_or_else(|e| e.into_inner());
         if *bar != Some(known) {
             let template = if known {
@@ -76,9 +81,6 @@ impl Steps {
         }
         if self.pb.message() != what {
             self.pb.set_message(what.to_string());
-        }
-        if known {
-            self.pb.set_length(total);
         }
         self.pb.set_position(done);
     }
