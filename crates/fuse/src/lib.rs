@@ -5,7 +5,9 @@
 //! ([`fs::FsError::errno`]); converting attributes between
 //! [`meta::Attr`] and the kernel's; the per-`opendir` directory listings
 //! that keep `readdir` offsets stable; the mount, its worker threads and
-//! its unmount ([`mount`], [`Mounted`]).
+//! its unmount ([`mount`], [`Mounted`]); what is mounted where
+//! ([`mount_state`]) and which directories can take a mount
+//! ([`check_mountpoint`]).
 //!
 //! **Never:** stores, chunks, caches or commits data, and never touches the
 //! metadata engine directly: every operation goes through [`fs::Fs`], which
@@ -24,6 +26,9 @@
 //!   where the previous `readdir` stopped.
 //! - Inode numbers are the metadata engine's, unchanged (the root is 1 on
 //!   both sides), and never reused, so the generation is always 0.
+//! - A mount never goes on top of a live cairn mount, and the unmount of
+//!   one never takes down a mount beneath it: a mount point is unmounted at
+//!   most once, while this session's mount is still the one on top.
 //! - When the session ends (unmount from inside or outside) every open
 //!   file's content is recorded and made durable ([`fs::Fs::sync_all`])
 //!   before [`Mounted::unmount`] or [`Mounted::wait`] return.
