@@ -39,33 +39,44 @@ pub struct Holder {
 
 impl Holder {
     fn me(mountpoint: Option<&Path>) -> Holder {
-        let mut args = std::env::args_os().map(|a| a.to_string_lossy().into_owned());
-        let program = args
-            .next()
-            .map(|p| {
-                Path::new(&p)
-                    .file_name()
-                    .map_or(p.clone(), |n| n.to_string_lossy().into_owned())
-            })
-            .unwrap_or_default();
-        let mut command = std::iter::once(program)
-            .chain(args)
-            .collect::<Vec<_>>()
-            .join(" ");
-        if command.len() > COMMAND_MAX {
-            let mut cut = COMMAND_MAX;
-            while !command.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            command.truncate(cut);
-            command.push_str(" ...");
-        }
+        let args = std::env::args_os().map(|a| a.to_string_lossy().into_owned());
         Holder {
             pid: std::process::id(),
-            command,
+            command: shown_command(args),
             mountpoint: mountpoint.map(Path::to_path_buf),
         }
     }
+}
+
+/// A command line as the holder record shows it: the program's file name,
+/// secrets given as options (`--s3-secret-access-key`) replaced by `***`,
+/// cut at [`COMMAND_MAX`] bytes.
+fn shown_command(mut args: impl Iterator<Item = String>) -> String {
+    let program = args.next().unwrap_or_default();
+    let program = Path::new(&program)
+        .file_name()
+        .map_or(program.clone(), |n| n.to_string_lossy().into_owned());
+    let mut shown = vec![program];
+    let mut hide_next = false;
+    for a in args {
+        let secret = a.starts_with("--") && (a.contains("secret") || a.contains("access-key"));
+        let hide = std::mem::replace(&mut hide_next, secret && !a.contains('='));
+        shown.push(match a.split_once('=') {
+            _ if hide => "***".to_string(),
+            Some((flag, _)) if secret => format!("{flag}=***"),
+            _ => a,
+        });
+    }
+    let mut command = shown.join(" ");
+    if command.len() > COMMAND_MAX {
+        let mut cut = COMMAND_MAX;
+        while !command.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        command.truncate(cut);
+        command.push_str(" ...");
+    }
+    command
 }
 
 /// The held lock of one repository; dropping it releases the lock.
@@ -160,5 +171,41 @@ pub(crate) fn locked_message(root: &Path, holder: &Option<Holder>) -> String {
             "the repository {root} is locked by a process that has not yet recorded who it is \
              in {root}/{RUN}/{HOLDER}; run this again in a moment"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shown(args: &[&str]) -> String {
+        shown_command(args.iter().map(|a| a.to_string()))
+    }
+
+    #[test]
+    fn the_record_names_the_command_and_hides_secrets() {
+        assert_eq!(
+            shown(&["/usr/bin/cairn", "put", "-", "--name", "x"]),
+            "cairn put - --name x"
+        );
+        assert_eq!(
+            shown(&[
+                "cairn",
+                "branch",
+                "add",
+                "b",
+                "--s3-secret-access-key",
+                "hunter2",
+                "--label",
+                "l"
+            ]),
+            "cairn branch add b --s3-secret-access-key *** --label l"
+        );
+        assert_eq!(
+            shown(&["cairn", "--s3-secret-access-key=hunter2"]),
+            "cairn --s3-secret-access-key=***"
+        );
+        let long = shown(&["cairn", &"é".repeat(300)]);
+        assert!(long.len() <= COMMAND_MAX + 4 && long.ends_with(" ..."));
     }
 }
