@@ -1907,8 +1907,13 @@ mod tests {
         assert!(matches!(e, FuseError::NotADirectory { .. }), "{e:?}");
         assert!(e.to_string().contains(&*file.to_string_lossy()), "{e}");
 
+        let e = mount(fs.clone(), dir.path(), &opts).unwrap_err();
+        assert!(matches!(e, FuseError::NotEmpty { .. }), "{e:?}");
+        assert!(e.to_string().contains("--nonempty"), "{e}");
+
         let bad = MountOptions {
             fsname: "a,b".into(),
+            nonempty: true,
             ..MountOptions::default()
         };
         let e = mount(fs, dir.path(), &bad).unwrap_err();
