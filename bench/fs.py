@@ -396,7 +396,7 @@ class Cairn:
                           name=f"cairn-put-{label}", env=self.env)
 
     def get(self, repo: str, label: str, out: str) -> dict:
-        return self.r.run([self.bin, "--repo", repo, "-q", "get", label, "-o", out],
+        return self.r.run([self.bin, "--repo", repo, "-q", "get", label, "-o", out, "--force"],
                           name=f"cairn-get-{label}", env=self.env)
 
     def stats(self, repo: str) -> dict:

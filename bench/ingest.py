@@ -438,7 +438,7 @@ class Cairn:
                           name=f"cairn-put-{label}", env=self.env)
 
     def get(self, repo: str, label: str, out: str) -> dict:
-        return self.r.run([self.bin, "--repo", repo, "get", label, "-o", out, "--quiet"],
+        return self.r.run([self.bin, "--repo", repo, "get", label, "-o", out, "--force", "--quiet"],
                           name=f"cairn-get-{label}", env=self.env)
 
     def stats(self, repo: str) -> dict:

@@ -24,6 +24,14 @@ pub struct Cli {
     #[arg(long, short, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
+    /// While another command (a `put`, a `gc` ...) holds the repository's
+    /// lock, wait up to this many seconds for it before giving up with an
+    /// error that names it. A mounted repository is not waited for: commands
+    /// that can run while it is mounted go through its daemon, the others
+    /// say where it is mounted.
+    #[arg(long, global = true, value_name = "SECONDS", default_value_t = 30)]
+    pub lock_wait: u64,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -42,7 +50,8 @@ pub enum Command {
     /// The input is cut into content-defined chunks; chunks the repository
     /// already holds are not stored again. A recipe (a tree of chunk ids) is
     /// stored with the data and the label points at it. The command returns
-    /// only when data, recipe and label are durable.
+    /// only when data, recipe and label are durable. While the repository is
+    /// mounted, the daemon reads the file (or standard input) directly.
     Put(PutArgs),
 
     /// Write a stored file to a file or to standard output.
@@ -100,7 +109,8 @@ pub enum Command {
     /// kernel checks permissions (default_permissions).
     Mount(MountArgs),
 
-    /// Unmount a cairn file system (fusermount3 -u).
+    /// Unmount a cairn file system (fusermount3 -u), or clear a dead one
+    /// left by a daemon that was killed.
     Umount {
         /// The mount point.
         mountpoint: PathBuf,
@@ -113,6 +123,9 @@ pub enum Command {
     Serve {
         /// Where to mount [default: ~/cairn].
         mountpoint: Option<PathBuf>,
+        /// Mount even if the directory is not empty (see `mount --nonempty`).
+        #[arg(long)]
+        nonempty: bool,
     },
 
     /// Show the built-in tour: store a file twice, read it back, show stats.
@@ -380,8 +393,15 @@ pub struct PutArgs {
 
 #[derive(Args, Debug)]
 pub struct MountArgs {
-    /// The directory to mount on (must exist and be empty).
+    /// The directory to mount on (must exist and be empty, and not be a
+    /// mount point itself). A dead cairn mount left there by a daemon that
+    /// was killed is cleared first.
     pub mountpoint: PathBuf,
+    /// Mount even if the directory is not empty or is itself a mount
+    /// point (its contents are hidden while mounted). Never on top of a
+    /// live cairn mount.
+    #[arg(long)]
+    pub nonempty: bool,
     /// Let other users access the mount (default when run as root).
     #[arg(long)]
     pub allow_other: bool,
@@ -394,9 +414,13 @@ pub struct MountArgs {
 pub struct GetArgs {
     /// The label to read.
     pub label: String,
-    /// Where to write [default: standard output].
+    /// Where to write [default: standard output]. An existing file is
+    /// refused unless --force is given.
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Overwrite FILE if it exists.
+    #[arg(long, requires = "output")]
+    pub force: bool,
 }
 
 #[derive(Args, Debug)]

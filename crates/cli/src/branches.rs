@@ -65,13 +65,18 @@ pub fn run(root: &Path, cmd: BranchCommand, quiet: bool) -> Result<ExitCode> {
                 block += &format!("labels = [{}]\n", labels.join(", "));
             }
             let new = format!("{}{block}", text.trim_end_matches('\n').to_owned() + "\n");
-            write_checked(root, &new)?;
-            // Opening the branch (in the daemon, or here) checks it is
-            // reachable; undo if not.
-            if let Err(e) = ops::run(root, &Request::Reconfigure, true) {
-                write_checked(root, &text)?;
-                return Err(e).context(format!("branch {name:?} was not added"));
-            }
+            check(&new)?;
+            // The holder of the repository's lock (the daemon, or this
+            // process) writes the file and opens the branch.
+            ops::run(
+                root,
+                &Request::BranchAdd {
+                    name: name.clone(),
+                    base: text,
+                    config: new,
+                },
+                quiet,
+            )?;
             if !quiet {
                 say!("added branch {name:?}");
             }
@@ -136,6 +141,38 @@ fn apply(root: &Path, fs: &Fs, text: &str, successors: &[(String, String)]) -> R
         reinstated: done.reinstated,
         retired: done.retired,
     })
+}
+
+/// `branch add` under the repository's lock: makes `config` cairn.toml if
+/// the file is still `base`, and opens the new branch (in the running file
+/// system, or just to check it when none runs); puts `base` back if the
+/// branch cannot be opened.
+pub fn add(t: &ops::Target<'_>, name: &str, base: &str, config: &str) -> Result<Applied> {
+    let path = t.root.join(CONFIG);
+    let now = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if now != base {
+        bail!("{CONFIG} changed while `branch add` ran; run it again");
+    }
+    let parsed = repo::Config::parse(config).map_err(|e| anyhow::anyhow!("{CONFIG}: {e}"))?;
+    write_checked(t.root, config)?;
+    let done = match (t.fs, t.repo) {
+        (Some(fs), _) => apply(t.root, fs, config, &[]),
+        (None, Some(repo)) => repo
+            .validate(&parsed)
+            .map(|()| Applied {
+                added: vec![name.to_string()],
+                reinstated: Vec::new(),
+                retired: Vec::new(),
+            })
+            .map_err(anyhow::Error::from),
+        (None, None) => Err(anyhow::anyhow!("no file system or repository to add to")),
+    };
+    if let Err(e) = done {
+        write_checked(t.root, base)?;
+        return Err(e).context(format!("branch {name:?} was not added"));
+    }
+    done
 }
 
 /// Applies cairn.toml as it is on disk to a running file system.

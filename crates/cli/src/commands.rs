@@ -1,41 +1,56 @@
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use cas::{CheckProgress, Problem, Store};
 use recipe::Recipe;
-use repo::Repo;
-use serde::Serialize;
+use repo::{Repo, RepoError};
+use serde::{Deserialize, Serialize};
 
 use crate::args::{CheckArgs, Cli, Command, GetArgs, PolicyCommand, PutArgs};
-use crate::ui;
+use crate::ops::{self, GetOut, PutOut, Request};
+use crate::ui::{self, out};
+
+/// How long a command waits for the repository's lock (`--lock-wait`).
+static LOCK_WAIT: OnceLock<Duration> = OnceLock::new();
+/// How often a waiting command tries the lock again.
+pub const LOCK_POLL: Duration = Duration::from_millis(50);
+
+pub fn lock_wait() -> Duration {
+    LOCK_WAIT.get().copied().unwrap_or(Duration::ZERO)
+}
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
     let root = cli.repo.clone().unwrap_or_else(repo::default_location);
     let quiet = cli.quiet;
+    let _ = LOCK_WAIT.set(Duration::from_secs(cli.lock_wait));
     match cli.command {
         Command::Init => init(&root, quiet),
-        Command::Put(args) => put(&open(&root, quiet)?, &args, quiet),
-        Command::Get(args) => get(&open(&root, quiet)?, &args, quiet),
-        Command::Roots { json } => roots(&open(&root, quiet)?, json),
+        Command::Put(args) => put(&root, &args, quiet),
+        Command::Get(args) => get(&root, &args, quiet),
+        Command::Roots { json } => roots(&root, json, quiet),
         Command::Rm { label } => {
-            open(&root, quiet)?.store.delete_root(&label)?;
+            ops::call(&root, &Request::Rm { label }, None, quiet, &|_| {})?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Stats { json } => stats(&root, json, quiet),
         Command::Check(args) => check(&root, &args, quiet),
         Command::Repair { rebuild_index } => {
             debug_assert!(rebuild_index);
-            rebuild(&open_for_rebuild(&root, quiet)?, quiet)
+            rebuild(&root, quiet)
         }
         Command::Demo { file } => demo(&root, file, quiet),
         Command::Mount(args) => crate::mount::mount(&root, &args, quiet),
         Command::Umount { mountpoint } => crate::mount::umount(&mountpoint),
-        Command::Serve { mountpoint } => crate::mount::serve(&root, mountpoint, quiet),
+        Command::Serve {
+            mountpoint,
+            nonempty,
+        } => crate::mount::serve(&root, mountpoint, nonempty, quiet),
         Command::Bench(cmd) => crate::bench::run(cmd),
         Command::Snapshot(cmd) => crate::history::snapshot(&root, cmd, quiet),
         Command::Restore {
@@ -73,74 +88,96 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
+/// Opens the repository in this process. While another command holds its
+/// lock this waits for it (up to [`lock_wait`]); a mounted repository is
+/// refused at once, with where it is mounted.
 pub fn open(root: &Path, quiet: bool) -> Result<Repo> {
-    let repo = Repo::open(root)?;
+    let repo = wait_for_lock(|| Repo::open(root))?;
     crate::log::to_repo(&repo.root);
+    say_discarded(&repo, quiet);
+    Ok(repo)
+}
+
+/// Runs `open` until it is not turned away by a command holding the lock,
+/// or [`lock_wait`] has passed.
+fn wait_for_lock<T>(open: impl Fn() -> Result<T, RepoError>) -> Result<T> {
+    let deadline = Instant::now() + lock_wait();
+    loop {
+        match open() {
+            Err(RepoError::Locked {
+                holder: Some(h), ..
+            }) if h.mountpoint.is_none() && Instant::now() < deadline => {}
+            Err(RepoError::Locked { holder: None, .. }) if Instant::now() < deadline => {}
+            other => return Ok(other?),
+        }
+        std::thread::sleep(LOCK_POLL);
+    }
+}
+
+pub fn say_discarded(repo: &Repo, quiet: bool) {
     if repo.discarded_partials > 0 && !quiet {
         say!(
             "cairn: discarded {} partial container(s) left by an interrupted write",
             repo.discarded_partials
         );
     }
-    Ok(repo)
 }
 
 /// Opens a repository whose index may be unreadable: a damaged index file is
-/// moved aside (it is derived data) so that a fresh one can be rebuilt.
-fn open_for_rebuild(root: &Path, quiet: bool) -> Result<Repo> {
-    match Repo::open(root) {
-        Err(repo::RepoError::Store(cas::CasError::IndexOpen { path, source })) => {
-            let aside = path.with_extension("redb.damaged");
-            std::fs::rename(&path, &aside).with_context(|| {
-                format!("cannot move the damaged index {} aside", path.display())
-            })?;
-            say!(
-                "cairn: the index could not be opened ({source}); moved it to {} and rebuilding",
-                aside.display()
-            );
-            open(root, quiet)
-        }
-        other => Ok(other?),
+/// moved aside (it is derived data, and only under the repository's lock)
+/// so that a fresh one can be rebuilt.
+pub fn open_for_rebuild(root: &Path, quiet: bool) -> Result<Repo> {
+    let (repo, aside) = wait_for_lock(|| Repo::open_for_rebuild(root))?;
+    crate::log::to_repo(&repo.root);
+    if let Some(a) = aside {
+        say!(
+            "cairn: the index could not be opened ({}); moved it to {} and rebuilding",
+            a.reason,
+            a.aside.display()
+        );
     }
+    say_discarded(&repo, quiet);
+    Ok(repo)
 }
 
 fn init(root: &Path, quiet: bool) -> Result<ExitCode> {
-    Repo::init(root)?;
+    wait_for_lock(|| Repo::init(root))?;
     if !quiet {
         say!("created a cairn repository at {}", root.display());
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn put(repo: &Repo, args: &PutArgs, quiet: bool) -> Result<ExitCode> {
-    let store = &repo.store;
-    if !args.replace && store.get_root(&args.name).is_ok() {
-        bail!(
-            "label {:?} already exists (use --replace to point it at the new data)",
-            args.name
-        );
-    }
-    let (input, size): (Box<dyn Read + Send>, Option<u64>) = if args.file == Path::new("-") {
-        (Box::new(io::stdin()), None)
+fn put(root: &Path, args: &PutArgs, quiet: bool) -> Result<ExitCode> {
+    let input = if args.file == Path::new("-") {
+        let fd = std::io::stdin().as_fd().try_clone_to_owned();
+        File::from(fd.context("cannot use standard input")?)
     } else {
-        let f = File::open(&args.file)
-            .with_context(|| format!("cannot open {}", args.file.display()))?;
-        let size = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
-        (Box::new(f), size)
+        File::open(&args.file).with_context(|| format!("cannot open {}", args.file.display()))?
     };
+    let size = input
+        .metadata()
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.len());
     let pb = ui::bar(quiet, size, "put");
     let started = Instant::now();
-    let stored = recipe::store_stream(store, input, repo.config.chunking, &|n| pb.set_position(n))?;
-    store.put_root(&args.name, &stored.root)?;
+    let request = Request::Put {
+        name: args.name.clone(),
+        replace: args.replace,
+    };
+    let v = ops::call(root, &request, Some(&input), quiet, &|p| {
+        pb.set_position(p.done)
+    })?;
     pb.finish_and_clear();
+    let s: PutOut = serde_json::from_value(v)?;
     if !quiet {
         let secs = started.elapsed().as_secs_f64();
-        let s = stored.stats;
         say!(
             "stored {:?}: {} in {secs:.2} s ({}); {} chunks, {} new ({} new data, {} after compression)",
             args.name,
-            ui::bytes(stored.len),
-            ui::rate(stored.len, secs),
+            ui::bytes(s.len),
+            ui::rate(s.len, secs),
             s.chunks,
             s.new_chunks,
             ui::bytes(s.new_bytes),
@@ -150,41 +187,78 @@ fn put(repo: &Repo, args: &PutArgs, quiet: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn get(repo: &Repo, args: &GetArgs, quiet: bool) -> Result<ExitCode> {
-    let root = repo.store.get_root(&args.label)?;
-    let recipe = Recipe::open(&repo.store, root)?;
-    let pb = ui::bar(quiet || args.output.is_none(), Some(recipe.len()), "get");
-    let started = Instant::now();
-    // Chunks are tens of KiB: written as they come, no extra buffer copy.
-    let mut out: Box<dyn Write> = match &args.output {
-        Some(path) => Box::new(
-            File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
-        ),
-        None => Box::new(io::stdout().lock()),
+/// The file `get -o` writes to: a new file, or with `force` an existing
+/// one truncated. Devices and pipes (`-o /dev/null`) are opened as they
+/// are. Returns the file and whether this call created it.
+fn output_file(path: &Path, force: bool) -> Result<(File, bool)> {
+    let existing = std::fs::metadata(path).ok();
+    if existing.as_ref().is_some_and(|m| m.is_file()) && !force {
+        bail!("{} exists; give --force to overwrite it", path.display());
+    }
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(existing.as_ref().is_none_or(|m| m.is_file()))
+        .open(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    Ok((file, existing.is_none()))
+}
+
+fn get(root: &Path, args: &GetArgs, quiet: bool) -> Result<ExitCode> {
+    let (output, created) = match &args.output {
+        Some(path) => {
+            let (f, created) = output_file(path, args.force)?;
+            (f, created.then_some(path))
+        }
+        None => {
+            let fd = std::io::stdout().as_fd().try_clone_to_owned();
+            (File::from(fd.context("cannot use standard output")?), None)
+        }
     };
-    let n = recipe.write_to(&mut out, &|n| pb.set_position(n))?;
+    let pb = ui::bar(quiet || args.output.is_none(), None, "get");
+    let started = Instant::now();
+    let request = Request::Get {
+        label: args.label.clone(),
+    };
+    let answer = ops::call(root, &request, Some(&output), quiet, &|p| {
+        if p.total > 0 && pb.length() != Some(p.total) {
+            pb.set_length(p.total);
+        }
+        pb.set_position(p.done)
+    });
     pb.finish_and_clear();
-    if !quiet && args.output.is_some() {
+    let v = match answer {
+        Ok(v) => v,
+        Err(e) => {
+            // A file this command created holds nothing worth keeping.
+            if let Some(path) = created {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(e);
+        }
+    };
+    let got: GetOut = serde_json::from_value(v)?;
+    if !quiet && args.output.is_some() && !got.closed {
         let secs = started.elapsed().as_secs_f64();
         say!(
             "read {:?}: {} in {secs:.2} s ({}), verified",
             args.label,
-            ui::bytes(n),
-            ui::rate(n, secs)
+            ui::bytes(got.bytes),
+            ui::rate(got.bytes, secs)
         );
     }
     Ok(ExitCode::SUCCESS)
 }
 
-#[derive(Serialize)]
-struct RootLine {
+#[derive(Serialize, Deserialize)]
+pub struct RootLine {
     label: String,
     root: String,
     bytes: Option<u64>,
     error: Option<String>,
 }
 
-fn root_lines(store: &Store) -> Result<Vec<RootLine>> {
+pub fn root_lines(store: &Store) -> Result<Vec<RootLine>> {
     Ok(store
         .list_roots()?
         .into_iter()
@@ -208,17 +282,19 @@ fn root_lines(store: &Store) -> Result<Vec<RootLine>> {
         .collect())
 }
 
-fn roots(repo: &Repo, json: bool) -> Result<ExitCode> {
-    for line in root_lines(&repo.store)? {
+fn roots(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
+    let v = ops::call(root, &Request::Roots, None, quiet, &|_| {})?;
+    let lines: Vec<RootLine> = serde_json::from_value(v)?;
+    for line in lines {
         if json {
-            println!("{}", serde_json::to_string(&line)?);
+            out!("{}", serde_json::to_string(&line)?);
         } else {
             let size = match (&line.bytes, &line.error) {
                 (Some(b), _) => ui::bytes(*b),
                 (None, Some(e)) => format!("unreadable: {e}"),
                 (None, None) => "-".into(),
             };
-            println!("{:<40} {size}", line.label);
+            out!("{:<40} {size}", line.label);
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -285,49 +361,43 @@ fn is_history(label: &str) -> bool {
 }
 
 fn stats(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
-    let st: Stats = match crate::control::call(root, &crate::ops::Request::Stats, &|_| {})? {
-        Some(v) => serde_json::from_value(v)?,
-        None => {
-            let repo = open(root, quiet)?;
-            stats_of(&repo.store, fs_counts(&repo)?)?
-        }
-    };
-    print_stats(root, &st, json)
+    let v = ops::call(root, &Request::Stats, None, quiet, &|_| {})?;
+    print_stats(root, &serde_json::from_value(v)?, json)
 }
 
 fn print_stats(root: &Path, st: &Stats, json: bool) -> Result<ExitCode> {
     if json {
-        println!("{}", serde_json::to_string_pretty(st)?);
+        out!("{}", serde_json::to_string_pretty(st)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("repository        {}", root.display());
-    println!("roots             {}", st.roots);
+    out!("repository        {}", root.display());
+    out!("roots             {}", st.roots);
     if let (Some(files), Some(dirs), Some(bytes)) = (st.fs_files, st.fs_dirs, st.fs_logical_bytes) {
-        println!(
+        out!(
             "file system       {files} files, {dirs} directories, {}",
             ui::bytes(bytes)
         );
     }
-    println!("logical bytes     {}", ui::bytes(st.logical_bytes));
-    println!(
+    out!("logical bytes     {}", ui::bytes(st.logical_bytes));
+    out!(
         "unique bytes      {} (distinct chunks, uncompressed)",
         ui::bytes(st.unique_bytes)
     );
-    println!(
+    out!(
         "stored bytes      {} (containers on disk)",
         ui::bytes(st.stored_bytes)
     );
-    println!(
+    out!(
         "dedup ratio       {:.2}x (logical / stored)",
         st.dedup_ratio
     );
-    println!(
+    out!(
         "compression       {:.2}x (unique / stored)",
         st.compression_ratio
     );
-    println!("chunks            {}", st.chunks);
-    println!("containers        {}", st.containers);
-    println!(
+    out!("chunks            {}", st.chunks);
+    out!("containers        {}", st.containers);
+    out!(
         "index RAM         {} ({:.1} bytes/chunk)",
         ui::bytes(st.index_ram_bytes),
         st.index_ram_bytes_per_chunk
@@ -336,7 +406,7 @@ fn print_stats(root: &Path, st: &Stats, json: bool) -> Result<ExitCode> {
 }
 
 /// Files, directories and bytes of the file system, if it was ever mounted.
-fn fs_counts(repo: &Repo) -> Result<Option<(u64, u64, u64)>> {
+pub fn fs_counts(repo: &Repo) -> Result<Option<(u64, u64, u64)>> {
     let path = repo.fs_meta_path();
     if !path.exists() {
         return Ok(None);
@@ -350,11 +420,8 @@ fn fs_counts(repo: &Repo) -> Result<Option<(u64, u64, u64)>> {
     Ok(Some((counts.files, counts.dirs, bytes)))
 }
 
-fn progress_fn(pb: &indicatif::ProgressBar) -> impl Fn(CheckProgress) + Sync + '_ {
-    move |p| {
-        pb.set_length(p.containers_total);
-        pb.set_position(p.containers_done);
-    }
+fn progress_fn<'a>(steps: &'a ui::Steps, what: &'a str) -> impl Fn(CheckProgress) + Sync + 'a {
+    move |p| steps.update(what, p.containers_done, p.containers_total)
 }
 
 /// Roots whose data is damaged or missing, each with how many of its chunks
@@ -432,13 +499,11 @@ pub fn check_store(
 
 fn check(root: &Path, args: &CheckArgs, quiet: bool) -> Result<ExitCode> {
     // A mounted file system owns the index: ask its daemon.
-    let pb = ui::count_bar(quiet, "check");
-    let request = crate::ops::Request::Check;
-    let answer = crate::control::call(root, &request, &|p| {
-        pb.set_length(p.total);
-        pb.set_position(p.done);
+    let steps = ui::Steps::new(quiet);
+    let answer = crate::control::call(root, &Request::Check, None, &|p| {
+        steps.update(&p.what, p.done, p.total)
     })?;
-    pb.finish_and_clear();
+    steps.finish();
     if let Some(v) = answer {
         let out: CheckOut = serde_json::from_value(v)?;
         if args.repair && !out.check.is_clean() {
@@ -450,9 +515,9 @@ fn check(root: &Path, args: &CheckArgs, quiet: bool) -> Result<ExitCode> {
         return check_print(out, None, args.json);
     }
     let repo = open(root, quiet)?;
-    let pb = ui::count_bar(quiet, "check");
-    let report = repo.store.check(&progress_fn(&pb))?;
-    pb.finish_and_clear();
+    let steps = ui::Steps::new(quiet);
+    let report = repo.store.check(&progress_fn(&steps, "check"))?;
+    steps.finish();
     // The live file system, when the repository has one.
     let live = if repo.fs_meta_path().exists() {
         Some(crate::mount::open_fs(&repo)?)
@@ -463,9 +528,9 @@ fn check(root: &Path, args: &CheckArgs, quiet: bool) -> Result<ExitCode> {
     let mut lost = damaged_roots(&repo.store, &damaged)?;
     let mut repaired = None;
     if args.repair && !report.is_clean() {
-        let pb = ui::count_bar(quiet, "rebuild");
-        let r = repo.store.rebuild_index(&progress_fn(&pb))?;
-        pb.finish_and_clear();
+        let steps = ui::Steps::new(quiet);
+        let r = repo.store.rebuild_index(&progress_fn(&steps, "rebuild"))?;
+        steps.finish();
         damaged = damaged_chunks(&r.problems);
         lost = damaged_roots(&repo.store, &damaged)?;
         repaired = Some(r);
@@ -504,7 +569,7 @@ fn check_print(
             .iter()
             .map(|(l, v)| serde_json::json!({"label": l, "damage": v}))
             .collect();
-        println!(
+        out!(
             "{}",
             serde_json::to_string_pretty(&Out {
                 check: &report,
@@ -514,7 +579,7 @@ fn check_print(
             })?
         );
     } else {
-        println!(
+        out!(
             "checked {} containers ({} sound), {} chunks ({}) verified, {} of {} index entries sound",
             report.containers,
             report.containers_ok,
@@ -524,32 +589,32 @@ fn check_print(
             report.index_entries
         );
         for p in &report.problems {
-            println!("  {}: {p}", if p.is_damage() { "DAMAGE" } else { "note" });
+            out!("  {}: {p}", if p.is_damage() { "DAMAGE" } else { "note" });
         }
         if let Some(r) = &repaired {
-            println!(
+            out!(
                 "repair: rebuilt the index from {} sound containers ({} chunks); damaged chunks were left out",
                 r.containers, r.chunks_indexed
             );
         }
         for (label, v) in &lost {
-            println!("  root {label:?}: {v}");
+            out!("  root {label:?}: {v}");
         }
         for f in &damaged_files {
-            println!("  DAMAGE: file {}: {}", f.path, f.cause);
+            out!("  DAMAGE: file {}: {}", f.path, f.cause);
         }
         if !damaged_files.is_empty() {
-            println!(
+            out!(
                 "{} file(s) cannot be read back whole; writing the same data again, \
                  restoring them from a snapshot, or deleting them clears this",
                 damaged_files.len()
             );
         } else if report.is_clean() {
-            println!("no damage found");
+            out!("no damage found");
         } else if repaired.is_some() && lost.is_empty() {
-            println!("repaired: every root reads back");
+            out!("repaired: every root reads back");
         } else if !lost.is_empty() {
-            println!(
+            out!(
                 "{} root(s) have lost data; putting the same data again stores the missing chunks anew",
                 lost.len()
             );
@@ -564,16 +629,18 @@ fn check_print(
     })
 }
 
-fn rebuild(repo: &Repo, quiet: bool) -> Result<ExitCode> {
-    let pb = ui::count_bar(quiet, "rebuild");
-    let r = repo.store.rebuild_index(&progress_fn(&pb))?;
-    pb.finish_and_clear();
-    println!(
+fn rebuild(root: &Path, quiet: bool) -> Result<ExitCode> {
+    let repo = open_for_rebuild(root, quiet)?;
+    let steps = ui::Steps::new(quiet);
+    let r = repo.store.rebuild_index(&progress_fn(&steps, "rebuild"))?;
+    steps.finish();
+    out!(
         "rebuilt the fingerprint index from {} containers: {} chunks indexed",
-        r.containers, r.chunks_indexed
+        r.containers,
+        r.chunks_indexed
     );
     for p in &r.problems {
-        println!("  left out: {p}");
+        out!("  left out: {p}");
     }
     Ok(if r.problems.iter().any(Problem::is_damage) {
         ExitCode::FAILURE
@@ -584,10 +651,9 @@ fn rebuild(repo: &Repo, quiet: bool) -> Result<ExitCode> {
 
 fn demo(root: &Path, file: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
     if !Repo::exists(root) {
-        Repo::init(root)?;
-        println!("created a repository at {}", root.display());
+        wait_for_lock(|| Repo::init(root))?;
+        out!("created a repository at {}", root.display());
     }
-    let repo = open(root, quiet)?;
     let file = match file {
         Some(f) => f,
         None => std::env::current_exe().context("cannot find the cairn executable")?,
@@ -604,7 +670,7 @@ fn demo(root: &Path, file: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
         format!("demo/{name}-{stamp}"),
         format!("demo/{name}-{stamp}-copy"),
     ];
-    println!(
+    out!(
         "storing {} twice, as {:?} and {:?}",
         file.display(),
         labels[0],
@@ -612,7 +678,7 @@ fn demo(root: &Path, file: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
     );
     for label in &labels {
         put(
-            &repo,
+            root,
             &PutArgs {
                 file: file.clone(),
                 name: label.clone(),
@@ -621,6 +687,7 @@ fn demo(root: &Path, file: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
             quiet,
         )?;
     }
+    let repo = open(root, quiet)?;
     let recipe = Recipe::open(&repo.store, repo.store.get_root(&labels[1])?)?;
     let mut back = Vec::new();
     recipe.write_to(&mut back, &|_| {})?;
@@ -633,7 +700,7 @@ fn demo(root: &Path, file: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
             file.display()
         );
     }
-    println!(
+    out!(
         "read {:?} back: {} bytes, identical to the original\n",
         labels[1],
         back.len()

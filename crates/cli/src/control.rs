@@ -1,22 +1,37 @@
 //! The control socket: how a command reaches a mounted file system.
 //!
-//! While `cairn mount`/`serve` runs, it owns the repository's metadata and
-//! index files (they cannot be opened twice), so commands such as `stats`,
-//! `snapshot` or `gc` are sent to it over `<repo>/run/control.sock` instead.
-//! The protocol is JSON lines: the client sends one [`Request`]; the server
-//! answers with any number of `{"progress": ...}` lines and then one
-//! `{"ok": result}` or `{"error": "message"}` line.
+//! While `cairn mount`/`serve` runs, it holds the repository's lock, so
+//! commands such as `stats`, `put` or `gc` are sent to it over
+//! `<repo>/run/control.sock` instead. The protocol is JSON lines: the
+//! client sends one [`Request`]; the server answers with any number of
+//! `{"progress": ...}` lines and then one `{"ok": result}` or
+//! `{"error": "message"}` line.
+//!
+//! Bulk data never travels as JSON: `put` and `get` send the open file
+//! (or standard input or output) along with the request line as an
+//! `SCM_RIGHTS` message, and the daemon reads or writes it directly.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, IoSlice, IoSliceMut, Write};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use nix::errno::Errno;
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::ops::{self, Progress, Request, Target};
+
+/// Progress lines are sent at most this often (a `get` reports every
+/// chunk it writes).
+const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+/// The longest request line read (a cairn.toml travels in some).
+const REQUEST_MAX: usize = 1 << 20;
 
 pub fn socket_path(repo: &Path) -> PathBuf {
     repo.join("run").join("control.sock")
@@ -41,30 +56,41 @@ impl Drop for Server {
     }
 }
 
-/// Starts answering requests for the mounted file system `fs`.
-pub fn serve(repo: &Path, fs: Arc<fs::Fs>, mountpoint: PathBuf) -> Result<Server> {
+/// What the daemon serves requests against.
+pub struct Served {
+    pub fs: Arc<fs::Fs>,
+    pub chunking: chunking::ChunkerParams,
+    pub mountpoint: PathBuf,
+}
+
+/// Starts answering requests for the mounted file system.
+pub fn serve(repo: &Path, served: Served) -> Result<Server> {
     let path = socket_path(repo);
     let dir = path.parent().expect("the socket is in run/");
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    // A socket file left by a daemon that was killed answers nobody.
+    // A socket file left by a daemon that was killed answers nobody (this
+    // process holds the repository's lock, so no other daemon runs).
     if path.exists() && UnixStream::connect(&path).is_err() {
         std::fs::remove_file(&path).ok();
     }
     let root = repo.to_path_buf();
     let listener = UnixListener::bind(&path)
         .with_context(|| format!("cannot listen on the control socket {}", path.display()))?;
+    let served = Arc::new(served);
     std::thread::Builder::new()
         .name("control".into())
         .spawn(move || {
             for conn in listener.incoming().flatten() {
-                let fs = fs.clone();
-                let mountpoint = mountpoint.clone();
+                let served = served.clone();
                 let root = root.clone();
                 std::thread::spawn(move || {
                     let target = Target {
-                        fs: &fs,
+                        store: served.fs.store(),
+                        fs: Some(&served.fs),
+                        chunking: served.chunking,
                         root: &root,
-                        mountpoint: Some(&mountpoint),
+                        mountpoint: Some(&served.mountpoint),
+                        repo: None,
                     };
                     let _ = answer(conn, &target);
                 });
@@ -74,36 +100,148 @@ pub fn serve(repo: &Path, fs: Arc<fs::Fs>, mountpoint: PathBuf) -> Result<Server
     Ok(Server { path })
 }
 
+/// The client's end of one request, as the daemon sees it.
+struct Client {
+    out: Mutex<(UnixStream, Option<Instant>)>,
+    gone: AtomicBool,
+}
+
+impl Client {
+    fn send(&self, r: &Reply) {
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        if let Reply::Progress(_) = r {
+            if out.1.is_some_and(|t| t.elapsed() < PROGRESS_EVERY) {
+                return;
+            }
+            out.1 = Some(Instant::now());
+        }
+        let mut line = serde_json::to_vec(r).expect("a reply is plain data");
+        line.push(b'\n');
+        if out.0.write_all(&line).is_err() {
+            self.gone.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the client still waits for the answer: a unix socket whose
+    /// peer has closed fails the next write at once.
+    fn waiting(&self) -> bool {
+        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        if out.0.write_all(b"\n").is_err() {
+            self.gone.store(true, Ordering::Relaxed);
+        }
+        !self.gone.load(Ordering::Relaxed)
+    }
+}
+
 fn answer(conn: UnixStream, target: &Target<'_>) -> Result<()> {
-    let mut line = String::new();
-    BufReader::new(&conn).read_line(&mut line)?;
-    let out = std::sync::Mutex::new(conn.try_clone()?);
-    let send = |r: &Reply| {
-        let mut w = out.lock().unwrap();
-        let _ = serde_json::to_writer(&mut *w, r).map(|_| w.write_all(b"\n"));
+    let (line, mut fds) = read_request(&conn)?;
+    let client = Client {
+        out: Mutex::new((conn, None)),
+        gone: AtomicBool::new(false),
     };
-    let reply = match serde_json::from_str::<Request>(&line) {
+    let stream = fds.drain(..).next().map(std::fs::File::from);
+    let reply = match serde_json::from_slice::<Request>(&line) {
         Err(e) => Reply::Error(format!("malformed request: {e}")),
-        Ok(req) => match ops::exec(target, &req, &|p| send(&Reply::Progress(p))) {
+        Ok(req) => match ops::exec(
+            target,
+            &req,
+            stream,
+            &|p| client.send(&Reply::Progress(p)),
+            &|| client.waiting(),
+        ) {
             Ok(v) => Reply::Ok(v),
             Err(e) => Reply::Error(format!("{e:#}")),
         },
     };
-    send(&reply);
+    client.send(&reply);
     Ok(())
 }
 
-/// Sends `req` to the daemon serving `repo`, if one runs: `None` when no
+/// Reads the request line and the descriptors sent with it.
+fn read_request(conn: &UnixStream) -> Result<(Vec<u8>, Vec<OwnedFd>)> {
+    let mut line = Vec::new();
+    let mut fds = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    while !line.contains(&b'\n') {
+        let mut space = nix::cmsg_space!([RawFd; 4]);
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let msg = match recvmsg::<()>(
+            conn.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Err(Errno::EINTR) => continue,
+            other => other.context("reading a request on the control socket")?,
+        };
+        let n = msg.bytes;
+        for c in msg.cmsgs().context("too many descriptors with a request")? {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                // SAFETY: the kernel just installed these descriptors in
+                // this process for us; nothing else owns them.
+                fds.extend(
+                    raw.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        if n == 0 {
+            break;
+        }
+        line.extend_from_slice(&buf[..n]);
+        if line.len() > REQUEST_MAX {
+            bail!("a request on the control socket is longer than {REQUEST_MAX} bytes");
+        }
+    }
+    if let Some(end) = line.iter().position(|&b| b == b'\n') {
+        line.truncate(end);
+    }
+    Ok((line, fds))
+}
+
+/// Sends the request line, with `stream` attached when given.
+fn send_request(conn: &UnixStream, line: &[u8], stream: Option<BorrowedFd<'_>>) -> Result<()> {
+    let raw: Vec<RawFd> = stream.iter().map(|f| f.as_raw_fd()).collect();
+    let rights = [ControlMessage::ScmRights(&raw)];
+    let cmsgs: &[ControlMessage] = if raw.is_empty() { &[] } else { &rights };
+    let sent = loop {
+        match sendmsg::<()>(
+            conn.as_raw_fd(),
+            &[IoSlice::new(line)],
+            cmsgs,
+            MsgFlags::empty(),
+            None,
+        ) {
+            Err(Errno::EINTR) => continue,
+            other => break other.context("sending a request to the daemon")?,
+        }
+    };
+    (&*conn)
+        .write_all(&line[sent..])
+        .context("sending a request to the daemon")
+}
+
+/// Sends `req` to the daemon serving `repo`, if one runs, with `stream`
+/// (the data of a `put`, the destination of a `get`): `None` when no
 /// daemon answers (the caller then opens the repository itself).
-pub fn call(repo: &Path, req: &Request, progress: &dyn Fn(Progress)) -> Result<Option<Value>> {
+pub fn call(
+    repo: &Path,
+    req: &Request,
+    stream: Option<BorrowedFd<'_>>,
+    progress: &dyn Fn(Progress),
+) -> Result<Option<Value>> {
     let path = socket_path(repo);
-    let Ok(mut conn) = UnixStream::connect(&path) else {
+    let Ok(conn) = UnixStream::connect(&path) else {
         return Ok(None);
     };
-    serde_json::to_writer(&mut conn, req)?;
-    conn.write_all(b"\n")?;
+    let mut line = serde_json::to_vec(req)?;
+    line.push(b'\n');
+    send_request(&conn, &line, stream)?;
     for line in BufReader::new(conn).lines() {
         let line = line.context("reading the daemon's answer")?;
+        if line.is_empty() {
+            continue;
+        }
         match serde_json::from_str::<Reply>(&line)
             .with_context(|| format!("malformed answer from the daemon: {line}"))?
         {

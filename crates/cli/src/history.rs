@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use cas::ChunkId;
 use fs::tree::{self, TreeContent, TreeEntry};
 use meta::{ImportEntry, ImportInode, Inode, InodeId};
@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::args::SnapshotCommand;
 use crate::ops::{self, Request};
-use crate::ui;
+use crate::ui::{self, out};
 
 fn field(v: &Value, key: &str) -> u64 {
     v.get(key).and_then(Value::as_u64).unwrap_or(0)
@@ -22,7 +22,7 @@ pub fn snapshot(root: &Path, cmd: SnapshotCommand, quiet: bool) -> Result<ExitCo
     match cmd {
         SnapshotCommand::Create { name } => {
             let v = ops::run(root, &Request::SnapshotCreate { name: name.clone() }, quiet)?;
-            println!(
+            out!(
                 "snapshot {name:?}: {} files, {} directories, {}",
                 field(&v, "files"),
                 field(&v, "dirs"),
@@ -33,16 +33,18 @@ pub fn snapshot(root: &Path, cmd: SnapshotCommand, quiet: bool) -> Result<ExitCo
             let v = ops::run(root, &Request::SnapshotList { unique: true }, quiet)?;
             let list = v.as_array().cloned().unwrap_or_default();
             if json {
-                for s in &list {
-                    println!("{s}");
-                }
+                out!("{}", Value::Array(list));
             } else {
-                println!(
+                out!(
                     "{:<24} {:<20} {:>9} {:>11} {:>11}",
-                    "NAME", "CREATED (UTC)", "FILES", "SIZE", "UNIQUE"
+                    "NAME",
+                    "CREATED (UTC)",
+                    "FILES",
+                    "SIZE",
+                    "UNIQUE"
                 );
                 for s in &list {
-                    println!(
+                    out!(
                         "{:<24} {:<20} {:>9} {:>11} {:>11}",
                         s["name"].as_str().unwrap_or("?"),
                         ui::utc(s["created"].as_i64().unwrap_or(0)),
@@ -67,7 +69,7 @@ pub fn snapshot(root: &Path, cmd: SnapshotCommand, quiet: bool) -> Result<ExitCo
                     Some("removed") => "-",
                     _ => "M",
                 };
-                println!("{mark} {}", c["path"].as_str().unwrap_or("?"));
+                out!("{mark} {}", c["path"].as_str().unwrap_or("?"));
             }
         }
     }
@@ -102,9 +104,9 @@ pub fn clone(root: &Path, src: String, dst: String, quiet: bool) -> Result<ExitC
 pub fn version(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
     let v = ops::run(root, &Request::Version, quiet)?;
     if json {
-        println!("{v}");
+        out!("{v}");
     } else if v["written"].as_bool() == Some(true) {
-        println!(
+        out!(
             "{}: {} files, {} directories; {} listings written, {} new bytes, {:.3} s",
             v["label"].as_str().unwrap_or("?"),
             field(&v, "files"),
@@ -114,7 +116,7 @@ pub fn version(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
             v["seconds"].as_f64().unwrap_or(0.0)
         );
     } else {
-        println!(
+        out!(
             "nothing changed since {}",
             v["label"].as_str().unwrap_or("the last version")
         );
@@ -125,7 +127,7 @@ pub fn version(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
 pub fn gc(root: &Path, threshold: f64, dry_run: bool, json: bool, quiet: bool) -> Result<ExitCode> {
     let v = ops::run(root, &Request::Gc { threshold, dry_run }, quiet)?;
     if json {
-        println!("{v}");
+        out!("{v}");
         return Ok(ExitCode::SUCCESS);
     }
     let verb = if dry_run {
@@ -133,7 +135,7 @@ pub fn gc(root: &Path, threshold: f64, dry_run: bool, json: bool, quiet: bool) -
     } else {
         "reclaimed"
     };
-    println!(
+    out!(
         "marked {} chunks in {:.2} s; {verb} {} of {} containers, {} freed ({} chunks copied forward, {} dropped) in {:.2} s",
         field(&v, "marked_chunks"),
         v["mark_seconds"].as_f64().unwrap_or(0.0),
@@ -145,13 +147,13 @@ pub fn gc(root: &Path, threshold: f64, dry_run: bool, json: bool, quiet: bool) -
         v["sweep_seconds"].as_f64().unwrap_or(0.0),
     );
     if field(&v, "orphans_removed") > 0 {
-        println!(
+        out!(
             "removed {} orphaned container(s) left by an interrupted write or gc",
             field(&v, "orphans_removed")
         );
     }
     for s in v["skipped"].as_array().cloned().unwrap_or_default() {
-        println!(
+        out!(
             "  skipped (run `cairn check`): {}",
             s.as_str().unwrap_or("?")
         );
@@ -166,25 +168,13 @@ pub fn recover(
     snapshot: Option<String>,
     quiet: bool,
 ) -> Result<ExitCode> {
-    if crate::control::call(root, &Request::Stats, &|_| {})?.is_some() {
-        bail!("the file system is mounted; unmount it before `cairn recover`");
-    }
-    let repo = match repo::Repo::open(root) {
-        Ok(r) => r,
-        Err(repo::RepoError::Store(cas::CasError::IndexOpen { path, .. })) => {
-            std::fs::rename(&path, path.with_extension("redb.damaged"))?;
-            crate::commands::open(root, quiet)?
-        }
-        Err(e) => return Err(e.into()),
-    };
-    crate::log::to_repo(&repo.root);
+    // A mounted repository is refused here, naming its mount point.
+    let repo = crate::commands::open_for_rebuild(root, quiet)?;
     let store = &repo.store;
-    let pb = ui::count_bar(quiet, "index");
-    let rebuilt = store.rebuild_index(&|p| {
-        pb.set_length(p.containers_total);
-        pb.set_position(p.containers_done);
-    })?;
-    pb.finish_and_clear();
+    let steps = ui::Steps::new(quiet);
+    let rebuilt =
+        store.rebuild_index(&|p| steps.update("index", p.containers_done, p.containers_total))?;
+    steps.finish();
     let roots = store.recover_roots()?;
     if !quiet {
         say!(
@@ -236,7 +226,7 @@ pub fn recover(
         }
     }
     meta::RedbMeta::import(&path, inodes, entries)?;
-    println!(
+    out!(
         "recovered the file system from {label} ({}): {} files, {} directories",
         ui::utc(record.created.secs),
         record.files,

@@ -17,8 +17,29 @@ pub fn open_fs(repo: &Repo) -> Result<Arc<fs::Fs>> {
     Ok(Arc::new(repo.open_fs(uid, gid)?))
 }
 
+/// Clears a dead cairn mount at `dir` (left by a daemon that was killed:
+/// nothing there can be read or written any more, so detaching it loses
+/// nothing), then checks `dir` can take a mount; all before the repository
+/// is opened.
+fn prepare_mountpoint(dir: &Path, nonempty: bool, quiet: bool) -> Result<()> {
+    if let Ok(fuse::MountState::Dead(entry)) = fuse::mount_state(dir) {
+        if entry.is_cairn() {
+            fuse::detach(dir)?;
+            if !quiet {
+                say!(
+                    "cairn: cleared the dead mount at {} (its daemon ended without unmounting)",
+                    dir.display()
+                );
+            }
+        }
+    }
+    fuse::check_mountpoint(dir, nonempty)?;
+    Ok(())
+}
+
 pub fn mount(root: &Path, args: &MountArgs, quiet: bool) -> Result<ExitCode> {
     fuse::check_fuse_available()?;
+    prepare_mountpoint(&args.mountpoint, args.nonempty, quiet)?;
     let repo = crate::commands::open(root, quiet)?;
     let fs = open_fs(&repo)?;
     // SAFETY: a plain getter.
@@ -27,11 +48,20 @@ pub fn mount(root: &Path, args: &MountArgs, quiet: bool) -> Result<ExitCode> {
         allow_other: args.allow_other || is_root,
         threads: args.threads.max(1),
         page_cache_max: repo.config.page_cache_max,
+        nonempty: args.nonempty,
         ..Default::default()
     };
     let mounted = fuse::mount(fs.clone(), &args.mountpoint, &opts)?;
-    let mountpoint = std::fs::canonicalize(&args.mountpoint).unwrap_or(args.mountpoint.clone());
-    let control = crate::control::serve(&repo.root, fs.clone(), mountpoint.clone())?;
+    let mountpoint = mounted.mountpoint().to_path_buf();
+    repo.announce_mount(&mountpoint)?;
+    let control = crate::control::serve(
+        &repo.root,
+        crate::control::Served {
+            fs: fs.clone(),
+            chunking: repo.config.chunking,
+            mountpoint: mountpoint.clone(),
+        },
+    )?;
     tracing::info!(repo = %repo.root.display(), mountpoint = %mountpoint.display(), pid = std::process::id(), "mounted");
     if !quiet {
         say!(
@@ -69,6 +99,16 @@ pub fn mount(root: &Path, args: &MountArgs, quiet: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// [`prepare_mountpoint`] for a mount point that may not exist yet.
+fn prepare_mountpoint_if_present(dir: &Path, nonempty: bool, quiet: bool) -> Result<()> {
+    // A dead mount does not "exist" either: every look at it fails.
+    let unmounted = fuse::mount_state(dir).map_or(true, |s| s == fuse::MountState::NotMounted);
+    if unmounted && !dir.exists() {
+        return Ok(());
+    }
+    prepare_mountpoint(dir, nonempty, quiet)
+}
+
 fn umount_path(mountpoint: &Path) -> Result<()> {
     let out = Process::new("fusermount3")
         .arg("-u")
@@ -85,26 +125,57 @@ fn umount_path(mountpoint: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Unmounts a cairn mount; a dead one (its daemon was killed) is detached.
 pub fn umount(mountpoint: &Path) -> Result<ExitCode> {
-    umount_path(mountpoint)?;
+    let state = fuse::mount_state(mountpoint)
+        .with_context(|| format!("cannot look at {}", mountpoint.display()))?;
+    match state {
+        fuse::MountState::NotMounted => {
+            bail!(
+                "{} is not mounted: nothing to unmount",
+                mountpoint.display()
+            )
+        }
+        fuse::MountState::Live(entry) | fuse::MountState::Dead(entry) if !entry.is_cairn() => {
+            bail!(
+                "{} is not a cairn mount (it is {entry}); use umount or fusermount3 -u",
+                mountpoint.display()
+            )
+        }
+        fuse::MountState::Dead(_) => {
+            fuse::detach(mountpoint)?;
+            say!(
+                "cairn: {} was a dead mount (its daemon ended without unmounting); detached it",
+                mountpoint.display()
+            );
+        }
+        fuse::MountState::Live(_) => umount_path(mountpoint)?,
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn serve(root: &Path, mountpoint: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
-    if !Repo::exists(root) {
-        Repo::init(root)?;
-        say!("cairn: created a repository at {}", root.display());
-    }
+pub fn serve(
+    root: &Path,
+    mountpoint: Option<PathBuf>,
+    nonempty: bool,
+    quiet: bool,
+) -> Result<ExitCode> {
     let mountpoint = match mountpoint {
         Some(m) => m,
         None => dirs::home_dir()
             .context("no home directory; name a mount point")?
             .join("cairn"),
     };
+    prepare_mountpoint_if_present(&mountpoint, nonempty, quiet)?;
+    if !Repo::exists(root) {
+        Repo::init(root)?;
+        say!("cairn: created a repository at {}", root.display());
+    }
     std::fs::create_dir_all(&mountpoint)
         .with_context(|| format!("cannot create the mount point {}", mountpoint.display()))?;
     let args = MountArgs {
         mountpoint,
+        nonempty,
         allow_other: false,
         threads: 4,
     };

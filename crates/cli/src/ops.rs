@@ -1,11 +1,15 @@
 //! Commands that work the same on a mounted file system (through the
 //! daemon's control socket) and on an unmounted repository (opened here):
-//! each is a [`Request`] executed by [`exec`] against a file system, and the
-//! JSON value it returns is printed by the caller.
+//! each is a [`Request`] executed by [`exec`] against a file system or a
+//! store, and the JSON value it returns is printed by the caller.
 
+use std::fs::File;
+use std::os::fd::AsFd;
 use std::path::Path;
+use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+use repo::{Repo, RepoError};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -16,6 +20,19 @@ use fs::Fs;
 pub enum Request {
     Stats,
     Check,
+    Roots,
+    Rm {
+        label: String,
+    },
+    /// Stores the stream sent with the request under `name`.
+    Put {
+        name: String,
+        replace: bool,
+    },
+    /// Writes what `label` holds to the stream sent with the request.
+    Get {
+        label: String,
+    },
     Version,
     SnapshotCreate {
         name: String,
@@ -49,11 +66,17 @@ pub enum Request {
     },
     Status,
     Scrub,
-    /// Applies cairn.toml's `[[branch]]` list as it is now on disk.
-    Reconfigure,
     /// Applies cairn.toml as edited by hand: its rules, and branches added;
     /// refused if it leaves out a branch in use.
     Reload,
+    /// Makes `config` (cairn.toml with branch `name` added) the
+    /// configuration and opens the branch; refused if cairn.toml is no
+    /// longer `base`, the text the edit was made from.
+    BranchAdd {
+        name: String,
+        base: String,
+        config: String,
+    },
     /// Moves the shards of `old` onto `new`, then makes `config` (cairn.toml
     /// without `old`) the configuration.
     BranchReplace {
@@ -69,22 +92,44 @@ pub enum Request {
     },
 }
 
+impl Request {
+    /// Whether the request needs the file system, not just the store.
+    fn needs_fs(&self) -> bool {
+        !matches!(
+            self,
+            Request::Stats
+                | Request::Check
+                | Request::Roots
+                | Request::Rm { .. }
+                | Request::Put { .. }
+                | Request::Get { .. }
+                | Request::BranchAdd { .. }
+        )
+    }
+}
+
 /// A step of a long operation, for the client's progress bar.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Progress {
     pub what: String,
     pub done: u64,
+    /// 0 while the total is not known.
     pub total: u64,
 }
 
 /// What a request runs against.
 pub struct Target<'a> {
-    pub fs: &'a Fs,
+    pub store: &'a cas::Store,
+    /// The file system, for requests that need it ([`Request::needs_fs`]).
+    pub fs: Option<&'a Fs>,
+    pub chunking: chunking::ChunkerParams,
     /// The repository's root directory.
     pub root: &'a Path,
     /// Where the file system is mounted: absolute paths under it are taken
     /// relative to it.
     pub mountpoint: Option<&'a Path>,
+    /// The repository opened by this process (no daemon serves it).
+    pub repo: Option<&'a Repo>,
 }
 
 impl Target<'_> {
@@ -98,20 +143,137 @@ impl Target<'_> {
         }
         path.to_string()
     }
+
+    fn fs(&self) -> Result<&Fs> {
+        self.fs
+            .context("this request needs the file system, which was not opened")
+    }
 }
 
-pub fn exec(t: &Target<'_>, req: &Request, progress: &(dyn Fn(Progress) + Sync)) -> Result<Value> {
-    let fs = t.fs;
+/// What `put` reports.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PutOut {
+    pub len: u64,
+    pub chunks: u64,
+    pub new_chunks: u64,
+    pub new_bytes: u64,
+    pub stored_bytes: u64,
+}
+
+/// What `get` reports: the bytes written, or that the reader went away
+/// (a closed pipe: `cairn get L | head`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct GetOut {
+    pub bytes: u64,
+    pub closed: bool,
+}
+
+fn put(
+    t: &Target<'_>,
+    name: &str,
+    replace: bool,
+    input: File,
+    progress: &(dyn Fn(Progress) + Sync),
+    waiting: &(dyn Fn() -> bool + Sync),
+) -> Result<PutOut> {
+    let store = t.store;
+    if !replace && store.get_root(name).is_ok() {
+        bail!("label {name:?} already exists (use --replace to point it at the new data)");
+    }
+    let total = input
+        .metadata()
+        .ok()
+        .filter(|m| m.is_file())
+        .map_or(0, |m| m.len());
+    let report = |done| {
+        progress(Progress {
+            what: "put".into(),
+            done,
+            total,
+        })
+    };
+    let stored = recipe::store_stream(store, input, t.chunking, &report)?;
+    // A caller that went away (Ctrl-C on `tar c | cairn put -`) may have
+    // cut the stream short: its label is not recorded.
+    if !waiting() {
+        bail!("the caller went away before the put finished; label {name:?} not recorded");
+    }
+    store.put_root(name, &stored.root)?;
+    let s = stored.stats;
+    Ok(PutOut {
+        len: stored.len,
+        chunks: s.chunks,
+        new_chunks: s.new_chunks,
+        new_bytes: s.new_bytes,
+        stored_bytes: s.stored_bytes,
+    })
+}
+
+fn get(
+    t: &Target<'_>,
+    label: &str,
+    mut out: File,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Result<GetOut> {
+    let root = t.store.get_root(label)?;
+    let recipe = recipe::Recipe::open(t.store, root)?;
+    let total = recipe.len();
+    let report = |done| {
+        progress(Progress {
+            what: "get".into(),
+            done,
+            total,
+        })
+    };
+    // Chunks are tens of KiB: written as they come, no extra buffer copy.
+    match recipe.write_to(&mut out, &report) {
+        Ok(bytes) => Ok(GetOut {
+            bytes,
+            closed: false,
+        }),
+        Err(recipe::RecipeError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            Ok(GetOut {
+                bytes: 0,
+                closed: true,
+            })
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Runs `req` against `t`. `stream` is the file sent with a `put` or
+/// `get`; `waiting` says whether the caller still waits for the answer.
+pub fn exec(
+    t: &Target<'_>,
+    req: &Request,
+    stream: Option<File>,
+    progress: &(dyn Fn(Progress) + Sync),
+    waiting: &(dyn Fn() -> bool + Sync),
+) -> Result<Value> {
+    let stream = || stream.context("a put or get request comes with a file descriptor");
     Ok(match req {
         Request::Stats => {
-            let usage = fs.usage()?;
-            serde_json::to_value(crate::commands::stats_of(
-                fs.store(),
-                Some((usage.files, usage.dirs, usage.bytes)),
-            )?)?
+            let counts = match (t.fs, t.repo) {
+                (Some(fs), _) => {
+                    let usage = fs.usage()?;
+                    Some((usage.files, usage.dirs, usage.bytes))
+                }
+                (None, Some(repo)) => crate::commands::fs_counts(repo)?,
+                (None, None) => None,
+            };
+            serde_json::to_value(crate::commands::stats_of(t.store, counts)?)?
         }
+        Request::Roots => serde_json::to_value(crate::commands::root_lines(t.store)?)?,
+        Request::Rm { label } => {
+            t.store.delete_root(label)?;
+            json!({ "removed": label })
+        }
+        Request::Put { name, replace } => {
+            serde_json::to_value(put(t, name, *replace, stream()?, progress, waiting)?)?
+        }
+        Request::Get { label } => serde_json::to_value(get(t, label, stream()?, progress)?)?,
         Request::Check => {
-            let report = crate::commands::check_store(fs.store(), Some(fs), &|p| {
+            let report = crate::commands::check_store(t.store, t.fs, &|p| {
                 progress(Progress {
                     what: "check".into(),
                     done: p.containers_done,
@@ -120,14 +282,14 @@ pub fn exec(t: &Target<'_>, req: &Request, progress: &(dyn Fn(Progress) + Sync))
             })?;
             serde_json::to_value(report)?
         }
-        Request::Version => serde_json::to_value(fs.write_version()?)?,
-        Request::SnapshotCreate { name } => serde_json::to_value(fs.snapshot_create(name)?)?,
-        Request::SnapshotList { unique } => serde_json::to_value(fs.snapshot_list(*unique)?)?,
+        Request::Version => serde_json::to_value(t.fs()?.write_version()?)?,
+        Request::SnapshotCreate { name } => serde_json::to_value(t.fs()?.snapshot_create(name)?)?,
+        Request::SnapshotList { unique } => serde_json::to_value(t.fs()?.snapshot_list(*unique)?)?,
         Request::SnapshotDelete { name } => {
-            fs.snapshot_delete(name)?;
+            t.fs()?.snapshot_delete(name)?;
             json!({ "deleted": name })
         }
-        Request::SnapshotDiff { a, b } => serde_json::to_value(fs.snapshot_diff(a, b)?)?,
+        Request::SnapshotDiff { a, b } => serde_json::to_value(t.fs()?.snapshot_diff(a, b)?)?,
         Request::Restore {
             name,
             path,
@@ -135,16 +297,22 @@ pub fn exec(t: &Target<'_>, req: &Request, progress: &(dyn Fn(Progress) + Sync))
             overwrite,
         } => {
             let to = to.as_deref().map(|p| t.inside(p));
-            serde_json::to_value(fs.restore(name, &t.inside(path), to.as_deref(), *overwrite)?)?
+            serde_json::to_value(t.fs()?.restore(
+                name,
+                &t.inside(path),
+                to.as_deref(),
+                *overwrite,
+            )?)?
         }
         Request::Clone { src, dst } => {
-            serde_json::to_value(fs.clone_path(&t.inside(src), &t.inside(dst))?)?
+            serde_json::to_value(t.fs()?.clone_path(&t.inside(src), &t.inside(dst))?)?
         }
         Request::Gc { threshold, dry_run } => {
             let options = gc::GcOptions {
                 threshold: *threshold,
                 dry_run: *dry_run,
             };
+            let fs = t.fs()?;
             let report = gc::collect(fs.store(), gc::Live::Mounted(fs), options, &|p| {
                 progress(match p {
                     gc::GcProgress::Marking { chunks } => Progress {
@@ -162,15 +330,18 @@ pub fn exec(t: &Target<'_>, req: &Request, progress: &(dyn Fn(Progress) + Sync))
             serde_json::to_value(report)?
         }
         Request::PolicyShow { path } => {
-            crate::redundancy::value_of(crate::redundancy::policy_show(fs, &t.inside(path))?)?
+            crate::redundancy::value_of(crate::redundancy::policy_show(t.fs()?, &t.inside(path))?)?
         }
-        Request::Status => crate::redundancy::value_of(crate::redundancy::status(fs.store())?)?,
-        Request::Scrub => crate::redundancy::value_of(crate::redundancy::scrub(fs, progress)?)?,
-        Request::Reconfigure => {
-            crate::redundancy::value_of(crate::branches::reconfigure(t.root, fs)?)?
+        Request::Status => crate::redundancy::value_of(crate::redundancy::status(t.store)?)?,
+        Request::Scrub => {
+            crate::redundancy::value_of(crate::redundancy::scrub(t.fs()?, progress)?)?
         }
-        Request::Reload => crate::redundancy::value_of(crate::branches::reload(t.root, fs)?)?,
+        Request::Reload => crate::redundancy::value_of(crate::branches::reload(t.root, t.fs()?)?)?,
+        Request::BranchAdd { name, base, config } => {
+            crate::redundancy::value_of(crate::branches::add(t, name, base, config)?)?
+        }
         Request::BranchReplace { old, new, config } => {
+            let fs = t.fs()?;
             let successors = [(old.clone(), new.clone())];
             crate::redundancy::value_of(crate::branches::move_off(
                 t.root,
@@ -180,44 +351,86 @@ pub fn exec(t: &Target<'_>, req: &Request, progress: &(dyn Fn(Progress) + Sync))
                 || crate::redundancy::replace(fs, old, new, progress),
             )?)?
         }
-        Request::BranchDrain { name, config } => crate::redundancy::value_of(
-            crate::branches::move_off(t.root, fs, config, &[], || {
-                crate::redundancy::drain(fs, name, progress)
-            })?,
-        )?,
+        Request::BranchDrain { name, config } => {
+            let fs = t.fs()?;
+            crate::redundancy::value_of(crate::branches::move_off(
+                t.root,
+                fs,
+                config,
+                &[],
+                || crate::redundancy::drain(fs, name, progress),
+            )?)?
+        }
     })
 }
 
 /// Runs `req` through the daemon serving `root` if one runs, else on the
-/// repository opened here. Progress goes to a bar on stderr.
-pub fn run(root: &Path, req: &Request, quiet: bool) -> Result<Value> {
-    let pb = crate::ui::count_bar(quiet, "");
-    pb.set_style(
-        indicatif::ProgressStyle::with_template("{msg:>8} {pos}/{len}").expect("valid template"),
-    );
-    let show = |p: Progress| {
-        pb.set_message(p.what);
-        pb.set_length(p.total);
-        pb.set_position(p.done);
-    };
-    let out = match crate::control::call(root, req, &show)? {
-        Some(v) => Ok(v),
-        None => {
-            let repo = crate::commands::open(root, quiet)?;
-            let fs = crate::mount::open_fs(&repo)?;
-            let out = exec(
-                &Target {
-                    fs: &fs,
-                    root,
-                    mountpoint: None,
-                },
-                req,
-                &show,
-            );
-            fs.shutdown().context("making the changes durable")?;
-            out
+/// repository opened here, sending `stream` with a `put` or `get`.
+///
+/// While another command holds the repository's lock, this waits for it
+/// (up to [`crate::commands::lock_wait`]), asking the daemon again each
+/// time: a mount that is starting up answers once its socket is up.
+pub fn call(
+    root: &Path,
+    req: &Request,
+    stream: Option<&File>,
+    quiet: bool,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Result<Value> {
+    let deadline = Instant::now() + crate::commands::lock_wait();
+    loop {
+        let fd = stream.map(|f| f.as_fd());
+        if let Some(v) = crate::control::call(root, req, fd, progress)? {
+            return Ok(v);
         }
+        match Repo::open(root) {
+            Ok(repo) => {
+                crate::commands::say_discarded(&repo, quiet);
+                return local(&repo, req, stream, progress);
+            }
+            Err(RepoError::Locked { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(crate::commands::LOCK_POLL)
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Runs `req` on the repository opened by this process.
+fn local(
+    repo: &Repo,
+    req: &Request,
+    stream: Option<&File>,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Result<Value> {
+    let stream = stream
+        .map(File::try_clone)
+        .transpose()
+        .context("cannot duplicate the data stream")?;
+    let mut target = Target {
+        store: &repo.store,
+        fs: None,
+        chunking: repo.config.chunking,
+        root: &repo.root,
+        mountpoint: None,
+        repo: Some(repo),
     };
-    pb.finish_and_clear();
+    if !req.needs_fs() {
+        return exec(&target, req, stream, progress, &|| true);
+    }
+    let fs = crate::mount::open_fs(repo)?;
+    target.fs = Some(&fs);
+    let out = exec(&target, req, stream, progress, &|| true);
+    fs.shutdown().context("making the changes durable")?;
+    out
+}
+
+/// [`call`] with progress shown as a bar on stderr.
+pub fn run(root: &Path, req: &Request, quiet: bool) -> Result<Value> {
+    let steps = crate::ui::Steps::new(quiet);
+    let out = call(root, req, None, quiet, &|p| {
+        steps.update(&p.what, p.done, p.total)
+    });
+    steps.finish();
     out
 }

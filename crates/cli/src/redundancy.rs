@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::ops::{self, Progress, Request};
+use crate::ui::out;
 
 /// Where one container's shards are.
 #[derive(Debug, Serialize, Deserialize)]
@@ -127,11 +128,28 @@ pub struct BranchLine {
     /// `replace` (a retired branch holding nothing is not listed).
     #[serde(default)]
     pub retired: bool,
+    /// The one plain branch of a repository without `[[branch]]` entries:
+    /// containers are stored once, with no redundancy to heal from.
+    #[serde(default)]
+    pub plain: bool,
 }
 
 pub fn status(store: &Store) -> Result<Vec<BranchLine>> {
     let Some(layer) = store.layer() else {
-        bail!("this repository stores on one plain branch; configure [[branch]] entries in cairn.toml for redundancy");
+        // The default layout: one plain branch, every container once.
+        let s = store.stats()?;
+        return Ok(vec![BranchLine {
+            name: "local".into(),
+            degraded: false,
+            last_error: None,
+            shards: s.containers,
+            bytes: s.stored_bytes,
+            delay_ms: None,
+            reads: 0,
+            faults: 0,
+            retired: false,
+            plain: true,
+        }]);
     };
     let mut usage: BTreeMap<redundancy::BranchId, (u64, u64)> = BTreeMap::new();
     for key in layer.list("") {
@@ -159,6 +177,7 @@ pub fn status(store: &Store) -> Result<Vec<BranchLine>> {
         .map(|s| {
             let (shards, bytes) = usage.get(&s.id).copied().unwrap_or_default();
             BranchLine {
+                plain: false,
                 retired: s.retired,
                 name: s.name,
                 degraded: s.degraded,
@@ -182,6 +201,10 @@ pub struct ScrubOut {
     pub unrepaired: Vec<String>,
     /// Files with data in an unrepaired container.
     pub affected_files: Vec<String>,
+    /// The repository has one plain branch: nothing was scrubbed, as there
+    /// is no other copy to heal from (`cairn check` verifies every chunk).
+    #[serde(default)]
+    pub plain: bool,
 }
 
 /// A container and its faults: those left when some are, else those
@@ -198,7 +221,14 @@ fn describe(r: &ScrubReport) -> String {
 
 pub fn scrub(fs: &Fs, progress: &(dyn Fn(Progress) + Sync)) -> Result<ScrubOut> {
     let Some(layer) = fs.store().layer() else {
-        bail!("this repository stores on one plain branch: nothing to scrub against (use `cairn check` to verify it)");
+        return Ok(ScrubOut {
+            containers: fs.store().stats()?.containers as usize,
+            healthy: 0,
+            repaired: Vec::new(),
+            unrepaired: Vec::new(),
+            affected_files: Vec::new(),
+            plain: true,
+        });
     };
     let summary = layer.scrub_all(|p| {
         progress(Progress {
@@ -241,6 +271,7 @@ pub fn scrub(fs: &Fs, progress: &(dyn Fn(Progress) + Sync)) -> Result<ScrubOut> 
         repaired: summary.repaired.iter().map(describe).collect(),
         unrepaired,
         affected_files,
+        plain: false,
     })
 }
 
@@ -287,11 +318,11 @@ fn files_touching(fs: &Fs, lost: &HashSet<ContainerId>) -> Result<Vec<String>> {
 pub fn policy_cmd(root: &Path, path: String, json: bool, quiet: bool) -> Result<ExitCode> {
     let v = ops::run(root, &Request::PolicyShow { path }, quiet)?;
     if json {
-        println!("{v}");
+        out!("{v}");
         return Ok(ExitCode::SUCCESS);
     }
     let show: PolicyShow = serde_json::from_value(v)?;
-    println!(
+    out!(
         "{}: {} over [{}], from {}",
         show.path,
         show.policy,
@@ -299,7 +330,7 @@ pub fn policy_cmd(root: &Path, path: String, json: bool, quiet: bool) -> Result<
         show.source
     );
     if show.inline {
-        println!("  its bytes live in its inode (small file): no container, no shards");
+        out!("  its bytes live in its inode (small file): no container, no shards");
     }
     for c in &show.containers {
         let shards: Vec<String> = c
@@ -314,7 +345,7 @@ pub fn policy_cmd(root: &Path, path: String, json: bool, quiet: bool) -> Result<
                 }
             })
             .collect();
-        println!(
+        out!(
             "  container {} ({}): {}",
             c.container,
             c.policy,
@@ -327,16 +358,22 @@ pub fn policy_cmd(root: &Path, path: String, json: bool, quiet: bool) -> Result<
 pub fn status_cmd(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
     let v = ops::run(root, &Request::Status, quiet)?;
     if json {
-        println!("{v}");
+        out!("{v}");
         return Ok(ExitCode::SUCCESS);
     }
     let lines: Vec<BranchLine> = serde_json::from_value(v)?;
-    println!(
+    out!(
         "{:<16} {:<9} {:>8} {:>11} {:>10} {:>8} {:>7}",
-        "BRANCH", "HEALTH", "SHARDS", "USED", "DELAY", "READS", "FAULTS"
+        "BRANCH",
+        "HEALTH",
+        "SHARDS",
+        "USED",
+        "DELAY",
+        "READS",
+        "FAULTS"
     );
     for b in &lines {
-        println!(
+        out!(
             "{:<16} {:<9} {:>8} {:>11} {:>10} {:>8} {:>7}",
             b.name,
             match (b.retired, b.degraded) {
@@ -351,7 +388,12 @@ pub fn status_cmd(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
             b.faults
         );
         if let Some(e) = &b.last_error {
-            println!("  last error: {e}");
+            out!("  last error: {e}");
+        }
+        if b.plain {
+            out!(
+                "  the one plain branch (no [[branch]] in cairn.toml): every container stored once"
+            );
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -361,9 +403,15 @@ pub fn scrub_cmd(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
     let v = ops::run(root, &Request::Scrub, quiet)?;
     let out: ScrubOut = serde_json::from_value(v.clone())?;
     if json {
-        println!("{v}");
+        out!("{v}");
+    } else if out.plain {
+        out!(
+            "{} containers on one plain branch (local): no redundancy to heal from, nothing \
+             scrubbed; `cairn check` verifies every chunk",
+            out.containers
+        );
     } else {
-        println!(
+        out!(
             "{} containers: {} healthy, {} repaired, {} damaged beyond repair",
             out.containers,
             out.healthy,
@@ -371,13 +419,13 @@ pub fn scrub_cmd(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
             out.unrepaired.len()
         );
         for r in &out.repaired {
-            println!("repaired {r}");
+            out!("repaired {r}");
         }
         for r in &out.unrepaired {
-            println!("LOST {r}");
+            out!("LOST {r}");
         }
         for f in &out.affected_files {
-            println!("affected file: {f}");
+            out!("affected file: {f}");
         }
     }
     Ok(if out.unrepaired.is_empty() {

@@ -1,5 +1,6 @@
-//! Progress bars and human-readable numbers.
+//! Progress bars, standard output and human-readable numbers.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -29,19 +30,88 @@ pub fn bar(quiet: bool, total: Option<u64>, what: &str) -> ProgressBar {
     pb
 }
 
-/// A progress bar counting items (containers) rather than bytes.
-pub fn count_bar(quiet: bool, what: &str) -> ProgressBar {
-    let pb = ProgressBar::new(0);
-    if quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        pb.set_draw_target(ProgressDrawTarget::hidden());
+/// Progress of a long operation counted in steps (containers, chunks,
+/// shards), on stderr and hidden like [`bar`]: a bar once the total is
+/// known, a spinner with a running count while it is not (gc's marking
+/// cannot know how many chunks it will meet). Nothing is drawn before the
+/// first step is reported.
+pub struct Steps {
+    pb: ProgressBar,
+    /// Whether the bar style is on (`None` before the first update).
+    bar: Mutex<Option<bool>>,
+}
+
+impl Steps {
+    pub fn new(quiet: bool) -> Steps {
+        let pb = ProgressBar::hidden();
+        if !quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            pb.set_draw_target(ProgressDrawTarget::stderr());
+        }
+        pb.set_style(ProgressStyle::with_template("").expect("valid template"));
+        Steps {
+            pb,
+            bar: Mutex::new(None),
+        }
     }
-    pb.set_style(
-        ProgressStyle::with_template("{msg:>8} [{bar:30}] {pos}/{len} containers, eta {eta}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    pb.set_message(what.to_string());
-    pb
+
+    /// `done` of `total` steps of `what`; a `total` of 0 means unknown.
+    pub fn update(&self, what: &str, done: u64, total: u64) {
+        let known = total > 0;
+        // The length goes first: a style or message change draws, and must
+        // not draw the new bar against the old (zero) length.
+        if known {
+            self.pb.set_length(total);
+        }
+        let mut bar = self.bar.lock().unwrap_or_else(|e| e.into_inner());
+        if *bar != Some(known) {
+            let template = if known {
+                "{msg:>8} [{bar:30}] {pos}/{len}, eta {eta}"
+            } else {
+                "{msg:>8} {spinner} {pos}"
+            };
+            self.pb.set_style(
+                ProgressStyle::with_template(template)
+                    .expect("valid template")
+                    .progress_chars("=> "),
+            );
+            if !known {
+                self.pb.enable_steady_tick(Duration::from_millis(200));
+            }
+            *bar = Some(known);
+        }
+        if self.pb.message() != what {
+            self.pb.set_message(what.to_string());
+        }
+        self.pb.set_position(done);
+    }
+
+    pub fn finish(&self) {
+        self.pb.finish_and_clear();
+    }
+}
+
+/// `println!` that survives a closed standard output: when the reader went
+/// away (`cairn roots | head -1`), the command ends quietly with status 0;
+/// any other failure to write is reported (status 1).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            $crate::ui::stdout_failed(e);
+        }
+    }};
+}
+pub(crate) use out;
+
+/// Ends the process after a failed write to standard output. Everything a
+/// command changes is durable before it prints its report, so stopping here
+/// loses nothing.
+pub fn stdout_failed(e: std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    say!("cairn: error: cannot write to standard output: {e}");
+    std::process::exit(1);
 }
 
 pub fn bytes(n: u64) -> String {

@@ -109,7 +109,7 @@ fn put_get_stats_and_dedup() {
     assert!(second["dedup_ratio"].as_f64().unwrap() > 1.9);
     assert!(second["index_ram_bytes_per_chunk"].as_f64().unwrap() > 0.0);
     let out = dir.path().join("out");
-    ok(&repo, &["get", "b", "-o", out.to_str().unwrap()]);
+    ok(&repo, &["get", "b", "-o", out.to_str().unwrap(), "--force"]);
     assert!(fs::read(&out).unwrap() == data);
     let stdout = Command::new(CAIRN)
         .args(["--repo", repo.to_str().unwrap(), "get", "a"])
@@ -132,7 +132,10 @@ fn put_get_stats_and_dedup() {
     std::io::Write::write_all(child.stdin.as_mut().unwrap(), &data[..100_000]).unwrap();
     drop(child.stdin.take());
     assert!(child.wait().unwrap().success());
-    ok(&repo, &["get", "stdin", "-o", out.to_str().unwrap()]);
+    ok(
+        &repo,
+        &["get", "stdin", "-o", out.to_str().unwrap(), "--force"],
+    );
     assert!(fs::read(&out).unwrap() == data[..100_000]);
     let roots = ok(&repo, &["roots"]);
     assert!(roots.contains("a") && roots.contains("stdin"), "{roots}");
@@ -212,7 +215,10 @@ fn kill_dash_nine_during_puts_loses_no_acknowledged_label() {
     let out = dir.path().join("out");
     for label in labels {
         let i: usize = label[1..].parse().unwrap();
-        ok(&repo, &["get", label, "-o", out.to_str().unwrap()]);
+        ok(
+            &repo,
+            &["get", label, "-o", out.to_str().unwrap(), "--force"],
+        );
         assert!(
             fs::read(&out).unwrap() == files[i % FILES],
             "label {label} reads back wrong"
@@ -254,7 +260,7 @@ fn flipped_byte_is_detected_and_a_fresh_put_heals_it() {
     // stores it afresh and the old label reads back whole.
     ok(&repo, &["put", file.to_str().unwrap(), "--name", "again"]);
     let out = dir.path().join("out");
-    ok(&repo, &["get", "a", "-o", out.to_str().unwrap()]);
+    ok(&repo, &["get", "a", "-o", out.to_str().unwrap(), "--force"]);
     assert!(fs::read(&out).unwrap() == data);
 }
 
@@ -298,7 +304,13 @@ fn rebuilt_index_gives_the_same_answers() {
     for (i, data) in files.iter().enumerate() {
         ok(
             &repo,
-            &["get", &format!("f{i}"), "-o", got.to_str().unwrap()],
+            &[
+                "get",
+                &format!("f{i}"),
+                "-o",
+                got.to_str().unwrap(),
+                "--force",
+            ],
         );
         assert!(fs::read(&got).unwrap() == *data);
     }

@@ -139,8 +139,9 @@ fn snapshots_are_frozen_read_only_and_restorable() {
             "{line:?} missing from diff:\n{diff}"
         );
     }
-    let list = ok(&m.repo, &["snapshot", "list", "--json"]);
-    assert_eq!(list.lines().count(), 2, "{list}");
+    let list: serde_json::Value =
+        serde_json::from_str(&ok(&m.repo, &["snapshot", "list", "--json"])).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 2, "{list}");
 
     // Restore a deleted file, and a whole directory under a new name.
     ok(&m.repo, &["restore", "s1", "/small.txt"]);
@@ -190,8 +191,9 @@ fn snapshots_are_frozen_read_only_and_restorable() {
         .success());
     let (repo, _) = m.unmount();
     // Without a daemon the same commands open the repository themselves.
-    let list = ok(&repo, &["snapshot", "list", "--json"]);
-    assert_eq!(list.lines().count(), 1, "{list}");
+    let list: serde_json::Value =
+        serde_json::from_str(&ok(&repo, &["snapshot", "list", "--json"])).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
 }
 
 #[test]

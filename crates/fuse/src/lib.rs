@@ -5,7 +5,9 @@
 //! ([`fs::FsError::errno`]); converting attributes between
 //! [`meta::Attr`] and the kernel's; the per-`opendir` directory listings
 //! that keep `readdir` offsets stable; the mount, its worker threads and
-//! its unmount ([`mount`], [`Mounted`]).
+//! its unmount ([`mount`], [`Mounted`]); what is mounted where
+//! ([`mount_state`]) and which directories can take a mount
+//! ([`check_mountpoint`]).
 //!
 //! **Never:** stores, chunks, caches or commits data, and never touches the
 //! metadata engine directly: every operation goes through [`fs::Fs`], which
@@ -26,6 +28,9 @@
 //!   where the previous `readdir` stopped.
 //! - Inode numbers are the metadata engine's, unchanged (the root is 1 on
 //!   both sides), and never reused, so the generation is always 0.
+//! - A mount never goes on top of a live cairn mount, and the unmount of
+//!   one never takes down a mount beneath it: a mount point is unmounted at
+//!   most once, while this session's mount is still the one on top.
 //! - When the session ends (unmount from inside or outside) every open
 //!   file's content is recorded and made durable ([`fs::Fs::sync_all`])
 //!   before [`Mounted::unmount`] or [`Mounted::wait`] return.
@@ -85,6 +90,9 @@ pub struct MountOptions {
     /// Files larger than this, opened read-only, are read around the
     /// kernel's page cache (`FOPEN_DIRECT_IO`); see [`open_flags`].
     pub page_cache_max: u64,
+    /// Mount on a directory that is not empty or is itself a mount point
+    /// (never on a live cairn mount: see [`check_mountpoint`]).
+    pub nonempty: bool,
 }
 
 impl Default for MountOptions {
@@ -94,6 +102,7 @@ impl Default for MountOptions {
             fsname: "cairn".into(),
             threads: 4,
             page_cache_max: 16 << 20,
+            nonempty: false,
         }
     }
 }
@@ -114,6 +123,30 @@ pub enum FuseError {
     },
     #[error("cannot mount at {}: not a directory", path.display())]
     NotADirectory { path: PathBuf },
+    #[error(
+        "cannot mount at {}: a cairn file system is already mounted there; \
+         `cairn umount {}` first",
+        path.display(), path.display()
+    )]
+    CairnMounted { path: PathBuf },
+    #[error(
+        "cannot mount at {}: it is already a mount point ({what}); give --nonempty to \
+         mount on top of it anyway",
+        path.display()
+    )]
+    AlreadyMounted { path: PathBuf, what: String },
+    #[error(
+        "cannot mount at {}: the directory is not empty (its files would be hidden while \
+         mounted); give --nonempty to mount anyway",
+        path.display()
+    )]
+    NotEmpty { path: PathBuf },
+    #[error(
+        "cannot mount at {}: a dead mount is there ({what}, \"Transport endpoint is not \
+         connected\": its daemon ended without unmounting); run `fusermount3 -u {}`",
+        path.display(), path.display()
+    )]
+    DeadMount { path: PathBuf, what: String },
     #[error("cannot mount at {}: the file-system name {name:?} must not be empty or contain ','", path.display())]
     InvalidFsname { path: PathBuf, name: String },
     #[error("cannot mount at {}: {source}", path.display())]
@@ -187,11 +220,170 @@ fn fusermount_bin() -> Option<PathBuf> {
     None
 }
 
+/// One entry of the kernel's mount table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    /// `fuse`, `fuse.cairn`, `ext4` ...
+    pub fstype: String,
+    /// What was mounted: a device, or a FUSE file system's name.
+    pub source: String,
+}
+
+impl MountEntry {
+    /// A cairn mount: its source is [`MountOptions::fsname`]'s default, and
+    /// its type `fuse.cairn` (`fuse` when root mounted it directly).
+    pub fn is_cairn(&self) -> bool {
+        self.fstype == "fuse.cairn" || (self.fstype == "fuse" && self.source == "cairn")
+    }
+}
+
+impl std::fmt::Display for MountEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.fstype, self.source)
+    }
+}
+
+/// What the kernel's mount table says is mounted at a directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MountState {
+    NotMounted,
+    /// A file system is mounted there and answers.
+    Live(MountEntry),
+    /// A FUSE mount whose daemon is gone ("Transport endpoint is not
+    /// connected"): nothing can be read or written there until it is
+    /// detached.
+    Dead(MountEntry),
+}
+
+/// What is mounted at `dir` (the topmost mount when several are stacked).
+pub fn mount_state(dir: &Path) -> io::Result<MountState> {
+    let target = absolute_path(dir)?;
+    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
+    // (id, parent id, entry) of every mount at `dir`.
+    let here: Vec<(&str, &str, MountEntry)> = table
+        .lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mut left = left.split(' ');
+            let (id, parent) = (left.next()?, left.next()?);
+            let point = unescape_mountinfo(left.nth(2)?);
+            let mut right = right.split(' ');
+            let fstype = right.next()?.to_string();
+            let source = unescape_mountinfo(right.next()?);
+            (Path::new(&point) == target).then_some((id, parent, MountEntry { fstype, source }))
+        })
+        .collect();
+    // Stacked mounts: the top one is no other's parent (the table's order
+    // does not say, as propagation can tuck a mount beneath another).
+    let entry = here
+        .iter()
+        .find(|(id, _, _)| !here.iter().any(|(_, parent, _)| parent == id))
+        .map(|(_, _, e)| e.clone());
+    let Some(entry) = entry else {
+        return Ok(MountState::NotMounted);
+    };
+    Ok(match std::fs::metadata(&target) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => MountState::Dead(entry),
+        _ => MountState::Live(entry),
+    })
+}
+
+/// `dir` made absolute and canonical without touching `dir` itself (a
+/// dead mount fails every look at it).
+fn absolute_path(dir: &Path) -> io::Result<PathBuf> {
+    let abs = std::path::absolute(dir)?;
+    match (abs.parent(), abs.file_name()) {
+        (Some(parent), Some(name)) => Ok(parent.canonicalize()?.join(name)),
+        _ => Ok(abs),
+    }
+}
+
+/// Mount points in mountinfo escape space, tab, newline and backslash as
+/// three octal digits.
+fn unescape_mountinfo(field: &str) -> String {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Detaches whatever is mounted at `dir` (lazily, as `fusermount3 -u -z`):
+/// for a dead mount, whose daemon can no longer lose anything.
+pub fn detach(dir: &Path) -> Result<(), FuseError> {
+    let path = absolute_path(dir).map_err(|source| FuseError::Unmount {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    unmount_path(&path, true).map_err(|source| FuseError::Unmount { path, source })
+}
+
+/// Refuses a mount point that is a live cairn mount (stacking one on
+/// another makes stopping the top one take down both), a dead mount, and,
+/// unless `nonempty`, a mount point of another file system or a directory
+/// that is not empty.
+pub fn check_mountpoint(mountpoint: &Path, nonempty: bool) -> Result<(), FuseError> {
+    let path = mountpoint.to_path_buf();
+    let state = mount_state(mountpoint).map_err(|source| FuseError::Mountpoint {
+        path: path.clone(),
+        source,
+    })?;
+    match state {
+        MountState::Dead(entry) => {
+            return Err(FuseError::DeadMount {
+                path,
+                what: entry.to_string(),
+            })
+        }
+        MountState::Live(entry) if entry.is_cairn() => {
+            return Err(FuseError::CairnMounted { path })
+        }
+        MountState::Live(entry) if !nonempty => {
+            return Err(FuseError::AlreadyMounted {
+                path,
+                what: entry.to_string(),
+            })
+        }
+        _ => {}
+    }
+    let meta = std::fs::metadata(mountpoint).map_err(|source| FuseError::Mountpoint {
+        path: path.clone(),
+        source,
+    })?;
+    if !meta.is_dir() {
+        return Err(FuseError::NotADirectory { path });
+    }
+    let mut entries = std::fs::read_dir(mountpoint).map_err(|source| FuseError::Mountpoint {
+        path: path.clone(),
+        source,
+    })?;
+    if !nonempty && entries.next().is_some() {
+        return Err(FuseError::NotEmpty { path });
+    }
+    Ok(())
+}
+
 /// Mounts `fs` at `mountpoint` and serves it from `opts.threads` background
 /// threads. Returns once the kernel has completed its handshake, so the
-/// mount is usable as soon as this returns.
+/// mount is usable as soon as this returns. The mount point is checked
+/// first ([`check_mountpoint`]).
 pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> Result<Mounted, FuseError> {
     check_dev_fuse()?;
+    check_mountpoint(mountpoint, opts.nonempty)?;
     let path = mountpoint.to_path_buf();
     let meta = std::fs::metadata(mountpoint).map_err(|source| FuseError::Mountpoint {
         path: path.clone(),
@@ -351,7 +543,7 @@ impl Mounted {
                     // Still mounted: detach it; the worker threads go on
                     // serving open files until the last one is closed.
                     let _ = unmount_path(&path, true);
-                    drop(session);
+                    drop(without_unmount(session));
                     return Err(if e.raw_os_error() == Some(libc::EBUSY) {
                         FuseError::Busy { path }
                     } else {
@@ -361,7 +553,11 @@ impl Mounted {
                 // EINVAL: not mounted any more; the session is ending.
             }
         }
-        session.join().map_err(|source| FuseError::Session {
+        let guard = without_unmount(session);
+        let joined = guard
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the FUSE session thread panicked")));
+        joined.map_err(|source| FuseError::Session {
             path: path.clone(),
             source,
         })?;
@@ -379,6 +575,18 @@ impl Drop for Mounted {
     fn drop(&mut self) {
         let _ = self.finish();
     }
+}
+
+/// The session's thread, with the rest of the session leaked: fuser 0.18
+/// unmounts the mount point again when a session is dropped, even after the
+/// kernel unmounted it (its `is_mounted` takes the disconnected device's
+/// POLLERR for "mounted"), and so took down whatever was mounted beneath
+/// (`--nonempty` over another mount). The leak is a disconnected
+/// `/dev/fuse` descriptor and the mount's path, once per mount.
+fn without_unmount(mut session: BackgroundSession) -> std::thread::JoinHandle<io::Result<()>> {
+    let guard = std::mem::replace(&mut session.guard, std::thread::spawn(|| Ok(())));
+    std::mem::forget(session);
+    guard
 }
 
 /// Asks the kernel to unmount a [`Mounted`] file system, from any thread;
@@ -1793,8 +2001,13 @@ mod tests {
         assert!(matches!(e, FuseError::NotADirectory { .. }), "{e:?}");
         assert!(e.to_string().contains(&*file.to_string_lossy()), "{e}");
 
+        let e = mount(fs.clone(), dir.path(), &opts).unwrap_err();
+        assert!(matches!(e, FuseError::NotEmpty { .. }), "{e:?}");
+        assert!(e.to_string().contains("--nonempty"), "{e}");
+
         let bad = MountOptions {
             fsname: "a,b".into(),
+            nonempty: true,
             ..MountOptions::default()
         };
         let e = mount(fs, dir.path(), &bad).unwrap_err();

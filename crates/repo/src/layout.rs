@@ -12,6 +12,7 @@ use redundancy::{Discovery, Redundant};
 use crate::config::{
     BranchSpec, Config, ConfigError, Location, RedundancyConfig, RuleSpec, DEFAULT_TOML,
 };
+use crate::lock::{locked_message, Holder, RepoLock};
 
 pub(crate) const CONFIG: &str = "cairn.toml";
 const KEY: &str = "key";
@@ -51,11 +52,20 @@ pub enum RepoError {
     MetaDamaged { path: PathBuf, reason: String },
     #[error("{}: {reason}", path.display())]
     Redundancy { path: PathBuf, reason: String },
+    /// Another process holds the repository's lock; nothing was touched.
+    #[error("{}", locked_message(root, holder))]
+    Locked {
+        root: PathBuf,
+        holder: Option<Holder>,
+    },
 }
 
 type Result<T> = std::result::Result<T, RepoError>;
 
-fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> RepoError + 'a {
+pub(crate) fn io<'a>(
+    op: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> RepoError + 'a {
     move |source| RepoError::Io {
         op,
         path: path.to_path_buf(),
@@ -71,7 +81,8 @@ pub fn default_location() -> PathBuf {
         .join("cairn")
 }
 
-/// An open repository.
+/// An open repository. It holds the repository's lock until dropped: keep
+/// it for as long as its store or file system is in use.
 pub struct Repo {
     pub root: PathBuf,
     pub config: Config,
@@ -82,6 +93,17 @@ pub struct Repo {
     pub rules: Rules,
     /// What opening found on the branches, when they are configured.
     pub discovery: Option<Discovery>,
+    /// Declared last so that it is released after the store is closed.
+    lock: Arc<RepoLock>,
+}
+
+/// An index that could not be opened, moved aside by
+/// [`Repo::open_for_rebuild`].
+#[derive(Debug)]
+pub struct IndexSetAside {
+    pub path: PathBuf,
+    pub aside: PathBuf,
+    pub reason: String,
 }
 
 impl Repo {
@@ -93,6 +115,12 @@ impl Repo {
     /// written last: a directory without it is not a repository yet, so an
     /// interrupted init can simply be run again.
     pub fn init(root: &Path) -> Result<()> {
+        if Self::exists(root) {
+            return Err(RepoError::AlreadyExists(root.to_path_buf()));
+        }
+        fs::create_dir_all(root).map_err(io("create directory", root))?;
+        let _lock = RepoLock::acquire(root)?;
+        // Another init may have finished while this one waited for nothing.
         if Self::exists(root) {
             return Err(RepoError::AlreadyExists(root.to_path_buf()));
         }
@@ -124,12 +152,64 @@ impl Repo {
         Ok(())
     }
 
-    /// Opens a repository: reads its config and key, discards partial
-    /// containers left by a crash, and opens the store.
+    /// Opens a repository: takes its lock ([`RepoError::Locked`] if
+    /// another process holds it, before anything is touched), reads its
+    /// config and key, discards partial containers left by a crash, and
+    /// opens the store.
     pub fn open(root: &Path) -> Result<Repo> {
         if !Self::exists(root) {
             return Err(RepoError::NotARepo(root.to_path_buf()));
         }
+        let lock = Arc::new(RepoLock::acquire(root)?);
+        Self::open_locked(root, &lock)
+    }
+
+    /// [`Repo::open`] for rebuilding the fingerprint index: an index that
+    /// cannot be opened (it is derived data) is moved aside, under the
+    /// lock, and a fresh one is opened in its place.
+    pub fn open_for_rebuild(root: &Path) -> Result<(Repo, Option<IndexSetAside>)> {
+        if !Self::exists(root) {
+            return Err(RepoError::NotARepo(root.to_path_buf()));
+        }
+        let lock = Arc::new(RepoLock::acquire(root)?);
+        match Self::open_locked(root, &lock) {
+            Err(RepoError::Store(cas::CasError::IndexOpen { path, source })) => {
+                let aside = path.with_extension("redb.damaged");
+                fs::rename(&path, &aside).map_err(io("move the damaged index aside", &path))?;
+                let repo = Self::open_locked(root, &lock)?;
+                let set_aside = IndexSetAside {
+                    path,
+                    aside,
+                    reason: source.to_string(),
+                };
+                Ok((repo, Some(set_aside)))
+            }
+            other => Ok((other?, None)),
+        }
+    }
+
+    /// Records that this process has the file system mounted at
+    /// `mountpoint`, so that a process the lock turns away can say where.
+    pub fn announce_mount(&self, mountpoint: &Path) -> Result<()> {
+        self.lock.announce_mount(mountpoint)
+    }
+
+    /// Checks that `config`'s branches open and its rules fit them, as the
+    /// next open will need (an unreachable bucket, a plain repository that
+    /// holds data ...). Holding this repository proves the lock is held.
+    pub fn validate(&self, config: &Config) -> Result<()> {
+        let Some(redundancy) = &config.redundancy else {
+            return Ok(());
+        };
+        if self.store.layer().is_none() {
+            refuse_plain_data(&self.root).map_err(|reason| refused(&self.root, reason))?;
+        }
+        let ((layer, _), _) = open_branches(&self.root, redundancy)?;
+        compile_rules(&self.root, &layer, redundancy)?;
+        Ok(())
+    }
+
+    fn open_locked(root: &Path, lock: &Arc<RepoLock>) -> Result<Repo> {
         let config = Config::load(&root.join(CONFIG))?;
         let key_path = root.join(KEY);
         let key = fs::read_to_string(&key_path)
@@ -149,6 +229,7 @@ impl Repo {
                 discarded_partials,
                 rules,
                 discovery: None,
+                lock: lock.clone(),
             });
         };
         refuse_plain_data(root).map_err(|reason| refused(root, reason))?;
@@ -165,6 +246,7 @@ impl Repo {
             discarded_partials,
             rules,
             discovery: Some(discovery),
+            lock: lock.clone(),
         })
     }
 
@@ -343,5 +425,47 @@ mod tests {
         fs::write(root.join(KEY), "not hex").unwrap();
         let e = Repo::open(&root).err().unwrap();
         assert!(matches!(e, RepoError::Key(_)), "{e}");
+    }
+
+    #[test]
+    fn a_second_open_is_turned_away_and_touches_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("r");
+        Repo::init(&root).unwrap();
+        let held = Repo::open(&root).unwrap();
+        held.announce_mount(Path::new("/mnt/somewhere")).unwrap();
+        // A container in flight, as the holder's branch stages it.
+        let partial = root.join(LOCAL_BRANCH).join(".partial").join("c-in-flight");
+        fs::write(&partial, b"half a container").unwrap();
+        let config = fs::read(root.join(CONFIG)).unwrap();
+
+        let e = Repo::open(&root).err().expect("the lock is held");
+        let RepoError::Locked { holder, .. } = &e else {
+            panic!("expected Locked, got {e}");
+        };
+        let holder = holder.as_ref().expect("the holder recorded itself");
+        assert_eq!(holder.pid, std::process::id());
+        let text = e.to_string();
+        assert!(
+            text.contains("mounted at /mnt/somewhere") && text.contains("cairn umount"),
+            "{text}"
+        );
+        assert!(matches!(
+            Repo::open_for_rebuild(&root),
+            Err(RepoError::Locked { .. })
+        ));
+        assert!(
+            partial.exists(),
+            "a refused open discarded a partial container"
+        );
+        assert_eq!(fs::read(root.join(CONFIG)).unwrap(), config);
+
+        drop(held);
+        assert!(
+            crate::holder_of(&root).is_none(),
+            "the record goes with the lock"
+        );
+        let reopened = Repo::open(&root).unwrap();
+        assert_eq!(reopened.discarded_partials, 1);
     }
 }

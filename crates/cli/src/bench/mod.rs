@@ -30,7 +30,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
                 std::hint::black_box(ids);
             }
             let seconds = started.elapsed().as_secs_f64();
-            println!(
+            crate::ui::out!(
                 "{}",
                 serde_json::json!({"bytes": bytes, "seconds": seconds})
             );

@@ -594,14 +594,14 @@ impl Bench {
                     out += &format!("{c:<w$}  ");
                 }
             }
-            println!("{}", out.trim_end());
+            crate::ui::out!("{}", out.trim_end());
         };
         line(&header.map(String::from));
         for row in &cells {
             line(row);
         }
         if self.warm.load(Ordering::Relaxed) {
-            println!(
+            crate::ui::out!(
                 "WARM: the page cache could NOT be dropped (not root?); read figures are not cold"
             );
         }

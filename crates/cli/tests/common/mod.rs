@@ -58,6 +58,20 @@ pub fn is_mounted(dir: &Path) -> bool {
         .any(|l| l.split(' ').nth(1) == Some(canon.to_str().unwrap()))
 }
 
+/// Whether a cairn file system is mounted at `dir` (another mount there,
+/// below it, does not count).
+pub fn is_cairn_mounted(dir: &Path) -> bool {
+    let canon = fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once(" - "))
+        .any(|(left, right)| {
+            left.split(' ').nth(4) == Some(canon.to_str().unwrap())
+                && (right.starts_with("fuse cairn ") || right.starts_with("fuse.cairn "))
+        })
+}
+
 impl Mount {
     pub fn new(base: &Path) -> Mount {
         let repo = base.join("repo");
@@ -72,15 +86,17 @@ impl Mount {
     }
 
     pub fn start(repo: PathBuf, dir: PathBuf) -> Mount {
+        Mount::start_cmd(repo, dir, &["mount"])
+    }
+
+    /// `cairn --repo REPO -q COMMAND... DIR` (`mount --nonempty`, `serve`),
+    /// waited for until DIR is mounted.
+    pub fn start_cmd(repo: PathBuf, dir: PathBuf, command: &[&str]) -> Mount {
         require_fuse();
         let child = Command::new(CAIRN)
-            .args([
-                "--repo",
-                repo.to_str().unwrap(),
-                "-q",
-                "mount",
-                dir.to_str().unwrap(),
-            ])
+            .args(["--repo", repo.to_str().unwrap(), "-q"])
+            .args(command)
+            .arg(&dir)
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
@@ -90,7 +106,8 @@ impl Mount {
             child: Some(child),
         };
         let started = Instant::now();
-        while !is_mounted(&m.dir) {
+        // A dead mount left there answers nothing: wait for a live one.
+        while !(is_cairn_mounted(&m.dir) && fs::metadata(&m.dir).is_ok()) {
             if let Some(status) = m.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("cairn mount exited with {status} before mounting");
             }
