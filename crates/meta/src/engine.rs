@@ -583,11 +583,7 @@ impl Drop for RedbMeta {
     /// `sync` loses it anyway; one that reopens the store sees it).
     fn drop(&mut self) {
         if let Err(e) = self.settle() {
-            use std::io::Write as _;
-            let _ = writeln!(
-                std::io::stderr(),
-                "cairn: committing the last metadata changes failed: {e}"
-            );
+            tracing::error!(error = %e, "committing the last metadata changes failed");
         }
     }
 }
