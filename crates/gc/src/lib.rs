@@ -52,6 +52,15 @@ pub enum GcError {
     Fs(#[from] fs::FsError),
     #[error("the live fraction threshold must be between 0 and 1, not {0}")]
     BadThreshold(f64),
+    /// Marking met files whose content the store cannot give back: what
+    /// they still use cannot be told from garbage, so nothing is reclaimed.
+    #[error(
+        "nothing was reclaimed: {} file(s) point at chunks the store cannot give back \
+         (delete them, restore them from a snapshot or write their data again, then run gc): {}",
+        .0.len(),
+        .0.iter().map(|f| format!("{} ({})", f.path, f.cause)).collect::<Vec<_>>().join("; ")
+    )]
+    DamagedFiles(Vec<fs::damage::DamagedFile>),
 }
 
 pub type Result<T, E = GcError> = std::result::Result<T, E>;
@@ -153,7 +162,14 @@ pub fn collect(
             });
         }
         if let Live::Mounted(fs) = &live {
-            fs.mark_live(&mut marks)?;
+            if let Err(e) = fs.mark_live(&mut marks) {
+                let damaged = fs.damaged_files()?;
+                return Err(if damaged.is_empty() {
+                    e.into()
+                } else {
+                    GcError::DamagedFiles(damaged)
+                });
+            }
         }
         report.dropped_parked = store.drop_unused_parked(&parked, &|id| marks.contains(id)) as u64;
         (collection, marks)
