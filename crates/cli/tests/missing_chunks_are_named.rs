@@ -1,7 +1,8 @@
 //! A file whose chunks are gone from the store (a container deleted behind
 //! cairn's back): `check` names it by path and fails, `gc` names it and
-//! reclaims nothing instead of stopping at an anonymous chunk id, and files
-//! that do not use the lost chunks read back.
+//! reclaims nothing instead of stopping at an anonymous chunk id, a read
+//! gets EIO that the log names, and files that do not use the lost chunks
+//! read back.
 
 mod common;
 
@@ -46,6 +47,16 @@ fn check_and_gc_name_the_file_behind_a_missing_chunk() {
 
     let m = Mount::start(repo.clone(), dir);
     assert_eq!(fs::read(m.path("small")).unwrap(), b"kept inline");
+    // A read of the damaged file is EIO, and the daemon's log says which
+    // file and why.
+    let e = fs::read(m.path("dir/big")).expect_err("a file without its chunks read back");
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    let log = fs::read_to_string(repo.join("log/cairn.log")).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("I/O error returned to the caller") && l.contains("/dir/big")),
+        "the log does not name the EIO:\n{log}"
+    );
     let gc = cairn(&repo, &["gc"]);
     let err = String::from_utf8_lossy(&gc.stderr);
     assert!(!gc.status.success(), "gc went on past a damaged file");
