@@ -7,59 +7,8 @@ mod common;
 
 use std::fs;
 use std::io::Write;
-use std::path::Path;
-use std::process::Command;
 
-use common::{ok, Mount};
-
-/// A tmpfs of `mib` MiB at `dir`, unmounted when dropped.
-struct Tmpfs(std::path::PathBuf);
-
-impl Tmpfs {
-    fn new(dir: &Path, mib: u64) -> Tmpfs {
-        fs::create_dir_all(dir).unwrap();
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
-            .arg(dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "this test needs root to mount a tmpfs: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Tmpfs(dir.to_path_buf())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).output();
-    }
-}
-
-fn random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-fn is_enospc(e: &std::io::Error) -> bool {
-    e.raw_os_error() == Some(libc::ENOSPC)
-}
-
-/// Writes `data` to `path` and fsyncs it; the first error, if any.
-fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let mut f = fs::File::create(path)?;
-    f.write_all(data)?;
-    f.sync_all()
-}
+use common::{is_enospc, ok, random, write_synced, Mount, Tmpfs};
 
 #[test]
 fn metadata_on_a_disk_filled_from_outside() {

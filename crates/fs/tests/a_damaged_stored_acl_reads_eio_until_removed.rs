@@ -3,15 +3,13 @@
 //! under it and chmod fail with EIO, not EINVAL as if the caller had asked
 //! for something wrong; removing it, or setting a good one, mends it.
 
+mod common;
+
 use std::sync::Arc;
 
-use branch::LocalDir;
-use cas::{RepoKey, Store, StoreSettings};
 use chunking::ChunkerParams;
 use fs::{acl, Caller, Fs, FsSettings};
-use meta::{
-    Content, FileKind, InodeId, MetaStore, NewInode, RedbMeta, SetAttr, Timestamp, XattrFlags,
-};
+use meta::{Content, FileKind, InodeId, MetaStore, NewInode, SetAttr, Timestamp, XattrFlags};
 
 fn new(kind: FileKind) -> NewInode {
     NewInode {
@@ -28,16 +26,8 @@ fn new(kind: FileKind) -> NewInode {
 #[test]
 fn a_damaged_stored_acl_reads_eio_until_removed() {
     let dir = tempfile::tempdir().unwrap();
-    let (branch, _) = LocalDir::open("local", dir.path().join("branch")).unwrap();
-    std::fs::create_dir(dir.path().join("meta")).unwrap();
-    let store = Store::open(
-        Arc::new(branch),
-        &dir.path().join("meta"),
-        RepoKey::generate(),
-        StoreSettings::default(),
-    )
-    .unwrap();
-    let meta = Arc::new(RedbMeta::open(&dir.path().join("fs.redb"), 0, 0).unwrap());
+    let (store, meta) = common::store_and_meta(dir.path());
+    let meta = Arc::new(meta);
     let fs = Fs::new(
         meta.clone(),
         store,

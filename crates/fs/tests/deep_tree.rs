@@ -5,16 +5,16 @@
 //! stack, which aborted the daemon; this runs them on the test harness's
 //! own small thread stack.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use branch::LocalDir;
-use cas::{RepoKey, Store, StoreSettings};
 use chunking::ChunkerParams;
 use fs::history::{Change, ChangeKind};
 use fs::reach::{self, MarkSet};
 use fs::{Fs, FsSettings, SNAPSHOTS_DIR};
-use meta::{Content, FileKind, InodeId, NewInode, RedbMeta, RenameFlags};
+use meta::{Content, FileKind, InodeId, NewInode, RenameFlags};
 use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng};
 
@@ -90,16 +90,7 @@ fn snapshot_top(fs: &Fs, name: &str) -> InodeId {
 #[test]
 fn every_history_walk_handles_a_30000_level_tree() {
     let dir = tempfile::tempdir().unwrap();
-    let (branch, _) = LocalDir::open("local", dir.path().join("branch")).unwrap();
-    std::fs::create_dir(dir.path().join("meta")).unwrap();
-    let store = Store::open(
-        Arc::new(branch),
-        &dir.path().join("meta"),
-        RepoKey::generate(),
-        StoreSettings::default(),
-    )
-    .unwrap();
-    let meta = RedbMeta::open(&dir.path().join("fs.redb"), 0, 0).unwrap();
+    let (store, meta) = common::store_and_meta(dir.path());
     let settings = FsSettings {
         // Versions only when the test asks for them.
         version_interval: Duration::ZERO,

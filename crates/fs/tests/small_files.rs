@@ -2,13 +2,13 @@
 //! metadata engine: they must neither leak into the dirty-byte budget nor
 //! make a container each.
 
+mod common;
+
 use std::sync::Arc;
 
-use branch::LocalDir;
-use cas::{RepoKey, Store, StoreSettings};
 use chunking::ChunkerParams;
 use fs::{Fs, FsSettings};
-use meta::{Content, FileKind, InodeId, NewInode, RedbMeta};
+use meta::{Content, FileKind, InodeId, NewInode};
 
 struct Rig {
     _dir: tempfile::TempDir,
@@ -17,16 +17,7 @@ struct Rig {
 
 fn rig(settings: FsSettings) -> Rig {
     let dir = tempfile::tempdir().unwrap();
-    let (branch, _) = LocalDir::open("local", dir.path().join("branch")).unwrap();
-    std::fs::create_dir(dir.path().join("meta")).unwrap();
-    let store = Store::open(
-        Arc::new(branch),
-        &dir.path().join("meta"),
-        RepoKey::generate(),
-        StoreSettings::default(),
-    )
-    .unwrap();
-    let meta = RedbMeta::open(&dir.path().join("fs.redb"), 0, 0).unwrap();
+    let (store, meta) = common::store_and_meta(dir.path());
     let fs = Fs::new(Arc::new(meta), store, ChunkerParams::default(), settings).unwrap();
     Rig { _dir: dir, fs }
 }

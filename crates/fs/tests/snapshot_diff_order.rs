@@ -3,14 +3,14 @@
 //! stands among its siblings, and what only the newer snapshot has after
 //! the rest of its directory.
 
+mod common;
+
 use std::sync::Arc;
 
-use branch::LocalDir;
-use cas::{RepoKey, Store, StoreSettings};
 use chunking::ChunkerParams;
 use fs::history::{Change, ChangeKind};
 use fs::{Fs, FsSettings};
-use meta::{Content, FileKind, InodeId, NewInode, RedbMeta};
+use meta::{Content, FileKind, InodeId, NewInode};
 
 fn new_inode(kind: FileKind, content: &[u8]) -> NewInode {
     NewInode {
@@ -68,16 +68,7 @@ fn change(kind: ChangeKind, path: &str) -> Change {
 #[test]
 fn a_diff_lists_changes_depth_first_in_name_order() {
     let dir = tempfile::tempdir().unwrap();
-    let (branch, _) = LocalDir::open("local", dir.path().join("branch")).unwrap();
-    std::fs::create_dir(dir.path().join("meta")).unwrap();
-    let store = Store::open(
-        Arc::new(branch),
-        &dir.path().join("meta"),
-        RepoKey::generate(),
-        StoreSettings::default(),
-    )
-    .unwrap();
-    let meta = RedbMeta::open(&dir.path().join("fs.redb"), 0, 0).unwrap();
+    let (store, meta) = common::store_and_meta(dir.path());
     let fs = Fs::new(
         Arc::new(meta),
         store,

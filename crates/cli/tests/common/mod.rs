@@ -217,3 +217,53 @@ pub fn xattrs(path: &Path) -> std::collections::BTreeMap<Vec<u8>, Vec<u8>> {
     }
     out
 }
+
+/// A tmpfs of `mib` MiB at `dir`, unmounted when dropped.
+pub struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    pub fn new(dir: &Path, mib: u64) -> Tmpfs {
+        fs::create_dir_all(dir).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "this test needs root to mount a tmpfs: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).output();
+    }
+}
+
+pub fn random(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+pub fn is_enospc(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENOSPC)
+}
+
+/// Writes `data` to `path` and fsyncs it; the first error, if any.
+pub fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let mut f = fs::File::create(path)?;
+    use std::io::Write as _;
+    f.write_all(data)?;
+    f.sync_all()
+}

@@ -1,0 +1,26 @@
+//! A store and a metadata engine in a temporary directory, for the tests
+//! that build an `Fs` over them.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use branch::LocalDir;
+use cas::{RepoKey, Store, StoreSettings};
+use meta::RedbMeta;
+
+/// A plain local branch under `dir/branch`, the index under `dir/meta`, and
+/// the file-system metadata in `dir/fs.redb`.
+pub fn store_and_meta(dir: &Path) -> (Store, RedbMeta) {
+    let (branch, _) = LocalDir::open("local", dir.join("branch")).unwrap();
+    std::fs::create_dir(dir.join("meta")).unwrap();
+    let store = Store::open(
+        Arc::new(branch),
+        &dir.join("meta"),
+        RepoKey::generate(),
+        StoreSettings::default(),
+    )
+    .unwrap();
+    let meta = RedbMeta::open(&dir.join("fs.redb"), 0, 0).unwrap();
+    (store, meta)
+}
