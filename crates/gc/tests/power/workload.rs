@@ -407,6 +407,10 @@ pub fn apply(fs: &Fs, model: &mut Model, op: &Op) -> Result<(), FsError> {
                 GcError::Fs(e) => e,
                 GcError::Store(e) => FsError::Store(e),
                 GcError::BadThreshold(_) => unreachable!("the threshold is valid"),
+                // Reported as damage, with the case's seed, by the caller.
+                GcError::DamagedFiles(files) => {
+                    FsError::Malformed(format!("garbage collection met damaged files: {files:?}"))
+                }
             })?;
             synced(model, op);
         }
