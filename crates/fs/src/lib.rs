@@ -739,6 +739,14 @@ impl Fs {
             return Ok(());
         }
         let result = self.inner.sync_all();
+        // A file system that is only ever mounted briefly never reaches the
+        // version timer: unmount leaves a version, so `cairn recover` always
+        // has one to rebuild from (none is written when nothing changed).
+        if result.is_ok() && !self.inner.settings.version_interval.is_zero() {
+            if let Err(e) = self.inner.write_version() {
+                tracing::error!(error = %e, "writing a version of the file system at unmount failed");
+            }
+        }
         *self.inner.stop.0.lock().unwrap() = true;
         self.inner.stop.1.notify_all();
         if let Some(t) = self.committer.lock().unwrap().take() {
