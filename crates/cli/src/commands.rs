@@ -144,6 +144,10 @@ fn init(root: &Path, quiet: bool) -> Result<ExitCode> {
     wait_for_lock(|| Repo::init(root))?;
     if !quiet {
         say!("created a cairn repository at {}", root.display());
+        say!(
+            "its key is {}: back it up now (somewhere else); without it nothing stored can be read",
+            Repo::key_path(root).display()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

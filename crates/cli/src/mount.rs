@@ -170,6 +170,10 @@ pub fn serve(
     if !Repo::exists(root) {
         Repo::init(root)?;
         say!("cairn: created a repository at {}", root.display());
+        say!(
+            "cairn: its key is {}: back it up now (somewhere else); without it nothing stored can be read",
+            Repo::key_path(root).display()
+        );
     }
     std::fs::create_dir_all(&mountpoint)
         .with_context(|| format!("cannot create the mount point {}", mountpoint.display()))?;

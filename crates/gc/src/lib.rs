@@ -52,18 +52,36 @@ pub enum GcError {
     Fs(#[from] fs::FsError),
     #[error("the live fraction threshold must be between 0 and 1, not {0}")]
     BadThreshold(f64),
-    /// Marking met files whose content the store cannot give back: what
-    /// they still use cannot be told from garbage, so nothing is reclaimed.
+    /// Marking met files or roots whose content the store cannot give
+    /// back: what they still use cannot be told from garbage, so nothing is
+    /// reclaimed.
     #[error(
-        "nothing was reclaimed: {} file(s) point at chunks the store cannot give back \
-         (delete them, restore them from a snapshot or write their data again, then run gc): {}",
-        .0.len(),
-        .0.iter().map(|f| format!("{} ({})", f.path, f.cause)).collect::<Vec<_>>().join("; ")
+        "nothing was reclaimed: {} file(s) and {} root(s) point at chunks the store cannot give \
+         back (delete or restore the files, or write their data again, then run gc; \
+         `cairn check` lists the damage){}{}",
+        files.len(),
+        roots.len(),
+        list("files", files.iter().map(|f| format!("{} ({})", f.path, f.cause))),
+        list("roots", roots.iter().cloned())
     )]
-    DamagedFiles(Vec<fs::damage::DamagedFile>),
+    Damaged {
+        files: Vec<fs::damage::DamagedFile>,
+        /// Each damaged root's label and why.
+        roots: Vec<String>,
+    },
 }
 
 pub type Result<T, E = GcError> = std::result::Result<T, E>;
+
+/// `: files: a; b` for an error message, or nothing when empty.
+fn list(what: &str, items: impl Iterator<Item = String>) -> String {
+    let items: Vec<String> = items.collect();
+    if items.is_empty() {
+        String::new()
+    } else {
+        format!("; {what}: {}", items.join("; "))
+    }
+}
 
 /// How a collection runs.
 #[derive(Debug, Clone, Copy)]
@@ -155,21 +173,32 @@ pub fn collect(
         // them is what lets a full disk commit again.
         let parked = store.parked_containers();
         let mut marks = MarkSet::default();
-        for (_, id) in store.list_roots()? {
-            marks.root(store, &id)?;
+        // Marking goes on past damage, so that the error names all of it.
+        let mut damaged_roots = Vec::new();
+        for (label, id) in store.list_roots()? {
+            if let Err(e) = marks.root(store, &id) {
+                damaged_roots.push(format!("{label}: {e}"));
+            }
             progress(GcProgress::Marking {
                 chunks: marks.len() as u64,
             });
         }
-        if let Live::Mounted(fs) = &live {
-            if let Err(e) = fs.mark_live(&mut marks) {
-                let damaged = fs.damaged_files()?;
-                return Err(if damaged.is_empty() {
-                    e.into()
-                } else {
-                    GcError::DamagedFiles(damaged)
-                });
-            }
+        let live_error = match &live {
+            Live::Mounted(fs) => fs.mark_live(&mut marks).err(),
+            Live::StoreOnly => None,
+        };
+        if live_error.is_some() || !damaged_roots.is_empty() {
+            let files = match &live {
+                Live::Mounted(fs) => fs.damaged_files()?,
+                Live::StoreOnly => Vec::new(),
+            };
+            return Err(match live_error {
+                Some(e) if files.is_empty() && damaged_roots.is_empty() => e.into(),
+                _ => GcError::Damaged {
+                    files,
+                    roots: damaged_roots,
+                },
+            });
         }
         report.dropped_parked = store.drop_unused_parked(&parked, &|id| marks.contains(id)) as u64;
         (collection, marks)

@@ -25,9 +25,22 @@ pub enum RepoError {
     NotARepo(PathBuf),
     #[error("a cairn repository already exists at {}", .0.display())]
     AlreadyExists(PathBuf),
+    /// Metadata or containers are there but `cairn.toml` is not: a
+    /// repository that lost its config, not an empty directory.
+    #[error(
+        "the cairn repository at {} has lost its config file cairn.toml (its key, metadata or \
+         data are still there); restore cairn.toml from a backup. Nothing was changed, and \
+         `cairn init` will not create a new repository over this one",
+        .0.display()
+    )]
+    ConfigMissing(PathBuf),
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("the repository key {} is missing or damaged; without it no chunk id can be verified", .0.display())]
+    #[error(
+        "the repository key {} is missing or damaged; without it no chunk can be read or \
+         verified: restore the key file from the backup made when the repository was created",
+        .0.display()
+    )]
     Key(PathBuf),
     #[error("{op} {}: {source}", path.display())]
     Io {
@@ -111,12 +124,48 @@ impl Repo {
         root.join(CONFIG).is_file()
     }
 
+    /// Where the repository's key is: without it nothing stored can be
+    /// read, so it must be backed up.
+    pub fn key_path(root: &Path) -> PathBuf {
+        root.join(KEY)
+    }
+
+    /// Whether `root` holds a repository's data without its config: a
+    /// metadata database or a container on a local branch.
+    fn holds_data(root: &Path) -> bool {
+        let has_file = |dir: &Path, keep: &dyn Fn(&Path) -> bool| {
+            fs::read_dir(dir).is_ok_and(|d| d.flatten().any(|e| keep(&e.path())))
+        };
+        let meta = has_file(&root.join(META), &|p| {
+            p.extension().is_some_and(|x| x == "redb")
+        });
+        let containers = fs::read_dir(root.join("branches")).is_ok_and(|d| {
+            d.flatten().any(|b| {
+                let prefix = b.path().join(cas::ContainerId::list_prefix());
+                has_file(&prefix, &|_| true)
+            })
+        });
+        meta || containers
+    }
+
+    /// `NotARepo`, or `ConfigMissing` where the data is there.
+    fn missing(root: &Path) -> RepoError {
+        if Self::holds_data(root) {
+            RepoError::ConfigMissing(root.to_path_buf())
+        } else {
+            RepoError::NotARepo(root.to_path_buf())
+        }
+    }
+
     /// Creates a repository with default settings. The config file is
     /// written last: a directory without it is not a repository yet, so an
     /// interrupted init can simply be run again.
     pub fn init(root: &Path) -> Result<()> {
         if Self::exists(root) {
             return Err(RepoError::AlreadyExists(root.to_path_buf()));
+        }
+        if Self::holds_data(root) {
+            return Err(RepoError::ConfigMissing(root.to_path_buf()));
         }
         fs::create_dir_all(root).map_err(io("create directory", root))?;
         let _lock = RepoLock::acquire(root)?;
@@ -158,7 +207,7 @@ impl Repo {
     /// opens the store.
     pub fn open(root: &Path) -> Result<Repo> {
         if !Self::exists(root) {
-            return Err(RepoError::NotARepo(root.to_path_buf()));
+            return Err(Self::missing(root));
         }
         let lock = Arc::new(RepoLock::acquire(root)?);
         Self::open_locked(root, &lock)
@@ -169,7 +218,7 @@ impl Repo {
     /// lock, and a fresh one is opened in its place.
     pub fn open_for_rebuild(root: &Path) -> Result<(Repo, Option<IndexSetAside>)> {
         if !Self::exists(root) {
-            return Err(RepoError::NotARepo(root.to_path_buf()));
+            return Err(Self::missing(root));
         }
         let lock = Arc::new(RepoLock::acquire(root)?);
         match Self::open_locked(root, &lock) {
@@ -425,6 +474,33 @@ mod tests {
         fs::write(root.join(KEY), "not hex").unwrap();
         let e = Repo::open(&root).err().unwrap();
         assert!(matches!(e, RepoError::Key(_)), "{e}");
+        assert!(e.to_string().contains("restore the key file"), "{e}");
+    }
+
+    #[test]
+    fn a_lost_config_is_named_and_init_does_not_overwrite() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("r");
+        Repo::init(&root).unwrap();
+        {
+            let repo = Repo::open(&root).unwrap();
+            let mut w = repo.store.stream();
+            w.write_chunk(bytes::Bytes::from(vec![7u8; 5000])).unwrap();
+            w.flush().unwrap();
+        }
+        fs::remove_file(root.join(CONFIG)).unwrap();
+        let e = Repo::open(&root).err().unwrap();
+        assert!(matches!(e, RepoError::ConfigMissing(_)), "{e}");
+        assert!(e.to_string().contains("restore cairn.toml"), "{e}");
+        let key = fs::read(root.join(KEY)).unwrap();
+        let e = Repo::init(&root).err().unwrap();
+        assert!(matches!(e, RepoError::ConfigMissing(_)), "{e}");
+        assert_eq!(fs::read(root.join(KEY)).unwrap(), key);
+        assert!(!root.join(CONFIG).exists());
+        // An init cut short (no data yet) can still be run again.
+        let fresh = dir.path().join("fresh");
+        fs::create_dir_all(fresh.join(META)).unwrap();
+        Repo::init(&fresh).unwrap();
     }
 
     #[test]

@@ -408,9 +408,7 @@ pub fn apply(fs: &Fs, model: &mut Model, op: &Op) -> Result<(), FsError> {
                 GcError::Store(e) => FsError::Store(e),
                 GcError::BadThreshold(_) => unreachable!("the threshold is valid"),
                 // Reported as damage, with the case's seed, by the caller.
-                GcError::DamagedFiles(files) => {
-                    FsError::Malformed(format!("garbage collection met damaged files: {files:?}"))
-                }
+                e @ GcError::Damaged { .. } => FsError::Malformed(e.to_string()),
             })?;
             synced(model, op);
         }
