@@ -3,25 +3,16 @@
 //! on a real store and metadata engine; a write after it sets the mtime
 //! again, as on ext4.
 
+mod common;
+
 use std::sync::Arc;
 
-use branch::LocalDir;
-use cas::{RepoKey, Store, StoreSettings};
 use chunking::ChunkerParams;
 use fs::{Fs, FsSettings};
-use meta::{Content, FileKind, InodeId, NewInode, RedbMeta, SetAttr, Timestamp};
+use meta::{Content, FileKind, InodeId, NewInode, SetAttr, Timestamp};
 
 fn fs_in(dir: &std::path::Path) -> Fs {
-    let (branch, _) = LocalDir::open("local", dir.join("branch")).unwrap();
-    std::fs::create_dir(dir.join("meta")).unwrap();
-    let store = Store::open(
-        Arc::new(branch),
-        &dir.join("meta"),
-        RepoKey::generate(),
-        StoreSettings::default(),
-    )
-    .unwrap();
-    let meta = RedbMeta::open(&dir.join("fs.redb"), 0, 0).unwrap();
+    let (store, meta) = common::store_and_meta(dir);
     Fs::new(
         Arc::new(meta),
         store,
