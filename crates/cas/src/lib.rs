@@ -37,6 +37,11 @@
 //!    callers may cache it as it is: it shares its buffer (the span read, or
 //!    the region decompressed) only with chunks returned by the same read
 //!    that together use at least 7/8 of it; otherwise it is copied out.
+//! 7. A sealed container is never dropped because a branch is full: it is
+//!    parked in memory, readable, and retried until stored (`stall`), and
+//!    [`Store::waiting_for_space`] tells callers not to make anything that
+//!    points at it durable meanwhile. Only garbage collection drops a
+//!    parked container, and only one that holds no marked chunk.
 //!
 //! The container format and the compact index are written by hand because
 //! they are what makes cairn cairn (DDFS's container and short-fingerprint
