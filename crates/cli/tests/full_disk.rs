@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{is_enospc, ok, random, write_synced, Mount, Tmpfs};
+use common::{is_enospc, mount_on_tmpfs, ok, random, write_synced, Mount};
 
 fn statvfs(path: &Path) -> (u64, u64) {
     let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
@@ -24,12 +24,8 @@ fn statvfs(path: &Path) -> (u64, u64) {
 #[test]
 fn fill_enospc_delete_gc_write_again_remount() {
     let base = tempfile::tempdir().unwrap();
-    let _disk = Tmpfs::new(&base.path().join("disk"), 64);
-    let repo = base.path().join("disk/repo");
-    let mnt = base.path().join("mnt");
-    fs::create_dir_all(&mnt).unwrap();
-    ok(&repo, &["init"]);
-    let m = Mount::start(repo.clone(), mnt.clone());
+    let (_disk, m) = mount_on_tmpfs(base.path(), 64);
+    let (repo, mnt) = (m.repo.clone(), m.dir.clone());
 
     // df shows the disk, not petabytes.
     let (total, avail) = statvfs(&mnt);

@@ -8,17 +8,12 @@ mod common;
 use std::fs;
 use std::io::Write;
 
-use common::{is_enospc, ok, random, write_synced, Mount, Tmpfs};
+use common::{is_enospc, mount_on_tmpfs, ok, random, write_synced, Mount};
 
 #[test]
 fn metadata_on_a_disk_filled_from_outside() {
     let base = tempfile::tempdir().unwrap();
-    let _disk = Tmpfs::new(&base.path().join("disk"), 64);
-    let repo = base.path().join("disk/repo");
-    let mnt = base.path().join("mnt");
-    fs::create_dir_all(&mnt).unwrap();
-    ok(&repo, &["init"]);
-    let m = Mount::start(repo.clone(), mnt.clone());
+    let (_disk, m) = mount_on_tmpfs(base.path(), 64);
     for i in 0..20 {
         write_synced(&m.path(&format!("f{i}")), &random(3000, i)).unwrap();
     }

@@ -267,3 +267,14 @@ pub fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
     f.write_all(data)?;
     f.sync_all()
 }
+
+/// A fresh repository on a tmpfs of `mib` MiB under `base/disk`, mounted at
+/// `base/mnt`. Keep the tmpfs until the mount is gone.
+pub fn mount_on_tmpfs(base: &Path, mib: u64) -> (Tmpfs, Mount) {
+    let disk = Tmpfs::new(&base.join("disk"), mib);
+    let repo = base.join("disk/repo");
+    let mnt = base.join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    ok(&repo, &["init"]);
+    (disk, Mount::start(repo, mnt))
+}
