@@ -177,7 +177,7 @@ impl StreamWriter {
         meta: &[(ChunkId, u32, u32)],
     ) -> Result<()> {
         let limit = self.store.shared.settings.container_size;
-        let stored_len = enc.stored_len();
+        let stored_len = enc.stored_len() + ContainerBuilder::record_len(meta.len());
         if let Some(b) = &self.open {
             if !b.is_empty() && b.len() + stored_len > limit {
                 self.seal()?;
