@@ -295,11 +295,11 @@ impl Store {
                     container: id.to_string(),
                     reason: CasError::CorruptContainer {
                         container: id,
-                        source: e,
+                        source: e.clone(),
                     }
                     .to_string(),
                 });
-                return Ok(s);
+                self.salvage(id, &bytes, &e)
             }
         };
         s.ok = true;

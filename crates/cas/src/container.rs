@@ -81,7 +81,7 @@ impl ChunkLocation {
     }
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum ContainerError {
     #[error("file is {0} bytes, too short to be a sealed container (truncated?)")]
     TooShort(u64),

@@ -44,7 +44,7 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 
-use crate::container::{self, ChunkLocation, TRAILER_LEN};
+use crate::container::ChunkLocation;
 use crate::id::{ChunkId, ContainerId};
 use crate::index::ContainerInfo;
 use crate::protection::Protection;
@@ -73,6 +73,9 @@ pub struct Assessment {
     pub info: ContainerInfo,
     pub live_chunks: u32,
     pub live_raw_bytes: u64,
+    /// The container holds a damaged chunk copy or has a damaged footer:
+    /// worth rewriting whatever its live fraction.
+    pub damaged: bool,
 }
 
 impl Assessment {
@@ -165,6 +168,7 @@ impl Collection {
                 e.1 += loc.len as u64;
             }
         })?;
+        let damaged: HashSet<ContainerId> = self.store.damaged_containers()?.into_iter().collect();
         let mut out: Vec<Assessment> = self
             .candidates
             .iter()
@@ -175,24 +179,12 @@ impl Collection {
                     info: *info,
                     live_chunks,
                     live_raw_bytes,
+                    damaged: damaged.contains(c),
                 }
             })
             .collect();
         out.sort_by_key(|a| a.container);
         Ok(out)
-    }
-
-    /// The chunks a container holds, from its footer alone.
-    fn footer(&self, container: ContainerId) -> Result<(u64, Vec<(ChunkId, ChunkLocation)>)> {
-        let branch = &self.store.shared.branch;
-        let key = container.blob_key();
-        let corrupt = |source| CasError::CorruptContainer { container, source };
-        let size = branch.size(&key)?;
-        let tail = branch.read_range(&key, size.saturating_sub(TRAILER_LEN as u64), TRAILER_LEN);
-        let (offset, len, sum) = container::parse_trailer(size, &tail?).map_err(corrupt)?;
-        let footer = branch.read_range(&key, offset, len as usize)?;
-        let entries = container::parse_footer(container, offset, &footer, sum).map_err(corrupt)?;
-        Ok((size, entries))
     }
 
     /// Copies the container's live chunks (marked or retained, and indexed
@@ -204,7 +196,7 @@ impl Collection {
         container: ContainerId,
         marked: &(dyn Fn(&ChunkId) -> bool + Sync),
     ) -> Result<Reclaimed> {
-        let (size, entries) = self.footer(container)?;
+        let (size, entries) = self.store.container_entries(container)?;
         let mut live = Vec::new();
         for (id, loc) in &entries {
             if (marked(id) || self.is_retained(id)) && self.indexed_in(id, |c| c == container)? {

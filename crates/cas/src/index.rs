@@ -10,6 +10,14 @@
 //!   and an older binary simply ignores the table.
 //! - `meta`: the container-id high-water mark (re-derived from the branch's
 //!   listing when the file is new, so ids are never reused).
+//! - `damaged_chunks`: (container id, chunk id) of each stored copy of a
+//!   chunk that failed verification. Such a copy is never deduplicated
+//!   against: a writer stores the chunk again and the index entry moves to
+//!   the new copy. Kept in RAM as well, as every dedup hit asks.
+//! - `damaged_containers`: container id -> why, for containers whose
+//!   footer or trailer is damaged (their chunks were recovered from their
+//!   region records). Both tables tell garbage collection which containers
+//!   to rewrite; a row goes when its container is forgotten.
 //!
 //! `roots.redb` holds `roots`: label -> chunk id, the entry points users
 //! named. It is kept apart so that losing or rebuilding the index never
@@ -36,6 +44,8 @@ const CONTAINERS: TableDefinition<u64, [u8; 20]> = TableDefinition::new("contain
 const CONTAINER_POLICY: TableDefinition<u64, &str> = TableDefinition::new("container_policy");
 const ROOTS: TableDefinition<&str, [u8; 32]> = TableDefinition::new("roots");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const DAMAGED_CHUNKS: TableDefinition<(u64, [u8; 32]), ()> = TableDefinition::new("damaged_chunks");
+const DAMAGED_CONTAINERS: TableDefinition<u64, &str> = TableDefinition::new("damaged_containers");
 const CONTAINER_HWM: &str = "container_hwm";
 
 /// Per-container accounting kept beside the index.
@@ -67,6 +77,8 @@ pub struct Index {
     db: Database,
     roots: Database,
     compact: RwLock<CompactIndex>,
+    /// The `damaged_chunks` table, for the write path's dedup lookups.
+    damaged: RwLock<HashSet<(ContainerId, ChunkId)>>,
 }
 
 /// redb's default page cache is 1 GiB. The compact index already answers
@@ -168,6 +180,8 @@ impl Index {
             tx.open_table(CONTAINERS)?;
             tx.open_table(CONTAINER_POLICY)?;
             tx.open_table(META)?;
+            tx.open_table(DAMAGED_CHUNKS)?;
+            tx.open_table(DAMAGED_CONTAINERS)?;
         }
         tx.commit()?;
         let tx = roots.begin_write()?;
@@ -177,8 +191,10 @@ impl Index {
             db,
             roots,
             compact: RwLock::new(CompactIndex::default()),
+            damaged: RwLock::new(HashSet::new()),
         };
         index.reload_compact()?;
+        index.reload_damaged()?;
         Ok(index)
     }
 
@@ -204,6 +220,14 @@ impl Index {
             return Ok(None);
         }
         self.lookup_persistent(id)
+    }
+
+    /// [`Index::lookup`] for a writer about to deduplicate: a copy known to
+    /// be damaged counts as absent, so the chunk is stored again.
+    pub fn lookup_sound(&self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
+        let found = self.lookup(id)?;
+        let damaged = self.damaged.read().unwrap();
+        Ok(found.filter(|loc| !damaged.contains(&(loc.container, *id))))
     }
 
     /// [`Index::lookup`] of many chunks, in one read transaction.
@@ -238,6 +262,7 @@ impl Index {
         tx.set_durability(Durability::Immediate)
             .expect("no persistent savepoints are used");
         let mut added = Vec::new();
+        let damaged = self.damaged.read().unwrap();
         {
             let mut chunks = tx.open_table(CHUNKS)?;
             let mut containers = tx.open_table(CONTAINERS)?;
@@ -256,6 +281,8 @@ impl Index {
                     let take = match existing {
                         None => true,
                         Some(_) if s.relocated => true,
+                        // A good copy replaces a damaged one.
+                        Some(c) if damaged.contains(&(c, *id)) => true,
                         Some(c) => needs_restore(&policy_in(&policies, c)?, &s.protection.policy),
                     };
                     if take {
@@ -271,6 +298,7 @@ impl Index {
                 containers.insert(s.id.0, info.encode())?;
             }
         }
+        drop(damaged);
         tx.commit()?;
         let mut compact = self.compact.write().unwrap();
         for fp in added {
@@ -317,9 +345,87 @@ impl Index {
                     chunks.insert(id.as_bytes(), loc.encode())?;
                 }
             }
+            // A copy indexed again verified just now; a row of a container
+            // left out has nothing more to say.
+            let kept: HashSet<u64> = infos.iter().map(|(c, _, _)| c.0).collect();
+            tx.open_table(DAMAGED_CHUNKS)?.retain(|(c, id), _| {
+                kept.contains(&c)
+                    && !matches!(chunks.get(&id), Ok(Some(v)) if ChunkLocation::decode(&v.value()).container.0 == c)
+            })?;
+            tx.open_table(DAMAGED_CONTAINERS)?
+                .retain(|c, _| kept.contains(&c))?;
         }
         tx.commit()?;
-        self.reload_compact()
+        self.reload_compact()?;
+        self.reload_damaged()
+    }
+
+    fn reload_damaged(&self) -> Result<()> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(DAMAGED_CHUNKS)?;
+        let mut damaged = HashSet::new();
+        for entry in table.iter()? {
+            let (k, _) = entry?;
+            let (c, id) = k.value();
+            damaged.insert((ContainerId(c), ChunkId::from_bytes(id)));
+        }
+        *self.damaged.write().unwrap() = damaged;
+        Ok(())
+    }
+
+    /// Records that the copies of chunks at these locations failed
+    /// verification, durably. Returns how many were not known before.
+    pub fn mark_damaged_chunks(&self, copies: &[(ChunkId, ContainerId)]) -> Result<usize> {
+        let fresh: Vec<(ChunkId, ContainerId)> = {
+            let damaged = self.damaged.read().unwrap();
+            copies
+                .iter()
+                .filter(|(id, c)| !damaged.contains(&(*c, *id)))
+                .copied()
+                .collect()
+        };
+        if fresh.is_empty() {
+            return Ok(0);
+        }
+        let tx = self.db.begin_write()?;
+        {
+            let mut table = tx.open_table(DAMAGED_CHUNKS)?;
+            for (id, c) in &fresh {
+                table.insert((c.0, *id.as_bytes()), ())?;
+            }
+        }
+        tx.commit()?;
+        let mut damaged = self.damaged.write().unwrap();
+        for (id, c) in &fresh {
+            damaged.insert((*c, *id));
+        }
+        Ok(fresh.len())
+    }
+
+    /// Records that a container's footer or trailer is damaged, and why.
+    /// Returns whether it was not known before.
+    pub fn mark_damaged_container(&self, container: ContainerId, why: &str) -> Result<bool> {
+        let tx = self.db.begin_write()?;
+        let fresh = tx
+            .open_table(DAMAGED_CONTAINERS)?
+            .insert(container.0, why)?
+            .is_none();
+        tx.commit()?;
+        Ok(fresh)
+    }
+
+    /// Every container known to hold a damaged chunk or to have a damaged
+    /// footer, in id order.
+    pub fn damaged_containers(&self) -> Result<Vec<ContainerId>> {
+        let tx = self.db.begin_read()?;
+        let mut out: Vec<ContainerId> = Vec::new();
+        for entry in tx.open_table(DAMAGED_CONTAINERS)?.iter()? {
+            out.push(ContainerId(entry?.0.value()));
+        }
+        out.extend(self.damaged.read().unwrap().iter().map(|(c, _)| *c));
+        out.sort();
+        out.dedup();
+        Ok(out)
     }
 
     /// Reserves container ids below a new high-water mark, durably, so an id
@@ -365,13 +471,21 @@ impl Index {
             })?;
             let mut table = tx.open_table(CONTAINERS)?;
             let mut policies = tx.open_table(CONTAINER_POLICY)?;
+            let mut damaged = tx.open_table(DAMAGED_CONTAINERS)?;
             for container in containers {
                 table.remove(container.0)?;
                 policies.remove(container.0)?;
+                damaged.remove(container.0)?;
             }
+            tx.open_table(DAMAGED_CHUNKS)?
+                .retain(|(c, _), _| !containers.contains(&ContainerId(c)))?;
         }
         tx.commit()?;
         self.compact.write().unwrap().forget(removed);
+        self.damaged
+            .write()
+            .unwrap()
+            .retain(|(c, _)| !containers.contains(c));
         Ok(removed)
     }
 

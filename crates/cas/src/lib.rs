@@ -58,6 +58,7 @@ mod index;
 mod protection;
 mod read;
 pub mod region;
+mod salvage;
 mod stall;
 mod store;
 mod writer;

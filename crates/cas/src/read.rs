@@ -1,5 +1,6 @@
 //! The read path: locate, read regions (coalesced into few large reads),
-//! decompress, verify.
+//! decompress, verify. A chunk copy that fails verification is recorded as
+//! damaged (see `salvage`), so that writing the data again heals it.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -189,8 +190,14 @@ impl Store {
         }
         moved_retry(|| {
             let loc = self.locate(id)?;
-            let region = self.read_region(&loc).map_err(|e| name_chunk(e, id))?;
-            let data = self.verify(id, &loc, &region)?;
+            let read = self
+                .read_region(&loc)
+                .map_err(|e| name_chunk(e, id))
+                .and_then(|region| Ok((self.verify(id, &loc, &region)?, region)));
+            if let Err(CasError::CorruptChunk { .. }) = &read {
+                self.note_damaged_chunks(&[(*id, loc.container)]);
+            }
+            let (data, region) = read?;
             // The buffer is the region (decoded or as stored, about alike).
             Ok(if sparse(data.len(), region.len()) {
                 Bytes::copy_from_slice(&data)
@@ -335,8 +342,24 @@ impl Store {
             })
             .collect();
         let mut out: Vec<Option<Bytes>> = vec![None; f.ids.len()];
+        let mut damaged = Vec::new();
+        let mut failed = None;
         for (i, result) in verified.into_iter().flatten() {
-            out[i] = Some(result?);
+            match result {
+                Ok(data) => out[i] = Some(data),
+                Err(e) => {
+                    if let CasError::CorruptChunk { .. } = e {
+                        damaged.push((f.ids[i], f.locs[i].container));
+                    }
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if !damaged.is_empty() {
+            self.note_damaged_chunks(&damaged);
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         Ok(out
             .into_iter()

@@ -122,12 +122,13 @@ pub(crate) struct Shared {
 impl Shared {
     /// Whether a chunk is indexed under a policy at least as strong as
     /// `want`, for a writer about to reference it instead of storing it
-    /// (a weaker copy counts as a miss: the chunk is stored again). While a
+    /// (a weaker copy, or one known to be damaged, counts as a miss: the
+    /// chunk is stored again). While a
     /// collection runs the hit is recorded, and the read lock orders it
     /// against the sweep's removal of index entries.
     pub(crate) fn dedup_lookup(&self, id: &ChunkId, want: &Policy) -> Result<bool> {
         let retained = self.retained.read().unwrap();
-        let hit = match self.index.lookup(id)? {
+        let hit = match self.index.lookup_sound(id)? {
             None => false,
             Some(_) if *want == Policy::Single => true,
             Some(loc) => !needs_restore(&self.index.container_policy(loc.container)?, want),

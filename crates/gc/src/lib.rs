@@ -219,7 +219,7 @@ pub fn collect(
     report.candidates = assessed.len() as u64;
     let chosen: Vec<&Assessment> = assessed
         .iter()
-        .filter(|a| a.live_fraction() < options.threshold || a.live_chunks == 0)
+        .filter(|a| a.live_fraction() < options.threshold || a.live_chunks == 0 || a.damaged)
         .collect();
     report.kept_with_garbage = assessed
         .iter()
