@@ -42,6 +42,12 @@
 //!    [`Store::waiting_for_space`] tells callers not to make anything that
 //!    points at it durable meanwhile. Only garbage collection drops a
 //!    parked container, and only one that holds no marked chunk.
+//! 8. A stored copy of a chunk that failed verification is recorded as
+//!    damaged and never deduplicated against again: the same data written
+//!    again is stored anew and its index entry moves to the good copy.
+//!    A container whose footer is damaged gives up every chunk its region
+//!    records name and that verifies ([`container::recover`]); garbage
+//!    collection rewrites every container recorded as damaged.
 //!
 //! The container format and the compact index are written by hand because
 //! they are what makes cairn cairn (DDFS's container and short-fingerprint
