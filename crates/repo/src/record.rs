@@ -119,12 +119,12 @@ impl fmt::Display for Disagreement {
         match self {
             Disagreement::NoBranches { recorded } => write!(
                 f,
-                "it configures no [[branch]], but the repository stores its data on branches {}",
+                "it configures no [[branch]], but the repository keeps its data on branches {}",
                 recorded.join(", ")
             ),
             Disagreement::Missing { branch, location } => write!(
                 f,
-                "branch {branch:?} ({location}) is missing from it, but the repository stores \
+                "branch {branch:?} ({location}) is missing from it, but the repository keeps \
                  data on it"
             ),
             Disagreement::Moved {
@@ -408,7 +408,6 @@ pub(crate) fn refuse(root: &Path, differences: Vec<Disagreement>) -> Result<()> 
     if differences.is_empty() {
         return Ok(());
     }
-    tracing::warn!(repo = %root.display(), differences = %list(&differences), "cairn.toml refused");
     Err(RepoError::Disagrees {
         config: root.join(CONFIG),
         differences,
