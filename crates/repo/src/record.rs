@@ -216,6 +216,18 @@ impl Record {
         }
     }
 
+    /// `self` with each branch `old` records kept at its recorded
+    /// location: a location edited without an open that checks it (a
+    /// store in use keeps its open branches) is checked at the next open.
+    fn keeping_locations(mut self, old: &Record) -> Record {
+        for b in &mut self.branches {
+            if let Some(was) = old.branch(&b.name) {
+                b.location = was.location.clone();
+            }
+        }
+        self
+    }
+
     pub fn key_check(&self) -> &str {
         &self.repository
     }
@@ -469,8 +481,9 @@ pub fn write_config(root: &Path, text: &str) -> Result<()> {
         Some(r) => r.key_check().to_string(),
         None => key_check(&crate::keyfile::read(root)?),
     };
-    let new = Record::of(root, &check, &config, text);
+    let mut new = Record::of(root, &check, &config, text);
     if let Some(old) = &old {
+        new = new.keeping_locations(old);
         let mut leaving = old.clone();
         leaving
             .branches
@@ -494,7 +507,7 @@ pub(crate) fn record_reconfigured(
     let Some(old) = Record::load(root)? else {
         return Ok(());
     };
-    let mut new = Record::of(root, old.key_check(), config, text);
+    let mut new = Record::of(root, old.key_check(), config, text).keeping_locations(&old);
     let kept: Vec<RecordedBranch> = old
         .branches
         .iter()
@@ -623,6 +636,33 @@ mod tests {
         // New branches and a repository without a record are fine.
         let c = [probed(spec("c", "c"), None)];
         assert!(disagreements(root, None, "me", Some(&[spec("c", "c")]), &c).is_empty());
+    }
+
+    #[test]
+    fn write_config_records_new_branches_and_keeps_recorded_locations() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("r");
+        crate::Repo::init(&root).unwrap();
+        let one = "[[branch]]\nname = \"a\"\nkind = \"local\"\npath = \"br/a\"\n";
+        write_config(&root, one).unwrap();
+        let edited = one.replace("br/a", "br/elsewhere")
+            + "[[branch]]\nname = \"b\"\nkind = \"local\"\npath = \"br/b\"\n";
+        write_config(&root, &edited).unwrap();
+        assert_eq!(fs::read_to_string(root.join(CONFIG)).unwrap(), edited);
+        let r = Record::load(&root).unwrap().unwrap();
+        assert_eq!(r.config_text(), edited);
+        let at: Vec<(&str, String)> = r
+            .branches()
+            .iter()
+            .map(|b| (b.name.as_str(), b.location.clone()))
+            .collect();
+        let loc = |p: &str| root.join(p).display().to_string();
+        assert_eq!(at, [("a", loc("br/a")), ("b", loc("br/b"))]);
+        // The next open checks the edited location: nothing marks it as a.
+        let e = crate::Repo::open(&root).err().unwrap();
+        assert!(matches!(e, RepoError::Disagrees { .. }), "{e}");
+        write_config(&root, "").unwrap();
+        assert!(Record::load(&root).unwrap().unwrap().branches().is_empty());
     }
 
     #[test]
