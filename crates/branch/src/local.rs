@@ -76,6 +76,19 @@ impl LocalDir {
         &self.root
     }
 
+    /// Reads one blob of the branch rooted at `root` without opening it:
+    /// nothing is created or discarded, so a caller can look before it
+    /// decides to use the directory. `None` when the blob (or the
+    /// directory) does not exist.
+    pub fn peek(root: &Path, key: &BlobKey) -> Result<Option<Vec<u8>>> {
+        let path = root.join(key.as_str());
+        match fs::read(&path) {
+            Ok(data) => Ok(Some(data)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err("read", &path)(e)),
+        }
+    }
+
     /// The disk's size and free bytes (for an unprivileged user), from
     /// statvfs.
     fn disk(&self) -> Result<(u64, u64)> {

@@ -274,6 +274,69 @@ pub enum Command {
     /// Add, remove or replace the storage branches of cairn.toml.
     #[command(subcommand)]
     Branch(BranchCommand),
+
+    /// The repository's own record of cairn.toml.
+    ///
+    /// Whenever a cairn.toml is accepted, the repository records it
+    /// (REPO/meta/repository.toml: its branches, their locations and labels,
+    /// and the file verbatim) and marks each branch (a blob `cairn-branch`
+    /// naming the repository and the branch). A cairn.toml that disagrees
+    /// with the record (a branch that holds data missing or moved, no
+    /// branches over a repository that has them, a directory or bucket of
+    /// another repository) is refused by every command before anything is
+    /// written, listing what differs.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+
+    /// Back up or restore the repository key (REPO/key).
+    ///
+    /// Every chunk id is keyed with it: without it nothing stored can be read.
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCommand {
+    /// Write cairn.toml back from the repository's record: the last
+    /// accepted file, comments and all.
+    ///
+    /// For a cairn.toml that was lost, damaged or edited by mistake (which
+    /// every command then refuses, naming what differs). An existing
+    /// cairn.toml is replaced only with --force, and kept as cairn.toml.old.
+    /// Prints the file written and its branches. Exit status 1 when there is
+    /// no record (a repository last used by an older cairn) or the
+    /// repository is in use (unmount it first). Run `cairn check` next.
+    Recover {
+        /// Replace an existing cairn.toml (kept as cairn.toml.old).
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum KeyCommand {
+    /// Write the repository key to FILE (created, readable by you only), or
+    /// to standard output.
+    ///
+    /// Store the copy away from the repository: anyone holding it and the
+    /// data can read everything, and without it nothing can be read. A
+    /// key that is missing, damaged or not this repository's is refused.
+    Export {
+        /// Where to write the key (must not exist) [default: standard
+        /// output].
+        file: Option<PathBuf>,
+    },
+    /// Restore a lost or damaged repository key from FILE (written by
+    /// `cairn key export`, or a copy of the key file).
+    ///
+    /// The key is checked against the check value the repository recorded:
+    /// a key of another repository is refused and nothing is written. A
+    /// damaged or wrong key file it replaces is kept as REPO/key.damaged. Exit
+    /// status 1 when the key is refused.
+    Import {
+        /// The key backup.
+        file: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -134,7 +134,7 @@ pub struct Applied {
 /// Makes `fs`'s branches and rules those of `text` (a cairn.toml).
 fn apply(root: &Path, fs: &Fs, text: &str, successors: &[(String, String)]) -> Result<Applied> {
     let config = repo::Config::parse(text).map_err(|e| anyhow::anyhow!("{CONFIG}: {e}"))?;
-    let done = repo::reconfigure(root, fs.store(), &config, successors)?;
+    let done = repo::reconfigure(root, fs.store(), &config, text, successors)?;
     fs.set_rules(done.rules)?;
     Ok(Applied {
         added: done.added,
@@ -278,15 +278,11 @@ fn check(text: &str) -> Result<()> {
     Ok(())
 }
 
+/// Replaces cairn.toml with `text` (atomically) and records it as the
+/// repository's configuration.
 fn write_checked(root: &Path, text: &str) -> Result<()> {
     check(text)?;
-    let path = root.join(CONFIG);
-    let tmp = root.join(".cairn.toml.edit");
-    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::File::open(&tmp)
-        .and_then(|f| f.sync_all())
-        .with_context(|| format!("cannot sync {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("cannot replace {}", path.display()))
+    Ok(repo::write_config(root, text)?)
 }
 
 /// The configuration without the `[[branch]]` block named `name`; with

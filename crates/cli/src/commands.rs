@@ -85,6 +85,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Status { json } => crate::redundancy::status_cmd(&root, json, quiet),
         Command::Scrub { json } => crate::redundancy::scrub_cmd(&root, json, quiet),
         Command::Branch(cmd) => crate::branches::run(&root, cmd, quiet),
+        Command::Config(cmd) => crate::records::config_cmd(&root, cmd, quiet),
+        Command::Key(cmd) => crate::records::key_cmd(&root, cmd, quiet),
     }
 }
 
@@ -145,7 +147,8 @@ fn init(root: &Path, quiet: bool) -> Result<ExitCode> {
     if !quiet {
         say!("created a cairn repository at {}", root.display());
         say!(
-            "its key is {}: back it up now (somewhere else); without it nothing stored can be read",
+            "its key is {}: back it up now (somewhere else, e.g. with `cairn key export FILE`); \
+             without it nothing stored can be read",
             Repo::key_path(root).display()
         );
     }

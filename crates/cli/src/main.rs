@@ -26,6 +26,7 @@ mod history;
 mod log;
 mod mount;
 mod ops;
+mod records;
 mod redundancy;
 mod ui;
 

@@ -443,14 +443,20 @@ fn u32_size(text: &str, section: &str, key: &str, v: Size) -> Result<u32, String
 
 impl Config {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        Self::load_with_text(path).map(|(config, _)| config)
+    }
+
+    /// [`Config::load`], with the text it was parsed from.
+    pub fn load_with_text(path: &Path) -> Result<(Self, String), ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
             path: path.to_path_buf(),
             message: format!("cannot read: {e}"),
         })?;
-        Self::parse(&text).map_err(|message| ConfigError {
+        let config = Self::parse(&text).map_err(|message| ConfigError {
             path: path.to_path_buf(),
             message,
-        })
+        })?;
+        Ok((config, text))
     }
 
     pub fn parse(text: &str) -> Result<Self, String> {

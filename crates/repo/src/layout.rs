@@ -13,9 +13,10 @@ use crate::config::{
     BranchSpec, Config, ConfigError, Location, RedundancyConfig, RuleSpec, DEFAULT_TOML,
 };
 use crate::lock::{locked_message, Holder, RepoLock};
+use crate::record::{self, Disagreement, Probed, Record};
 
 pub(crate) const CONFIG: &str = "cairn.toml";
-const KEY: &str = "key";
+pub(crate) const KEY: &str = "key";
 const META: &str = "meta";
 const LOCAL_BRANCH: &str = "branches/local";
 
@@ -29,19 +30,76 @@ pub enum RepoError {
     /// repository that lost its config, not an empty directory.
     #[error(
         "the cairn repository at {} has lost its config file cairn.toml (its key, metadata or \
-         data are still there); restore cairn.toml from a backup. Nothing was changed, and \
+         data are still there); restore cairn.toml from a backup, or write it back from the \
+         repository's record with `cairn config recover`. Nothing was changed, and \
          `cairn init` will not create a new repository over this one",
         .0.display()
     )]
     ConfigMissing(PathBuf),
+    /// `cairn.toml` disagrees with the branches the repository recorded;
+    /// nothing was opened or written.
+    #[error(
+        "{} disagrees with what the repository recorded of its branches:{}\n\
+         Nothing was opened or written. If cairn.toml was damaged or edited by mistake, \
+         `cairn config recover --force` writes the recorded one back (keeping this one as \
+         cairn.toml.old); to drop a branch that holds data, put it back and run `cairn branch \
+         remove NAME` or `cairn branch replace OLD NEW`",
+        config.display(),
+        record::list(differences)
+    )]
+    Disagrees {
+        config: PathBuf,
+        differences: Vec<Disagreement>,
+    },
+    /// The repository's record of itself cannot be read.
+    #[error(
+        "the repository's record {} is damaged ({reason}); restore it from a backup, or remove \
+         it: the next command records the current cairn.toml again, checking each branch's \
+         marker",
+        path.display()
+    )]
+    RecordDamaged { path: PathBuf, reason: String },
+    /// There is no record to recover the config or check a key with.
+    #[error(
+        "the repository has no record of its configuration and key ({} is missing: it was last \
+         used by an older cairn, or its meta directory was lost); restore the file from a backup",
+        .0.display()
+    )]
+    NoRecord(PathBuf),
+    #[error(
+        "{} exists; give --force to replace it with the recorded one (it is kept as \
+         cairn.toml.old)",
+        .0.display()
+    )]
+    ConfigExists(PathBuf),
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error(
         "the repository key {} is missing or damaged; without it no chunk can be read or \
-         verified: restore the key file from the backup made when the repository was created",
+         verified: restore the key file from your backup with `cairn key import FILE` (a file \
+         written by `cairn key export`, or a copy of the key file)",
         .0.display()
     )]
     Key(PathBuf),
+    /// The key file holds a key, but not this repository's.
+    #[error(
+        "the key in {} is not this repository's key (its check value differs from the one in \
+         {}); nothing was read or written: restore the right key with `cairn key import FILE`",
+        key.display(),
+        record.display()
+    )]
+    WrongKey { key: PathBuf, record: PathBuf },
+    #[error(
+        "{} holds a key, but not this repository's (its check value differs); nothing was \
+         changed",
+        .0.display()
+    )]
+    KeyMismatch(PathBuf),
+    #[error(
+        "{} does not hold a cairn key (64 hexadecimal digits, as `cairn key export` writes)",
+        .0.display()
+    )]
+    NotAKey(PathBuf),
     #[error("{op} {}: {source}", path.display())]
     Io {
         op: &'static str,
@@ -106,6 +164,8 @@ pub struct Repo {
     pub rules: Rules,
     /// What opening found on the branches, when they are configured.
     pub discovery: Option<Discovery>,
+    /// The key's check value: the repository's identity on its branches.
+    key_check: String,
     /// Declared last so that it is released after the store is closed.
     lock: Arc<RepoLock>,
 }
@@ -188,6 +248,9 @@ impl Repo {
             writeln!(f, "{}", RepoKey::generate().to_hex()).map_err(io("write", &key_path))?;
             f.sync_all().map_err(io("sync", &key_path))?;
         }
+        let check = record::key_check(&crate::keyfile::read(root)?);
+        let defaults = Config::parse(DEFAULT_TOML).expect("the default config parses");
+        Record::of(root, &check, &defaults, DEFAULT_TOML).save(root)?;
         let config = root.join(CONFIG);
         let tmp = root.join(".cairn.toml.new");
         fs::write(&tmp, DEFAULT_TOML).map_err(io("write", &tmp))?;
@@ -253,20 +316,29 @@ impl Repo {
         if self.store.layer().is_none() {
             refuse_plain_data(&self.root).map_err(|reason| refused(&self.root, reason))?;
         }
-        let ((layer, _), _) = open_branches(&self.root, redundancy)?;
+        let record = Record::load(&self.root)?;
+        let ((layer, _), _) =
+            open_branches(&self.root, redundancy, record.as_ref(), &self.key_check)?;
         compile_rules(&self.root, &layer, redundancy)?;
         Ok(())
     }
 
+    /// Opens under the held lock. The config is checked against the
+    /// repository's record (and each branch's marker) and the key against
+    /// its check value before anything is written; once it agrees, it is
+    /// recorded.
     fn open_locked(root: &Path, lock: &Arc<RepoLock>) -> Result<Repo> {
-        let config = Config::load(&root.join(CONFIG))?;
-        let key_path = root.join(KEY);
-        let key = fs::read_to_string(&key_path)
-            .ok()
-            .and_then(|s| RepoKey::from_hex(&s))
-            .ok_or_else(|| RepoError::Key(key_path.clone()))?;
+        let (config, text) = Config::load_with_text(&root.join(CONFIG))?;
+        let key = crate::keyfile::read(root)?;
+        let record = Record::load(root)?;
+        let key_check = record::key_check(&key);
+        crate::keyfile::verify(root, record.as_ref(), &key_check)?;
+        let accepted = Record::of(root, &key_check, &config, &text);
         let meta = root.join(META);
         let Some(redundancy) = &config.redundancy else {
+            let differences = record::disagreements(root, record.as_ref(), &key_check, None, &[]);
+            record::refuse(root, differences)?;
+            accepted.save_if_changed(root, record.as_ref())?;
             let (branch, discarded_partials) = LocalDir::open("local", root.join(LOCAL_BRANCH))?;
             fs::create_dir_all(&meta).map_err(io("create directory", &meta))?;
             let store = Store::open(Arc::new(branch), &meta, key, config.store)?;
@@ -278,11 +350,14 @@ impl Repo {
                 discarded_partials,
                 rules,
                 discovery: None,
+                key_check,
                 lock: lock.clone(),
             });
         };
         refuse_plain_data(root).map_err(|reason| refused(root, reason))?;
-        let (layer, discarded_partials) = open_branches(root, redundancy)?;
+        let (layer, discarded_partials) =
+            open_branches(root, redundancy, record.as_ref(), &key_check)?;
+        accepted.save_if_changed(root, record.as_ref())?;
         let (layer, discovery) = (Arc::new(layer.0), layer.1);
         let rules = compile_rules(root, &layer, redundancy)?;
         let default = rules.default_protection().clone();
@@ -295,6 +370,7 @@ impl Repo {
             discarded_partials,
             rules,
             discovery: Some(discovery),
+            key_check,
             lock: lock.clone(),
         })
     }
@@ -345,18 +421,39 @@ impl Repo {
     }
 }
 
-/// Opens every configured branch (an unreachable bucket is refused here,
-/// before anything is written) and learns what they hold. Returns the layer
-/// with its discovery, and the partial blobs local branches discarded.
+/// Opens every configured branch and learns what they hold. First each is
+/// looked at without writing anything (an unreachable bucket is refused
+/// here) and checked against `record`; then they are opened, and a branch
+/// without a marker gets one. Returns the layer with its discovery, and
+/// the partial blobs local branches discarded.
 fn open_branches(
     root: &Path,
     config: &RedundancyConfig,
+    record: Option<&Record>,
+    key_check: &str,
 ) -> Result<((Redundant, Discovery), usize)> {
+    let probed = config
+        .branches
+        .iter()
+        .map(|spec| record::probe(root, spec))
+        .collect::<Result<Vec<Probed>>>()?;
+    let differences =
+        record::disagreements(root, record, key_check, Some(&config.branches), &probed);
+    record::refuse(root, differences)?;
     let mut branches: Vec<Arc<dyn Branch>> = Vec::new();
     let mut discarded = 0;
-    for spec in &config.branches {
-        let (branch, n) = open_branch(root, spec)?;
-        discarded += n;
+    for p in probed {
+        let branch = match p.opened.clone() {
+            Some(b) => b,
+            None => {
+                let (b, n) = open_branch(root, &p.spec)?;
+                discarded += n;
+                b
+            }
+        };
+        if !p.has_marker() {
+            record::mark(branch.as_ref(), &p.spec.name, key_check);
+        }
         branches.push(branch);
     }
     let opened = Redundant::open(branches).map_err(|e| refused(root, e.to_string()))?;

@@ -6,24 +6,39 @@
 //! culprit before anything is written), creating a repository and opening
 //! its store: over one plain local branch, or over the redundancy layer of
 //! the configured branches; applying a changed branch list to a store in
-//! use ([`reconfigure`]); and the repository lock (`run/lock`, see
-//! `lock.rs`), which every open takes before it touches anything.
+//! use ([`reconfigure`]); the repository lock (`run/lock`, see `lock.rs`),
+//! which every open takes before it touches anything; the repository's
+//! record of its own configuration (`meta/repository.toml` and a marker
+//! blob on each branch, see [`record`]), against which every config is
+//! checked, and from which a lost `cairn.toml` is written back
+//! ([`recover_config`]); the key file and its export and import
+//! ([`keyfile`]).
 //!
 //! **Never:** stores or reads chunks itself; that is `cas`, reached through
 //! the [`Repo::store`] it opens.
 //!
 //! **Invariants:** a repository is created complete or not at all (the
 //! config is written last, and its presence is what makes a directory a
-//! repository); the key file is never rewritten once created; a process
+//! repository); the key file is never rewritten once created, except by
+//! `key import` of the key the record's check value names; a process
 //! that does not hold the repository's lock changes nothing on disk (it is
 //! turned away with [`RepoError::Locked`], naming the holder, before any
 //! partial cleanup, index open or config write), and an open [`Repo`] holds
-//! the lock until its store is closed.
+//! the lock until its store is closed; a `cairn.toml` that disagrees with
+//! the record (a recorded branch missing or moved, no branches over a
+//! branch repository, a branch of another repository) or a key that is not
+//! the repository's is refused with [`RepoError::Disagrees`] or
+//! [`RepoError::WrongKey`] before any branch, index or record is written;
+//! the record changes only when a config is accepted, and never forgets a
+//! branch that still holds shards (only `branch remove|replace`, through
+//! [`write_config`], drop one).
 
 mod config;
+pub mod keyfile;
 mod layout;
 mod lock;
 mod reconfigure;
+pub mod record;
 
 pub use config::{
     BranchSpec, Config, ConfigError, Location, RedundancyConfig, RuleSpec, S3Location,
@@ -31,3 +46,4 @@ pub use config::{
 pub use layout::{default_location, IndexSetAside, Repo, RepoError};
 pub use lock::{holder_of, Holder};
 pub use reconfigure::{reconfigure, Reconfigured};
+pub use record::{recover_config, write_config, Disagreement, RecoveredConfig};

@@ -6,6 +6,11 @@
 //! shards stay readable until moved off); the rules are compiled anew over
 //! the result. A branch still listed keeps its open store: a changed path
 //! or endpoint takes effect at the next mount.
+//!
+//! A new branch whose marker says it belongs to another repository, or is
+//! another branch of this one, is refused before it is added; once the
+//! change is made, new branches are marked and the repository's record
+//! learns them (see [`crate::record`]).
 
 use std::path::Path;
 
@@ -14,6 +19,7 @@ use cas::{Protection, Store};
 
 use crate::config::Config;
 use crate::layout::{compile_rules, open_branch, refused, RepoError};
+use crate::record::{self, Record};
 
 /// What [`reconfigure`] changed, and the rules to hand the file system.
 pub struct Reconfigured {
@@ -23,16 +29,19 @@ pub struct Reconfigured {
     pub retired: Vec<String>,
 }
 
-/// Brings `store`'s branches in line with `config`. `successors` pairs a
-/// branch leaving with the one taking its place (`branch replace`): writes
-/// that still name the old one go to its successor.
+/// Brings `store`'s branches in line with `config` (parsed from `text`).
+/// `successors` pairs a branch leaving with the one taking its place
+/// (`branch replace`): writes that still name the old one go to its
+/// successor.
 ///
-/// Every new branch is opened before anything changes, so a branch that
-/// cannot be reached leaves the store as it was.
+/// Every new branch is opened and checked before anything changes, so a
+/// branch that cannot be reached, or is marked as another repository's,
+/// leaves the store as it was.
 pub fn reconfigure(
     root: &Path,
     store: &Store,
     config: &Config,
+    text: &str,
     successors: &[(String, String)],
 ) -> Result<Reconfigured, RepoError> {
     let (layer, redundancy) = match (store.layer(), &config.redundancy) {
@@ -60,13 +69,18 @@ pub fn reconfigure(
             ))
         }
     };
+    let recorded = Record::load(root)?;
     let mut opened = Vec::new();
     let mut reinstate = Vec::new();
     for spec in &redundancy.branches {
         match layer.branch_id(&spec.name) {
             Some(id) if layer.is_retired(id) => reinstate.push((id, spec.name.clone())),
             Some(_) => {}
-            None => opened.push((spec.name.clone(), open_branch(root, spec)?.0)),
+            None => {
+                let branch = open_branch(root, spec)?.0;
+                record::check_added(root, recorded.as_ref(), spec, branch.as_ref())?;
+                opened.push((spec.name.clone(), branch));
+            }
         }
     }
     let mut out = Reconfigured {
@@ -76,6 +90,9 @@ pub fn reconfigure(
         retired: Vec::new(),
     };
     for (name, branch) in opened {
+        if let Some(r) = &recorded {
+            record::mark(branch.as_ref(), &name, r.key_check());
+        }
         layer
             .add_branch(branch)
             .map_err(|e| refused(root, e.to_string()))?;
@@ -101,5 +118,7 @@ pub fn reconfigure(
         out.retired.push(name);
     }
     out.rules = rules;
+    // Members are never removed: a branch retired above is still one.
+    record::record_reconfigured(root, config, text, &|name| layer.branch_id(name).is_some())?;
     Ok(out)
 }
