@@ -155,6 +155,16 @@ impl S3Bucket {
     /// Connects to the bucket and checks that it can be listed, so that a
     /// wrong endpoint, bucket or key is refused before anything is written.
     pub fn open(name: impl Into<String>, config: &S3Config) -> Result<Self> {
+        let bucket = Self::open_unprobed(name, config)?;
+        bucket.probe(config)?;
+        Ok(bucket)
+    }
+
+    /// Connects without asking the server anything: for a bucket the
+    /// repository already stores data in, which must open even while it
+    /// cannot be reached, so the other branches' copies stay readable.
+    /// Every operation then fails until the server answers again.
+    pub fn open_unprobed(name: impl Into<String>, config: &S3Config) -> Result<Self> {
         let name = name.into();
         config.validate(&name)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -176,7 +186,16 @@ impl S3Bucket {
             .with_connect_timeout(config.connect_timeout)
             .with_timeout(config.request_timeout);
         let store = config.store(&name, retry, client)?;
+        Ok(S3Bucket {
+            name,
+            store,
+            runtime,
+        })
+    }
 
+    /// Lists nothing, quickly and without retries, to learn whether the
+    /// bucket exists and the credentials are accepted.
+    fn probe(&self, config: &S3Config) -> Result<()> {
         let probe_client = ClientOptions::new()
             .with_connect_timeout(config.open_timeout.min(config.connect_timeout))
             .with_timeout(config.open_timeout);
@@ -184,10 +203,10 @@ impl S3Bucket {
             max_retries: 0,
             ..RetryConfig::default()
         };
-        let probe = config.store(&name, no_retry, probe_client)?;
+        let probe = config.store(&self.name, no_retry, probe_client)?;
         // Keys never start with '.', so this lists nothing yet still needs the
         // bucket to exist and the credentials to be accepted.
-        let listed = runtime.block_on(async {
+        let listed = self.runtime.block_on(async {
             tokio::time::timeout(
                 config.open_timeout,
                 probe.list_with_delimiter(Some(&Path::from(".cairn-probe"))),
@@ -197,22 +216,15 @@ impl S3Bucket {
         // The store's own answer (NoSuchBucket, SignatureDoesNotMatch,
         // connection refused) is the clearest reason.
         let reason = match listed {
-            Ok(Ok(_)) => None,
-            Ok(Err(e)) => Some(chain(&e)),
-            Err(_) => Some(format!("no answer within {:?}", config.open_timeout)),
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(e)) => chain(&e),
+            Err(_) => format!("no answer within {:?}", config.open_timeout),
         };
-        if let Some(reason) = reason {
-            return Err(BranchError::Unreachable {
-                branch: name,
-                endpoint: config.endpoint.clone(),
-                bucket: config.bucket.clone(),
-                reason,
-            });
-        }
-        Ok(S3Bucket {
-            name,
-            store,
-            runtime,
+        Err(BranchError::Unreachable {
+            branch: self.name.clone(),
+            endpoint: config.endpoint.clone(),
+            bucket: config.bucket.clone(),
+            reason,
         })
     }
 

@@ -330,6 +330,12 @@ impl S3Proxy {
         fs::create_dir(self.dir.path().join("data").join(bucket)).unwrap();
     }
 
+    /// Where the filesystem back end keeps `bucket`'s objects, one file
+    /// per object: a test damages objects by writing there.
+    pub fn bucket_dir(&self, bucket: &str) -> PathBuf {
+        self.dir.path().join("data").join(bucket)
+    }
+
     /// A configuration for `bucket` on this server, whether or not it exists.
     pub fn config(&self, bucket: &str) -> S3Config {
         let mut config = S3Config::new(&self.endpoint, bucket, S3PROXY_ACCESS_KEY, S3PROXY_SECRET);

@@ -435,7 +435,7 @@ fn open_branches(
     let probed = config
         .branches
         .iter()
-        .map(|spec| record::probe(root, spec))
+        .map(|spec| record::probe(root, record, spec))
         .collect::<Result<Vec<Probed>>>()?;
     let differences =
         record::disagreements(root, record, key_check, Some(&config.branches), &probed);
@@ -451,7 +451,7 @@ fn open_branches(
                 b
             }
         };
-        if !p.has_marker() {
+        if !p.has_marker() && p.unreachable.is_none() {
             record::mark(branch.as_ref(), &p.spec.name, key_check);
         }
         branches.push(branch);
@@ -468,17 +468,34 @@ pub(crate) fn open_branch(root: &Path, spec: &BranchSpec) -> Result<(Arc<dyn Bra
             let (b, n) = LocalDir::open(spec.name.clone(), root.join(path))?;
             (Arc::new(b), n)
         }
-        Location::S3(s) => {
-            let mut c = S3Config::new(
-                s.endpoint.clone(),
-                s.bucket.clone(),
-                s.access_key_id.clone(),
-                s.secret_access_key.clone(),
-            );
-            c.region = s.region.clone();
-            (Arc::new(S3Bucket::open(spec.name.clone(), &c)?), 0)
-        }
+        Location::S3(s) => (
+            Arc::new(S3Bucket::open(spec.name.clone(), &s3_config(s))?),
+            0,
+        ),
     })
+}
+
+/// Opens a configured bucket without asking its server anything, for a
+/// branch the repository already stores data on that does not answer now.
+pub(crate) fn open_unreachable(spec: &BranchSpec) -> Result<Option<Arc<dyn Branch>>> {
+    Ok(match &spec.location {
+        Location::Local(_) => None,
+        Location::S3(s) => Some(Arc::new(S3Bucket::open_unprobed(
+            spec.name.clone(),
+            &s3_config(s),
+        )?)),
+    })
+}
+
+fn s3_config(s: &crate::config::S3Location) -> S3Config {
+    let mut c = S3Config::new(
+        s.endpoint.clone(),
+        s.bucket.clone(),
+        s.access_key_id.clone(),
+        s.secret_access_key.clone(),
+    );
+    c.region = s.region.clone();
+    c
 }
 
 /// The rules of `config` over `layer`'s branches, each checked to fit.

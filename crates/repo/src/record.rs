@@ -294,6 +294,9 @@ pub(crate) struct Probed {
     pub opened: Option<std::sync::Arc<dyn Branch>>,
     /// Its marker: none, or what it says, or why it cannot be read.
     marker: std::result::Result<Option<Marker>, String>,
+    /// Why a bucket the record holds at this location did not answer: it
+    /// is opened all the same (see [`probe`]).
+    pub unreachable: Option<String>,
 }
 
 impl Probed {
@@ -315,19 +318,43 @@ fn parse_marker(data: Option<Vec<u8>>) -> std::result::Result<Option<Marker>, St
 /// Reads `spec`'s marker without writing anything: a local directory is
 /// only read (not created, its leftovers not discarded); a bucket is
 /// opened, which lists it.
-pub(crate) fn probe(root: &Path, spec: &BranchSpec) -> Result<Probed> {
-    let (opened, data) = match &spec.location {
-        Location::Local(path) => (None, LocalDir::peek(&root.join(path), &marker_key())?),
-        Location::S3(_) => {
-            let (branch, _) = crate::layout::open_branch(root, spec)?;
-            let data = read_marker(branch.as_ref())?;
-            (Some(branch), data)
-        }
+///
+/// A bucket `record` holds at this very location that cannot be reached
+/// (server down, bucket gone) is opened all the same, with a warning: its
+/// shards are then missing to reads, which use the other branches' copies
+/// and parity, and `branch replace` can rebuild them elsewhere. Refusing
+/// instead would lock the user out of every file, including those the
+/// policy protects. A bucket new to the record must answer.
+pub(crate) fn probe(root: &Path, record: Option<&Record>, spec: &BranchSpec) -> Result<Probed> {
+    let recorded_here = record
+        .and_then(|r| r.branch(&spec.name))
+        .is_some_and(|b| b.location == location(root, spec));
+    let (opened, data, unreachable) = match &spec.location {
+        Location::Local(path) => (None, LocalDir::peek(&root.join(path), &marker_key())?, None),
+        Location::S3(_) => match crate::layout::open_branch(root, spec) {
+            Ok((branch, _)) => {
+                let data = read_marker(branch.as_ref())?;
+                (Some(branch), data, None)
+            }
+            Err(RepoError::Branch(e @ BranchError::Unreachable { .. })) if recorded_here => {
+                tracing::warn!(
+                    branch = %spec.name,
+                    error = %e,
+                    "a branch holding data cannot be reached; opened without it: reads use \
+                     the other branches, writes that need it fail (`cairn branch replace` \
+                     rebuilds its shards elsewhere)"
+                );
+                let branch = crate::layout::open_unreachable(spec)?;
+                (branch, None, Some(e.to_string()))
+            }
+            Err(e) => return Err(e),
+        },
     };
     Ok(Probed {
         spec: spec.clone(),
         opened,
         marker: parse_marker(data),
+        unreachable,
     })
 }
 
@@ -351,7 +378,21 @@ fn judge(
 ) -> Option<Disagreement> {
     let branch = spec.name.clone();
     let here = location(root, spec);
+    let recorded_here = record
+        .and_then(|r| r.branch(&spec.name))
+        .is_some_and(|b| b.location == here);
     match marker {
+        // The record already ties this location to this branch, so a
+        // damaged marker says nothing the record does not; shards there
+        // are verified block by block anyway.
+        Err(reason) if recorded_here => {
+            tracing::warn!(
+                branch,
+                reason,
+                "the branch's marker is damaged; the record vouches for it"
+            );
+            None
+        }
         Err(reason) => Some(Disagreement::BadMarker {
             branch,
             location: here,
@@ -575,6 +616,7 @@ mod tests {
                 repository: r.into(),
                 branch: b.into(),
             })),
+            unreachable: None,
         }
     }
 

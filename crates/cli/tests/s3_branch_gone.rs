@@ -1,0 +1,126 @@
+//! An S3 branch whose server is gone for good: the repository still opens
+//! (with a warning), files the policy protects read back exactly from the
+//! other copies, a file kept only on the bucket is named as lost (never
+//! read as wrong bytes), `branch replace` rebuilds what it can onto a new
+//! branch, `check --drop-lost` gives up the rest, and once the lost file
+//! is deleted `check` is clean.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use branch::testing::S3Proxy;
+use common::{cairn, ok, random, Mount};
+
+fn config(bucket: &branch::S3Config) -> String {
+    format!(
+        "\n[[branch]]\nname = \"disk\"\nkind = \"local\"\npath = \"br/disk\"\nlabels = [\"m\"]\n\
+         \n[[branch]]\nname = \"cloud\"\nkind = \"s3\"\nendpoint = \"{}\"\nbucket = \"{}\"\n\
+         access_key_id = \"{}\"\nsecret_access_key = \"{}\"\nlabels = [\"m\", \"c\"]\n\
+         \n[[rule]]\nname = \"cloud-only\"\npath = \"cloud/**\"\npolicy = \"single\"\nbranches = [\"c\"]\n\
+         \n[default_rule]\npolicy = \"mirror:2\"\nbranches = [\"m\"]\n",
+        bucket.endpoint, bucket.bucket, bucket.access_key_id, bucket.secret_access_key
+    )
+}
+
+fn write_all(m: &Mount, files: &BTreeMap<&str, Vec<u8>>) {
+    for (rel, data) in files {
+        let p = m.path(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, data).unwrap();
+        fs::File::open(&p).unwrap().sync_all().unwrap();
+    }
+}
+
+fn assert_exact(m: &Mount, files: &BTreeMap<&str, Vec<u8>>) {
+    for (rel, data) in files {
+        let got = fs::read(m.path(rel)).unwrap_or_else(|e| panic!("reading {rel}: {e}"));
+        assert!(got == *data, "{rel} reads back different bytes");
+    }
+}
+
+fn mount(repo: &Path, base: &Path) -> Mount {
+    let dir = base.join("mnt");
+    fs::create_dir_all(&dir).unwrap();
+    Mount::start(repo.to_path_buf(), dir)
+}
+
+#[test]
+fn a_gone_bucket_loses_only_what_it_alone_held() {
+    let base = tempfile::tempdir().unwrap();
+    let repo = base.path().join("repo");
+    ok(&repo, &["init"]);
+    let s3 = S3Proxy::start();
+    let bucket = s3.new_bucket();
+    let toml = repo.join("cairn.toml");
+    let text = fs::read_to_string(&toml).unwrap() + &config(&bucket);
+    fs::write(&toml, text).unwrap();
+
+    let kept: BTreeMap<&str, Vec<u8>> = [
+        ("docs/a", random(300_000, 1)),
+        ("docs/b", random(90_000, 2)),
+    ]
+    .into();
+    let only_cloud = random(120_000, 3);
+    let m = mount(&repo, base.path());
+    write_all(&m, &kept);
+    write_all(&m, &[("cloud/x", only_cloud.clone())].into());
+    let (repo, _) = m.unmount();
+
+    drop(s3);
+
+    // Still opens, and says why a branch is missing.
+    let status = cairn(&repo, &["status"]);
+    let err = String::from_utf8_lossy(&status.stderr);
+    assert!(status.status.success(), "{err}");
+    assert!(err.contains("cannot be reached"), "{err}");
+
+    let m = mount(&repo, base.path());
+    assert_exact(&m, &kept);
+    let e = fs::read(m.path("cloud/x")).expect_err("a file only the gone bucket held");
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    let (repo, _) = m.unmount();
+
+    // check goes on past what it cannot read and names the file.
+    let out = cairn(&repo, &["check"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("/cloud/x"), "{text}");
+    assert!(!text.contains("/docs/"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("summary:")), "{text}");
+
+    // The way back: a new branch takes over what can be rebuilt.
+    ok(
+        &repo,
+        &[
+            "branch", "add", "spare", "--path", "br/spare", "--label", "m", "--label", "c",
+        ],
+    );
+    let out = cairn(&repo, &["branch", "replace", "cloud", "spare"]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("/cloud/x"),
+        "replace lists what it could not rebuild: {text}"
+    );
+
+    let out = cairn(&repo, &["check", "--drop-lost"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("/cloud/x"), "{text}");
+
+    let m = mount(&repo, base.path());
+    assert_exact(&m, &kept);
+    fs::remove_file(m.path("cloud/x")).unwrap();
+    let (repo, _) = m.unmount();
+    let out = cairn(&repo, &["check"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let config = fs::read_to_string(&toml).unwrap();
+    assert!(!config.contains("name = \"cloud\""), "{config}");
+
+    let m = mount(&repo, base.path());
+    assert_exact(&m, &kept);
+    m.unmount();
+}
