@@ -23,7 +23,8 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use cas::ChunkId;
 use redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, Table, TableDefinition, WriteTransaction,
+    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
+    TableDefinition, WriteTransaction,
 };
 
 use crate::{
@@ -711,6 +712,10 @@ impl RedbMeta {
         {
             let mut w = W::open(&tx)?;
             if w.inodes.get(InodeId::ROOT.0)?.is_none() {
+                let others = w.inodes.len()?;
+                if others > 0 {
+                    return Err(MetaError::RootMissing(others));
+                }
                 let now = Timestamp::now();
                 w.insert_new(Rec {
                     inode: Inode {

@@ -70,6 +70,10 @@ pub enum MetaError {
     },
     #[error("the metadata store at {0} is in use by another cairn process")]
     Busy(std::path::PathBuf),
+    /// The root directory's inode is gone while other inodes remain: a
+    /// fresh root would hide the whole tree.
+    #[error("the root directory's inode is missing ({0} other inodes remain)")]
+    RootMissing(u64),
     /// The disk under the store is nearly full: operations that grow the
     /// namespace are refused, those that shrink it still run.
     #[error(
