@@ -85,8 +85,9 @@ pub enum Command {
     /// raw bytes by what holds them, each counted once: live files, stored
     /// streams, snapshots only (`cairn snapshot delete` frees it), versions
     /// only (retention frees it as they age, see `[versions]` in
-    /// cairn.toml), snapshots and versions together, and the rest (recipes,
-    /// listings, and garbage `cairn gc` reclaims). The numbers are the same
+    /// cairn.toml), snapshots and versions together (their directory
+    /// listings included), and the rest (recipe nodes, version records, and
+    /// garbage `cairn gc` reclaims). The numbers are the same
     /// mounted or not. Costs two mark passes over everything, like gc's.
     ///
     /// Exits 0; 1 if the repository cannot be opened (a damaged or missing

@@ -404,7 +404,7 @@ fn print_stats(root: &Path, st: &SpaceReport, json: bool) -> Result<ExitCode> {
         b(h.snapshots_and_versions_bytes)
     );
     out!(
-        "  other           {} (recipes, listings, garbage for `cairn gc`)",
+        "  other           {} (recipe nodes, version records, garbage for `cairn gc`)",
         b(h.other_bytes)
     );
     out!("chunks            {}", st.chunks);

@@ -13,9 +13,10 @@
 //! **What holds space**, in raw (uncompressed) bytes of data chunks, each
 //! chunk counted once, in the first of these that reaches it: live files,
 //! stored streams (`cairn put`), then what only snapshots hold, only
-//! versions hold, or snapshots and versions share. The rest of the
-//! containers' raw bytes are recipes, directory listings and garbage that
-//! `cairn gc` can reclaim.
+//! versions hold, or snapshots and versions share (a version's or
+//! snapshot's directory listings count as its data). The rest of the
+//! containers' raw bytes are recipe nodes, version records and garbage
+//! that `cairn gc` can reclaim.
 //!
 //! The cost is two mark passes over everything (as a collection's), and
 //! memory of a mark set (8 bytes per reachable chunk) twice over.
@@ -48,7 +49,7 @@ pub struct Held {
     pub snapshots_only_bytes: u64,
     pub versions_only_bytes: u64,
     pub snapshots_and_versions_bytes: u64,
-    /// Recipes, listings, records, and garbage `gc` can reclaim.
+    /// Recipe nodes, version records, and garbage `gc` can reclaim.
     pub other_bytes: u64,
 }
 
