@@ -12,7 +12,10 @@
 //! policy is made stronger. It applies the POSIX rules the kernel leaves to
 //! the file system (`posix`, [`acl`]): the umask or an inherited default
 //! ACL on create, a setgid directory's group, set-id bits a chown clears,
-//! and access ACLs kept in step with the mode.
+//! and access ACLs kept in step with the mode. It writes versions and
+//! snapshots of the namespace ([`history`]) and drops the versions its
+//! retention rule no longer keeps ([`retention`], on a clock tests can
+//! set), and reports what holds the store's space ([`space`]).
 //!
 //! **Never:** opens a container or touches a branch (that is `cas`); speaks
 //! FUSE (that is the `fuse` crate); checks permissions (the kernel does, with
@@ -33,6 +36,8 @@
 //!   an applier thread once the file's previous apply is done (they count
 //!   as dirty until stored); a writer past the global limit writes its own
 //!   dirty bytes behind, and waits for them, before it continues.
+//! - Retention drops only `version/<n>` roots, never a snapshot nor the
+//!   newest version, and nothing while the live namespace is empty.
 //! - No recursion whose depth a user controls: a tree is as deep as its
 //!   users make it, so every walk of one (writing a version, diff, clone,
 //!   restore, marking) keeps the directories on its way down in an explicit

@@ -18,7 +18,10 @@
 //! that does not hold the repository's lock changes nothing on disk (it is
 //! turned away with [`RepoError::Locked`], naming the holder, before any
 //! partial cleanup, index open or config write), and an open [`Repo`] holds
-//! the lock until its store is closed.
+//! the lock until its store is closed; while the store holds versions, a
+//! file-system metadata engine that is missing, empty, damaged or whose
+//! namespace is empty while the newest version is not, is refused before
+//! anything is written to it ([`Repo::open_meta`], naming `cairn recover`).
 
 mod config;
 mod layout;
