@@ -88,7 +88,7 @@ pub enum Command {
     /// cairn.toml), snapshots and versions together (their directory
     /// listings included), and the rest (recipe nodes, version records, and
     /// garbage `cairn gc` reclaims). The numbers are the same
-    /// mounted or not. Costs two mark passes over everything, like gc's.
+    /// mounted or not. Costs a mark pass over everything, like gc's.
     ///
     /// Exits 0; 1 if the repository cannot be opened (a damaged or missing
     /// fs.redb while versions exist names `cairn recover`).

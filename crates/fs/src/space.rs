@@ -18,8 +18,9 @@
 //! containers' raw bytes are recipe nodes, version records and garbage
 //! that `cairn gc` can reclaim.
 //!
-//! The cost is two mark passes over everything (as a collection's), and
-//! memory of a mark set (8 bytes per reachable chunk) twice over.
+//! The cost is a mark pass over everything (as a collection's), and a
+//! second over the versions and snapshots when there are both; memory is
+//! a mark set (8 bytes per reachable chunk), twice over in that case.
 
 use cas::Store;
 use meta::{Content, FileKind, MetaView};
@@ -172,12 +173,19 @@ pub fn report(store: &Store, view: Option<&dyn MetaView>) -> Result<SpaceReport>
 
     // Snapshots then versions: what versions add is theirs alone. The
     // other order gives what snapshots alone hold.
+    // Without both, the second pass would only repeat the first.
     let current = marks.data_bytes;
-    let mut other = marks.clone();
+    let mut other = (!snapshots.is_empty() && !versions.is_empty()).then(|| marks.clone());
     let snap = mark_all(store, &mut marks, &snapshots, &mut out.unreadable_roots);
-    out.held.versions_only_bytes = mark_all(store, &mut marks, &versions, &mut Vec::new());
-    let _ = mark_all(store, &mut other, &versions, &mut out.unreadable_roots);
-    out.held.snapshots_only_bytes = mark_all(store, &mut other, &snapshots, &mut Vec::new());
+    let unreadable = &mut out.unreadable_roots;
+    out.held.versions_only_bytes = mark_all(store, &mut marks, &versions, unreadable);
+    out.held.snapshots_only_bytes = match &mut other {
+        Some(other) => {
+            let _ = mark_all(store, other, &versions, &mut Vec::new());
+            mark_all(store, other, &snapshots, &mut Vec::new())
+        }
+        None => snap,
+    };
     out.held.snapshots_and_versions_bytes = snap - out.held.snapshots_only_bytes;
     let data = current + snap + out.held.versions_only_bytes;
     out.held.other_bytes = s.unique_bytes.saturating_sub(data);
