@@ -687,13 +687,6 @@ impl Inner {
         if versions.len() <= 1 {
             return Ok(Vec::new());
         }
-        if self.meta.readdir(InodeId::ROOT, None, 1)?.is_empty() {
-            tracing::warn!(
-                versions = versions.len(),
-                "the file system is empty: no version is dropped by retention until it holds files again"
-            );
-            return Ok(Vec::new());
-        }
         let dated: Vec<Dated> = versions
             .iter()
             .map(|(n, id)| Dated {
@@ -705,6 +698,22 @@ impl Inner {
             .collect();
         let now = self.clock.read().unwrap().now().secs;
         let kept = self.settings.retention.kept(&dated, now);
+        if kept.len() == versions.len() {
+            return Ok(Vec::new());
+        }
+        if self.meta.readdir(InodeId::ROOT, None, 1)?.is_empty() {
+            // Said once per mount: the committer asks every interval.
+            if !self
+                .empty_said
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::warn!(
+                    versions = versions.len(),
+                    "the file system is empty: retention drops no version until it holds files again"
+                );
+            }
+            return Ok(Vec::new());
+        }
         let mut dropped = Vec::new();
         for (n, _) in &versions {
             if !kept.contains(n) {

@@ -243,6 +243,8 @@ struct Inner {
     history: Mutex<()>,
     /// The time versions are dated and judged by (see [`Fs::set_clock`]).
     clock: std::sync::RwLock<Arc<dyn Clock>>,
+    /// Whether retention said it holds back because the namespace is empty.
+    empty_said: AtomicBool,
     /// Held while an inode's mode and the access ACL that must agree with
     /// it are read and written, so that a chmod and a setfacl cannot
     /// interleave.
@@ -330,6 +332,7 @@ impl Fs {
             commit_lock: Mutex::new(()),
             history: Mutex::new(()),
             clock: std::sync::RwLock::new(Arc::new(SystemClock)),
+            empty_said: AtomicBool::new(false),
             modes: Mutex::new(()),
             snapshots: snapview::SnapView::default(),
             stop: (Mutex::new(false), Condvar::new()),
