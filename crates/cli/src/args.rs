@@ -73,11 +73,25 @@ pub enum Command {
         label: String,
     },
 
-    /// Show what the repository holds and how well it deduplicates.
+    /// Show what the repository holds, what holds its space, and how well
+    /// it deduplicates and compresses.
     ///
-    /// logical bytes: the sizes of everything rooted; stored bytes: container
-    /// bytes on disk; dedup ratio: logical / stored; index RAM: the compact
-    /// fingerprint index's bytes per chunk.
+    /// logical bytes: the sizes of the live files (inline ones included) and
+    /// of every stored stream. referenced: what they take before
+    /// compression (the distinct chunks they reach, plus every inline
+    /// file's bytes: those live in the metadata engine, one copy per file).
+    /// dedup ratio: logical / referenced. compression: raw bytes of every
+    /// chunk / container bytes on disk. "space held by" splits the chunks'
+    /// raw bytes by what holds them, each counted once: live files, stored
+    /// streams, snapshots only (`cairn snapshot delete` frees it), versions
+    /// only (retention frees it as they age, see `[versions]` in
+    /// cairn.toml), snapshots and versions together (their directory
+    /// listings included), and the rest (recipe nodes, version records, and
+    /// garbage `cairn gc` reclaims). The numbers are the same
+    /// mounted or not. Costs a mark pass over everything, like gc's.
+    ///
+    /// Exits 0; 1 if the repository cannot be opened (a damaged or missing
+    /// fs.redb while versions exist names `cairn recover`).
     Stats {
         /// Print a single JSON object.
         #[arg(long)]
@@ -181,8 +195,13 @@ pub enum Command {
     /// Write a version of the namespace now.
     ///
     /// The file system also does this every `fs.version_seconds` when
-    /// anything changed, and keeps the last `fs.versions_keep` versions
-    /// (roots version/<n>). `cairn recover` rebuilds from the newest.
+    /// anything changed, and at unmount. Versions (roots version/<n>) are
+    /// kept as `[versions]` in cairn.toml says: by default the newest one,
+    /// every one of the last hour, the newest of each hour for a day and of
+    /// each day for a week; the others are dropped when a version is
+    /// written and by `cairn gc`, never while the file system is empty.
+    /// Snapshots are never dropped. `cairn recover` rebuilds from the
+    /// newest. Prints the version written (and the versions dropped).
     Version {
         /// Print the report as JSON.
         #[arg(long)]
@@ -191,7 +210,10 @@ pub enum Command {
 
     /// Reclaim the space of data nothing references any more.
     ///
-    /// Marks every chunk reachable from roots (versions, snapshots, stored
+    /// First drops the versions retention no longer keeps (`[versions]` in
+    /// cairn.toml), so that data deleted from the file system is freed once
+    /// no kept version holds it; `--dry-run` only names them. Then marks
+    /// every chunk reachable from roots (versions, snapshots, stored
     /// files) and from the live file system, including data written but not
     /// yet committed, then rewrites containers whose live fraction is under
     /// the threshold: their live chunks are copied forward and the containers

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use cas::{CheckProgress, Problem, Store};
+use fs::space::SpaceReport;
 use recipe::Recipe;
 use repo::{Repo, RepoError};
 use serde::{Deserialize, Serialize};
@@ -307,58 +308,26 @@ fn roots(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-#[derive(Serialize, serde::Deserialize)]
-pub struct Stats {
-    roots: u64,
-    /// Bytes of every rooted stream plus every file in the file system.
-    logical_bytes: u64,
-    fs_files: Option<u64>,
-    fs_dirs: Option<u64>,
-    fs_logical_bytes: Option<u64>,
-    stored_bytes: u64,
-    unique_bytes: u64,
-    dedup_ratio: f64,
-    compression_ratio: f64,
-    chunks: u64,
-    containers: u64,
-    index_ram_bytes: u64,
-    index_ram_bytes_per_chunk: f64,
-}
-
-fn ratio(a: u64, b: u64) -> f64 {
-    if b == 0 {
-        0.0
-    } else {
-        a as f64 / b as f64
+/// What holds the space of a repository opened by this process: the
+/// same computation a mount runs ([`fs::Fs::space_report`]), over the
+/// metadata engine opened as a mount would open it (refused the same way).
+pub fn space_unmounted(repo: &Repo) -> Result<SpaceReport> {
+    let has_versions = || -> Result<bool> {
+        Ok(repo
+            .store
+            .list_roots()?
+            .iter()
+            .any(|(l, _)| l.starts_with(fs::history::VERSION_PREFIX)))
+    };
+    // A repository never mounted has no file system; opening one would
+    // create it.
+    if !repo.fs_meta_path().exists() && !has_versions()? {
+        return Ok(fs::space::report(&repo.store, None)?);
     }
-}
-
-/// What `cairn stats` reports, for a store and (when known) its file
-/// system's files, directories and bytes.
-pub fn stats_of(store: &Store, fs: Option<(u64, u64, u64)>) -> Result<Stats> {
-    let s = store.stats()?;
-    let roots = root_lines(store)?;
-    let logical: u64 = roots
-        .iter()
-        .filter(|r| !is_history(&r.label))
-        .filter_map(|r| r.bytes)
-        .sum::<u64>()
-        + fs.map_or(0, |(_, _, bytes)| bytes);
-    Ok(Stats {
-        roots: roots.len() as u64,
-        logical_bytes: logical,
-        fs_files: fs.map(|f| f.0),
-        fs_dirs: fs.map(|f| f.1),
-        fs_logical_bytes: fs.map(|f| f.2),
-        stored_bytes: s.stored_bytes,
-        unique_bytes: s.unique_bytes,
-        dedup_ratio: ratio(logical, s.stored_bytes),
-        compression_ratio: ratio(s.unique_bytes, s.stored_bytes),
-        chunks: s.chunks,
-        containers: s.containers,
-        index_ram_bytes: s.index_ram_bytes,
-        index_ram_bytes_per_chunk: s.index_ram_bytes_per_chunk,
-    })
+    use meta::MetaStore;
+    let meta = repo.open_meta(0, 0)?;
+    let view = meta.view()?;
+    Ok(fs::space::report(&repo.store, Some(view.as_ref()))?)
 }
 
 /// Versions and snapshots: their data is the file system's, counted once.
@@ -372,59 +341,86 @@ fn stats(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
     print_stats(root, &serde_json::from_value(v)?, json)
 }
 
-fn print_stats(root: &Path, st: &Stats, json: bool) -> Result<ExitCode> {
+fn print_stats(root: &Path, st: &SpaceReport, json: bool) -> Result<ExitCode> {
     if json {
         out!("{}", serde_json::to_string_pretty(st)?);
         return Ok(ExitCode::SUCCESS);
     }
+    let b = ui::bytes;
     out!("repository        {}", root.display());
-    out!("roots             {}", st.roots);
+    out!(
+        "roots             {} ({} versions, {} snapshots, {} stored streams)",
+        st.roots,
+        st.versions,
+        st.snapshots,
+        st.roots - st.versions - st.snapshots
+    );
     if let (Some(files), Some(dirs), Some(bytes)) = (st.fs_files, st.fs_dirs, st.fs_logical_bytes) {
         out!(
             "file system       {files} files, {dirs} directories, {}",
-            ui::bytes(bytes)
+            b(bytes)
+        );
+        out!(
+            "  inline          {} files, {} (kept in the metadata engine, not deduplicated)",
+            st.fs_inline_files.unwrap_or(0),
+            b(st.fs_inline_bytes.unwrap_or(0))
         );
     }
-    out!("logical bytes     {}", ui::bytes(st.logical_bytes));
     out!(
-        "unique bytes      {} (distinct chunks, uncompressed)",
-        ui::bytes(st.unique_bytes)
+        "logical bytes     {} (live files and stored streams)",
+        b(st.logical_bytes)
+    );
+    out!(
+        "referenced        {} (distinct chunks they reach, plus inline bytes; uncompressed)",
+        b(st.referenced_bytes)
+    );
+    out!(
+        "dedup ratio       {:.2}x (logical / referenced)",
+        st.dedup_ratio
+    );
+    out!(
+        "unique bytes      {} (every chunk in the containers, uncompressed)",
+        b(st.unique_bytes)
     );
     out!(
         "stored bytes      {} (containers on disk)",
-        ui::bytes(st.stored_bytes)
-    );
-    out!(
-        "dedup ratio       {:.2}x (logical / stored)",
-        st.dedup_ratio
+        b(st.stored_bytes)
     );
     out!(
         "compression       {:.2}x (unique / stored)",
         st.compression_ratio
     );
+    let h = &st.held;
+    out!("space held by     (uncompressed, each chunk counted once)");
+    out!("  live files      {}", b(h.live_bytes));
+    out!("  stored streams  {}", b(h.stored_streams_bytes));
+    out!(
+        "  snapshots only  {} (`cairn snapshot delete` frees it)",
+        b(h.snapshots_only_bytes)
+    );
+    out!(
+        "  versions only   {} (freed as versions age out: [versions] in cairn.toml)",
+        b(h.versions_only_bytes)
+    );
+    out!(
+        "  both            {} (snapshots and versions)",
+        b(h.snapshots_and_versions_bytes)
+    );
+    out!(
+        "  other           {} (recipe nodes, version records, garbage for `cairn gc`)",
+        b(h.other_bytes)
+    );
     out!("chunks            {}", st.chunks);
     out!("containers        {}", st.containers);
     out!(
         "index RAM         {} ({:.1} bytes/chunk)",
-        ui::bytes(st.index_ram_bytes),
+        b(st.index_ram_bytes),
         st.index_ram_bytes_per_chunk
     );
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Files, directories and bytes of the file system, if it was ever mounted.
-pub fn fs_counts(repo: &Repo) -> Result<Option<(u64, u64, u64)>> {
-    let path = repo.fs_meta_path();
-    if !path.exists() {
-        return Ok(None);
+    for r in &st.unreadable_roots {
+        out!("unreadable root   {r} (not counted; run `cairn check`)");
     }
-    use meta::MetaStore;
-    let m = meta::RedbMeta::open(&path, 0, 0)
-        .context("cannot read the file system's metadata (try `cairn recover`)")?;
-    let counts = m.counts()?;
-    let mut bytes = 0;
-    m.for_each_content(&mut |_, _, size| bytes += size)?;
-    Ok(Some((counts.files, counts.dirs, bytes)))
+    Ok(ExitCode::SUCCESS)
 }
 
 fn progress_fn<'a>(steps: &'a ui::Steps, what: &'a str) -> impl Fn(CheckProgress) + Sync + 'a {
@@ -712,9 +708,5 @@ fn demo(root: &Path, file: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
         labels[1],
         back.len()
     );
-    print_stats(
-        &repo.root,
-        &stats_of(&repo.store, fs_counts(&repo)?)?,
-        false,
-    )
+    print_stats(&repo.root, &space_unmounted(&repo)?, false)
 }

@@ -121,7 +121,22 @@ pub fn version(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
             v["label"].as_str().unwrap_or("the last version")
         );
     }
+    if !json {
+        dropped(&v, "dropped", "retention dropped");
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `retention dropped 3 version(s): version/1, version/2, version/4`,
+/// when the list at `key` is not empty.
+fn dropped(v: &Value, key: &str, what: &str) {
+    let labels: Vec<&str> = v[key]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if !labels.is_empty() {
+        out!("{what} {} version(s): {}", labels.len(), labels.join(", "));
+    }
 }
 
 pub fn gc(root: &Path, threshold: f64, dry_run: bool, json: bool, quiet: bool) -> Result<ExitCode> {
@@ -135,6 +150,12 @@ pub fn gc(root: &Path, threshold: f64, dry_run: bool, json: bool, quiet: bool) -
     } else {
         "reclaimed"
     };
+    let retention = if dry_run {
+        "retention would drop"
+    } else {
+        "retention dropped"
+    };
+    dropped(&v, "dropped_versions", retention);
     out!(
         "marked {} chunks in {:.2} s; {verb} {} of {} containers, {} freed ({} chunks copied forward, {} dropped) in {:.2} s",
         field(&v, "marked_chunks"),

@@ -253,15 +253,12 @@ pub fn exec(
     let stream = || stream.context("a put or get request comes with a file descriptor");
     Ok(match req {
         Request::Stats => {
-            let counts = match (t.fs, t.repo) {
-                (Some(fs), _) => {
-                    let usage = fs.usage()?;
-                    Some((usage.files, usage.dirs, usage.bytes))
-                }
-                (None, Some(repo)) => crate::commands::fs_counts(repo)?,
-                (None, None) => None,
+            let report = match (t.fs, t.repo) {
+                (Some(fs), _) => fs.space_report()?,
+                (None, Some(repo)) => crate::commands::space_unmounted(repo)?,
+                (None, None) => fs::space::report(t.store, None)?,
             };
-            serde_json::to_value(crate::commands::stats_of(t.store, counts)?)?
+            serde_json::to_value(report)?
         }
         Request::Roots => serde_json::to_value(crate::commands::root_lines(t.store)?)?,
         Request::Rm { label } => {

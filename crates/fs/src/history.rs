@@ -2,8 +2,9 @@
 //!
 //! A version is the whole namespace written into the store as a Merkle tree
 //! (see [`crate::tree`]) and rooted as `version/<n>`; the committer writes
-//! one every `version_interval` when something changed, and keeps the last
-//! `versions_keep`. A snapshot is the same, rooted as `snapshot/<name>` and
+//! one every `version_interval` when something changed (and one at
+//! unmount), and keeps what the retention rule says ([`crate::retention`]:
+//! the newest always, thinning out with age). A snapshot is the same, rooted as `snapshot/<name>` and
 //! kept until deleted. Clones and restores copy recipes, never data: a file
 //! is a reference to an immutable recipe, so a copy is independent by
 //! construction.
@@ -20,6 +21,7 @@ use meta::{Content, FileKind, Inode, InodeId, NewInode, SetAttr, Timestamp, Xatt
 use serde::Serialize;
 
 use crate::reach::{self, MarkSet};
+use crate::retention::Dated;
 use crate::tree::{self, Record, TreeContent, TreeEntry, TreeStats};
 use crate::{Caller, Fs, FsError, Inner, Result};
 
@@ -121,9 +123,19 @@ impl Fs {
     }
 
     /// Writes a version if anything changed since the last one, then drops
-    /// versions beyond the retention count.
+    /// the versions retention no longer keeps.
     pub fn write_version(&self) -> Result<VersionReport> {
         self.inner.write_version()
+    }
+
+    /// Drops the versions retention no longer keeps (see
+    /// [`crate::retention`]), as writing a version does; returns their
+    /// labels. Snapshots are never dropped; nothing is while the live
+    /// namespace is empty.
+    /// With `apply` false, only names them.
+    pub fn apply_retention(&self, apply: bool) -> Result<Vec<String>> {
+        let _history = self.history_lock();
+        self.inner.retain(apply)
     }
 
     pub fn snapshot_create(&self, name: &str) -> Result<SnapshotInfo> {
@@ -604,7 +616,8 @@ impl Inner {
         self.sync_all()?;
         let view = self.meta.view()?;
         let mut writer = self.store.stream();
-        let out = tree::write_tree(view.as_ref(), &mut writer, self.params)?;
+        let created = self.clock.read().unwrap().now();
+        let out = tree::write_tree(view.as_ref(), &mut writer, self.params, created)?;
         writer.flush()?;
         // Files recorded between the sync above and the view: their data
         // must be durable before a root reaches it.
@@ -628,7 +641,7 @@ impl Inner {
     }
 
     /// Writes a version if anything changed since the last one, then drops
-    /// versions beyond the retention count.
+    /// the versions retention no longer keeps.
     pub(crate) fn write_version(&self) -> Result<VersionReport> {
         let started = std::time::Instant::now();
         let _history = self.history.lock().unwrap();
@@ -648,16 +661,7 @@ impl Inner {
             self.store.put_root(&label, &id)?;
             label
         };
-        let mut dropped = Vec::new();
-        let versions = self.versions()?;
-        let keep = self.settings.versions_keep.max(1);
-        if versions.len() > keep {
-            for (n, _) in &versions[..versions.len() - keep] {
-                let old = format!("{VERSION_PREFIX}{n}");
-                self.store.delete_root(&old)?;
-                dropped.push(old);
-            }
-        }
+        let dropped = self.retain(true)?;
         Ok(VersionReport {
             label,
             written: !unchanged,
@@ -668,6 +672,66 @@ impl Inner {
             seconds: started.elapsed().as_secs_f64(),
             dropped,
         })
+    }
+
+    /// Drops the versions the retention rule no longer keeps (with `apply`;
+    /// else only names them) and returns their labels. Call with the
+    /// history lock held.
+    ///
+    /// Nothing is dropped while the live namespace is empty: an empty
+    /// metadata engine over a store full of versions is far more often a
+    /// lost one than a deliberate `rm -rf`, and the versions are then the
+    /// only copy of the tree.
+    pub(crate) fn retain(&self, apply: bool) -> Result<Vec<String>> {
+        let versions = self.versions()?;
+        if versions.len() <= 1 {
+            return Ok(Vec::new());
+        }
+        let dated: Vec<Dated> = versions
+            .iter()
+            .map(|(n, id)| Dated {
+                number: *n,
+                created: tree::read_record(&self.store, id)
+                    .map(|r| r.created.secs)
+                    .ok(),
+            })
+            .collect();
+        let now = self.clock.read().unwrap().now().secs;
+        let kept = self.settings.retention.kept(&dated, now);
+        if kept.len() == versions.len() {
+            return Ok(Vec::new());
+        }
+        if self.meta.readdir(InodeId::ROOT, None, 1)?.is_empty() {
+            // Said once per mount: the committer asks every interval.
+            if !self
+                .empty_said
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::warn!(
+                    versions = versions.len(),
+                    "the file system is empty: retention drops no version until it holds files again"
+                );
+            }
+            return Ok(Vec::new());
+        }
+        let mut dropped = Vec::new();
+        for (n, _) in &versions {
+            if !kept.contains(n) {
+                let old = format!("{VERSION_PREFIX}{n}");
+                if apply {
+                    self.store.delete_root(&old)?;
+                }
+                dropped.push(old);
+            }
+        }
+        if apply && !dropped.is_empty() {
+            tracing::info!(
+                dropped = dropped.len(),
+                kept = kept.len(),
+                "retention dropped old versions"
+            );
+        }
+        Ok(dropped)
     }
 }
 

@@ -12,7 +12,10 @@
 //! policy is made stronger. It applies the POSIX rules the kernel leaves to
 //! the file system (`posix`, [`acl`]): the umask or an inherited default
 //! ACL on create, a setgid directory's group, set-id bits a chown clears,
-//! and access ACLs kept in step with the mode.
+//! and access ACLs kept in step with the mode. It writes versions and
+//! snapshots of the namespace ([`history`]) and drops the versions its
+//! retention rule no longer keeps ([`retention`], on a clock tests can
+//! set), and reports what holds the store's space ([`space`]).
 //!
 //! **Never:** opens a container or touches a branch (that is `cas`); speaks
 //! FUSE (that is the `fuse` crate); checks permissions (the kernel does, with
@@ -33,6 +36,8 @@
 //!   an applier thread once the file's previous apply is done (they count
 //!   as dirty until stored); a writer past the global limit writes its own
 //!   dirty bytes behind, and waits for them, before it continues.
+//! - Retention drops only `version/<n>` roots, never a snapshot nor the
+//!   newest version, and nothing while the live namespace is empty.
 //! - No recursion whose depth a user controls: a tree is as deep as its
 //!   users make it, so every walk of one (writing a version, diff, clone,
 //!   restore, marking) keeps the directories on its way down in an explicit
@@ -49,8 +54,10 @@ mod file;
 pub mod history;
 mod posix;
 pub mod reach;
+pub mod retention;
 pub mod rules;
 mod snapview;
+pub mod space;
 pub mod tree;
 
 use std::collections::HashMap;
@@ -71,6 +78,7 @@ use recipe::{Recipe, RecipeError};
 pub use cache::ChunkCache;
 use file::FileState;
 pub use posix::Caller;
+use retention::{Clock, Retention, SystemClock};
 use rules::{Choice, FileFacts, Rules, Source, POLICY_XATTR};
 use snapview::is_snapshots_name;
 pub use snapview::{is_virtual, SNAPSHOTS_DIR};
@@ -95,8 +103,8 @@ pub struct FsSettings {
     /// How often the committer writes a version of the namespace (when
     /// anything changed); zero turns periodic versions off.
     pub version_interval: Duration,
-    /// How many versions are kept; older ones are dropped.
-    pub versions_keep: usize,
+    /// Which versions are kept as they age (see [`retention`]).
+    pub retention: Retention,
 }
 
 impl Default for FsSettings {
@@ -109,7 +117,7 @@ impl Default for FsSettings {
             cache_bytes: 256 << 20,
             commit_interval: Duration::from_secs(5),
             version_interval: Duration::from_secs(30),
-            versions_keep: 10,
+            retention: Retention::default(),
         }
     }
 }
@@ -233,6 +241,10 @@ struct Inner {
     commit_lock: Mutex<()>,
     /// See [`history`]: versions and garbage collection's marking.
     history: Mutex<()>,
+    /// The time versions are dated and judged by (see [`Fs::set_clock`]).
+    clock: std::sync::RwLock<Arc<dyn Clock>>,
+    /// Whether retention said it holds back because the namespace is empty.
+    empty_said: AtomicBool,
     /// Held while an inode's mode and the access ACL that must agree with
     /// it are read and written, so that a chmod and a setfacl cannot
     /// interleave.
@@ -319,6 +331,8 @@ impl Fs {
             appliers: behind::Appliers::start(),
             commit_lock: Mutex::new(()),
             history: Mutex::new(()),
+            clock: std::sync::RwLock::new(Arc::new(SystemClock)),
+            empty_said: AtomicBool::new(false),
             modes: Mutex::new(()),
             snapshots: snapview::SnapView::default(),
             stop: (Mutex::new(false), Condvar::new()),
@@ -343,6 +357,12 @@ impl Fs {
 
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// Replaces the clock versions are dated and judged by (tests pass one
+    /// they move by hand).
+    pub fn set_clock(&self, clock: Arc<dyn Clock>) {
+        *self.inner.clock.write().unwrap() = clock;
     }
 
     /// Replaces the redundancy rules (and the store's default protection)
@@ -718,6 +738,16 @@ impl Fs {
             dirs,
             stored_bytes: self.inner.store.stats()?.stored_bytes,
         })
+    }
+
+    /// What holds the store's space, and the dedup and compression ratios
+    /// (see [`space`]), once everything written is recorded: the same
+    /// answer [`space::report`] gives on the repository unmounted.
+    pub fn space_report(&self) -> Result<space::SpaceReport> {
+        self.inner.sync_all()?;
+        let _history = self.history_lock();
+        let view = self.inner.meta.view()?;
+        space::report(&self.inner.store, Some(view.as_ref()))
     }
 
     /// Files, directories and bytes of regular files (hard links counted

@@ -19,7 +19,7 @@ use crate::Result;
 /// A set of chunk ids, 8 bytes each. The prefixes are already uniformly
 /// random, so hashbrown's fast default hasher is plenty (std's SipHash was
 /// a tenth of a collection's CPU on millions of chunks).
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct MarkSet {
     ids: hashbrown::HashSet<u64>,
     /// Raw bytes of the data chunks marked (as the recipes give them).

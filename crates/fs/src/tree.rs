@@ -318,11 +318,13 @@ pub fn read_listing(store: &Store, root: &ChunkId) -> Result<Vec<TreeEntry>> {
 }
 
 /// Writes the namespace seen by `view` into the store through `writer`
-/// (not flushed) and returns the record's chunk id and the record.
+/// (not flushed), dated `created`, and returns the record's chunk id and
+/// the record.
 pub fn write_tree(
     view: &dyn MetaView,
     writer: &mut StreamWriter,
     params: ChunkerParams,
+    created: Timestamp,
 ) -> Result<(ChunkId, Record, TreeStats)> {
     let root_inode = view.get(InodeId::ROOT)?;
     let mut w = TreeWriter {
@@ -337,7 +339,7 @@ pub fn write_tree(
     };
     let root = w.tree(root_inode)?;
     let record = Record {
-        created: Timestamp::now(),
+        created,
         files: w.files,
         dirs: w.dirs,
         logical_bytes: w.logical,

@@ -1,7 +1,7 @@
 //! Garbage collection: reclaiming the space of chunks nothing reaches.
 //!
-//! **Owns:** the order of a collection — start the store's retained-set
-//! recording, mark from every root (versions, snapshots, stored files) and
+//! **Owns:** the order of a collection — apply the file system's version
+//! retention, start the store's retained-set recording, mark from every root (versions, snapshots, stored files) and
 //! from the live file system, choose the containers whose live fraction is
 //! under a threshold, and have the store copy their live chunks forward and
 //! delete them.
@@ -139,6 +139,9 @@ pub struct GcReport {
     /// Containers that could not be reclaimed (damaged), with why; they are
     /// left as they are for `cairn check` to report.
     pub skipped: Vec<String>,
+    /// Versions retention dropped before marking (with `dry_run`: would
+    /// drop).
+    pub dropped_versions: Vec<String>,
 }
 
 /// What marking sees: the store's roots and, when there is one, the live
@@ -162,6 +165,12 @@ pub fn collect(
     }
     let mut report = GcReport::default();
     let started = std::time::Instant::now();
+    // Versions retention no longer keeps go first, so that what only they
+    // held is garbage now (the file system refuses while its namespace is
+    // empty: see `fs::retention`).
+    if let Live::Mounted(fs) = &live {
+        report.dropped_versions = fs.apply_retention(!options.dry_run)?;
+    }
     let (collection, marks) = {
         let _history = match &live {
             Live::Mounted(fs) => Some(fs.history_lock()),

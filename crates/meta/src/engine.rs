@@ -23,7 +23,8 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use cas::ChunkId;
 use redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, Table, TableDefinition, WriteTransaction,
+    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
+    TableDefinition, WriteTransaction,
 };
 
 use crate::{
@@ -711,6 +712,10 @@ impl RedbMeta {
         {
             let mut w = W::open(&tx)?;
             if w.inodes.get(InodeId::ROOT.0)?.is_none() {
+                let others = w.inodes.len()?;
+                if others > 0 {
+                    return Err(MetaError::RootMissing(others));
+                }
                 let now = Timestamp::now();
                 w.insert_new(Rec {
                     inode: Inode {
@@ -1545,6 +1550,37 @@ mod tests {
                 .gid,
             2
         );
+    }
+
+    #[test]
+    fn a_lost_root_inode_is_damage_not_a_fresh_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fs.redb");
+        let meta = RedbMeta::open(&path, 0, 0).unwrap();
+        let file = NewInode {
+            kind: FileKind::File,
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            content: Content::Inline(b"x".to_vec()),
+            xattrs: Vec::new(),
+        };
+        meta.create(InodeId::ROOT, b"f", file, Timestamp::now())
+            .unwrap();
+        meta.sync().unwrap();
+        drop(meta);
+        let db = Database::open(&path).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_table(INODES)
+            .unwrap()
+            .remove(InodeId::ROOT.0)
+            .unwrap();
+        tx.commit().unwrap();
+        drop(db);
+        let e = RedbMeta::open(&path, 0, 0).err().expect("refused");
+        assert!(matches!(e, MetaError::RootMissing(1)), "{e}");
+        assert!(e.is_damage());
     }
 
     fn rec(kind: FileKind, content: Content, parent: u64) -> Rec {

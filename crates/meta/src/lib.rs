@@ -12,7 +12,9 @@
 //! **Invariants:**
 //! - Every operation is atomic: it applies whole or not at all.
 //! - Inode numbers are never reused and are stable across remounts; the root
-//!   directory is [`InodeId::ROOT`].
+//!   directory is [`InodeId::ROOT`]. A root is created only in a store with
+//!   no inodes: a store that lost its root while holding others is refused
+//!   as damaged ([`MetaError::RootMissing`]), never given a fresh, empty one.
 //! - A directory's `nlink` is 2 + its number of subdirectories; a file's is
 //!   its number of names. An inode with no names and no orphan mark does not
 //!   exist. Only non-directories become orphans (their `nlink` is 0);
@@ -70,6 +72,10 @@ pub enum MetaError {
     },
     #[error("the metadata store at {0} is in use by another cairn process")]
     Busy(std::path::PathBuf),
+    /// The root directory's inode is gone while other inodes remain: a
+    /// fresh root would hide the whole tree.
+    #[error("the root directory's inode is missing ({0} other inodes remain)")]
+    RootMissing(u64),
     /// The disk under the store is nearly full: operations that grow the
     /// namespace are refused, those that shrink it still run.
     #[error(

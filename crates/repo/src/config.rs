@@ -128,7 +128,16 @@ cache = "256MiB"        # DRAM cache of chunks
 page_cache_max = "16MiB" # bigger files are read around the kernel's page cache (one copy less)
 commit_seconds = 5      # written data and metadata become durable at least this often
 version_seconds = 30    # a version of the namespace is written this often (0: never)
-versions_keep = 10      # how many versions are kept; older ones are dropped
+
+[versions]
+# Which automatic versions are kept as they age (snapshots are never dropped).
+# A version is kept if any line keeps it; the newest always is. Applied when
+# a version is written and by `cairn gc`, so data deleted from the file
+# system is freed once no kept version holds it (a week with these values).
+keep_last = 1           # the newest N versions, however old
+keep_minutes = 60       # every version written in the last N minutes
+keep_hourly = 24        # the newest version of each of the last N hours (UTC)
+keep_daily = 7          # the newest version of each of the last N days (UTC)
 "#;
 
 #[derive(Deserialize, Default)]
@@ -149,6 +158,17 @@ struct Raw {
     memory: RawMemory,
     #[serde(default)]
     fs: RawFs,
+    #[serde(default)]
+    versions: RawVersions,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawVersions {
+    keep_last: Option<u64>,
+    keep_minutes: Option<u64>,
+    keep_hourly: Option<u64>,
+    keep_daily: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -170,8 +190,8 @@ struct RawFs {
     commit_seconds: u64,
     #[serde(default = "version_seconds")]
     version_seconds: u64,
-    #[serde(default = "versions_keep")]
-    versions_keep: u64,
+    /// The older name of `versions.keep_last`.
+    versions_keep: Option<u64>,
 }
 
 fn inline_max() -> Size {
@@ -198,9 +218,6 @@ fn commit_seconds() -> u64 {
 fn version_seconds() -> u64 {
     FsSettings::default().version_interval.as_secs()
 }
-fn versions_keep() -> u64 {
-    FsSettings::default().versions_keep as u64
-}
 
 impl Default for RawFs {
     fn default() -> Self {
@@ -213,7 +230,7 @@ impl Default for RawFs {
             page_cache_max: page_cache_max(),
             commit_seconds: commit_seconds(),
             version_seconds: version_seconds(),
-            versions_keep: versions_keep(),
+            versions_keep: None,
         }
     }
 }
@@ -602,14 +619,7 @@ impl Config {
                 format!("{} is over a week (604800)", f.version_seconds),
             ));
         }
-        if !(1..=100_000).contains(&f.versions_keep) {
-            return Err(at_key(
-                text,
-                "fs",
-                "versions_keep",
-                format!("{} is outside 1..=100000", f.versions_keep),
-            ));
-        }
+        let retention = retention(text, &raw.versions, f.versions_keep)?;
         let redundancy = redundancy(raw.branch, raw.rule, raw.default_rule)?;
         Ok(Config {
             redundancy,
@@ -628,11 +638,65 @@ impl Config {
                 cache_bytes: f.cache.0 as usize,
                 commit_interval: std::time::Duration::from_secs(f.commit_seconds),
                 version_interval: std::time::Duration::from_secs(f.version_seconds),
-                versions_keep: f.versions_keep as usize,
+                retention,
             },
             page_cache_max: f.page_cache_max.0,
         })
     }
+}
+
+/// The `[versions]` section, each key within its bounds; `versions_keep`
+/// (in `[fs]`, its older name) stands for `keep_last`.
+fn retention(
+    text: &str,
+    v: &RawVersions,
+    versions_keep: Option<u64>,
+) -> Result<fs::retention::Retention, String> {
+    let d = fs::retention::Retention::default();
+    let last = match (v.keep_last, versions_keep) {
+        (Some(_), Some(_)) => {
+            return Err(at_key(
+                text,
+                "fs",
+                "versions_keep",
+                "is the older name of versions.keep_last: set only keep_last".into(),
+            ))
+        }
+        (Some(n), None) => ("versions", "keep_last", n),
+        (None, Some(n)) => ("fs", "versions_keep", n),
+        (None, None) => ("versions", "keep_last", u64::from(d.last)),
+    };
+    let check = |(section, key, n): (&str, &str, u64), min: u64, max: u64| {
+        if (min..=max).contains(&n) {
+            Ok(n as u32)
+        } else {
+            Err(at_key(
+                text,
+                section,
+                key,
+                format!("{n} is outside {min}..={max}"),
+            ))
+        }
+    };
+    let or = |v: Option<u64>, d: u32| v.unwrap_or(u64::from(d));
+    Ok(fs::retention::Retention {
+        last: check(last, 1, 100_000)?,
+        minutes: check(
+            ("versions", "keep_minutes", or(v.keep_minutes, d.minutes)),
+            0,
+            7 * 24 * 60,
+        )?,
+        hourly: check(
+            ("versions", "keep_hourly", or(v.keep_hourly, d.hourly)),
+            0,
+            24 * 366,
+        )?,
+        daily: check(
+            ("versions", "keep_daily", or(v.keep_daily, d.daily)),
+            0,
+            3660,
+        )?,
+    })
 }
 
 /// Longest branch name: a `parity:K@NAME` policy must be able to name it.
@@ -842,7 +906,33 @@ mod tests {
             )
         );
         assert_eq!(c.page_cache_max, PAGE_CACHE_MAX);
+        assert_eq!(c.fs.retention, d.retention);
         assert_eq!(Config::parse("").unwrap(), c);
+    }
+
+    #[test]
+    fn versions_section_and_its_older_key() {
+        let c = Config::parse("[versions]\nkeep_last = 3\nkeep_daily = 0\n").unwrap();
+        let d = fs::retention::Retention::default();
+        assert_eq!(
+            c.fs.retention,
+            fs::retention::Retention {
+                last: 3,
+                daily: 0,
+                ..d
+            }
+        );
+        // A cairn.toml written before [versions] existed still opens.
+        let c = Config::parse("[fs]\nversions_keep = 10\n").unwrap();
+        assert_eq!(c.fs.retention.last, 10);
+        let e = err("[fs]\nversions_keep = 2\n[versions]\nkeep_last = 3\n");
+        assert!(e.contains("versions_keep") && e.contains("line 2"), "{e}");
+        let e = err("[versions]\nkeep_last = 0\n");
+        assert!(e.contains("keep_last") && e.contains("1..=100000"), "{e}");
+        let e = err("[versions]\nkeep_minutes = 99999999\n");
+        assert!(e.contains("keep_minutes"), "{e}");
+        let e = err("[versions]\nkeep_weekly = 4\n");
+        assert!(e.contains("keep_weekly"), "{e}");
     }
 
     #[test]

@@ -381,27 +381,58 @@ impl Repo {
     }
 
     /// Opens the repository's file system (its metadata engine, created on
-    /// first use with a root directory owned by `uid`/`gid`).
-    ///
-    /// A damaged engine, or a missing one while the store holds versions of
-    /// the file system, is [`RepoError::MetaDamaged`]: mounting an empty tree
-    /// over a store full of history would hide it.
+    /// first use with a root directory owned by `uid`/`gid`), refused as
+    /// [`Repo::open_meta`] refuses.
     pub fn open_fs(&self, uid: u32, gid: u32) -> Result<::fs::Fs> {
+        let meta = self.open_meta(uid, gid)?;
+        Ok(::fs::Fs::with_rules(
+            Arc::new(meta),
+            self.store.clone(),
+            self.config.chunking,
+            self.config.fs.clone(),
+            self.rules.clone(),
+        )?)
+    }
+
+    /// Opens the file system's metadata engine (created on first use).
+    ///
+    /// While the store holds versions, an engine that cannot be the file
+    /// system they describe is [`RepoError::MetaDamaged`], before anything
+    /// is written to it: one that is missing, empty (zero bytes), damaged,
+    /// or whose namespace is empty while the newest version holds files.
+    /// Mounting an empty tree over a store full of history would hide it,
+    /// and retention would then drop the versions that are its only copy.
+    pub fn open_meta(&self, uid: u32, gid: u32) -> Result<meta::RedbMeta> {
         let path = self.fs_meta_path();
         let damaged = |reason: String| RepoError::MetaDamaged {
             path: path.clone(),
             reason,
         };
-        if !path.exists() {
-            let versions = self
-                .store
-                .list_roots()?
-                .into_iter()
-                .any(|(l, _)| l.starts_with(::fs::history::VERSION_PREFIX));
-            if versions {
-                return Err(damaged(
-                    "it is missing, and the store holds versions".into(),
-                ));
+        let newest = self
+            .store
+            .list_roots()?
+            .into_iter()
+            .filter_map(|(l, id)| {
+                let n: u64 = l
+                    .strip_prefix(::fs::history::VERSION_PREFIX)?
+                    .parse()
+                    .ok()?;
+                Some((n, id))
+            })
+            .max_by_key(|(n, _)| *n);
+        if newest.is_some() {
+            match fs::metadata(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(damaged(
+                        "it is missing, and the store holds versions".into(),
+                    ));
+                }
+                Ok(m) if m.len() == 0 => {
+                    return Err(damaged(
+                        "it is empty (zero bytes), and the store holds versions".into(),
+                    ));
+                }
+                _ => {}
             }
         }
         let meta = match meta::RedbMeta::open(&path, uid, gid) {
@@ -411,13 +442,23 @@ impl Repo {
             Err(e) if !e.is_damage() => return Err(e.into()),
             Err(e) => return Err(damaged(e.to_string())),
         };
-        Ok(::fs::Fs::with_rules(
-            Arc::new(meta),
-            self.store.clone(),
-            self.config.chunking,
-            self.config.fs.clone(),
-            self.rules.clone(),
-        )?)
+        if let Some((n, id)) = newest {
+            use meta::MetaStore;
+            let empty = meta.readdir(meta::InodeId::ROOT, None, 1)?.is_empty();
+            // An unreadable version is `check`'s to report; it proves
+            // nothing about the engine.
+            if let (true, Ok(r)) = (empty, ::fs::tree::read_record(&self.store, &id)) {
+                if r.files > 0 || r.dirs > 1 {
+                    return Err(damaged(format!(
+                        "its file system is empty, while the newest version (version/{n}) \
+                         holds {} files and {} directories",
+                        r.files,
+                        r.dirs.saturating_sub(1)
+                    )));
+                }
+            }
+        }
+        Ok(meta)
     }
 }
 

@@ -31,7 +31,10 @@
 //! [`RepoError::WrongKey`] before any branch, index or record is written;
 //! the record changes only when a config is accepted, and never forgets a
 //! branch that still holds shards (only `branch remove|replace`, through
-//! [`write_config`], drop one).
+//! [`write_config`], drop one); while the store holds versions, a
+//! file-system metadata engine that is missing, empty, damaged or whose
+//! namespace is empty while the newest version is not, is refused before
+//! anything is written to it ([`Repo::open_meta`], naming `cairn recover`).
 
 mod config;
 pub mod keyfile;

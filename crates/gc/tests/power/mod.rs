@@ -45,7 +45,12 @@ fn fs_settings() -> FsSettings {
         cache_bytes: 1 << 20,
         commit_interval: Duration::from_secs(3600),
         version_interval: Duration::ZERO,
-        versions_keep: 3,
+        retention: fs::retention::Retention {
+            last: 3,
+            minutes: 0,
+            hourly: 0,
+            daily: 0,
+        },
         ..FsSettings::default()
     }
 }
