@@ -44,6 +44,32 @@ impl fmt::Display for List<'_> {
     }
 }
 
+/// Numbers (ascending) of blocks or rows as "block 3" or "blocks 0-4, 9",
+/// at most a few runs of them.
+pub(crate) struct Runs<'a>(pub &'static str, pub &'a [u64]);
+
+impl fmt::Display for Runs<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SHOWN: usize = 8;
+        let runs = crate::read::runs(self.1);
+        let plural = if self.1.len() == 1 { "" } else { "s" };
+        write!(f, "{}{plural} ", self.0)?;
+        for (i, run) in runs.iter().take(SHOWN).enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            match run.end - run.start {
+                1 => write!(f, "{}", run.start)?,
+                _ => write!(f, "{}-{}", run.start, run.end - 1)?,
+            }
+        }
+        if runs.len() > SHOWN {
+            write!(f, " and {} more runs", runs.len() - SHOWN)?;
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
@@ -74,13 +100,17 @@ pub enum Error {
         size: u64,
     },
     #[error(
-        "container {key} ({policy}) cannot be read: it needs {needed} intact shards; lost {}",
+        "container {key} ({policy}) cannot be read: fewer than the {needed} intact blocks \
+         a read needs in {} (64 KiB of every shard); lost {}",
+        Runs("row", rows),
         List(lost)
     )]
     Unrecoverable {
         key: BlobKey,
         policy: Policy,
         needed: u16,
+        /// The block rows (64 KiB of each shard) with too few intact blocks.
+        rows: Vec<u64>,
         lost: Vec<ShardFault>,
     },
     #[error("could not {op} container {key} ({policy}): {}", List(failures))]

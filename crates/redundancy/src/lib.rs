@@ -37,6 +37,7 @@ mod placement;
 mod policy;
 mod read;
 mod repair;
+mod rows;
 pub mod shard;
 mod space;
 mod view;
