@@ -481,7 +481,12 @@ pub fn scrub_cmd(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
                  `cairn branch replace` it) and run `cairn scrub` again"
             );
         }
-        if !out.lost.is_empty() {
+        if !out.lost.is_empty() && out.affected_files.is_empty() {
+            out!(
+                "no file in the live tree has data in the lost bytes; `cairn check` tells \
+                 what else (snapshots, versions) does"
+            );
+        } else if !out.lost.is_empty() {
             out!(
                 "restore the files named above from a backup, or delete them; \
                  `cairn check` then tells what is left to drop"
