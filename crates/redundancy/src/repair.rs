@@ -1,5 +1,7 @@
-//! Healing: scrub (check every shard, rewrite bad ones) and rebuilding a
-//! replaced branch's shards onto its successor.
+//! Healing: scrub (check every shard block by block, rewrite damaged ones
+//! whole from the good blocks of all of them) and rebuilding a replaced
+//! branch's shards onto its successor. Both go on past a container lost
+//! beyond its policy and report it apart from what failed to be written.
 //!
 //! Branches never replace a blob, so a bad shard is deleted before its
 //! rebuilt bytes are written under the same name. A shard that cannot be
@@ -112,6 +114,20 @@ impl RebuildReport {
     }
 }
 
+/// A container's shards as [`Redundant::examine`] found them.
+struct Examined {
+    entry: Arc<Entry>,
+    /// Shard blobs read.
+    checked: usize,
+    /// Every fault, with the branch it was read from.
+    bad: Vec<(Option<BranchId>, ShardFault)>,
+    /// A whole payload per damaged shard; bad blocks left where its row
+    /// has too few good ones.
+    rebuilt: Vec<Span>,
+    /// Container bytes no read can give back.
+    lost: Vec<Range<u64>>,
+}
+
 /// Why a shard could not be rebuilt onto its new branch.
 enum Failure {
     /// The container has too few good blocks left in some row.
@@ -162,60 +178,23 @@ impl Redundant {
     /// rewrites each missing or damaged one whole: its good blocks kept,
     /// the others decoded from the rows of the other shards.
     pub fn scrub(&self, key: &BlobKey) -> Result<ScrubReport> {
-        let entry = self.entry(key)?;
+        let Examined {
+            entry,
+            checked,
+            bad,
+            rebuilt,
+            lost,
+        } = self.examine(key)?;
         let layout = &entry.layout;
-        let all = 0..layout.blocks();
-        let jobs: Vec<(u16, BranchId)> = located(&entry, &[]);
-        let results = fan_out(&jobs, |&(index, id)| {
-            self.read_span(key, layout, index, id, &all)
-        });
-        let mut read: Vec<Span> = Vec::new();
-        let mut bad: Vec<(Option<BranchId>, ShardFault)> = Vec::new();
-        for (&(_, id), (span, fault)) in jobs.iter().zip(results) {
-            read.push(span);
-            bad.extend(fault.map(|f| (Some(id), f)));
-        }
-        for (index, ids) in (0..).zip(&entry.locations) {
-            if ids.is_empty() {
-                bad.push((None, unlocated(index)));
-            }
-        }
         let mut report = ScrubReport {
             key: key.clone(),
             policy: layout.policy.clone(),
-            checked: jobs.len(),
+            checked,
             faults: bad.iter().map(|(_, f)| f.clone()).collect(),
             repaired: Vec::new(),
             unrepaired: Vec::new(),
-            lost: Vec::new(),
+            lost,
         };
-        if bad.is_empty() {
-            return Ok(report);
-        }
-        // One whole payload per damaged shard, from its good blocks
-        // wherever they are and the rows of the others.
-        let mut damaged: Vec<u16> = bad.iter().map(|(_, f)| f.index).collect();
-        damaged.sort_unstable();
-        damaged.dedup();
-        let mut rebuilt: Vec<Span> = damaged
-            .iter()
-            .map(|&i| Span::failed(i, all.clone()))
-            .collect();
-        let lost = match rows::restore(layout, &mut rebuilt, &read) {
-            Ok(lost) => lost,
-            Err(e) => {
-                report.unrepaired = bad
-                    .into_iter()
-                    .map(|(_, f)| ShardFault {
-                        detail: format!("{}; cannot rebuild: {e}", f.detail),
-                        ..f
-                    })
-                    .collect();
-                report.lost = vec![0..layout.container_len];
-                return Ok(report);
-            }
-        };
-        report.lost = lost_bytes(layout, &lost);
         for (from, fault) in bad {
             let span = rebuilt
                 .iter()
@@ -250,18 +229,87 @@ impl Redundant {
         Ok(report)
     }
 
+    /// The byte ranges of container `key` that no read can give back
+    /// (empty when it all reads back), judged as [`Redundant::scrub`]
+    /// judges them but writing nothing.
+    pub fn unreadable(&self, key: &BlobKey) -> Result<Vec<Range<u64>>> {
+        Ok(self.examine(key)?.lost)
+    }
+
+    /// Reads every shard of `key` whole and restores the damaged ones as
+    /// far as their rows allow.
+    fn examine(&self, key: &BlobKey) -> Result<Examined> {
+        let entry = self.entry(key)?;
+        let layout = &entry.layout;
+        let all = 0..layout.blocks();
+        let jobs: Vec<(u16, BranchId)> = located(&entry, &[]);
+        let results = fan_out(&jobs, |&(index, id)| {
+            self.read_span(key, layout, index, id, &all)
+        });
+        let mut read: Vec<Span> = Vec::new();
+        let mut bad: Vec<(Option<BranchId>, ShardFault)> = Vec::new();
+        for (&(_, id), (span, fault)) in jobs.iter().zip(results) {
+            read.push(span);
+            bad.extend(fault.map(|f| (Some(id), f)));
+        }
+        for (index, ids) in (0..).zip(&entry.locations) {
+            if ids.is_empty() {
+                bad.push((None, unlocated(index)));
+            }
+        }
+        // One whole payload per damaged shard, from its good blocks
+        // wherever they are and the rows of the others.
+        let mut damaged: Vec<u16> = bad.iter().map(|(_, f)| f.index).collect();
+        damaged.sort_unstable();
+        damaged.dedup();
+        let mut rebuilt: Vec<Span> = damaged
+            .iter()
+            .map(|&i| Span::failed(i, all.clone()))
+            .collect();
+        let lost = rows::restore(layout, &mut rebuilt, &read).map_err(|source| Error::Coding {
+            key: key.clone(),
+            source,
+        })?;
+        Ok(Examined {
+            lost: lost_bytes(layout, &lost),
+            checked: jobs.len(),
+            entry,
+            bad,
+            rebuilt,
+        })
+    }
+
     /// Scrubs every container, calling `progress` after each.
     pub fn scrub_all(&self, mut progress: impl FnMut(Progress<'_>)) -> ScrubSummary {
         let all = self.map.snapshot();
         let mut summary = ScrubSummary::default();
-        for (done, (key, _)) in all.iter().enumerate() {
-            // A container deleted since the snapshot has nothing to scrub.
-            if let Ok(report) = self.scrub(key) {
+        for (done, (key, entry)) in all.iter().enumerate() {
+            let report = match self.scrub(key) {
+                Ok(report) => Some(report),
+                // Deleted since the snapshot: nothing to scrub.
+                Err(Error::NotFound(_)) => None,
+                // The coder refused its shards: nothing can be read.
+                Err(e) => Some(ScrubReport {
+                    key: key.clone(),
+                    policy: entry.layout.policy.clone(),
+                    checked: 0,
+                    faults: Vec::new(),
+                    repaired: Vec::new(),
+                    unrepaired: vec![ShardFault {
+                        index: 0,
+                        branch: None,
+                        kind: FaultKind::Corrupt,
+                        detail: e.to_string(),
+                    }],
+                    lost: std::iter::once(0..entry.layout.container_len.max(1)).collect(),
+                }),
+            };
+            if let Some(report) = report {
                 summary.containers += 1;
-                if report.faults.is_empty() {
-                    summary.healthy += 1;
-                } else if report.is_lost() {
+                if report.is_lost() {
                     summary.lost.push(report);
+                } else if report.faults.is_empty() {
+                    summary.healthy += 1;
                 } else if report.unrepaired.is_empty() {
                     summary.repaired.push(report);
                 } else {
