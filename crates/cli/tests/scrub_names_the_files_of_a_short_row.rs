@@ -78,7 +78,7 @@ fn scrub_names_the_files_of_a_short_row() {
     let out = cairn(&repo, &["scrub"]);
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains(&format!("LOST containers/")), "{text}");
+    assert!(text.contains("LOST containers/"), "{text}");
     assert!(text.contains("unreadable"), "{text}");
     for f in &named {
         assert!(text.contains(&format!("lost data in file: {f}")), "{text}");
