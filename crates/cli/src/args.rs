@@ -281,12 +281,19 @@ pub enum Command {
 
     /// Read and verify every shard; rewrite each bad one from the others.
     ///
-    /// Every shard of every container is read and checked against its
-    /// digests. A missing or corrupt shard is rebuilt from the container's
-    /// other copies or parity and written back (to another branch when its
-    /// own refuses). Damage beyond what a container's policy tolerates is
-    /// reported with the files that have data in it; the exit status is
-    /// then 1. Safe while the file system is mounted and busy.
+    /// Every shard of every container is read and each 64 KiB block checked
+    /// against its digest. Damage is judged per block: a shard with bad
+    /// blocks is rebuilt from the good blocks of the others (any copy, or
+    /// any K shards good in that block row) and written back whole (to
+    /// another branch when its own refuses). Prints one line per container
+    /// repaired; "NOT RESTORED" for a container that reads back whole but
+    /// whose bad shard could not be written anywhere (bring its branch back
+    /// or `cairn branch replace` it, then scrub again); "LOST" for a
+    /// container with bytes no read can give back, followed by every file
+    /// with data in those bytes ("lost data in file: PATH"). Scrub goes on
+    /// past lost containers. Exit status: 0 when every file reads back, 1
+    /// when some data is lost. Safe while the file system is mounted and
+    /// busy; the verdict is the same mounted or not.
     Scrub {
         /// Print the report as JSON.
         #[arg(long)]
@@ -435,6 +442,13 @@ pub enum BranchCommand {
     /// another shard on NEW gets this one on a third branch. Rules naming
     /// OLD name NEW afterwards. On a mounted file system new shards go to
     /// NEW instead of OLD from the start.
+    ///
+    /// A container lost beyond its policy (too few good blocks left in some
+    /// block row) does not stop it: everything else is rebuilt, cairn.toml
+    /// is changed, and the lost containers are listed ("LOST ...") with the
+    /// files that have data in them; the exit status is then 1. Shards that
+    /// could not be written leave cairn.toml unchanged and fail the command:
+    /// fix the cause and run it again.
     Replace {
         /// The branch being retired (it may be gone already).
         old: String,

@@ -93,10 +93,11 @@ pub fn run(root: &Path, cmd: BranchCommand, quiet: bool) -> Result<ExitCode> {
                 quiet,
             )?;
             let out: MoveOut = serde_json::from_value(v)?;
-            report(&out, quiet)?;
+            let code = report(&out, quiet)?;
             if !quiet {
                 say!("removed branch {name:?} from cairn.toml; its directory or bucket is left as it was");
             }
+            return Ok(code);
         }
         BranchCommand::Replace { old, new: to } => {
             if old == to {
@@ -114,10 +115,11 @@ pub fn run(root: &Path, cmd: BranchCommand, quiet: bool) -> Result<ExitCode> {
                 quiet,
             )?;
             let out: MoveOut = serde_json::from_value(v)?;
-            report(&out, quiet)?;
+            let code = report(&out, quiet)?;
             if !quiet {
                 say!("replaced branch {old:?} by {to:?}");
             }
+            return Ok(code);
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -251,7 +253,10 @@ pub fn reload_cmd(root: &Path, quiet: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn report(out: &MoveOut, quiet: bool) -> Result<()> {
+/// Prints what a move did; fails when shards could not be moved (the move
+/// can be run again). Lost containers do not stop it: they are listed,
+/// with their files, and make the exit status 1.
+fn report(out: &MoveOut, quiet: bool) -> Result<ExitCode> {
     if !quiet {
         say!(
             "{} shards written, {} already in place",
@@ -266,7 +271,24 @@ fn report(out: &MoveOut, quiet: bool) -> Result<()> {
             out.failed.join("\n")
         );
     }
-    Ok(())
+    if out.lost.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    say!(
+        "{} container(s) are lost beyond their policy and were not rebuilt:",
+        out.lost.len()
+    );
+    for l in &out.lost {
+        say!("LOST {l}");
+    }
+    for f in &out.lost_files {
+        say!("lost data in file: {f}");
+    }
+    say!(
+        "everything else was rebuilt; restore the files named above from a backup, or delete \
+         them, and run `cairn check`"
+    );
+    Ok(ExitCode::from(1))
 }
 
 fn quote(s: &str) -> String {

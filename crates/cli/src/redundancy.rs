@@ -1,7 +1,8 @@
 //! `cairn policy show`, `status`, `scrub` and `branch replace`: the
 //! redundancy layer seen from the command line.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::ops::Range;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -197,9 +198,15 @@ pub struct ScrubOut {
     pub containers: usize,
     pub healthy: usize,
     pub repaired: Vec<String>,
-    /// Containers with damage redundancy could not undo, each with why.
-    pub unrepaired: Vec<String>,
-    /// Files with data in an unrepaired container.
+    /// Containers that read back whole but still have bad shards, each
+    /// with why they could not be rewritten (a branch refusing writes and
+    /// no other free to take them): redundancy is below their policy.
+    #[serde(default)]
+    pub degraded: Vec<String>,
+    /// Containers with bytes no read can give back, each with what is
+    /// lost and why.
+    pub lost: Vec<String>,
+    /// Files with data in lost bytes, by path.
     pub affected_files: Vec<String>,
     /// The repository has one plain branch: nothing was scrubbed, as there
     /// is no other copy to heal from (`cairn check` verifies every chunk).
@@ -215,9 +222,21 @@ fn describe(r: &ScrubReport) -> String {
     } else {
         &r.unrepaired
     };
-    let text: Vec<String> = faults.iter().map(|f| f.to_string()).collect();
-    format!("{} ({}): {}", r.key, r.policy, text.join("; "))
+    let mut text: Vec<String> = faults.iter().map(|f| f.to_string()).collect();
+    if text.is_empty() {
+        text.push("no fault recorded".into());
+    }
+    let lost = if r.lost.is_empty() {
+        String::new()
+    } else {
+        let total: u64 = r.lost.iter().map(|l| l.end - l.start).sum();
+        format!("{} unreadable; ", crate::ui::bytes(total))
+    };
+    format!("{} ({}): {lost}{}", r.key, r.policy, text.join("; "))
 }
+
+/// Which bytes of which containers are lost: `None` for all of it.
+type LostBytes = HashMap<ContainerId, Option<Vec<Range<u64>>>>;
 
 pub fn scrub(fs: &Fs, progress: &(dyn Fn(Progress) + Sync)) -> Result<ScrubOut> {
     let Some(layer) = fs.store().layer() else {
@@ -225,7 +244,8 @@ pub fn scrub(fs: &Fs, progress: &(dyn Fn(Progress) + Sync)) -> Result<ScrubOut> 
             containers: fs.store().stats()?.containers as usize,
             healthy: 0,
             repaired: Vec::new(),
-            unrepaired: Vec::new(),
+            degraded: Vec::new(),
+            lost: Vec::new(),
             affected_files: Vec::new(),
             plain: true,
         });
@@ -237,48 +257,76 @@ pub fn scrub(fs: &Fs, progress: &(dyn Fn(Progress) + Sync)) -> Result<ScrubOut> 
             total: p.total as u64,
         })
     });
-    let mut lost: HashSet<ContainerId> = summary
-        .unrepaired
+    let mut lost_bytes: LostBytes = summary
+        .lost
         .iter()
-        .filter_map(|r| ContainerId::from_blob_key(&r.key))
+        .filter_map(|r| Some((ContainerId::from_blob_key(&r.key)?, Some(r.lost.clone()))))
         .collect();
+    let mut lost: Vec<String> = summary.lost.iter().map(describe).collect();
     // A container none of whose shards any branch holds is not in the
     // layer's map at all; the index still knows it.
-    let mut unrepaired: Vec<String> = summary.unrepaired.iter().map(describe).collect();
-    let placed: HashSet<ContainerId> = layer
-        .list(ContainerId::list_prefix())
-        .iter()
-        .filter_map(ContainerId::from_blob_key)
-        .collect();
-    for c in fs.store().indexed_containers()? {
-        if !placed.contains(&c) {
-            let policy = fs.store().container_policy(c)?;
-            unrepaired.push(format!(
-                "{} ({policy}): no branch holds any of its shards",
-                c.blob_key()
-            ));
-            lost.insert(c);
-        }
-    }
-    let affected_files = if lost.is_empty() {
+    lost.extend(unplaced(fs, layer, &mut lost_bytes)?);
+    let affected_files = if lost_bytes.is_empty() {
         Vec::new()
     } else {
-        files_touching(fs, &lost)?
+        files_touching(fs, &lost_bytes)?
     };
+    for r in &lost {
+        tracing::error!("scrub: lost {r}");
+    }
+    for r in summary.degraded.iter().map(describe) {
+        tracing::warn!("scrub: could not restore {r}");
+    }
     Ok(ScrubOut {
-        containers: summary.containers,
+        containers: summary.containers + lost.len() - summary.lost.len(),
         healthy: summary.healthy,
         repaired: summary.repaired.iter().map(describe).collect(),
-        unrepaired,
+        degraded: summary.degraded.iter().map(describe).collect(),
+        lost,
         affected_files,
         plain: false,
     })
 }
 
-/// Paths of the files with a chunk (or recipe node) in `lost`. A chunk
-/// whose location cannot be read counts as lost.
-fn files_touching(fs: &Fs, lost: &HashSet<ContainerId>) -> Result<Vec<String>> {
+/// The indexed containers no branch holds a shard of, described, each
+/// added to `lost` whole.
+fn unplaced(fs: &Fs, layer: &Redundant, lost: &mut LostBytes) -> Result<Vec<String>> {
+    let placed: HashSet<ContainerId> = layer
+        .list(ContainerId::list_prefix())
+        .iter()
+        .filter_map(ContainerId::from_blob_key)
+        .collect();
+    let mut out = Vec::new();
+    for c in fs.store().indexed_containers()? {
+        if !placed.contains(&c) {
+            let policy = fs.store().container_policy(c)?;
+            out.push(format!(
+                "{} ({policy}): no branch holds any of its shards",
+                c.blob_key()
+            ));
+            lost.insert(c, None);
+        }
+    }
+    Ok(out)
+}
+
+/// Paths of the files with a chunk (or recipe node) in `lost` bytes. A
+/// chunk whose location cannot be read counts as lost.
+fn files_touching(fs: &Fs, lost: &LostBytes) -> Result<Vec<String>> {
     let store = fs.store();
+    let hit = |id: &cas::ChunkId| match store.locate(id) {
+        Err(_) => true,
+        Ok(l) => match lost.get(&l.container) {
+            None => false,
+            Some(None) => true,
+            Some(Some(ranges)) => {
+                let region = l.region_offset..l.region_offset + u64::from(l.region_len);
+                ranges
+                    .iter()
+                    .any(|r| r.start < region.end && region.start < r.end)
+            }
+        },
+    };
     let mut out = Vec::new();
     let mut stack: Vec<(InodeId, String)> = vec![(InodeId::ROOT, String::new())];
     while let Some((dir, prefix)) = stack.pop() {
@@ -293,15 +341,11 @@ fn files_touching(fs: &Fs, lost: &HashSet<ContainerId>) -> Result<Vec<String>> {
                     FileKind::Dir => stack.push((e.ino, path)),
                     FileKind::File => {
                         if let Content::Recipe(root) = fs.getattr(e.ino)?.content {
-                            let hit = match file_chunks(store, root) {
-                                Ok(ids) => ids.iter().any(|id| {
-                                    store
-                                        .locate(id)
-                                        .map_or(true, |l| lost.contains(&l.container))
-                                }),
+                            let touched = match file_chunks(store, root) {
+                                Ok(ids) => ids.iter().any(hit),
                                 Err(_) => true,
                             };
-                            if hit {
+                            if touched {
                                 out.push(path);
                             }
                         }
@@ -412,23 +456,44 @@ pub fn scrub_cmd(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
         );
     } else {
         out!(
-            "{} containers: {} healthy, {} repaired, {} damaged beyond repair",
+            "{} containers: {} healthy, {} repaired, {} readable but not restored, {} lost",
             out.containers,
             out.healthy,
             out.repaired.len(),
-            out.unrepaired.len()
+            out.degraded.len(),
+            out.lost.len()
         );
         for r in &out.repaired {
             out!("repaired {r}");
         }
-        for r in &out.unrepaired {
+        for r in &out.degraded {
+            out!("NOT RESTORED {r}");
+        }
+        for r in &out.lost {
             out!("LOST {r}");
         }
         for f in &out.affected_files {
-            out!("affected file: {f}");
+            out!("lost data in file: {f}");
+        }
+        if !out.degraded.is_empty() {
+            out!(
+                "every file still reads back; bring the branch named above back (or \
+                 `cairn branch replace` it) and run `cairn scrub` again"
+            );
+        }
+        if !out.lost.is_empty() && out.affected_files.is_empty() {
+            out!(
+                "no file in the live tree has data in the lost bytes; `cairn check` tells \
+                 what else (snapshots, versions) does"
+            );
+        } else if !out.lost.is_empty() {
+            out!(
+                "restore the files named above from a backup, or delete them; \
+                 `cairn check` then tells what is left to drop"
+            );
         }
     }
-    Ok(if out.unrepaired.is_empty() {
+    Ok(if out.lost.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -445,8 +510,48 @@ pub struct MoveOut {
     pub rebuilt: usize,
     /// Shards found already in place (from an interrupted run).
     pub already_present: usize,
-    /// Shards that could not be moved, each with why.
+    /// Shards that could not be moved, each with why: running again may
+    /// help.
     pub failed: Vec<String>,
+    /// Containers lost beyond their policy, each with why: nothing is left
+    /// to rebuild them from.
+    #[serde(default)]
+    pub lost: Vec<String>,
+    /// Files with data in the lost containers, by path.
+    #[serde(default)]
+    pub lost_files: Vec<String>,
+}
+
+impl MoveOut {
+    /// What `layer`'s rebuild did; lost containers named with the files
+    /// that have data in their unreadable bytes.
+    fn of(fs: &Fs, layer: &Redundant, report: &redundancy::RebuildReport) -> Result<MoveOut> {
+        let mut lost_bytes: LostBytes = HashMap::new();
+        for (key, _) in &report.lost {
+            if let Some(c) = ContainerId::from_blob_key(key) {
+                // Judged as scrub judges; unknown bytes count as lost.
+                lost_bytes.insert(c, layer.unreadable(key).ok());
+            }
+        }
+        let lost_files = if lost_bytes.is_empty() {
+            Vec::new()
+        } else {
+            files_touching(fs, &lost_bytes)?
+        };
+        let lines = |list: &[(branch::BlobKey, String)]| -> Vec<String> {
+            list.iter().map(|(k, why)| format!("{k}: {why}")).collect()
+        };
+        for l in lines(&report.lost) {
+            tracing::error!("lost {l}");
+        }
+        Ok(MoveOut {
+            rebuilt: report.rebuilt,
+            already_present: report.already_present,
+            failed: lines(&report.failed),
+            lost: lines(&report.lost),
+            lost_files,
+        })
+    }
 }
 
 fn branch_id(layer: &Redundant, name: &str) -> Result<redundancy::BranchId> {
@@ -473,17 +578,8 @@ pub fn replace(
             total: p.total as u64,
         })
     })?;
-    let failed: Vec<String> = report
-        .failed
-        .iter()
-        .map(|(k, why)| format!("{k}: {why}"))
-        .collect();
     layer.reset_health(to);
-    Ok(MoveOut {
-        rebuilt: report.rebuilt,
-        already_present: report.already_present,
-        failed,
-    })
+    MoveOut::of(fs, layer, &report)
 }
 
 /// Moves every shard off `name` onto the other branches, each shard to a
@@ -500,22 +596,15 @@ pub fn drain(fs: &Fs, name: &str, progress: &(dyn Fn(Progress) + Sync)) -> Resul
             total: p.total as u64,
         })
     })?;
-    let mut out = MoveOut {
-        rebuilt: report.rebuilt,
-        already_present: report.already_present,
-        failed: report
-            .failed
-            .iter()
-            .map(|(k, why)| format!("{k}: {why}"))
-            .collect(),
-    };
+    let mut out = MoveOut::of(fs, layer, &report)?;
     // A safety net: the branch is retired, so nothing new can be on it.
     let keys = if out.failed.is_empty() {
         layer.list("")
     } else {
         Vec::new()
     };
-    for key in keys {
+    let lost: HashSet<&branch::BlobKey> = report.lost.iter().map(|(k, _)| k).collect();
+    for key in keys.into_iter().filter(|k| !lost.contains(k)) {
         let placed = layer.locate(&key)?;
         for s in placed.shards {
             if s.branches.contains(&from) || s.branches.is_empty() {

@@ -207,10 +207,7 @@ fn every_policy_reads_back_after_its_tolerance_of_losses_and_one_more_is_named()
 
     // Scrub heals it all while mounted; a second scrub finds nothing.
     let healed = json(&repo, &["scrub", "--json"]);
-    assert!(
-        healed["unrepaired"].as_array().unwrap().is_empty(),
-        "{healed}"
-    );
+    assert!(healed["lost"].as_array().unwrap().is_empty(), "{healed}");
     assert!(
         !healed["repaired"].as_array().unwrap().is_empty(),
         "{healed}"
@@ -259,8 +256,8 @@ fn every_policy_reads_back_after_its_tolerance_of_losses_and_one_more_is_named()
         serde_json::json!(["/mirror/f0"]),
         "{report}"
     );
-    let unrepaired = report["unrepaired"].to_string();
-    assert!(unrepaired.contains("mirror:2"), "{unrepaired}");
+    let lost = report["lost"].to_string();
+    assert!(lost.contains("mirror:2"), "{lost}");
     let mut others = files.clone();
     others.remove("mirror/f0");
     assert_reads_back(&m, &others);

@@ -34,11 +34,43 @@ struct List<'a>(&'a [ShardFault]);
 
 impl fmt::Display for List<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("no shard fault was recorded");
+        }
         for (i, fault) in self.0.iter().enumerate() {
             if i > 0 {
                 f.write_str("; ")?;
             }
             write!(f, "{fault}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Numbers (ascending) of blocks or rows as "block 3" or "blocks 0-4, 9",
+/// at most a few runs of them.
+pub(crate) struct Runs<'a>(pub &'static str, pub &'a [u64]);
+
+impl fmt::Display for Runs<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SHOWN: usize = 8;
+        if self.1.is_empty() {
+            return write!(f, "every {}", self.0);
+        }
+        let runs = crate::read::runs(self.1);
+        let plural = if self.1.len() == 1 { "" } else { "s" };
+        write!(f, "{}{plural} ", self.0)?;
+        for (i, run) in runs.iter().take(SHOWN).enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            match run.end - run.start {
+                1 => write!(f, "{}", run.start)?,
+                _ => write!(f, "{}-{}", run.start, run.end - 1)?,
+            }
+        }
+        if runs.len() > SHOWN {
+            write!(f, " and {} more runs", runs.len() - SHOWN)?;
         }
         Ok(())
     }
@@ -74,13 +106,17 @@ pub enum Error {
         size: u64,
     },
     #[error(
-        "container {key} ({policy}) cannot be read: it needs {needed} intact shards; lost {}",
+        "container {key} ({policy}) cannot be read: fewer than the {needed} intact blocks \
+         a read needs in {} (64 KiB of every shard); lost {}",
+        Runs("row", rows),
         List(lost)
     )]
     Unrecoverable {
         key: BlobKey,
         policy: Policy,
         needed: u16,
+        /// The block rows (64 KiB of each shard) with too few intact blocks.
+        rows: Vec<u64>,
         lost: Vec<ShardFault>,
     },
     #[error("could not {op} container {key} ({policy}): {}", List(failures))]
@@ -118,3 +154,21 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_are_never_empty_and_runs_are_short() {
+        assert_eq!(List(&[]).to_string(), "no shard fault was recorded");
+        assert_eq!(Runs("row", &[]).to_string(), "every row");
+        assert_eq!(Runs("block", &[3]).to_string(), "block 3");
+        assert_eq!(Runs("row", &[0, 1, 2, 5]).to_string(), "rows 0-2, 5");
+        let many: Vec<u64> = (0..40).map(|i| i * 2).collect();
+        assert_eq!(
+            Runs("block", &many).to_string(),
+            "blocks 0, 2, 4, 6, 8, 10, 12, 14 and 32 more runs"
+        );
+    }
+}

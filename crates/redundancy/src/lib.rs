@@ -4,7 +4,7 @@
 //! blobs per a [`Policy`] — full copies, a stripe, XOR parity or
 //! Reed-Solomon shards — placing them on distinct branches, reading the
 //! container back (whole or a range, from the fastest copies, rebuilding
-//! lost shards on the fly), and healing: [`Redundant::scrub`] rewrites bad
+//! lost blocks on the fly), and healing: [`Redundant::scrub`] rewrites bad
 //! shards, [`Redundant::rebuild_onto`] refills a replacement branch.
 //! Where every shard lives is kept in memory and can be rebuilt from the
 //! branches alone ([`Redundant::discover`]).
@@ -19,8 +19,15 @@
 //!   exactly after any f of its branches are lost or return garbage.
 //! - A shard is never handed up unverified: every block carries a digest
 //!   bound to its container and position, checked on every read.
-//! - A read that needs more than the lost shards allow fails with an error
-//!   naming the container, its policy, and each lost shard with why.
+//! - Damage is judged per 64 KiB block row, not per shard: a block is
+//!   taken from any copy, or decoded from any K shards, whose block in its
+//!   row verifies. Reads, scrub and rebuild judge alike, so scrub calls
+//!   lost exactly the bytes a read cannot give back.
+//! - A read that needs more than the damage allows fails with an error
+//!   naming the container, its policy, the rows short of good blocks, and
+//!   each fault met with why.
+//! - Scrub and rebuild go on past a lost container and report it; they
+//!   never write a shard they could not rebuild whole.
 //! - The shards of one container are on distinct branches.
 //!
 //! See [`shard`] for the blob format and [`shard_key`] for how shard blobs
@@ -37,6 +44,7 @@ mod placement;
 mod policy;
 mod read;
 mod repair;
+mod rows;
 pub mod shard;
 mod space;
 mod view;

@@ -1,23 +1,24 @@
 //! Reading containers back: whole or a range, healthy or degraded.
 //!
-//! Copies: one copy is read, the one balancing picks, and the next on any
-//! fault. Coded: only the data shards a read overlaps are read (coding is
-//! systematic); a data shard that fails is rebuilt from the same blocks of
-//! K other shards, again picked by balancing. Every fault marks its branch
-//! degraded.
+//! Damage is judged per block (see [`crate::rows`]). Copies: one copy is
+//! read, the one balancing picks, and the blocks that fail are read from
+//! the next copy. Coded: only the data shards a read overlaps are read
+//! (coding is systematic); a block that fails is decoded from the same row
+//! of K other shards whose block there verifies, again picked by
+//! balancing. Every fault marks its branch degraded.
 
 use std::ops::Range;
 use std::time::Instant;
 
 use branch::BlobKey;
 
-use crate::codec;
-use crate::error::{Error, Result, ShardFault};
+use crate::error::{Error, Result, Runs, ShardFault};
 use crate::latency::weighted_order;
 use crate::map::{shard_key, Entry};
 use crate::members::{BranchId, FaultKind};
 use crate::parallel::fan_out;
 use crate::policy::Coding;
+use crate::rows::{self, Span};
 use crate::shard::{self, Layout, BLOCK};
 use crate::Redundant;
 
@@ -119,42 +120,81 @@ impl Redundant {
         }
     }
 
-    /// Reads one shard's `blocks` from branch `id`, verified; records the
-    /// branch's latency, or its fault.
-    pub(crate) fn read_shard(
+    /// Reads one shard's `rows` from branch `id`, each block verified on
+    /// its own; records the branch's latency, or its fault (a whole read
+    /// also checks the header, so a bad header is a fault of the shard even
+    /// though its blocks stay usable).
+    pub(crate) fn read_span(
         &self,
         key: &BlobKey,
         layout: &Layout,
         index: u16,
         id: BranchId,
-        blocks: &Range<u64>,
-    ) -> Result<Vec<u8>, ShardFault> {
+        rows: &Range<u64>,
+    ) -> (Span, Option<ShardFault>) {
         let member = self.member(id);
         let blob = shard_key(key, index);
         let start = Instant::now();
-        let whole = *blocks == (0..layout.blocks());
+        let whole = *rows == (0..layout.blocks());
         let read = if whole {
             member.branch.get(&blob)
         } else {
-            let (off, n) = layout.blob_span(blocks);
+            let (off, n) = layout.blob_span(rows);
             member.branch.read_range(&blob, off, n)
         };
         let took = start.elapsed();
-        let checked = match read {
-            Ok(bytes) if whole => shard::decode(layout, index, bytes),
-            Ok(bytes) => shard::decode_blocks(layout, index, blocks, bytes),
+        let bytes = match read {
+            Ok(bytes) => bytes,
             Err(err) => {
-                let kind = FaultKind::of(&err);
-                return Err(self.fault(key, id, index, kind, err.to_string()));
+                let fault = self.fault(key, id, index, FaultKind::of(&err), err.to_string());
+                return (Span::failed(index, rows.clone()), Some(fault));
             }
         };
-        match checked {
-            Ok(payload) => {
-                member.read_ok(took);
-                Ok(payload)
-            }
-            Err(bad) => Err(self.fault(key, id, index, FaultKind::Corrupt, bad.0)),
+        let (checked, header) = if whole {
+            shard::check_blob(layout, index, bytes)
+        } else {
+            (shard::check_blocks(layout, index, rows, bytes), None)
+        };
+        let span = Span::checked(index, rows.clone(), checked);
+        let mut why: Vec<String> = header.into_iter().map(|c| c.0).collect();
+        if !span.is_clean() {
+            why.push(format!("checksum failed in {}", Runs("block", span.bad())));
         }
+        if why.is_empty() {
+            member.read_ok(took);
+            return (span, None);
+        }
+        let fault = self.fault(key, id, index, FaultKind::Corrupt, why.join("; "));
+        (span, Some(fault))
+    }
+
+    /// Reads shard `index`'s `rows` from each of `from` in turn until every
+    /// block is good, later reads covering only what is still bad.
+    fn read_filled(
+        &self,
+        key: &BlobKey,
+        layout: &Layout,
+        from: &[(u16, BranchId)],
+        rows: &Range<u64>,
+        faults: &mut Vec<ShardFault>,
+    ) -> Option<Span> {
+        let mut have: Option<Span> = None;
+        for &(index, id) in from {
+            let want = match &have {
+                None => rows.clone(),
+                Some(span) => match span.bad_run() {
+                    Some(run) => run,
+                    None => break,
+                },
+            };
+            let (got, fault) = self.read_span(key, layout, index, id, &want);
+            faults.extend(fault);
+            match &mut have {
+                None => have = Some(got),
+                Some(span) => span.fill_from(layout, &got),
+            }
+        }
+        have
     }
 
     fn fault(
@@ -193,19 +233,25 @@ impl Redundant {
             .collect()
     }
 
-    /// `blocks` of the container from any one copy.
+    /// `blocks` of the container: each block from the first copy (as
+    /// balancing orders them) whose block verifies.
     fn read_copies(&self, key: &BlobKey, entry: &Entry, blocks: &Range<u64>) -> Result<Vec<u8>> {
-        let mut lost = Vec::new();
-        for (index, id) in self.order(located(entry, &[])) {
-            match self.read_shard(key, &entry.layout, index, id, blocks) {
-                Ok(payload) => return Ok(payload),
-                Err(fault) => lost.push(fault),
+        let layout = &entry.layout;
+        let mut faults = Vec::new();
+        let order = self.order(located(entry, &[]));
+        let span = self.read_filled(key, layout, &order, blocks, &mut faults);
+        match span {
+            Some(span) if span.is_clean() => Ok(span.into_payload()),
+            span => {
+                let lost = span.map_or_else(|| blocks.clone().collect(), |s| s.bad().to_vec());
+                Err(unrecoverable(key, entry, faults, &lost))
             }
         }
-        Err(unrecoverable(key, entry, lost, &[]))
     }
 
-    /// `blocks` of each wanted data shard, rebuilding those that fail.
+    /// `blocks` of each wanted data shard. A block that fails on every
+    /// copy of its shard is decoded from K other shards good in its row,
+    /// read over just the runs of rows that need them.
     pub(crate) fn read_coded(
         &self,
         key: &BlobKey,
@@ -215,108 +261,92 @@ impl Redundant {
         let layout = &entry.layout;
         let first = fan_out(wanted, |(index, blocks)| {
             let mut faults = Vec::new();
-            for &id in &entry.locations[usize::from(*index)] {
-                match self.read_shard(key, layout, *index, id, blocks) {
-                    Ok(payload) => return Ok(payload),
-                    Err(fault) => faults.push(fault),
-                }
-            }
-            Err(faults)
+            let from: Vec<(u16, BranchId)> = entry.locations[usize::from(*index)]
+                .iter()
+                .map(|id| (*index, *id))
+                .collect();
+            let span = self
+                .read_filled(key, layout, &from, blocks, &mut faults)
+                .unwrap_or_else(|| Span::failed(*index, blocks.clone()));
+            (span, faults)
         });
         let mut faults = Vec::new();
-        let mut out: Vec<Option<Vec<u8>>> = Vec::with_capacity(wanted.len());
-        for r in first {
-            match r {
-                Ok(payload) => out.push(Some(payload)),
-                Err(f) => {
-                    faults.extend(f);
-                    out.push(None);
-                }
-            }
+        let mut targets = Vec::with_capacity(wanted.len());
+        for (span, f) in first {
+            targets.push(span);
+            faults.extend(f);
         }
-        let failed: Vec<usize> = (0..wanted.len()).filter(|&j| out[j].is_none()).collect();
-        if failed.is_empty() {
-            return Ok(out.into_iter().flatten().collect());
+        if targets.iter().all(Span::is_clean) {
+            return Ok(targets.into_iter().map(Span::into_payload).collect());
         }
-        // Rebuild the failed shards over one span covering all of them.
-        let union = failed
-            .iter()
-            .map(|&j| wanted[j].1.clone())
-            .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end))
-            .expect("something failed");
-        let want_span = layout.payload_span(&union);
-        let lost: Vec<u16> = failed.iter().map(|&j| wanted[j].0).collect();
-        let reuse: Vec<(u16, Vec<u8>)> = wanted
-            .iter()
-            .zip(&out)
-            .filter_map(|((index, blocks), payload)| {
-                let payload = payload.as_ref()?;
-                let have = layout.payload_span(blocks);
-                let covers = have.start <= want_span.start && want_span.end <= have.end;
-                covers.then(|| {
-                    let from = (want_span.start - have.start) as usize;
-                    let to = (want_span.end - have.start) as usize;
-                    (*index, payload[from..to].to_vec())
-                })
-            })
-            .collect();
-        let have = self.gather(key, entry, &union, &lost, reuse, faults)?;
-        let refs: Vec<(u16, &[u8])> = have.iter().map(|(i, b)| (*i, b.as_slice())).collect();
-        let rebuilt = codec::rebuild(layout, &refs, &lost).map_err(|source| Error::Coding {
-            key: key.clone(),
-            source,
-        })?;
-        for (&j, bytes) in failed.iter().zip(rebuilt) {
-            let own = layout.payload_span(&wanted[j].1);
-            let from = (own.start - want_span.start) as usize;
-            out[j] = Some(bytes[from..from + (own.end - own.start) as usize].to_vec());
-        }
-        Ok(out.into_iter().flatten().collect())
+        let skip: Vec<u16> = wanted.iter().map(|(i, _)| *i).collect();
+        self.fill_rows(key, entry, &mut targets, &skip, Vec::new(), faults)?;
+        Ok(targets.into_iter().map(Span::into_payload).collect())
     }
 
-    /// Adds verified `blocks` of other shards to `have` until it holds K,
-    /// never reading a shard in `exclude`. Faults met on the way (and
-    /// `faults` from before) are named in the error if K cannot be had.
-    pub(crate) fn gather(
+    /// Makes every block of `targets` good: reads, over each run of rows
+    /// some target has bad, as many other shards as the rows need beyond
+    /// `sources` (none in `skip` whose target covers the run: those were
+    /// read from every copy already), then restores them row by row. Fails
+    /// naming every fault (`faults` from before included) when some row
+    /// has fewer good blocks than the coding needs.
+    pub(crate) fn fill_rows(
         &self,
         key: &BlobKey,
         entry: &Entry,
-        blocks: &Range<u64>,
-        exclude: &[u16],
-        mut have: Vec<(u16, Vec<u8>)>,
+        targets: &mut [Span],
+        skip: &[u16],
+        mut sources: Vec<Span>,
         mut faults: Vec<ShardFault>,
-    ) -> Result<Vec<(u16, Vec<u8>)>> {
-        let k = usize::from(entry.layout.k());
-        let mut skip: Vec<u16> = exclude.to_vec();
-        skip.extend(have.iter().map(|(i, _)| *i));
-        let mut candidates = self.order(located(entry, &skip)).into_iter();
-        while have.len() < k {
-            let mut batch: Vec<(u16, BranchId)> = Vec::new();
-            for (index, id) in candidates.by_ref() {
-                let taken = have.iter().any(|(i, _)| *i == index);
-                if !taken && !batch.iter().any(|(i, _)| *i == index) {
-                    batch.push((index, id));
-                    if batch.len() == k - have.len() {
-                        break;
-                    }
+    ) -> Result<()> {
+        let layout = &entry.layout;
+        for run in runs(&rows::bad_rows(targets)) {
+            // A skipped shard is read again where its target does not
+            // reach: a range read wants different rows of each shard.
+            let covered: Vec<u16> = targets
+                .iter()
+                .filter(|t| skip.contains(&t.index))
+                .filter(|t| t.rows.start <= run.start && run.end <= t.rows.end)
+                .map(|t| t.index)
+                .collect();
+            let mut candidates = self.order(located(entry, &covered)).into_iter();
+            loop {
+                let short = rows::shortfall(layout, targets, &sources, &run);
+                let batch: Vec<(u16, BranchId)> = candidates.by_ref().take(short).collect();
+                if batch.is_empty() {
+                    break;
                 }
-            }
-            if batch.is_empty() {
-                let good: Vec<u16> = have.iter().map(|(i, _)| *i).collect();
-                return Err(unrecoverable(key, entry, faults, &good));
-            }
-            let results = fan_out(&batch, |&(index, id)| {
-                self.read_shard(key, &entry.layout, index, id, blocks)
-            });
-            for (&(index, _), r) in batch.iter().zip(results) {
-                match r {
-                    Ok(payload) => have.push((index, payload)),
-                    Err(fault) => faults.push(fault),
+                let read = fan_out(&batch, |&(index, id)| {
+                    self.read_span(key, layout, index, id, &run)
+                });
+                for (span, fault) in read {
+                    sources.push(span);
+                    faults.extend(fault);
                 }
             }
         }
-        Ok(have)
+        let lost = rows::restore(layout, targets, &sources).map_err(|source| Error::Coding {
+            key: key.clone(),
+            source,
+        })?;
+        if lost.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<u64> = lost.iter().map(|l| l.row).collect();
+        Err(unrecoverable(key, entry, faults, &rows))
     }
+}
+
+/// `rows` (ascending) cut into runs of consecutive rows.
+pub(crate) fn runs(rows: &[u64]) -> Vec<Range<u64>> {
+    let mut out: Vec<Range<u64>> = Vec::new();
+    for &row in rows {
+        match out.last_mut() {
+            Some(run) if run.end == row => run.end += 1,
+            _ => out.push(row..row + 1),
+        }
+    }
+    out
 }
 
 /// Every (shard, branch) location of a container, shards in `skip` left out.
@@ -328,28 +358,26 @@ pub(crate) fn located(entry: &Entry, skip: &[u16]) -> Vec<(u16, BranchId)> {
         .collect()
 }
 
-/// The error for a container that lost too much: every fault of a shard
-/// not in `good`, plus the shards no branch is known to hold.
+/// The error for a container some of whose block `rows` have too few
+/// good blocks: every fault met, plus the shards no branch is known to hold.
 pub(crate) fn unrecoverable(
     key: &BlobKey,
     entry: &Entry,
-    faults: Vec<ShardFault>,
-    good: &[u16],
+    mut lost: Vec<ShardFault>,
+    rows: &[u64],
 ) -> Error {
-    let mut lost: Vec<ShardFault> = faults
-        .into_iter()
-        .filter(|f| !good.contains(&f.index))
-        .collect();
     for (index, ids) in (0..).zip(&entry.locations) {
         if ids.is_empty() {
             lost.push(unlocated(index));
         }
     }
     lost.sort_by_key(|f| f.index);
+    lost.dedup();
     Error::Unrecoverable {
         key: key.clone(),
         policy: entry.layout.policy.clone(),
         needed: entry.layout.k(),
+        rows: rows.to_vec(),
         lost,
     }
 }

@@ -1,23 +1,26 @@
-//! Healing: scrub (check every shard, rewrite bad ones) and rebuilding a
-//! replaced branch's shards onto its successor.
+//! Healing: scrub (check every shard block by block, rewrite damaged ones
+//! whole from the good blocks of all of them) and rebuilding a replaced
+//! branch's shards onto its successor. Both go on past a container lost
+//! beyond its policy and report it apart from what failed to be written.
 //!
 //! Branches never replace a blob, so a bad shard is deleted before its
 //! rebuilt bytes are written under the same name. A shard that cannot be
 //! written back where it was goes to another branch that holds no shard of
 //! its container, keeping the shards on distinct branches.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use branch::{BlobKey, BranchError};
 
-use crate::codec;
-use crate::error::{Error, Result, ShardFault};
+use crate::error::{Error, Result, Runs, ShardFault};
 use crate::map::{shard_key, Entry};
 use crate::members::{BranchId, FaultKind};
 use crate::parallel::fan_out;
-use crate::policy::Policy;
+use crate::policy::{Coding, Policy};
 use crate::read::{located, unlocated};
-use crate::shard::{self, key_tag};
+use crate::rows::{self, LostRow, Span};
+use crate::shard::{self, key_tag, Layout};
 use crate::Redundant;
 
 /// Where a long operation is: `done` of `total` containers, the last
@@ -50,6 +53,17 @@ pub struct ScrubReport {
     pub repaired: Vec<Repair>,
     /// Faults left, each with why it could not be repaired.
     pub unrepaired: Vec<ShardFault>,
+    /// Container byte ranges no read can give back: data blocks whose row
+    /// has fewer good blocks than the policy needs. Empty when the whole
+    /// container reads back, faults left or not.
+    pub lost: Vec<Range<u64>>,
+}
+
+impl ScrubReport {
+    /// Whether some of the container's bytes cannot be read back.
+    pub fn is_lost(&self) -> bool {
+        !self.lost.is_empty()
+    }
 }
 
 /// What [`Redundant::scrub_all`] found.
@@ -59,8 +73,12 @@ pub struct ScrubSummary {
     pub healthy: usize,
     /// Containers that had faults, all repaired.
     pub repaired: Vec<ScrubReport>,
-    /// Containers with faults left.
-    pub unrepaired: Vec<ScrubReport>,
+    /// Containers that read back whole but have faults left: a bad shard
+    /// could not be written anywhere (its branch refuses writes and no
+    /// other branch may take it), so redundancy is below the policy.
+    pub degraded: Vec<ScrubReport>,
+    /// Containers some bytes of which cannot be read back.
+    pub lost: Vec<ScrubReport>,
 }
 
 /// What [`Redundant::rebuild_onto`] did.
@@ -77,7 +95,12 @@ pub struct RebuildReport {
     /// went to a spare branch instead (one holding no shard of the
     /// container), so no branch holds two shards of one container.
     pub conflicts: Vec<BlobKey>,
+    /// Shards that could not be written, with why: running again may help.
     pub failed: Vec<(BlobKey, String)>,
+    /// Containers damaged beyond their policy, with why: their shards
+    /// cannot be rebuilt from what is left, and running again will not
+    /// change that.
+    pub lost: Vec<(BlobKey, String)>,
 }
 
 impl RebuildReport {
@@ -87,75 +110,109 @@ impl RebuildReport {
         self.already_present += other.already_present;
         self.conflicts.extend(other.conflicts);
         self.failed.extend(other.failed);
+        self.lost.extend(other.lost);
     }
+}
+
+/// A container's shards as [`Redundant::examine`] found them.
+struct Examined {
+    entry: Arc<Entry>,
+    /// Shard blobs read.
+    checked: usize,
+    /// Every fault, with the branch it was read from.
+    bad: Vec<(Option<BranchId>, ShardFault)>,
+    /// A whole payload per damaged shard; bad blocks left where its row
+    /// has too few good ones.
+    rebuilt: Vec<Span>,
+    /// Container bytes no read can give back.
+    lost: Vec<Range<u64>>,
+}
+
+/// Why a shard could not be rebuilt onto its new branch.
+enum Failure {
+    /// The container has too few good blocks left in some row.
+    Lost(String),
+    /// Writing failed, or no branch may take it.
+    Write(String),
+}
+
+/// The container bytes that `lost` rows leave unreadable: the bad data
+/// blocks of each row (every block of a copied container's row).
+fn lost_bytes(layout: &Layout, lost: &[LostRow]) -> Vec<Range<u64>> {
+    let copies = layout.policy.coding() == Coding::Copies;
+    let mut out: Vec<Range<u64>> = Vec::new();
+    for l in lost {
+        let row = layout.payload_span(&(l.row..l.row + 1));
+        let data = l.shards.iter().filter(|&&i| copies || i < layout.k());
+        for &i in data {
+            let base = if copies {
+                0
+            } else {
+                u64::from(i) * layout.shard_len
+            };
+            let end = (base + row.end).min(layout.container_len);
+            if base + row.start < end {
+                out.push(base + row.start..end);
+            }
+            if copies {
+                break;
+            }
+        }
+    }
+    out.sort_by_key(|r| r.start);
+    let mut merged: Vec<Range<u64>> = Vec::new();
+    for r in out {
+        match merged.last_mut() {
+            Some(m) if m.end >= r.start => m.end = m.end.max(r.end),
+            _ => merged.push(r),
+        }
+    }
+    merged
 }
 
 /// Containers rebuilt at once by [`Redundant::rebuild_onto`].
 const REBUILD_IN_FLIGHT: usize = 8;
 
 impl Redundant {
-    /// Reads and verifies every shard of `key` and rewrites each missing or
-    /// corrupt one from the others.
+    /// Reads and verifies every shard of `key`, block by block, and
+    /// rewrites each missing or damaged one whole: its good blocks kept,
+    /// the others decoded from the rows of the other shards.
     pub fn scrub(&self, key: &BlobKey) -> Result<ScrubReport> {
-        let entry = self.entry(key)?;
+        let Examined {
+            entry,
+            checked,
+            bad,
+            rebuilt,
+            lost,
+        } = self.examine(key)?;
         let layout = &entry.layout;
-        let all = 0..layout.blocks();
-        let jobs: Vec<(u16, BranchId)> = located(&entry, &[]);
-        let results = fan_out(&jobs, |&(index, id)| {
-            self.read_shard(key, layout, index, id, &all)
-        });
-        let mut good: Vec<(u16, Vec<u8>)> = Vec::new();
-        let mut bad: Vec<(Option<BranchId>, ShardFault)> = Vec::new();
-        for (&(index, id), r) in jobs.iter().zip(results) {
-            match r {
-                Ok(p) if !good.iter().any(|(i, _)| *i == index) => good.push((index, p)),
-                Ok(_) => {}
-                Err(fault) => bad.push((Some(id), fault)),
-            }
-        }
-        for (index, ids) in (0..).zip(&entry.locations) {
-            if ids.is_empty() {
-                bad.push((None, unlocated(index)));
-            }
-        }
         let mut report = ScrubReport {
             key: key.clone(),
             policy: layout.policy.clone(),
-            checked: jobs.len(),
+            checked,
             faults: bad.iter().map(|(_, f)| f.clone()).collect(),
             repaired: Vec::new(),
             unrepaired: Vec::new(),
-        };
-        if bad.is_empty() {
-            return Ok(report);
-        }
-        let mut lost: Vec<u16> = bad
-            .iter()
-            .map(|(_, f)| f.index)
-            .filter(|i| !good.iter().any(|(g, _)| g == i))
-            .collect();
-        lost.sort_unstable();
-        lost.dedup();
-        let rebuilt = match self.rebuild_whole(key, &entry, &good, &lost) {
-            Ok(rebuilt) => rebuilt,
-            Err(why) => {
-                report.unrepaired = bad
-                    .into_iter()
-                    .map(|(_, f)| ShardFault {
-                        detail: format!("{}; cannot rebuild: {why}", f.detail),
-                        ..f
-                    })
-                    .collect();
-                return Ok(report);
-            }
+            lost,
         };
         for (from, fault) in bad {
-            let payload = good
+            let span = rebuilt
                 .iter()
-                .chain(&rebuilt)
-                .find(|(i, _)| *i == fault.index)
-                .map(|(_, p)| p)
-                .expect("every lost shard was rebuilt");
+                .find(|s| s.index == fault.index)
+                .expect("a span per damaged shard");
+            if !span.is_clean() {
+                let rows = Runs("row", span.bad());
+                report.unrepaired.push(ShardFault {
+                    detail: format!(
+                        "{}; cannot rebuild: fewer than {} intact blocks in {rows} of {key}",
+                        fault.detail,
+                        layout.k()
+                    ),
+                    ..fault
+                });
+                continue;
+            }
+            let payload = span.payload();
             let blob = shard::encode(layout, fault.index, payload);
             match self.rewrite(key, &entry, fault.index, from, &blob) {
                 Ok(to) => report.repaired.push(Repair {
@@ -172,20 +229,91 @@ impl Redundant {
         Ok(report)
     }
 
+    /// The byte ranges of container `key` that no read can give back
+    /// (empty when it all reads back), judged as [`Redundant::scrub`]
+    /// judges them but writing nothing.
+    pub fn unreadable(&self, key: &BlobKey) -> Result<Vec<Range<u64>>> {
+        Ok(self.examine(key)?.lost)
+    }
+
+    /// Reads every shard of `key` whole and restores the damaged ones as
+    /// far as their rows allow.
+    fn examine(&self, key: &BlobKey) -> Result<Examined> {
+        let entry = self.entry(key)?;
+        let layout = &entry.layout;
+        let all = 0..layout.blocks();
+        let jobs: Vec<(u16, BranchId)> = located(&entry, &[]);
+        let results = fan_out(&jobs, |&(index, id)| {
+            self.read_span(key, layout, index, id, &all)
+        });
+        let mut read: Vec<Span> = Vec::new();
+        let mut bad: Vec<(Option<BranchId>, ShardFault)> = Vec::new();
+        for (&(_, id), (span, fault)) in jobs.iter().zip(results) {
+            read.push(span);
+            bad.extend(fault.map(|f| (Some(id), f)));
+        }
+        for (index, ids) in (0..).zip(&entry.locations) {
+            if ids.is_empty() {
+                bad.push((None, unlocated(index)));
+            }
+        }
+        // One whole payload per damaged shard, from its good blocks
+        // wherever they are and the rows of the others.
+        let mut damaged: Vec<u16> = bad.iter().map(|(_, f)| f.index).collect();
+        damaged.sort_unstable();
+        damaged.dedup();
+        let mut rebuilt: Vec<Span> = damaged
+            .iter()
+            .map(|&i| Span::failed(i, all.clone()))
+            .collect();
+        let lost = rows::restore(layout, &mut rebuilt, &read).map_err(|source| Error::Coding {
+            key: key.clone(),
+            source,
+        })?;
+        Ok(Examined {
+            lost: lost_bytes(layout, &lost),
+            checked: jobs.len(),
+            entry,
+            bad,
+            rebuilt,
+        })
+    }
+
     /// Scrubs every container, calling `progress` after each.
     pub fn scrub_all(&self, mut progress: impl FnMut(Progress<'_>)) -> ScrubSummary {
         let all = self.map.snapshot();
         let mut summary = ScrubSummary::default();
-        for (done, (key, _)) in all.iter().enumerate() {
-            // A container deleted since the snapshot has nothing to scrub.
-            if let Ok(report) = self.scrub(key) {
+        for (done, (key, entry)) in all.iter().enumerate() {
+            let report = match self.scrub(key) {
+                Ok(report) => Some(report),
+                // Deleted since the snapshot: nothing to scrub.
+                Err(Error::NotFound(_)) => None,
+                // The coder refused its shards: nothing can be read.
+                Err(e) => Some(ScrubReport {
+                    key: key.clone(),
+                    policy: entry.layout.policy.clone(),
+                    checked: 0,
+                    faults: Vec::new(),
+                    repaired: Vec::new(),
+                    unrepaired: vec![ShardFault {
+                        index: 0,
+                        branch: None,
+                        kind: FaultKind::Corrupt,
+                        detail: e.to_string(),
+                    }],
+                    lost: std::iter::once(0..entry.layout.container_len.max(1)).collect(),
+                }),
+            };
+            if let Some(report) = report {
                 summary.containers += 1;
-                if report.faults.is_empty() {
+                if report.is_lost() {
+                    summary.lost.push(report);
+                } else if report.faults.is_empty() {
                     summary.healthy += 1;
                 } else if report.unrepaired.is_empty() {
                     summary.repaired.push(report);
                 } else {
-                    summary.unrepaired.push(report);
+                    summary.degraded.push(report);
                 }
             }
             progress(Progress {
@@ -276,10 +404,16 @@ impl Redundant {
             report.containers += 1;
         }
         for index in targets {
-            if let Err(why) = self.rebuild_shard(key, entry, index, old, new, &mut report) {
-                report
+            match self.rebuild_shard(key, entry, index, old, new, &mut report) {
+                Ok(()) => {}
+                Err(Failure::Lost(why)) => {
+                    // Every shard of it would fail alike.
+                    report.lost.push((key.clone(), why));
+                    break;
+                }
+                Err(Failure::Write(why)) => report
                     .failed
-                    .push((key.clone(), format!("shard {index}: {why}")));
+                    .push((key.clone(), format!("shard {index}: {why}"))),
             }
         }
         report
@@ -293,7 +427,7 @@ impl Redundant {
         old: BranchId,
         new: Option<BranchId>,
         report: &mut RebuildReport,
-    ) -> Result<(), String> {
+    ) -> Result<(), Failure> {
         let layout = &entry.layout;
         let all = 0..layout.blocks();
         let here = &entry.locations[usize::from(index)];
@@ -301,7 +435,7 @@ impl Redundant {
             .iter()
             .copied()
             .filter(|id| *id != old && new.is_none_or(|n| n == *id))
-            .find(|id| self.read_shard(key, layout, index, *id, &all).is_ok());
+            .find(|id| self.read_span(key, layout, index, *id, &all).1.is_none());
         if copied.is_some() {
             report.already_present += 1;
             self.map
@@ -314,18 +448,22 @@ impl Redundant {
         if conflict {
             report.conflicts.push(key.clone());
         }
-        let from_old = here
-            .contains(&old)
-            .then(|| self.read_shard(key, layout, index, old, &all).ok())
-            .flatten();
-        let payload = match from_old {
-            Some(p) => p,
-            None => {
-                let mut rebuilt = self.rebuild_whole(key, entry, &[], &[index])?;
-                rebuilt.pop().expect("one shard wanted").1
-            }
-        };
-        let blob = shard::encode(layout, index, &payload);
+        // What is left of it on the old branch counts block by block.
+        let mut sources = Vec::new();
+        let mut faults = Vec::new();
+        if here.contains(&old) {
+            let (span, fault) = self.read_span(key, layout, index, old, &all);
+            sources.push(span);
+            faults.extend(fault);
+        }
+        let mut target = [Span::failed(index, all.clone())];
+        self.fill_rows(key, entry, &mut target, &[index], sources, faults)
+            .map_err(|e| match e {
+                Error::Unrecoverable { .. } => Failure::Lost(e.to_string()),
+                other => Failure::Write(other.to_string()),
+            })?;
+        let [payload] = target;
+        let blob = shard::encode(layout, index, &payload.into_payload());
         let targets = match new {
             Some(new) if !conflict => vec![new],
             _ => {
@@ -353,32 +491,7 @@ impl Redundant {
                 "no other branch can take it without holding two shards of one container".into(),
             );
         }
-        Err(errors.join("; "))
-    }
-
-    /// The whole payloads of shards `lost`, rebuilt from `good` plus
-    /// whatever other shards it takes to have K.
-    fn rebuild_whole(
-        &self,
-        key: &BlobKey,
-        entry: &Entry,
-        good: &[(u16, Vec<u8>)],
-        lost: &[u16],
-    ) -> Result<Vec<(u16, Vec<u8>)>, String> {
-        if lost.is_empty() {
-            return Ok(Vec::new());
-        }
-        let all = 0..entry.layout.blocks();
-        let k = usize::from(entry.layout.k());
-        let mut have: Vec<(u16, Vec<u8>)> = good.iter().take(k).cloned().collect();
-        if have.len() < k {
-            have = self
-                .gather(key, entry, &all, lost, have, Vec::new())
-                .map_err(|e| e.to_string())?;
-        }
-        let refs: Vec<(u16, &[u8])> = have.iter().map(|(i, b)| (*i, b.as_slice())).collect();
-        let rebuilt = codec::rebuild(&entry.layout, &refs, lost).map_err(|e| e.to_string())?;
-        Ok(lost.iter().copied().zip(rebuilt).collect())
+        Err(Failure::Write(errors.join("; ")))
     }
 
     /// Writes shard `index` back: where it was (`from`, after deleting the

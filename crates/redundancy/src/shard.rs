@@ -344,6 +344,83 @@ pub fn decode_blocks(
     Ok(bytes)
 }
 
+/// A shard's payload over some blocks, checked block by block: blocks that
+/// failed their digest, or were not there to read, are listed in `bad` and
+/// their bytes must not be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    /// The payload bytes of every block asked for (zeros where none were read).
+    pub payload: Vec<u8>,
+    /// Block numbers that did not verify, ascending.
+    pub bad: Vec<u64>,
+}
+
+/// Like [`decode_blocks`], but a bad block does not spoil the others: each
+/// block of `blocks` is verified on its own, so good blocks of a damaged
+/// shard can still be used. Bytes missing at the end count as bad blocks.
+pub fn check_blocks(layout: &Layout, index: u16, blocks: &Range<u64>, bytes: Vec<u8>) -> Checked {
+    check_from(layout, index, blocks, bytes, 0)
+}
+
+/// [`check_blocks`] over `bytes` from `at` on, compacting the payload to
+/// the front of `bytes` in place.
+fn check_from(
+    layout: &Layout,
+    index: u16,
+    blocks: &Range<u64>,
+    mut bytes: Vec<u8>,
+    mut at: usize,
+) -> Checked {
+    let ctx = layout.context(index);
+    let payload = layout.payload_span(blocks);
+    let mut bad = Vec::new();
+    let mut out = 0;
+    for b in blocks.clone() {
+        let span = layout.payload_span(&(b..b + 1));
+        let n = (span.end - span.start) as usize;
+        let end = at + DIGEST + n;
+        if end <= bytes.len() {
+            if block_digest(&ctx, b, &bytes[at + DIGEST..end]) != bytes[at..at + DIGEST] {
+                bad.push(b);
+            }
+            bytes.copy_within(at + DIGEST..end, out);
+        } else {
+            bad.push(b);
+        }
+        out += n;
+        at = end;
+    }
+    bytes.resize((payload.end - payload.start) as usize, 0);
+    Checked {
+        payload: bytes,
+        bad,
+    }
+}
+
+/// Checks a whole shard blob block by block (see [`check_blocks`]) and its
+/// header: the header's problem, if any, is returned beside the blocks, as
+/// blocks verify against the layout the caller expects without it.
+pub fn check_blob(layout: &Layout, index: u16, blob: Vec<u8>) -> (Checked, Option<Corrupt>) {
+    let header = match decode_header(&blob) {
+        Err(bad) => Some(bad),
+        Ok(h) if h.layout != *layout || h.index != index => Some(Corrupt(format!(
+            "header describes shard {} of {} over {} bytes, expected shard {index} of {} over {}",
+            h.index, h.layout.policy, h.layout.container_len, layout.policy, layout.container_len
+        ))),
+        Ok(_) if blob.len() as u64 != layout.blob_len() => Some(Corrupt(format!(
+            "blob is {} bytes, a shard of this container is {}",
+            blob.len(),
+            layout.blob_len()
+        ))),
+        Ok(_) => None,
+    };
+    let start = (layout.header_len() as usize).min(blob.len());
+    (
+        check_from(layout, index, &(0..layout.blocks()), blob, start),
+        header,
+    )
+}
+
 /// Checks each block from `first` on, starting at byte `at` of `buf`, and
 /// moves its payload down to the front of `buf`. Returns the payload length.
 fn verify_blocks_in_place(
@@ -436,6 +513,44 @@ mod tests {
             decode_blocks(&l, 2, &(1..2), moved).unwrap(),
             data[BLOCK as usize..]
         );
+    }
+
+    #[test]
+    fn a_bad_block_spoils_only_itself() {
+        let l = layout("rs:2+1", 600_000);
+        let data = payload(l.shard_len as usize, 4);
+        let mut blob = encode(&l, 1, &data);
+        let (off, _) = l.blob_span(&(2..3));
+        blob[off as usize + 40] ^= 1;
+        let (checked, header) = check_blob(&l, 1, blob.clone());
+        assert_eq!(header, None);
+        assert_eq!(checked.bad, vec![2]);
+        let good = |c: &Checked, b: u64| {
+            let span = l.payload_span(&(b..b + 1));
+            c.payload[span.start as usize..span.end as usize]
+                == data[span.start as usize..span.end as usize]
+        };
+        assert!((0..l.blocks())
+            .filter(|&b| b != 2)
+            .all(|b| good(&checked, b)));
+        // A range read sees the same; a blob cut short loses its tail only.
+        let (off, len) = l.blob_span(&(1..4));
+        let part = blob[off as usize..off as usize + len].to_vec();
+        assert_eq!(check_blocks(&l, 1, &(1..4), part).bad, vec![2]);
+        let mut short = blob.clone();
+        let (o, n) = l.blob_span(&(0..2));
+        short.truncate(o as usize + n + 10);
+        let (checked, header) = check_blob(&l, 1, short);
+        assert!(header.unwrap().0.contains("bytes"));
+        assert_eq!(checked.bad, (2..l.blocks()).collect::<Vec<_>>());
+        assert!(good(&checked, 0) && good(&checked, 1));
+        // A bad header leaves good blocks usable; no header, no blocks.
+        blob[20] ^= 1;
+        let (checked, header) = check_blob(&l, 1, blob);
+        assert!(header.unwrap().0.contains("checksum"));
+        assert_eq!(checked.bad, vec![2]);
+        let (checked, _) = check_blob(&l, 1, vec![0; 10]);
+        assert_eq!(checked.bad.len() as u64, l.blocks());
     }
 
     #[test]

@@ -29,7 +29,10 @@ impl PolicyView {
             .iter()
             .filter_map(|id| store.branch_name(*id))
             .collect();
-        let name = format!("{policy}[{}]", names.join(","));
+        // Not the policy: errors name the view as the branch, and a
+        // container it stored under another policy must not be called this
+        // one's ("single[..]" for a mirror:2 container gc could not find).
+        let name = format!("[{}]", names.join(","));
         Ok(PolicyView {
             store,
             policy,

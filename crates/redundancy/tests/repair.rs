@@ -63,7 +63,8 @@ fn scrub_heals_corrupt_and_missing_shards() {
             containers.len(),
             "{text}: {summary:?}"
         );
-        assert!(summary.unrepaired.is_empty(), "{text}: {summary:?}");
+        assert!(summary.lost.is_empty(), "{text}: {summary:?}");
+        assert!(summary.degraded.is_empty(), "{text}: {summary:?}");
         for report in &summary.repaired {
             assert_eq!(report.repaired.len(), f.min(2), "{text}: {report:?}");
             assert!(report.repaired.iter().any(|r| r.was == FaultKind::Corrupt));

@@ -27,7 +27,7 @@ fn every_policy_view_passes_the_branch_conformance_suite() {
 fn a_view_reads_through_lost_branches_and_reports_what_it_cannot() {
     let rig = Rig::new(3);
     let view = PolicyView::new(rig.store.clone(), policy("parity:2"), rig.all()).unwrap();
-    assert_eq!(view.name(), "parity:2[b0,b1,b2]");
+    assert_eq!(view.name(), "[b0,b1,b2]");
     let k = key("containers/00000/0000000000000001");
     let data = pattern(500_000, 4);
     view.put(&k, &data).unwrap();

@@ -1,6 +1,8 @@
 //! A real `cairn mount` for integration tests, shared by the test files.
 #![allow(dead_code)]
 
+pub mod shards;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -88,6 +88,19 @@ impl Rig {
         self.store.locate(key).unwrap().shards[usize::from(index)].branches[0]
     }
 
+    /// Flips a byte inside block `block` of shard `index` of `key`, on disk.
+    pub fn corrupt_block(&self, key: &BlobKey, index: u16, block: u64) {
+        let placed = self.store.locate(key).unwrap();
+        let layout =
+            redundancy::shard::Layout::new(placed.policy, key.as_str(), placed.container_len);
+        let (offset, _) = layout.blob_span(&(block..block + 1));
+        let path = self.shard_file(key, index, self.holder(key, index));
+        let mut bytes = std::fs::read(&path).unwrap();
+        // Past the block's 16-byte digest, into its data.
+        bytes[offset as usize + 16 + 100] ^= 0x5a;
+        std::fs::write(&path, &bytes).unwrap();
+    }
+
     /// Flips bytes in the middle of a shard file on disk.
     pub fn corrupt_file(&self, key: &BlobKey, index: u16) {
         let path = self.shard_file(key, index, self.holder(key, index));
