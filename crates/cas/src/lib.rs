@@ -66,9 +66,9 @@ use std::path::PathBuf;
 
 pub use branch::Space;
 pub use budget::{Budget, Permit};
-pub use check::{CheckProgress, CheckReport, Problem, RebuildReport};
+pub use check::{CheckProgress, CheckReport, Dropped, Problem, RebuildReport};
 pub use container::{ChunkLocation, ContainerError};
-pub use gc::{Assessment, Collection, Reclaimed};
+pub use gc::{Assessment, Collection, Prepared, Reclaimed};
 pub use id::{ChunkId, ContainerId, RepoKey, ShortFp};
 pub use index::ContainerInfo;
 pub use protection::{needs_restore, Protection};
@@ -120,6 +120,15 @@ pub enum CasError {
         #[source]
         source: redb::Error,
     },
+    /// The index opened but does not describe the containers on the
+    /// branches (an empty, lost or old `index.redb`): reads of what it
+    /// does not know would fail, and a collection would take the unknown
+    /// containers for orphans.
+    #[error(
+        "the fingerprint index does not match the store: {reason} \
+         (it is derived data: `cairn repair --rebuild-index` rebuilds it from the containers)"
+    )]
+    IndexMismatch { reason: String },
     #[error("fingerprint index: {0}")]
     Index(#[from] redb::Error),
     #[error("the store at {} is in use by another cairn process", .0.display())]

@@ -204,8 +204,19 @@ impl Repo {
     /// Opens a repository: takes its lock ([`RepoError::Locked`] if
     /// another process holds it, before anything is touched), reads its
     /// config and key, discards partial containers left by a crash, and
-    /// opens the store.
+    /// opens the store. An index that does not match the containers (an
+    /// empty or old `index.redb`) is refused with the command that
+    /// rebuilds it ([`cas::CasError::IndexMismatch`]).
     pub fn open(root: &Path) -> Result<Repo> {
+        let repo = Self::open_to_check(root)?;
+        repo.store.verify_index()?;
+        Ok(repo)
+    }
+
+    /// [`Repo::open`] that accepts an index not matching the containers:
+    /// for `cairn check`, which reports it, and its repair, which
+    /// rebuilds it.
+    pub fn open_to_check(root: &Path) -> Result<Repo> {
         if !Self::exists(root) {
             return Err(Self::missing(root));
         }
