@@ -79,7 +79,7 @@ impl fmt::Display for Problem {
                 indexed_chunks,
             } => write!(
                 f,
-                "container {container} cannot be read ({indexed_chunks} indexed chunk(s)): {reason}"
+                "container {container} is unreadable ({indexed_chunks} indexed chunk(s)): {reason}"
             ),
             Problem::IndexMismatch { reason } => {
                 write!(
@@ -185,6 +185,17 @@ pub struct Dropped {
     pub entries_dropped: u64,
 }
 
+/// The innermost cause of `e`: the layers above it name the container
+/// again ("read containers/..: container containers/.. cannot be read"),
+/// which a report that already names it does not need.
+pub(crate) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}
+
 fn parse_container(hex: &str) -> Option<ContainerId> {
     u64::from_str_radix(hex, 16).ok().map(ContainerId)
 }
@@ -280,8 +291,12 @@ impl Store {
             report.chunks_verified += s.good.len() as u64;
             report.bytes_verified += s.bytes;
             report.problems.extend(s.problems);
+            // A corrupt chunk the index points at is named once, here,
+            // not again as an entry leading nowhere.
+            let mut bad_indexed = 0u64;
             for (id, loc) in &s.bad {
                 if index.lookup(id)?.as_ref() == Some(loc) {
+                    bad_indexed += 1;
                     report
                         .damaged
                         .insert(*id, format!("it is corrupt in container {}", s.id));
@@ -294,7 +309,7 @@ impl Store {
                 }
             }
             report.index_entries_ok += indexed_here;
-            if indexed_here < expected {
+            if indexed_here + bad_indexed < expected {
                 suspicious.insert(s.id);
             }
             let unindexed = s.info.chunks as u64 - indexed_here.min(s.info.chunks as u64);
@@ -349,6 +364,9 @@ impl Store {
             }
         })?;
         for (id, loc) in entries {
+            if report.damaged.contains_key(&id) {
+                continue;
+            }
             let reason = match self
                 .read_region(&loc)
                 .and_then(|r| self.verify(&id, &loc, &r))
@@ -516,7 +534,7 @@ impl Store {
         let bytes = match self.shared.branch.get(&id.blob_key()) {
             Ok(b) => Bytes::from(b),
             Err(e) => {
-                s.unreadable = Some(e.to_string());
+                s.unreadable = Some(root_cause(&e));
                 return Ok(s);
             }
         };

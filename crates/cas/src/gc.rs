@@ -102,8 +102,8 @@ pub struct Reclaimed {
 pub enum Prepared {
     /// Its live chunks are copied; it is deleted at commit.
     Copied(Reclaimed),
-    /// It could not be read (the error says why); it is left as it is.
-    Unreadable(CasError),
+    /// It could not be read (the innermost cause); it is left as it is.
+    Unreadable(String),
 }
 
 /// Whether an error reading a container is about that container (it is
@@ -240,7 +240,7 @@ impl Collection {
         });
         let (size, (data, ids)) = match read {
             Ok(r) => r,
-            Err(e) if is_unreadable(&e) => return Ok(Prepared::Unreadable(e)),
+            Err(e) if is_unreadable(&e) => return Ok(Prepared::Unreadable(crate::check::root_cause(&e))),
             Err(e) => return Err(e),
         };
         let mut report = Reclaimed::default();

@@ -265,7 +265,9 @@ pub fn collect(
             Prepared::Unreadable(e) => {
                 tracing::warn!(container = %a.container, "gc skips a damaged container: {e}");
                 skipped.insert(a.container);
-                report.skipped.push(e.to_string());
+                report
+                    .skipped
+                    .push(format!("container {}: {e}", a.container));
             }
         }
         progress(GcProgress::Sweeping {
