@@ -228,11 +228,10 @@ impl Store {
 
     /// Why the index cannot be the one the containers on the branch were
     /// written under, if it cannot: it never handed out a container id
-    /// while containers exist (an empty or recreated file), a container is
-    /// newer than its id mark (an old copy), or it knows none of the
-    /// containers. Containers below the mark that it does not know are what
-    /// a crash leaves (written, not yet indexed; or reclaimed, not yet
-    /// deleted) and are not a mismatch.
+    /// while containers exist (an empty or recreated file), or a container
+    /// is newer than its id mark (an old copy). Containers below the mark
+    /// that it does not know are what a crash leaves (written, not yet
+    /// indexed; or reclaimed, not yet deleted) and are not a mismatch.
     fn index_mismatch(&self, listed: &[ContainerId]) -> Result<Option<String>> {
         let Some(newest) = listed.iter().max() else {
             return Ok(None);
@@ -247,10 +246,6 @@ impl Store {
                 let newer = listed.iter().filter(|c| c.0 >= mark).count();
                 format!("{newer} container(s) on the branches are newer than anything it recorded")
             }
-            Some(_) if index.containers()?.is_empty() => format!(
-                "it knows none of the {} containers on the branches",
-                listed.len()
-            ),
             Some(_) => return Ok(None),
         };
         Ok(Some(reason))

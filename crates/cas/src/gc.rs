@@ -240,7 +240,9 @@ impl Collection {
         });
         let (size, (data, ids)) = match read {
             Ok(r) => r,
-            Err(e) if is_unreadable(&e) => return Ok(Prepared::Unreadable(crate::check::root_cause(&e))),
+            Err(e) if is_unreadable(&e) => {
+                return Ok(Prepared::Unreadable(crate::check::root_cause(&e)))
+            }
             Err(e) => return Err(e),
         };
         let mut report = Reclaimed::default();

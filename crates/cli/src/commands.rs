@@ -634,10 +634,16 @@ fn summary(out: &CheckOut) -> String {
     let now = out.now();
     let mut parts = damage_counts(now);
     if !out.damaged_files.is_empty() {
-        parts.push(format!("{} file(s) lose data", out.damaged_files.len()));
+        parts.push(format!(
+            "{} file(s) have lost data",
+            out.damaged_files.len()
+        ));
     }
     if !out.damaged_roots.is_empty() {
-        parts.push(format!("{} root(s) lose data", out.damaged_roots.len()));
+        parts.push(format!(
+            "{} root(s) have lost data",
+            out.damaged_roots.len()
+        ));
     }
     let repaired = out.repaired.is_some();
     if parts.is_empty() {
@@ -647,7 +653,8 @@ fn summary(out: &CheckOut) -> String {
             "clean"
         };
         return format!(
-            "summary: {verb}: {} containers, {} chunks ({}) verified, {} of {} index entries sound",
+            "summary: {verb}, no damage found ({} containers, {} chunks ({}) verified, \
+             {} of {} index entries sound)",
             now.containers,
             now.chunks_verified,
             ui::bytes(now.bytes_verified),

@@ -52,7 +52,10 @@ fn an_empty_index_is_refused_at_open_and_rebuilt_by_either_repair() {
     // check reports it (not "no damage") and says what to run.
     let out = cairn(&repo, &["check"]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "check passed over an empty index:\n{text}");
+    assert!(
+        !out.status.success(),
+        "check passed over an empty index:\n{text}"
+    );
     assert!(
         text.contains("the fingerprint index does not match the store"),
         "{text}"
