@@ -24,6 +24,12 @@
 //! 3. The index can be rebuilt from the containers alone
 //!    ([`Store::rebuild_index`]), and the roots from their blobs on the
 //!    branch ([`Store::recover_roots`]): the branch alone holds everything.
+//!    An index that does not match the containers (empty, lost, older than
+//!    them) is detected ([`Store::verify_index`]) rather than trusted.
+//! 8. Checking, rebuilding and collecting go on past a container that
+//!    cannot be read (gone, or its shards lost beyond its policy) and report
+//!    it; only [`Store::drop_damaged`], asked for by name, deletes what is
+//!    left of a damaged container.
 //! 4. A chunk that is already stored is not stored again by the same stream,
 //!    nor by another stream once it is sealed, unless that stream asks for
 //!    a strictly stronger policy than the stored copy has: then it is stored

@@ -104,10 +104,18 @@ pub enum Command {
     Check(CheckArgs),
 
     /// Repair the repository's derived state.
+    ///
+    /// Needed when the index cannot be opened or does not match the
+    /// containers (an empty or old index.redb: every command that opens
+    /// the repository refuses it and names this command). Prints how many
+    /// containers and chunks were indexed, and each container or chunk left
+    /// out because it is damaged; exits 1 if any was. Then run `cairn
+    /// check`: it names the files that damage affects.
     Repair {
         /// Rebuild the fingerprint index from the containers alone (keeps
-        /// roots). Damaged chunks are left out, so a later put of the same
-        /// data stores them afresh.
+        /// roots), going on past containers that cannot be read. Damaged
+        /// chunks are left out, so a later put of the same data stores them
+        /// afresh.
         #[arg(long, required = true)]
         rebuild_index: bool,
     },
@@ -210,6 +218,13 @@ pub enum Command {
     /// the threshold: their live chunks are copied forward and the containers
     /// deleted. Safe while the file system is mounted and busy: a chunk that
     /// a concurrent write deduplicates against is never lost.
+    ///
+    /// A container that cannot be read is skipped (printed as `skipped`,
+    /// with the files it affects as `LOST`) and everything else is
+    /// collected. When a file's recipe sits in such a container, what the
+    /// file uses cannot be told from garbage: nothing is reclaimed and gc
+    /// exits 1 naming the files; bring the branch back, or run `cairn check
+    /// --drop-lost` (or delete the files), then gc again.
     Gc {
         /// Reclaim containers whose live fraction is below this (0..1).
         #[arg(long, default_value_t = 0.5)]

@@ -209,7 +209,22 @@ impl Repo {
     /// rebuilds it ([`cas::CasError::IndexMismatch`]).
     pub fn open(root: &Path) -> Result<Repo> {
         let repo = Self::open_to_check(root)?;
-        repo.store.verify_index()?;
+        if let Err(e) = repo.store.verify_index() {
+            // The whole metadata directory lost: `recover` rebuilds both.
+            let path = repo.fs_meta_path();
+            let versions = repo
+                .store
+                .list_roots()?
+                .iter()
+                .any(|(l, _)| l.starts_with(::fs::history::VERSION_PREFIX));
+            if !path.exists() && versions {
+                return Err(RepoError::MetaDamaged {
+                    path,
+                    reason: format!("it is missing, and so is the index's content: {e}"),
+                });
+            }
+            return Err(e.into());
+        }
         Ok(repo)
     }
 
