@@ -428,6 +428,18 @@ impl Store {
             }
             entries.extend(s.good);
         }
+        // Indexed but on no branch: perhaps on one that is unreachable now.
+        let listed: HashSet<ContainerId> = ids.iter().copied().collect();
+        for (c, info) in &old {
+            if !listed.contains(c) {
+                report.problems.push(Problem::UnreadableContainer {
+                    container: c.to_string(),
+                    reason: "it is on no branch".into(),
+                    indexed_chunks: 0,
+                });
+                infos.push((*c, *info, self.shared.index.container_policy(*c)?));
+            }
+        }
         report.chunks_indexed = entries
             .iter()
             .map(|(id, _)| *id)

@@ -496,12 +496,11 @@ impl CheckOut {
     }
 }
 
+/// Roots (label, why) and live files that lose data.
+type Losses = (Vec<(String, String)>, Vec<fs::damage::DamagedFile>);
+
 /// The live files and roots that lose data, given what the check found.
-fn losses(
-    store: &Store,
-    fs: Option<&fs::Fs>,
-    report: &cas::CheckReport,
-) -> Result<(Vec<(String, String)>, Vec<fs::damage::DamagedFile>)> {
+fn losses(store: &Store, fs: Option<&fs::Fs>, report: &cas::CheckReport) -> Result<Losses> {
     let known = |id: &cas::ChunkId| report.damage_of(id).map(str::to_string);
     let roots = damaged_roots(store, &known)?;
     let files = match fs {

@@ -75,7 +75,6 @@ fn check(repo: &Path, args: &[&str]) -> (bool, String) {
     all.extend_from_slice(args);
     let out = cairn(repo, &all);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    eprintln!("$ cairn {all:?}\n{text}");
     assert_one_summary(&text);
     (out.status.success(), text)
 }
@@ -135,7 +134,6 @@ fn lost_containers_are_named_skipped_by_gc_and_dropped_for_good() {
     // gc reclaims the deleted file's containers it can read and skips the
     // lost one, instead of failing.
     let gc = ok(&repo, &["gc", "--threshold", "1.0"]);
-    eprintln!("$ cairn gc\n{gc}");
     assert!(
         gc.contains("skipped") && gc.contains(&victims[0]),
         "gc does not say it skipped the lost container:\n{gc}"
