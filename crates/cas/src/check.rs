@@ -149,21 +149,32 @@ impl CheckReport {
 
     /// The containers whose damage [`Store::drop_damaged`] would drop.
     pub fn damaged_containers(&self) -> Vec<ContainerId> {
-        let mut out: Vec<ContainerId> = self
-            .problems
-            .iter()
-            .filter_map(|p| match p {
-                Problem::UnreadableContainer { container, .. }
-                | Problem::CorruptContainer { container, .. }
-                | Problem::CorruptChunk { container, .. }
-                | Problem::DanglingIndexEntry { container, .. } => parse_container(container),
-                _ => None,
-            })
-            .collect();
-        out.sort();
-        out.dedup();
-        out
+        damaged_containers(&self.problems)
     }
+}
+
+impl RebuildReport {
+    /// The containers the rebuild found damaged: what
+    /// [`Store::drop_damaged`] gives up.
+    pub fn damaged_containers(&self) -> Vec<ContainerId> {
+        damaged_containers(&self.problems)
+    }
+}
+
+fn damaged_containers(problems: &[Problem]) -> Vec<ContainerId> {
+    let mut out: Vec<ContainerId> = problems
+        .iter()
+        .filter_map(|p| match p {
+            Problem::UnreadableContainer { container, .. }
+            | Problem::CorruptContainer { container, .. }
+            | Problem::CorruptChunk { container, .. }
+            | Problem::DanglingIndexEntry { container, .. } => parse_container(container),
+            _ => None,
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
@@ -185,11 +196,16 @@ pub struct Dropped {
     pub entries_dropped: u64,
 }
 
-/// The innermost cause of `e`: the layers above it name the container
-/// again ("read containers/..: container containers/.. cannot be read"),
-/// which a report that already names it does not need.
-pub(crate) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cause = e;
+/// Why a container cannot be read, for a report that already names it:
+/// the innermost cause, as the layers above it name the container again
+/// ("read containers/..: container containers/.. cannot be read"). A blob
+/// that is not found is said so plainly: the branch the error names is the
+/// store's default view, not where the container was stored.
+pub(crate) fn root_cause(e: &CasError) -> String {
+    if let CasError::Branch(branch::BranchError::NotFound { .. }) = e {
+        return "it is on no branch".into();
+    }
+    let mut cause: &(dyn std::error::Error + 'static) = e;
     while let Some(next) = cause.source() {
         cause = next;
     }
@@ -541,7 +557,7 @@ impl Store {
         let bytes = match self.shared.branch.get(&id.blob_key()) {
             Ok(b) => Bytes::from(b),
             Err(e) => {
-                s.unreadable = Some(root_cause(&e));
+                s.unreadable = Some(root_cause(&e.into()));
                 return Ok(s);
             }
         };

@@ -570,7 +570,7 @@ fn check(root: &Path, args: &CheckArgs, quiet: bool) -> Result<ExitCode> {
         let steps = ui::Steps::new(quiet);
         let rebuilt = store.rebuild_index(&progress_fn(&steps, "rebuild"))?;
         let dropped = if args.drop_lost {
-            Some(store.drop_damaged(&check.damaged_containers())?)
+            Some(store.drop_damaged(&rebuilt.damaged_containers())?)
         } else {
             None
         };
