@@ -1,5 +1,12 @@
 //! Verifying every container and index entry, and rebuilding the index from
 //! the containers alone.
+//!
+//! Both go on past a container that cannot be read at all (its blob gone,
+//! or its shards lost beyond what its policy absorbs): it is one problem in
+//! the report, never an abort. A rebuild keeps such a container's row in the
+//! container table (without chunk entries), so that nothing treats its
+//! leftover shards as an orphan to delete: only [`Store::drop_damaged`],
+//! asked for by name, gives up on it.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -25,6 +32,18 @@ pub struct CheckProgress {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Problem {
+    /// The container cannot be read at all: its blob is gone, or too few
+    /// of its shards are left for its policy. None of the chunks the index
+    /// places in it can be read.
+    UnreadableContainer {
+        container: String,
+        reason: String,
+        indexed_chunks: u64,
+    },
+    /// The index does not describe the store: it is empty, lost or older
+    /// than the containers on the branches. Reads of what it does not know
+    /// fail until it is rebuilt.
+    IndexMismatch { reason: String },
     /// The container cannot be parsed: none of its chunks can be trusted.
     CorruptContainer { container: String, reason: String },
     /// A chunk whose bytes do not match its id (or do not decode).
@@ -54,6 +73,20 @@ impl Problem {
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Problem::UnreadableContainer {
+                container,
+                reason,
+                indexed_chunks,
+            } => write!(
+                f,
+                "container {container} is unreadable ({indexed_chunks} indexed chunk(s)): {reason}"
+            ),
+            Problem::IndexMismatch { reason } => {
+                write!(
+                    f,
+                    "the fingerprint index does not match the store: {reason}"
+                )
+            }
             Problem::CorruptContainer { container, reason } => {
                 write!(f, "container {container} is corrupt: {reason}")
             }
@@ -90,20 +123,97 @@ pub struct CheckReport {
     pub index_entries: u64,
     pub index_entries_ok: u64,
     pub problems: Vec<Problem>,
+    /// Indexed chunks that cannot be read, each with why: what files and
+    /// roots that use them lose. Not sent over the control socket (the
+    /// daemon names the files itself).
+    #[serde(skip)]
+    damaged: HashMap<ChunkId, String>,
 }
 
 impl CheckReport {
     pub fn is_clean(&self) -> bool {
         !self.problems.iter().any(Problem::is_damage)
     }
+
+    /// Why an indexed chunk cannot be read, if the check found it cannot.
+    pub fn damage_of(&self, id: &ChunkId) -> Option<&str> {
+        self.damaged.get(id).map(String::as_str)
+    }
+
+    /// Whether the index itself must be rebuilt to match the store.
+    pub fn index_mismatch(&self) -> bool {
+        self.problems
+            .iter()
+            .any(|p| matches!(p, Problem::IndexMismatch { .. }))
+    }
+
+    /// The containers whose damage [`Store::drop_damaged`] would drop.
+    pub fn damaged_containers(&self) -> Vec<ContainerId> {
+        damaged_containers(&self.problems)
+    }
 }
 
-#[derive(Debug, Default, Clone, Serialize)]
+impl RebuildReport {
+    /// The containers the rebuild found damaged: what
+    /// [`Store::drop_damaged`] gives up.
+    pub fn damaged_containers(&self) -> Vec<ContainerId> {
+        damaged_containers(&self.problems)
+    }
+}
+
+fn damaged_containers(problems: &[Problem]) -> Vec<ContainerId> {
+    let mut out: Vec<ContainerId> = problems
+        .iter()
+        .filter_map(|p| match p {
+            Problem::UnreadableContainer { container, .. }
+            | Problem::CorruptContainer { container, .. }
+            | Problem::CorruptChunk { container, .. }
+            | Problem::DanglingIndexEntry { container, .. } => parse_container(container),
+            _ => None,
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct RebuildReport {
     pub containers: u64,
     pub chunks_indexed: u64,
     /// What could not be indexed because it is damaged.
     pub problems: Vec<Problem>,
+}
+
+/// What [`Store::drop_damaged`] did.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct Dropped {
+    /// Containers deleted (with whatever shards of them were left).
+    pub containers: Vec<String>,
+    /// Chunks that still verified, copied into new containers first.
+    pub chunks_kept: u64,
+    /// Index entries removed with the containers.
+    pub entries_dropped: u64,
+}
+
+/// Why a container cannot be read, for a report that already names it:
+/// the innermost cause, as the layers above it name the container again
+/// ("read containers/..: container containers/.. cannot be read"). A blob
+/// that is not found is said so plainly: the branch the error names is the
+/// store's default view, not where the container was stored.
+pub(crate) fn root_cause(e: &CasError) -> String {
+    if let CasError::Branch(branch::BranchError::NotFound { .. }) = e {
+        return "it is on no branch".into();
+    }
+    let mut cause: &(dyn std::error::Error + 'static) = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}
+
+fn parse_container(hex: &str) -> Option<ContainerId> {
+    u64::from_str_radix(hex, 16).ok().map(ContainerId)
 }
 
 /// What verifying one container found.
@@ -113,13 +223,53 @@ struct Scanned {
     good: Vec<(ChunkId, ChunkLocation)>,
     info: ContainerInfo,
     problems: Vec<Problem>,
+    /// Footer entries whose chunk did not verify.
+    bad: Vec<(ChunkId, ChunkLocation)>,
+    /// The footer parsed.
     ok: bool,
+    /// Why the container could not be read at all.
+    unreadable: Option<String>,
     bytes: u64,
 }
 
 impl Store {
+    /// Refuses an index that does not describe the store (see
+    /// [`Store::index_mismatch`]); repositories run it at open.
+    pub fn verify_index(&self) -> Result<()> {
+        match self.index_mismatch(&self.container_ids()?)? {
+            Some(reason) => Err(CasError::IndexMismatch { reason }),
+            None => Ok(()),
+        }
+    }
+
+    /// Why the index cannot be the one the containers on the branch were
+    /// written under, if it cannot: it never handed out a container id
+    /// while containers exist (an empty or recreated file), or a container
+    /// is newer than its id mark (an old copy). Containers below the mark
+    /// that it does not know are what a crash leaves (written, not yet
+    /// indexed; or reclaimed, not yet deleted) and are not a mismatch.
+    fn index_mismatch(&self, listed: &[ContainerId]) -> Result<Option<String>> {
+        let Some(newest) = listed.iter().max() else {
+            return Ok(None);
+        };
+        let index = &self.shared.index;
+        let reason = match index.container_mark()? {
+            None => format!(
+                "it records no container, but the branches hold {}",
+                listed.len()
+            ),
+            Some(mark) if newest.0 >= mark => {
+                let newer = listed.iter().filter(|c| c.0 >= mark).count();
+                format!("{newer} container(s) on the branches are newer than anything it recorded")
+            }
+            Some(_) => return Ok(None),
+        };
+        Ok(Some(reason))
+    }
+
     /// Reads every container, verifies every chunk against its id, and checks
-    /// that every index entry leads to a verified chunk.
+    /// that every index entry leads to a verified chunk. A container that
+    /// cannot be read is reported and the check goes on.
     pub fn check(&self, progress: &(dyn Fn(CheckProgress) + Sync)) -> Result<CheckReport> {
         let index = &self.shared.index;
         let mut per_container: HashMap<ContainerId, u64> = HashMap::new();
@@ -129,15 +279,45 @@ impl Store {
             report.index_entries += 1;
         })?;
         let ids = self.container_ids()?;
+        if let Some(reason) = self.index_mismatch(&ids)? {
+            report.problems.push(Problem::IndexMismatch { reason });
+        }
         report.containers = ids.len() as u64;
         let scanned = self.scan(&ids, progress)?;
         let mut suspicious: HashSet<ContainerId> = HashSet::new();
+        let mut unreadable: HashMap<ContainerId, String> = HashMap::new();
         let present: HashSet<ContainerId> = ids.iter().copied().collect();
         for s in scanned {
+            let expected = per_container.get(&s.id).copied().unwrap_or(0);
+            if let Some(reason) = s.unreadable {
+                report.problems.push(Problem::UnreadableContainer {
+                    container: s.id.to_string(),
+                    reason: reason.clone(),
+                    indexed_chunks: expected,
+                });
+                unreadable.insert(s.id, reason);
+                continue;
+            }
             report.containers_ok += s.ok as u64;
             report.chunks_verified += s.good.len() as u64;
             report.bytes_verified += s.bytes;
             report.problems.extend(s.problems);
+            // Recorded, so that writing the same data again stores a good
+            // copy instead of deduplicating against this one.
+            let bad: Vec<(ChunkId, ContainerId)> =
+                s.bad.iter().map(|(id, _)| (*id, s.id)).collect();
+            self.note_damaged_chunks(&bad);
+            // A corrupt chunk the index points at is named once, here,
+            // not again as an entry leading nowhere.
+            let mut bad_indexed = 0u64;
+            for (id, loc) in &s.bad {
+                if index.lookup(id)?.as_ref() == Some(loc) {
+                    bad_indexed += 1;
+                    report
+                        .damaged
+                        .insert(*id, format!("it is corrupt in container {}", s.id));
+                }
+            }
             let mut indexed_here = 0u64;
             for (id, loc) in &s.good {
                 if index.lookup(id)?.as_ref() == Some(loc) {
@@ -145,8 +325,7 @@ impl Store {
                 }
             }
             report.index_entries_ok += indexed_here;
-            let expected = per_container.get(&s.id).copied().unwrap_or(0);
-            if indexed_here < expected {
+            if indexed_here + bad_indexed < expected {
                 suspicious.insert(s.id);
             }
             let unindexed = s.info.chunks as u64 - indexed_here.min(s.info.chunks as u64);
@@ -157,18 +336,41 @@ impl Store {
                 });
             }
         }
-        suspicious.extend(per_container.keys().filter(|c| !present.contains(c)));
-        if !suspicious.is_empty() {
-            self.report_dangling(&suspicious, &present, &mut report)?;
+        for (&c, &count) in &per_container {
+            if !present.contains(&c) {
+                let reason = "it is on no branch".to_string();
+                report.problems.push(Problem::UnreadableContainer {
+                    container: c.to_string(),
+                    reason: reason.clone(),
+                    indexed_chunks: count,
+                });
+                unreadable.insert(c, reason);
+            }
         }
+        if !unreadable.is_empty() {
+            index.for_each_chunk(|id, loc| {
+                if unreadable.contains_key(&loc.container) {
+                    let why = format!("container {} cannot be read", loc.container);
+                    report.damaged.insert(id, why);
+                }
+            })?;
+        }
+        if !suspicious.is_empty() {
+            self.report_dangling(&suspicious, &mut report)?;
+        }
+        report.problems.sort_by_key(|p| match p {
+            Problem::IndexMismatch { .. } => 0,
+            Problem::UnindexedChunks { .. } => 2,
+            _ => 1,
+        });
         Ok(report)
     }
 
-    /// Names each index entry pointing into a missing or damaged container.
+    /// Names each index entry pointing into a damaged (but readable)
+    /// container that does not lead to a verified chunk.
     fn report_dangling(
         &self,
         suspicious: &HashSet<ContainerId>,
-        present: &HashSet<ContainerId>,
         report: &mut CheckReport,
     ) -> Result<()> {
         let mut entries = Vec::new();
@@ -178,17 +380,20 @@ impl Store {
             }
         })?;
         for (id, loc) in entries {
-            let reason = if !present.contains(&loc.container) {
-                "the container is missing".to_string()
-            } else {
-                match self
-                    .read_region(&loc)
-                    .and_then(|r| self.verify(&id, &loc, &r))
-                {
-                    Ok(_) => continue,
-                    Err(e) => e.to_string(),
-                }
+            if report.damaged.contains_key(&id) {
+                continue;
+            }
+            let reason = match self
+                .read_region(&loc)
+                .and_then(|r| self.verify(&id, &loc, &r))
+            {
+                Ok(_) => continue,
+                Err(CasError::CorruptChunk { reason, .. }) => reason,
+                Err(e) => e.to_string(),
             };
+            report
+                .damaged
+                .insert(id, format!("its index entry leads nowhere: {reason}"));
             report.problems.push(Problem::DanglingIndexEntry {
                 chunk: id.to_string(),
                 container: loc.container.to_string(),
@@ -201,14 +406,19 @@ impl Store {
     /// Rebuilds the fingerprint index from the containers alone: every chunk
     /// that verifies is indexed (for a chunk stored twice, the copy under the
     /// stronger policy wins, then the lowest container id). Roots are kept.
-    /// One transaction: a crash midway keeps
-    /// the old index.
+    /// A container that cannot be read keeps its row (its policy and size,
+    /// from the old index) without entries, and is reported: its chunks can
+    /// be stored again, and its remains are dropped only by
+    /// [`Store::drop_damaged`]. One transaction: a crash midway keeps the
+    /// old index.
     pub fn rebuild_index(
         &self,
         progress: &(dyn Fn(CheckProgress) + Sync),
     ) -> Result<RebuildReport> {
         let ids = self.container_ids()?;
         let scanned = self.scan(&ids, progress)?;
+        let old: HashMap<ContainerId, ContainerInfo> =
+            self.shared.index.containers()?.into_iter().collect();
         let mut report = RebuildReport {
             containers: scanned.iter().filter(|s| s.ok).count() as u64,
             ..Default::default()
@@ -217,10 +427,39 @@ impl Store {
         let mut entries = Vec::new();
         for s in scanned {
             report.problems.extend(s.problems);
+            if let Some(reason) = s.unreadable {
+                report.problems.push(Problem::UnreadableContainer {
+                    container: s.id.to_string(),
+                    reason,
+                    indexed_chunks: 0,
+                });
+                let (info, policy) = match old.get(&s.id) {
+                    Some(info) => (*info, self.shared.index.container_policy(s.id)?),
+                    None => (
+                        ContainerInfo::default(),
+                        self.stored_policy(s.id)
+                            .unwrap_or(redundancy::Policy::Single),
+                    ),
+                };
+                infos.push((s.id, info, policy));
+                continue;
+            }
             if s.ok {
                 infos.push((s.id, s.info, self.stored_policy(s.id)?));
             }
             entries.extend(s.good);
+        }
+        // Indexed but on no branch: perhaps on one that is unreachable now.
+        let listed: HashSet<ContainerId> = ids.iter().copied().collect();
+        for (c, info) in &old {
+            if !listed.contains(c) {
+                report.problems.push(Problem::UnreadableContainer {
+                    container: c.to_string(),
+                    reason: "it is on no branch".into(),
+                    indexed_chunks: 0,
+                });
+                infos.push((*c, *info, self.shared.index.container_policy(*c)?));
+            }
         }
         report.chunks_indexed = entries
             .iter()
@@ -228,9 +467,43 @@ impl Store {
             .collect::<HashSet<_>>()
             .len() as u64;
         self.shared.index.replace_all(entries, &infos)?;
+        // A recreated index has no id mark: it takes one past the newest
+        // container, so ids are never reused and the next open trusts it.
+        let next = ids.iter().map(|c| c.0 + 1).max().unwrap_or(0);
+        self.shared.index.reserve_container_ids(0, || Ok(next))?;
         Ok(report)
     }
 
+    /// Gives up on damaged containers for good: copies every chunk the
+    /// index places in one of them that still verifies into a new
+    /// container, then removes their index entries and deletes them (with
+    /// whatever shards of them are left on any branch). Chunks that did not
+    /// verify are gone from the store afterwards: files using them read
+    /// EIO until they are written again or deleted.
+    pub fn drop_damaged(&self, containers: &[ContainerId]) -> Result<Dropped> {
+        let mut dropped = Dropped::default();
+        if containers.is_empty() {
+            return Ok(dropped);
+        }
+        let collection = self.begin_collection()?;
+        for &c in containers {
+            dropped.chunks_kept += collection.evacuate(c)?;
+            dropped.containers.push(c.to_string());
+        }
+        dropped.entries_dropped = collection.commit()?.dropped_chunks;
+        Ok(dropped)
+    }
+
+    /// The chunks the index places in any of `containers`.
+    pub fn chunks_in(&self, containers: &HashSet<ContainerId>) -> Result<Vec<ChunkId>> {
+        let mut out = Vec::new();
+        self.shared.index.for_each_chunk(|id, loc| {
+            if containers.contains(&loc.container) {
+                out.push(id);
+            }
+        })?;
+        Ok(out)
+    }
     /// The policy a container's shards say it is stored under: what the
     /// index records, rebuilt from the branches alone.
     fn stored_policy(&self, id: ContainerId) -> Result<redundancy::Policy> {
@@ -276,28 +549,31 @@ impl Store {
     }
 
     fn scan_one(&self, id: ContainerId) -> Result<Scanned> {
-        let bytes = Bytes::from(self.shared.branch.get(&id.blob_key())?);
         let mut s = Scanned {
             id,
             good: Vec::new(),
-            info: ContainerInfo {
-                stored_bytes: bytes.len() as u64,
-                ..Default::default()
-            },
+            info: ContainerInfo::default(),
             problems: Vec::new(),
+            bad: Vec::new(),
             ok: false,
-            bytes: bytes.len() as u64,
+            unreadable: None,
+            bytes: 0,
         };
+        let bytes = match self.shared.branch.get(&id.blob_key()) {
+            Ok(b) => Bytes::from(b),
+            Err(e) => {
+                s.unreadable = Some(root_cause(&e.into()));
+                return Ok(s);
+            }
+        };
+        s.info.stored_bytes = bytes.len() as u64;
+        s.bytes = bytes.len() as u64;
         let entries = match container::parse(id, &bytes) {
             Ok(e) => e,
             Err(e) => {
                 s.problems.push(Problem::CorruptContainer {
                     container: id.to_string(),
-                    reason: CasError::CorruptContainer {
-                        container: id,
-                        source: e.clone(),
-                    }
-                    .to_string(),
+                    reason: e.to_string(),
                 });
                 self.salvage(id, &bytes, &e)
             }
@@ -324,11 +600,14 @@ impl Store {
             };
             match verdict {
                 Ok(()) => s.good.push((chunk, loc)),
-                Err(reason) => s.problems.push(Problem::CorruptChunk {
-                    container: id.to_string(),
-                    chunk: chunk.to_string(),
-                    reason,
-                }),
+                Err(reason) => {
+                    s.bad.push((chunk, loc));
+                    s.problems.push(Problem::CorruptChunk {
+                        container: id.to_string(),
+                        chunk: chunk.to_string(),
+                        reason,
+                    })
+                }
             }
         }
         Ok(s)

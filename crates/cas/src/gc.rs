@@ -100,6 +100,27 @@ pub struct Reclaimed {
     pub dropped_chunks: u64,
 }
 
+/// What [`Collection::prepare`] made of one container.
+#[derive(Debug)]
+pub enum Prepared {
+    /// Its live chunks are copied; it is deleted at commit.
+    Copied(Reclaimed),
+    /// It could not be read (the innermost cause); it is left as it is.
+    Unreadable(String),
+}
+
+/// Whether an error reading a container is about that container (it is
+/// gone, lost beyond its policy, or corrupt) rather than the store as a
+/// whole (its index, a full disk).
+fn is_unreadable(e: &CasError) -> bool {
+    match e {
+        CasError::CorruptContainer { .. } | CasError::CorruptChunk { .. } => true,
+        CasError::Branch(b) => !b.is_no_space(),
+        CasError::Redundancy(r) => !r.is_no_space(),
+        _ => false,
+    }
+}
+
 impl Store {
     /// How to store chunks copied out of `container` so they keep its
     /// protection: its policy, over the branches holding its shards, widened
@@ -189,23 +210,83 @@ impl Collection {
 
     /// Copies the container's live chunks (marked or retained, and indexed
     /// at this container) forward, and queues the container for
-    /// [`Collection::commit`]. A container with none live is not read.
-    /// Returns what was copied.
+    /// [`Collection::commit`]. A container with none live is not read. A
+    /// container that cannot be read (gone, shards lost beyond its policy,
+    /// corrupt) is left as it is and not queued: it is
+    /// [`Prepared::Unreadable`], for the caller to report.
     pub fn prepare(
         &self,
         container: ContainerId,
         marked: &(dyn Fn(&ChunkId) -> bool + Sync),
-    ) -> Result<Reclaimed> {
-        let (size, entries) = self.store.container_entries(container)?;
-        let mut live = Vec::new();
+    ) -> Result<Prepared> {
+        let read = self
+            .store
+            .container_entries(container)
+            .and_then(|(size, entries)| {
+                let mut live = Vec::new();
+                for (id, loc) in &entries {
+                    if (marked(id) || self.is_retained(id))
+                        && self.indexed_in(id, |c| c == container)?
+                    {
+                        live.push((*id, *loc));
+                    }
+                }
+                Ok((size, self.read_live(container, &live)?))
+            });
+        let (size, (data, ids)) = match read {
+            Ok(r) => r,
+            Err(e) if is_unreadable(&e) => {
+                return Ok(Prepared::Unreadable(crate::check::root_cause(&e)))
+            }
+            Err(e) => return Err(e),
+        };
+        let mut report = Reclaimed::default();
+        if !ids.is_empty() {
+            let protection = self.store.protection_of(container)?;
+            self.relocate(&protection, &data, &ids, &mut report)?;
+        }
+        self.prepared.lock().unwrap().insert(container, size);
+        Ok(Prepared::Copied(report))
+    }
+
+    /// Queues a damaged container for [`Collection::commit`] whatever it
+    /// holds: the chunks the index places in it that still verify are
+    /// copied forward, the others are given up. Returns how many were
+    /// copied.
+    pub fn evacuate(&self, container: ContainerId) -> Result<u64> {
+        let mut entries = Vec::new();
+        self.store.shared.index.for_each_chunk(|id, loc| {
+            if loc.container == container {
+                entries.push((id, loc));
+            }
+        })?;
+        let mut regions: HashMap<u64, Option<Bytes>> = HashMap::new();
+        let (mut data, mut ids) = (Vec::new(), Vec::new());
         for (id, loc) in &entries {
-            if (marked(id) || self.is_retained(id)) && self.indexed_in(id, |c| c == container)? {
-                live.push((*id, *loc));
+            let region = regions
+                .entry(loc.region_offset)
+                .or_insert_with(|| self.store.read_region(loc).ok());
+            if let Some(chunk) = region
+                .as_ref()
+                .and_then(|r| self.store.verify(id, loc, r).ok())
+            {
+                data.push(chunk);
+                ids.push(*id);
             }
         }
-        let report = self.copy_forward(container, &live)?;
+        let mut report = Reclaimed::default();
+        if !ids.is_empty() {
+            let protection = self.store.protection_of(container)?;
+            self.relocate(&protection, &data, &ids, &mut report)?;
+        }
+        let size = self
+            .store
+            .shared
+            .branch
+            .size(&container.blob_key())
+            .unwrap_or(0);
         self.prepared.lock().unwrap().insert(container, size);
-        Ok(report)
+        Ok(report.copied_chunks)
     }
 
     /// Whether the chunk's index entry points into a container `in` accepts.
@@ -333,20 +414,20 @@ impl Collection {
         Ok(())
     }
 
-    /// Copies `chunks` of `container` (read from it once, verified) forward.
-    fn copy_forward(
+    /// Reads `chunks` of `container` (the container once, each chunk
+    /// verified), with their ids.
+    fn read_live(
         &self,
         container: ContainerId,
         chunks: &[(ChunkId, ChunkLocation)],
-    ) -> Result<Reclaimed> {
-        let mut report = Reclaimed::default();
+    ) -> Result<(Vec<Bytes>, Vec<ChunkId>)> {
+        let mut data = Vec::with_capacity(chunks.len());
+        let mut ids = Vec::with_capacity(chunks.len());
         if chunks.is_empty() {
-            return Ok(report);
+            return Ok((data, ids));
         }
         let bytes = Bytes::from(self.store.shared.branch.get(&container.blob_key())?);
         let mut regions: HashMap<u64, Bytes> = HashMap::new();
-        let mut data = Vec::with_capacity(chunks.len());
-        let mut ids = Vec::with_capacity(chunks.len());
         for (id, loc) in chunks {
             let start = loc.region_offset as usize;
             let region = match regions.get(&loc.region_offset) {
@@ -373,13 +454,7 @@ impl Collection {
             data.push(self.store.verify(id, loc, &region)?);
             ids.push(*id);
         }
-        self.relocate(
-            &self.store.protection_of(container)?,
-            &data,
-            &ids,
-            &mut report,
-        )?;
-        Ok(report)
+        Ok((data, ids))
     }
 
     /// Deletes container blobs that no index row knows and no writer is

@@ -452,6 +452,16 @@ impl Index {
         Ok(first)
     }
 
+    /// The container-id high-water mark: every container this index ever
+    /// handed out has a lower id. `None` for an index that never allocated
+    /// one (new, or lost and recreated empty).
+    pub fn container_mark(&self) -> Result<Option<u64>> {
+        let tx = self.db.begin_read()?;
+        let meta = tx.open_table(META)?;
+        let mark = meta.get(CONTAINER_HWM)?.map(|v| v.value());
+        Ok(mark)
+    }
+
     /// Forgets `containers`: removes every index entry that points into
     /// one of them and their accounting rows, durably, in one transaction.
     /// One ordered pass over the chunk table rewrites each of its pages at

@@ -24,6 +24,12 @@
 //! 3. The index can be rebuilt from the containers alone
 //!    ([`Store::rebuild_index`]), and the roots from their blobs on the
 //!    branch ([`Store::recover_roots`]): the branch alone holds everything.
+//!    An index that does not match the containers (empty, lost, older than
+//!    them) is detected ([`Store::verify_index`]) rather than trusted.
+//! 8. Checking, rebuilding and collecting go on past a container that
+//!    cannot be read (gone, or its shards lost beyond its policy) and report
+//!    it; only [`Store::drop_damaged`], asked for by name, deletes what is
+//!    left of a damaged container.
 //! 4. A chunk that is already stored is not stored again by the same stream,
 //!    nor by another stream once it is sealed, unless that stream asks for
 //!    a strictly stronger policy than the stored copy has: then it is stored
@@ -73,9 +79,9 @@ use std::path::PathBuf;
 
 pub use branch::Space;
 pub use budget::{Budget, Permit};
-pub use check::{CheckProgress, CheckReport, Problem, RebuildReport};
+pub use check::{CheckProgress, CheckReport, Dropped, Problem, RebuildReport};
 pub use container::{ChunkLocation, ContainerError};
-pub use gc::{Assessment, Collection, Reclaimed};
+pub use gc::{Assessment, Collection, Prepared, Reclaimed};
 pub use id::{ChunkId, ContainerId, RepoKey, ShortFp};
 pub use index::ContainerInfo;
 pub use protection::{needs_restore, Protection};
@@ -127,6 +133,15 @@ pub enum CasError {
         #[source]
         source: redb::Error,
     },
+    /// The index opened but does not describe the containers on the
+    /// branches (an empty, lost or old `index.redb`): reads of what it
+    /// does not know would fail, and a collection would take the unknown
+    /// containers for orphans.
+    #[error(
+        "the fingerprint index does not match the store: {reason} \
+         (it is derived data: `cairn repair --rebuild-index` rebuilds it from the containers)"
+    )]
+    IndexMismatch { reason: String },
     #[error("fingerprint index: {0}")]
     Index(#[from] redb::Error),
     #[error("the store at {} is in use by another cairn process", .0.display())]

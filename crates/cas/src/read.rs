@@ -292,7 +292,11 @@ impl Store {
             .enumerate()
             .map(|(i, s)| {
                 let key = s.container.blob_key();
-                match self.shared.branch.read_range(&key, s.start, (s.end - s.start) as usize) {
+                match self
+                    .shared
+                    .branch
+                    .read_range(&key, s.start, (s.end - s.start) as usize)
+                {
                     Ok(b) => Ok(Bytes::from(b)),
                     // The gaps between regions may be what cannot be read
                     // (lost beyond the policy): they were only read to save
@@ -328,10 +332,10 @@ impl Store {
         let key = span.container.blob_key();
         for (r, _) in span_of.iter().enumerate().filter(|(_, &x)| x == i) {
             let loc = &regions[r];
-            let got = self
-                .shared
-                .branch
-                .read_range(&key, loc.region_offset, loc.region_len as usize)?;
+            let got =
+                self.shared
+                    .branch
+                    .read_range(&key, loc.region_offset, loc.region_len as usize)?;
             let at = (loc.region_offset - span.start) as usize;
             buf[at..at + got.len()].copy_from_slice(&got);
         }

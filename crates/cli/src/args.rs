@@ -100,15 +100,36 @@ pub enum Command {
 
     /// Verify every container, chunk, index entry and root.
     ///
-    /// Reads all data. Exits with status 1 when anything is damaged, naming
-    /// each damaged container, chunk and affected root.
+    /// Reads all data, going on past anything damaged. Prints one line per
+    /// problem (a container that cannot be read, a corrupt chunk, an index
+    /// that does not match the containers), one line per file (by path) and
+    /// root that loses data and why, then one `summary:` line: `clean`, or
+    /// what is damaged and what to run next.
+    ///
+    /// Exit status: 0 when everything reads back (after the repair, with
+    /// --repair); 1 while anything is damaged or any file or root loses
+    /// data. Files that lost data stay listed until they are written again,
+    /// restored from a snapshot, or deleted; a lost root until `cairn rm`.
+    ///
+    /// What to run next: `--repair` rebuilds the index (safe: no container
+    /// changes); `--drop-lost` also gives up what cannot be read, after
+    /// which the store checks clean. On a mounted file system the check runs
+    /// in its daemon; repairs need it unmounted.
     Check(CheckArgs),
 
     /// Repair the repository's derived state.
+    ///
+    /// Needed when the index cannot be opened or does not match the
+    /// containers (an empty or old index.redb: every command that opens
+    /// the repository refuses it and names this command). Prints how many
+    /// containers and chunks were indexed, and each container or chunk left
+    /// out because it is damaged; exits 1 if any was. Then run `cairn
+    /// check`: it names the files that damage affects.
     Repair {
         /// Rebuild the fingerprint index from the containers alone (keeps
-        /// roots). Damaged chunks are left out, so a later put of the same
-        /// data stores them afresh.
+        /// roots), going on past containers that cannot be read. Damaged
+        /// chunks are left out, so a later put of the same data stores them
+        /// afresh.
         #[arg(long, required = true)]
         rebuild_index: bool,
     },
@@ -219,6 +240,13 @@ pub enum Command {
     /// the threshold: their live chunks are copied forward and the containers
     /// deleted. Safe while the file system is mounted and busy: a chunk that
     /// a concurrent write deduplicates against is never lost.
+    ///
+    /// A container that cannot be read is skipped (printed as `skipped`,
+    /// with the files it affects as `LOST`) and everything else is
+    /// collected. When a file's recipe sits in such a container, what the
+    /// file uses cannot be told from garbage: nothing is reclaimed and gc
+    /// exits 1 naming the files; bring the branch back, or run `cairn check
+    /// --drop-lost` (or delete the files), then gc again.
     Gc {
         /// Reclaim containers whose live fraction is below this (0..1).
         #[arg(long, default_value_t = 0.5)]
@@ -524,10 +552,19 @@ pub struct GetArgs {
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
-    /// After checking, rebuild what can be rebuilt (the index) and report
-    /// what remains lost.
+    /// When damage is found, rebuild the fingerprint index from the
+    /// containers (only chunks that verify are indexed, so writing their
+    /// data again stores a good copy), check again, and say what is still
+    /// lost. Changes no container.
     #[arg(long)]
     pub repair: bool,
+    /// `--repair`, then give up damaged containers for good: chunks in
+    /// them that still verify are copied out, the containers (and any
+    /// shards of them left on any branch) are deleted. Files that used
+    /// what was lost stay listed by path until they are written again or
+    /// deleted. Bring back any branch that is only unreachable first.
+    #[arg(long)]
+    pub drop_lost: bool,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,

@@ -1,4 +1,3 @@
-use std::collections::HashSet;
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -429,7 +428,10 @@ fn progress_fn<'a>(steps: &'a ui::Steps, what: &'a str) -> impl Fn(CheckProgress
 
 /// Roots whose data is damaged or missing, each with how many of its chunks
 /// (data or recipe) cannot be read.
-fn damaged_roots(store: &Store, damaged: &HashSet<String>) -> Result<Vec<(String, String)>> {
+fn damaged_roots(
+    store: &Store,
+    known: fs::damage::KnownDamage<'_>,
+) -> Result<Vec<(String, String)>> {
     let mut out = Vec::new();
     for (label, id) in store.list_roots()? {
         if is_history(&label) {
@@ -445,7 +447,7 @@ fn damaged_roots(store: &Store, damaged: &HashSet<String>) -> Result<Vec<(String
                 Ok(extents) => {
                     let mut bad = 0;
                     for e in &extents {
-                        if damaged.contains(&e.id.to_string()) || !store.contains(&e.id)? {
+                        if known(&e.id).is_some() || !store.contains(&e.id)? {
                             bad += 1;
                         }
                     }
@@ -461,25 +463,50 @@ fn damaged_roots(store: &Store, damaged: &HashSet<String>) -> Result<Vec<(String
     Ok(out)
 }
 
-fn damaged_chunks(problems: &[Problem]) -> HashSet<String> {
-    problems
-        .iter()
-        .filter_map(|p| match p {
-            Problem::CorruptChunk { chunk, .. } | Problem::DanglingIndexEntry { chunk, .. } => {
-                Some(chunk.clone())
-            }
-            _ => None,
-        })
-        .collect()
-}
-
-/// What `cairn check` found: the store's report and the roots it harms.
+/// What `cairn check` found (and, with `--repair`, did): the store's
+/// report and the roots and live files that lose data.
 #[derive(Serialize, serde::Deserialize)]
 pub struct CheckOut {
     check: cas::CheckReport,
+    /// What `--repair` did, and the store's state after it.
+    repaired: Option<Repaired>,
     damaged_roots: Vec<(String, String)>,
     /// Live files that point at chunks the store cannot give back.
     damaged_files: Vec<fs::damage::DamagedFile>,
+}
+
+#[derive(Serialize, serde::Deserialize)]
+pub struct Repaired {
+    rebuilt: cas::RebuildReport,
+    /// With `--drop-lost`: the damaged containers given up.
+    dropped: Option<cas::Dropped>,
+    /// A check of the store after the repair.
+    after: cas::CheckReport,
+}
+
+impl CheckOut {
+    /// The store as it is now: after the repair when one ran.
+    fn now(&self) -> &cas::CheckReport {
+        self.repaired.as_ref().map_or(&self.check, |r| &r.after)
+    }
+
+    fn is_healthy(&self) -> bool {
+        self.now().is_clean() && self.damaged_files.is_empty() && self.damaged_roots.is_empty()
+    }
+}
+
+/// Roots (label, why) and live files that lose data.
+type Losses = (Vec<(String, String)>, Vec<fs::damage::DamagedFile>);
+
+/// The live files and roots that lose data, given what the check found.
+fn losses(store: &Store, fs: Option<&fs::Fs>, report: &cas::CheckReport) -> Result<Losses> {
+    let known = |id: &cas::ChunkId| report.damage_of(id).map(str::to_string);
+    let roots = damaged_roots(store, &known)?;
+    let files = match fs {
+        Some(fs) => fs.damaged_files(&known)?,
+        None => Vec::new(),
+    };
+    Ok((roots, files))
 }
 
 pub fn check_store(
@@ -488,19 +515,17 @@ pub fn check_store(
     progress: &(dyn Fn(CheckProgress) + Sync),
 ) -> Result<CheckOut> {
     let check = store.check(progress)?;
-    let damaged_roots = damaged_roots(store, &damaged_chunks(&check.problems))?;
-    let damaged_files = match fs {
-        Some(fs) => fs.damaged_files()?,
-        None => Vec::new(),
-    };
+    let (damaged_roots, damaged_files) = losses(store, fs, &check)?;
     Ok(CheckOut {
         check,
+        repaired: None,
         damaged_roots,
         damaged_files,
     })
 }
 
 fn check(root: &Path, args: &CheckArgs, quiet: bool) -> Result<ExitCode> {
+    let repair = args.repair || args.drop_lost;
     // A mounted file system owns the index: ask its daemon.
     let steps = ui::Steps::new(quiet);
     let answer = crate::control::call(root, &Request::Check, None, &|p| {
@@ -509,17 +534,29 @@ fn check(root: &Path, args: &CheckArgs, quiet: bool) -> Result<ExitCode> {
     steps.finish();
     if let Some(v) = answer {
         let out: CheckOut = serde_json::from_value(v)?;
-        if args.repair && !out.check.is_clean() {
-            anyhow::bail!(
+        if repair && !out.check.is_clean() {
+            let e = anyhow::anyhow!(
                 "damage found while the file system is mounted; `cairn check --repair` \
-                 rebuilds the index: unmount, then run it again"
+                 changes the index and the containers: unmount, then run it again"
             );
+            tracing::error!("{e:#}");
+            return Err(e);
         }
-        return check_print(out, None, args.json);
+        return check_print(&out, args.json);
     }
-    let repo = open(root, quiet)?;
+    // An index that does not match the store is what check reports and
+    // its repair rebuilds: neither refuses it at open.
+    let repo = if repair {
+        open_for_rebuild(root, quiet)?
+    } else {
+        let repo = wait_for_lock(|| Repo::open_to_check(root))?;
+        crate::log::to_repo(&repo.root);
+        say_discarded(&repo, quiet);
+        repo
+    };
+    let store = &repo.store;
     let steps = ui::Steps::new(quiet);
-    let report = repo.store.check(&progress_fn(&steps, "check"))?;
+    let check = store.check(&progress_fn(&steps, "check"))?;
     steps.finish();
     // The live file system, when the repository has one.
     let live = if repo.fs_meta_path().exists() {
@@ -527,104 +564,163 @@ fn check(root: &Path, args: &CheckArgs, quiet: bool) -> Result<ExitCode> {
     } else {
         None
     };
-    let mut damaged = damaged_chunks(&report.problems);
-    let mut lost = damaged_roots(&repo.store, &damaged)?;
     let mut repaired = None;
-    if args.repair && !report.is_clean() {
+    if repair && !check.is_clean() {
         let steps = ui::Steps::new(quiet);
-        let r = repo.store.rebuild_index(&progress_fn(&steps, "rebuild"))?;
+        let rebuilt = store.rebuild_index(&progress_fn(&steps, "rebuild"))?;
+        let dropped = if args.drop_lost {
+            Some(store.drop_damaged(&rebuilt.damaged_containers())?)
+        } else {
+            None
+        };
+        let after = store.check(&progress_fn(&steps, "check again"))?;
         steps.finish();
-        damaged = damaged_chunks(&r.problems);
-        lost = damaged_roots(&repo.store, &damaged)?;
-        repaired = Some(r);
+        repaired = Some(Repaired {
+            rebuilt,
+            dropped,
+            after,
+        });
     }
-    let damaged_files = match &live {
-        Some(fs) => fs.damaged_files()?,
-        None => Vec::new(),
-    };
+    let now = repaired.as_ref().map_or(&check, |r| &r.after);
+    let (damaged_roots, damaged_files) = losses(store, live.as_deref(), now)?;
     let out = CheckOut {
-        check: report,
-        damaged_roots: lost,
+        check,
+        repaired,
+        damaged_roots,
         damaged_files,
     };
-    check_print(out, repaired, args.json)
+    check_print(&out, args.json)
 }
 
-fn check_print(
-    out: CheckOut,
-    repaired: Option<cas::RebuildReport>,
-    json: bool,
-) -> Result<ExitCode> {
-    let CheckOut {
-        check: report,
-        damaged_roots: lost,
-        damaged_files,
-    } = out;
-    if json {
-        #[derive(Serialize)]
-        struct Out<'a> {
-            check: &'a cas::CheckReport,
-            repaired: Option<&'a cas::RebuildReport>,
-            damaged_roots: Vec<serde_json::Value>,
-            damaged_files: &'a [fs::damage::DamagedFile],
-        }
-        let damaged_roots = lost
-            .iter()
-            .map(|(l, v)| serde_json::json!({"label": l, "damage": v}))
-            .collect();
-        out!(
-            "{}",
-            serde_json::to_string_pretty(&Out {
-                check: &report,
-                repaired: repaired.as_ref(),
-                damaged_roots,
-                damaged_files: &damaged_files,
-            })?
-        );
-    } else {
-        out!(
-            "checked {} containers ({} sound), {} chunks ({}) verified, {} of {} index entries sound",
-            report.containers,
-            report.containers_ok,
-            report.chunks_verified,
-            ui::bytes(report.bytes_verified),
-            report.index_entries_ok,
-            report.index_entries
-        );
-        for p in &report.problems {
-            out!("  {}: {p}", if p.is_damage() { "DAMAGE" } else { "note" });
-        }
-        if let Some(r) = &repaired {
-            out!(
-                "repair: rebuilt the index from {} sound containers ({} chunks); damaged chunks were left out",
-                r.containers, r.chunks_indexed
-            );
-        }
-        for (label, v) in &lost {
-            out!("  root {label:?}: {v}");
-        }
-        for f in &damaged_files {
-            out!("  DAMAGE: file {}: {}", f.path, f.cause);
-        }
-        if !damaged_files.is_empty() {
-            out!(
-                "{} file(s) cannot be read back whole; writing the same data again, \
-                 restoring them from a snapshot, or deleting them clears this",
-                damaged_files.len()
-            );
-        } else if report.is_clean() {
-            out!("no damage found");
-        } else if repaired.is_some() && lost.is_empty() {
-            out!("repaired: every root reads back");
-        } else if !lost.is_empty() {
-            out!(
-                "{} root(s) have lost data; putting the same data again stores the missing chunks anew",
-                lost.len()
-            );
+/// Counts of what `report` found, as "2 containers unreadable, 3 chunks
+/// corrupt".
+fn damage_counts(report: &cas::CheckReport) -> Vec<String> {
+    let mut unreadable = 0;
+    let mut corrupt_containers = 0;
+    let mut corrupt = 0;
+    let mut dangling = 0;
+    let mut index = false;
+    for p in &report.problems {
+        match p {
+            Problem::UnreadableContainer { .. } => unreadable += 1,
+            Problem::CorruptContainer { .. } => corrupt_containers += 1,
+            Problem::CorruptChunk { .. } => corrupt += 1,
+            Problem::DanglingIndexEntry { .. } => dangling += 1,
+            Problem::IndexMismatch { .. } => index = true,
+            Problem::UnindexedChunks { .. } => {}
         }
     }
-    let healthy =
-        damaged_files.is_empty() && (report.is_clean() || (repaired.is_some() && lost.is_empty()));
+    let mut out = Vec::new();
+    if index {
+        out.push("the index does not match the store".to_string());
+    }
+    for (n, what) in [
+        (unreadable, "container(s) unreadable"),
+        (corrupt_containers, "container(s) with a corrupt footer"),
+        (corrupt, "chunk(s) corrupt"),
+        (dangling, "index entr(ies) leading nowhere"),
+    ] {
+        if n > 0 {
+            out.push(format!("{n} {what}"));
+        }
+    }
+    out
+}
+
+/// The one line that says how the repository is and what to run next.
+fn summary(out: &CheckOut) -> String {
+    let now = out.now();
+    let mut parts = damage_counts(now);
+    if !out.damaged_files.is_empty() {
+        parts.push(format!(
+            "{} file(s) have lost data",
+            out.damaged_files.len()
+        ));
+    }
+    if !out.damaged_roots.is_empty() {
+        parts.push(format!(
+            "{} root(s) have lost data",
+            out.damaged_roots.len()
+        ));
+    }
+    let repaired = out.repaired.is_some();
+    if parts.is_empty() {
+        let verb = if repaired {
+            "repaired, now clean"
+        } else {
+            "clean"
+        };
+        return format!(
+            "summary: {verb}, no damage found ({} containers, {} chunks ({}) verified, \
+             {} of {} index entries sound)",
+            now.containers,
+            now.chunks_verified,
+            ui::bytes(now.bytes_verified),
+            now.index_entries_ok,
+            now.index_entries
+        );
+    }
+    let next = if !now.is_clean() {
+        if now.damaged_containers().is_empty() {
+            "run `cairn check --repair`"
+        } else if repaired {
+            "bring back the branches that held them and run `cairn check` again, \
+             or give them up with `cairn check --drop-lost`"
+        } else {
+            "run `cairn check --repair` (rebuilds the index; `--drop-lost` also gives up \
+             what cannot be read)"
+        }
+    } else {
+        "write the files' data again, restore them from a snapshot, or delete them; \
+         remove a lost root with `cairn rm LABEL`"
+    };
+    let state = if repaired { "still damaged" } else { "DAMAGED" };
+    format!("summary: {state}: {}; {next}", parts.join(", "))
+}
+
+fn check_print(out: &CheckOut, json: bool) -> Result<ExitCode> {
+    let healthy = out.is_healthy();
+    if json {
+        out!("{}", serde_json::to_string_pretty(out)?);
+    } else {
+        for p in &out.check.problems {
+            out!("  {}: {p}", if p.is_damage() { "DAMAGE" } else { "note" });
+        }
+        if let Some(r) = &out.repaired {
+            out!(
+                "repaired: rebuilt the index from {} sound containers ({} chunks indexed); \
+                 what did not verify is no longer indexed, so writing it again stores it anew",
+                r.rebuilt.containers,
+                r.rebuilt.chunks_indexed
+            );
+            if let Some(d) = &r.dropped {
+                for c in &d.containers {
+                    out!("repaired: dropped damaged container {c}");
+                }
+                if !d.containers.is_empty() {
+                    out!(
+                        "repaired: {} chunk(s) of them still verified and were kept; {} index \
+                         entr(ies) went with them",
+                        d.chunks_kept,
+                        d.entries_dropped
+                    );
+                }
+            }
+            for p in r.after.problems.iter().filter(|p| p.is_damage()) {
+                out!("  still DAMAGE: {p}");
+            }
+        }
+        for (label, v) in &out.damaged_roots {
+            out!("  LOST: root {label:?}: {v}");
+        }
+        for f in &out.damaged_files {
+            out!("  LOST: file {}: {}", f.path, f.cause);
+        }
+        out!("{}", summary(out));
+    }
+    if !healthy {
+        tracing::error!("check: {}", summary(out));
+    }
     Ok(if healthy {
         ExitCode::SUCCESS
     } else {
@@ -644,6 +740,12 @@ fn rebuild(root: &Path, quiet: bool) -> Result<ExitCode> {
     );
     for p in &r.problems {
         out!("  left out: {p}");
+    }
+    if r.problems.iter().any(Problem::is_damage) {
+        out!(
+            "what was left out cannot be read: `cairn check` names the files it affects, and \
+             `cairn check --drop-lost` gives it up for good"
+        );
     }
     Ok(if r.problems.iter().any(Problem::is_damage) {
         ExitCode::FAILURE

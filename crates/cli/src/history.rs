@@ -175,8 +175,18 @@ pub fn gc(root: &Path, threshold: f64, dry_run: bool, json: bool, quiet: bool) -
     }
     for s in v["skipped"].as_array().cloned().unwrap_or_default() {
         out!(
-            "  skipped (run `cairn check`): {}",
+            "  skipped, cannot be read (`cairn check` says more): {}",
             s.as_str().unwrap_or("?")
+        );
+    }
+    for r in v["damaged_roots"].as_array().cloned().unwrap_or_default() {
+        out!("  LOST: root {}", r.as_str().unwrap_or("?"));
+    }
+    for f in v["damaged_files"].as_array().cloned().unwrap_or_default() {
+        out!(
+            "  LOST: file {}: {}",
+            f["path"].as_str().unwrap_or("?"),
+            f["cause"].as_str().unwrap_or("?")
         );
     }
     Ok(ExitCode::SUCCESS)

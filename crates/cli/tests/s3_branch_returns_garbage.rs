@@ -101,8 +101,8 @@ fn a_bucket_returning_garbage_never_serves_it() {
     // scrub rewrites the bad copies it has good data for, and names the
     // file whose only copy is bad.
     let out = cairn(&repo, &["scrub"]);
-    let text = String::from_utf8_lossy(&out.stdout).to_string()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("/cloud/x"), "{text}");
     assert!(!text.contains("/docs/"), "{text}");
@@ -123,7 +123,11 @@ fn a_bucket_returning_garbage_never_serves_it() {
     fs::remove_file(m.path("cloud/x")).unwrap();
     let (repo, _) = m.unmount();
     let out = cairn(&repo, &["check"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let out = cairn(&repo, &["scrub", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["healthy"], v["containers"], "{v}");

@@ -1,7 +1,9 @@
 //! Files of the live namespace whose content the store cannot give back:
-//! a recipe node that cannot be read, or a data chunk the index does not
-//! hold. `cairn check` lists them by path, and garbage collection names
-//! them when it cannot mark.
+//! a recipe node that cannot be read, a data chunk the index does not
+//! hold, or one the caller knows to be damaged (a check found it corrupt,
+//! or in a container that cannot be read). `cairn check` lists them by
+//! path, and garbage collection names them when it cannot mark or skips a
+//! container.
 //!
 //! The namespace is walked from the root with a stack on the heap (a tree
 //! can be any depth); a file with several names is reported under the first
@@ -26,8 +28,16 @@ pub struct DamagedFile {
     pub cause: String,
 }
 
-/// Every damaged file of `view`.
-pub fn damaged_files(store: &Store, view: &dyn MetaView) -> Result<Vec<DamagedFile>> {
+/// Why a chunk the index holds cannot be read, when the caller knows.
+pub type KnownDamage<'a> = &'a dyn Fn(&ChunkId) -> Option<String>;
+
+/// Every damaged file of `view`; `known` names chunks that are indexed but
+/// damaged.
+pub fn damaged_files(
+    store: &Store,
+    view: &dyn MetaView,
+    known: KnownDamage<'_>,
+) -> Result<Vec<DamagedFile>> {
     let mut out = Vec::new();
     let mut seen: HashSet<InodeId> = HashSet::new();
     let mut stack: Vec<(InodeId, String)> = vec![(InodeId::ROOT, String::new())];
@@ -41,7 +51,7 @@ pub fn damaged_files(store: &Store, view: &dyn MetaView) -> Result<Vec<DamagedFi
                 FileKind::Dir => stack.push((e.ino, child)),
                 FileKind::File if seen.insert(e.ino) => {
                     if let Content::Recipe(root) = view.get(e.ino)?.content {
-                        if let Some(cause) = unreadable(store, root) {
+                        if let Some(cause) = unreadable(store, root, known) {
                             out.push(DamagedFile {
                                 path: child,
                                 ino: e.ino.0,
@@ -59,7 +69,7 @@ pub fn damaged_files(store: &Store, view: &dyn MetaView) -> Result<Vec<DamagedFi
 }
 
 /// Why the recipe at `root` cannot be read back, if it cannot.
-fn unreadable(store: &Store, root: ChunkId) -> Option<String> {
+fn unreadable(store: &Store, root: ChunkId, known: KnownDamage<'_>) -> Option<String> {
     let extents = Recipe::open(store, root)
         .and_then(|r| r.extents(0, r.len()))
         .map_err(|e| e.to_string());
@@ -68,6 +78,14 @@ fn unreadable(store: &Store, root: ChunkId) -> Option<String> {
         Err(e) => return Some(format!("its recipe cannot be read: {e}")),
     };
     for e in extents.iter().filter(|e| e.id != HOLE) {
+        if let Some(why) = known(&e.id) {
+            return Some(format!(
+                "bytes {}..{} are chunk {}, and {why}",
+                e.offset,
+                e.offset + e.len,
+                e.id
+            ));
+        }
         match store.contains(&e.id) {
             Ok(true) => {}
             Ok(false) => {

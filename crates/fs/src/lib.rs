@@ -720,9 +720,12 @@ impl Fs {
 
     /// Files whose content cannot be read back whole (see [`damage`]), as
     /// last recorded.
-    pub fn damaged_files(&self) -> Result<Vec<damage::DamagedFile>> {
+    pub fn damaged_files(
+        &self,
+        known: damage::KnownDamage<'_>,
+    ) -> Result<Vec<damage::DamagedFile>> {
         let view = self.inner.meta.view()?;
-        damage::damaged_files(&self.inner.store, view.as_ref())
+        damage::damaged_files(&self.inner.store, view.as_ref(), known)
     }
 
     /// What the store can still take and could hold in all, for

@@ -8,6 +8,10 @@
 //! versions that share most of their tree cost only what differs. The walk
 //! keeps what is left to mark in a stack on the heap: a tree can be any
 //! depth.
+//!
+//! A set told to [`MarkSet::tolerate_damage`] goes on past a node it cannot
+//! read (garbage collection over a damaged store) and lists it: what lies
+//! below that node is unknown, and the caller decides whether that is safe.
 
 use cas::{ChunkId, Store};
 use meta::{Content, MetaView};
@@ -24,6 +28,8 @@ pub struct MarkSet {
     ids: hashbrown::HashSet<u64>,
     /// Raw bytes of the data chunks marked (as the recipes give them).
     pub data_bytes: u64,
+    /// Nodes that could not be read, with why, once damage is tolerated.
+    unreadable: Option<Vec<(ChunkId, String)>>,
 }
 
 fn short(id: &ChunkId) -> u64 {
@@ -46,6 +52,31 @@ impl MarkSet {
 
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
+    }
+
+    /// From now on a node that cannot be read is listed (see
+    /// [`MarkSet::unreadable`]) and the walk goes on with the rest.
+    pub fn tolerate_damage(&mut self) {
+        self.unreadable.get_or_insert_with(Vec::new);
+    }
+
+    /// The recipe nodes, listings and records that could not be read
+    /// (their subtrees are not marked), with why.
+    pub fn unreadable(&self) -> &[(ChunkId, String)] {
+        self.unreadable.as_deref().unwrap_or_default()
+    }
+
+    /// `r` when damage is not tolerated; otherwise its error is listed
+    /// against `id` and nothing is returned.
+    fn tolerate<T>(&mut self, id: &ChunkId, r: Result<T>) -> Result<Option<T>> {
+        match (r, &mut self.unreadable) {
+            (Ok(v), _) => Ok(Some(v)),
+            (Err(e), Some(list)) => {
+                list.push((*id, e.to_string()));
+                Ok(None)
+            }
+            (Err(e), None) => Err(e),
+        }
     }
 
     /// Marks a recipe tree: its nodes and the data chunks under them.
@@ -119,29 +150,41 @@ impl MarkSet {
                     if skip(&id) || self.contains(&id) {
                         continue;
                     }
-                    let bytes = store.read_chunk(&id)?;
                     self.insert(&id);
+                    let read = store.read_chunk(&id).map_err(Into::into);
+                    let Some(bytes) = self.tolerate(&id, read)? else {
+                        continue;
+                    };
                     if tree::is_record(&bytes) {
-                        let record = tree::decode_record(&bytes)?;
+                        let Some(record) = self.tolerate(&id, tree::decode_record(&bytes))? else {
+                            continue;
+                        };
                         if let TreeContent::Dir(listing) = record.root.content {
                             todo.push(Todo::Listing(listing));
                         }
                     } else {
-                        self.node(&id, &bytes, &mut todo, skip)?;
+                        let done = self.node(&id, &bytes, &mut todo, skip);
+                        self.tolerate(&id, done)?;
                     }
                 }
                 Todo::Recipe(id) => {
                     if id == HOLE || skip(&id) || !self.insert(&id) {
                         continue;
                     }
-                    let bytes = store.read_chunk(&id)?;
-                    self.node(&id, &bytes, &mut todo, skip)?;
+                    let read = store.read_chunk(&id).map_err(Into::into);
+                    if let Some(bytes) = self.tolerate(&id, read)? {
+                        let done = self.node(&id, &bytes, &mut todo, skip);
+                        self.tolerate(&id, done)?;
+                    }
                 }
                 Todo::Listing(id) => {
                     if skip(&id) || self.contains(&id) {
                         continue;
                     }
-                    let entries = tree::read_listing(store, &id)?;
+                    let Some(entries) = self.tolerate(&id, tree::read_listing(store, &id))? else {
+                        self.insert(&id);
+                        continue;
+                    };
                     for e in entries.into_iter().rev() {
                         match e.content {
                             TreeContent::Recipe(c) => todo.push(Todo::Recipe(c)),

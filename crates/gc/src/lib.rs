@@ -30,6 +30,15 @@
 //!    chunks, and a collection that reclaimed them before that record was
 //!    durable left the fsynced file pointing at chunks that were gone.
 //!
+//! 6. Damage does not stop a collection. A container that cannot be read
+//!    is skipped (left as it is, reported with the files it affects). A
+//!    recipe node or listing that cannot be read is skipped by marking; if
+//!    it is no longer indexed (dropped for good: `cairn check --drop-lost`,
+//!    or never stored) what lay below it is lost anyway and the collection
+//!    goes on, naming the files and roots; if it is still indexed (its
+//!    container may come back with a branch) what it reaches is unknown and
+//!    nothing is reclaimed.
+//!
 //! Memory is the mark set (8 bytes of id per reachable chunk, in a hash set)
 //! plus a few words per candidate container: bounded by the chunk count,
 //! never by the data size.
@@ -39,7 +48,7 @@
 //! stack on the heap (`fs::reach`), never a call per level, so a deep tree
 //! cannot overflow the daemon's stack while it collects.
 
-use cas::{Assessment, Store};
+use cas::{Assessment, Prepared, Store};
 use fs::reach::MarkSet;
 use fs::Fs;
 use serde::Serialize;
@@ -57,7 +66,8 @@ pub enum GcError {
     /// reclaimed.
     #[error(
         "nothing was reclaimed: {} file(s) and {} root(s) point at chunks the store cannot give \
-         back (delete or restore the files, or write their data again, then run gc; \
+         back (bring back the branches that held them, or give them up with \
+         `cairn check --drop-lost`, or delete the files; then run gc; \
          `cairn check` lists the damage){}{}",
         files.len(),
         roots.len(),
@@ -142,6 +152,11 @@ pub struct GcReport {
     /// Versions retention dropped before marking (with `dry_run`: would
     /// drop).
     pub dropped_versions: Vec<String>,
+    /// Live files that cannot be read back whole: those using a skipped
+    /// container, or whose recipe is gone for good.
+    pub damaged_files: Vec<fs::damage::DamagedFile>,
+    /// Roots whose tree or recipe is partly gone for good, with why.
+    pub damaged_roots: Vec<String>,
 }
 
 /// What marking sees: the store's roots and, when there is one, the live
@@ -182,32 +197,36 @@ pub fn collect(
         // them is what lets a full disk commit again.
         let parked = store.parked_containers();
         let mut marks = MarkSet::default();
-        // Marking goes on past damage, so that the error names all of it.
-        let mut damaged_roots = Vec::new();
+        marks.tolerate_damage();
         for (label, id) in store.list_roots()? {
-            if let Err(e) = marks.root(store, &id) {
-                damaged_roots.push(format!("{label}: {e}"));
+            let before = marks.unreadable().len();
+            marks.root(store, &id)?;
+            if let Some((_, e)) = marks.unreadable().get(before) {
+                report.damaged_roots.push(format!("{label}: {e}"));
             }
             progress(GcProgress::Marking {
                 chunks: marks.len() as u64,
             });
         }
-        let live_error = match &live {
-            Live::Mounted(fs) => fs.mark_live(&mut marks).err(),
-            Live::StoreOnly => None,
-        };
-        if live_error.is_some() || !damaged_roots.is_empty() {
-            let files = match &live {
-                Live::Mounted(fs) => fs.damaged_files()?,
-                Live::StoreOnly => Vec::new(),
-            };
-            return Err(match live_error {
-                Some(e) if files.is_empty() && damaged_roots.is_empty() => e.into(),
-                _ => GcError::Damaged {
-                    files,
-                    roots: damaged_roots,
-                },
-            });
+        if let Live::Mounted(fs) = &live {
+            fs.mark_live(&mut marks)?;
+        }
+        if !marks.unreadable().is_empty() {
+            if let Live::Mounted(fs) = &live {
+                report.damaged_files = fs.damaged_files(&|_| None)?;
+            }
+            // A node still indexed may be read again once its branch is
+            // back: what it reaches cannot be told from garbage.
+            let mut unknown = false;
+            for (id, _) in marks.unreadable() {
+                unknown |= store.contains(id)?;
+            }
+            if unknown {
+                return Err(GcError::Damaged {
+                    files: std::mem::take(&mut report.damaged_files),
+                    roots: std::mem::take(&mut report.damaged_roots),
+                });
+            }
         }
         report.dropped_parked = store.drop_unused_parked(&parked, &|id| marks.contains(id)) as u64;
         (collection, marks)
@@ -245,20 +264,20 @@ pub fn collect(
         return Ok(report);
     }
     let total = chosen.len() as u64;
+    let mut skipped = std::collections::HashSet::new();
     for (i, a) in chosen.iter().enumerate() {
-        match collection.prepare(a.container, &marked) {
-            Ok(r) => {
+        match collection.prepare(a.container, &marked)? {
+            Prepared::Copied(r) => {
                 report.copied_chunks += r.copied_chunks;
                 report.copied_bytes += r.copied_bytes;
             }
-            Err(
-                e @ (cas::CasError::CorruptContainer { .. } | cas::CasError::CorruptChunk { .. }),
-            ) => {
+            Prepared::Unreadable(e) => {
+                tracing::warn!(container = %a.container, "gc skips a damaged container: {e}");
+                skipped.insert(a.container);
                 report
                     .skipped
                     .push(format!("container {}: {e}", a.container));
             }
-            Err(e) => return Err(e.into()),
         }
         progress(GcProgress::Sweeping {
             done: i as u64 + 1,
@@ -275,6 +294,18 @@ pub fn collect(
     report.orphans_removed = orphans;
     report.orphan_bytes = orphan_bytes;
     report.freed_bytes += orphan_bytes;
+    if let (Live::Mounted(fs), false) = (&live, skipped.is_empty()) {
+        let lost: std::collections::HashSet<cas::ChunkId> =
+            store.chunks_in(&skipped)?.into_iter().collect();
+        let known = |id: &cas::ChunkId| {
+            lost.contains(id)
+                .then(|| "its container cannot be read".to_string())
+        };
+        let mut files = fs.damaged_files(&known)?;
+        files.retain(|f| !report.damaged_files.iter().any(|d| d.path == f.path));
+        report.damaged_files.extend(files);
+        report.damaged_files.sort_by(|a, b| a.path.cmp(&b.path));
+    }
     report.sweep_seconds = started.elapsed().as_secs_f64();
     Ok(report)
 }

@@ -267,8 +267,34 @@ impl Repo {
     /// Opens a repository: takes its lock ([`RepoError::Locked`] if
     /// another process holds it, before anything is touched), reads its
     /// config and key, discards partial containers left by a crash, and
-    /// opens the store.
+    /// opens the store. An index that does not match the containers (an
+    /// empty or old `index.redb`) is refused with the command that
+    /// rebuilds it ([`cas::CasError::IndexMismatch`]).
     pub fn open(root: &Path) -> Result<Repo> {
+        let repo = Self::open_to_check(root)?;
+        if let Err(e) = repo.store.verify_index() {
+            // The whole metadata directory lost: `recover` rebuilds both.
+            let path = repo.fs_meta_path();
+            let versions = repo
+                .store
+                .list_roots()?
+                .iter()
+                .any(|(l, _)| l.starts_with(::fs::history::VERSION_PREFIX));
+            if !path.exists() && versions {
+                return Err(RepoError::MetaDamaged {
+                    path,
+                    reason: format!("it is missing, and so is the index's content: {e}"),
+                });
+            }
+            return Err(e.into());
+        }
+        Ok(repo)
+    }
+
+    /// [`Repo::open`] that accepts an index not matching the containers:
+    /// for `cairn check`, which reports it, and its repair, which
+    /// rebuilds it.
+    pub fn open_to_check(root: &Path) -> Result<Repo> {
         if !Self::exists(root) {
             return Err(Self::missing(root));
         }
