@@ -178,6 +178,31 @@ impl CasError {
             _ => false,
         }
     }
+
+    /// Whether the error means the stored copy itself cannot give the data
+    /// back (corrupt, its blob gone, its shards lost beyond the policy),
+    /// as opposed to the store failing as a whole: such a copy must not be
+    /// deduplicated against. A branch that is only unreachable counts too
+    /// when the redundancy layer cannot tell; that costs one more copy of
+    /// data written again meanwhile, never a lost one.
+    pub fn loses_data(&self) -> bool {
+        fn lost(e: &redundancy::Error) -> bool {
+            matches!(
+                e,
+                redundancy::Error::Unrecoverable { .. } | redundancy::Error::NotFound(_)
+            )
+        }
+        match self {
+            CasError::CorruptChunk { .. } | CasError::CorruptContainer { .. } => true,
+            CasError::Redundancy(e) => lost(e),
+            CasError::Branch(branch::BranchError::NotFound { .. }) => true,
+            CasError::Branch(branch::BranchError::Io { source, .. }) => source
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<redundancy::Error>())
+                .is_some_and(lost),
+            _ => false,
+        }
+    }
 }
 
 pub type Result<T, E = CasError> = std::result::Result<T, E>;

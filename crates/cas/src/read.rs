@@ -194,7 +194,7 @@ impl Store {
                 .read_region(&loc)
                 .map_err(|e| name_chunk(e, id))
                 .and_then(|region| Ok((self.verify(id, &loc, &region)?, region)));
-            if let Err(CasError::CorruptChunk { .. }) = &read {
+            if matches!(&read, Err(e) if e.loses_data()) {
                 self.note_damaged_chunks(&[(*id, loc.container)]);
             }
             let (data, region) = read?;
@@ -287,6 +287,18 @@ impl Store {
         let locs = self.locate_many(ids)?;
         let (regions, region_of) = Self::regions_of(&locs);
         let (spans, span_of) = coalesce(&regions);
+        // The copies of the chunks in the regions `failed` picks, when `e`
+        // says their data is lost: never deduplicated against again.
+        let noting = |e: CasError, failed: &dyn Fn(usize) -> bool| {
+            if e.loses_data() {
+                let lost: Vec<(ChunkId, ContainerId)> = (0..ids.len())
+                    .filter(|&c| failed(region_of[c]))
+                    .map(|c| (ids[c], locs[c].container))
+                    .collect();
+                self.note_damaged_chunks(&lost);
+            }
+            e
+        };
         let bytes = spans
             .iter()
             .enumerate()
@@ -301,10 +313,10 @@ impl Store {
                     // The gaps between regions may be what cannot be read
                     // (lost beyond the policy): they were only read to save
                     // requests, so read the regions alone.
-                    Err(_) if span_of.iter().filter(|&&x| x == i).count() > 1 => {
-                        self.read_span_by_region(s, &regions, &span_of, i)
-                    }
-                    Err(e) => Err(e.into()),
+                    Err(_) if span_of.iter().filter(|&&x| x == i).count() > 1 => self
+                        .read_span_by_region(s, &regions, &span_of, i)
+                        .map_err(|(r, e)| noting(e, &|x| x == r)),
+                    Err(e) => Err(noting(e.into(), &|r| span_of[r] == i)),
                 }
             })
             .collect::<Result<Vec<_>>>()?;
@@ -320,22 +332,23 @@ impl Store {
     }
 
     /// Span `i` read one region at a time, the gaps left zero (nothing
-    /// is cut from them).
+    /// is cut from them); on failure, the region that failed and why.
     fn read_span_by_region(
         &self,
         span: &Span,
         regions: &[ChunkLocation],
         span_of: &[usize],
         i: usize,
-    ) -> Result<Bytes> {
+    ) -> std::result::Result<Bytes, (usize, CasError)> {
         let mut buf = vec![0u8; (span.end - span.start) as usize];
         let key = span.container.blob_key();
         for (r, _) in span_of.iter().enumerate().filter(|(_, &x)| x == i) {
             let loc = &regions[r];
-            let got =
-                self.shared
-                    .branch
-                    .read_range(&key, loc.region_offset, loc.region_len as usize)?;
+            let got = self
+                .shared
+                .branch
+                .read_range(&key, loc.region_offset, loc.region_len as usize)
+                .map_err(|e| (r, CasError::from(e)))?;
             let at = (loc.region_offset - span.start) as usize;
             buf[at..at + got.len()].copy_from_slice(&got);
         }

@@ -94,7 +94,9 @@ fn writing_the_data_again_heals_a_corrupt_chunk() {
         .collect();
     assert_eq!(chosen.len(), 1);
     assert_eq!(chosen[0].container, bad.container);
-    let copied = gc.prepare(bad.container, &live).unwrap();
+    let cas::Prepared::Copied(copied) = gc.prepare(bad.container, &live).unwrap() else {
+        panic!("the damaged container's live chunks can be read");
+    };
     let sharing = ids
         .iter()
         .filter(|id| store.locate(id).unwrap().container == bad.container)

@@ -73,6 +73,7 @@ pub fn kind(e: &MetaError) -> &'static str {
         MetaError::Open { .. } => "Open",
         MetaError::Busy(_) => "Busy",
         MetaError::NoSpace { .. } => "NoSpace",
+        MetaError::RootMissing(_) => "RootMissing",
     }
 }
 
