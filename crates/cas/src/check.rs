@@ -159,6 +159,26 @@ impl RebuildReport {
     pub fn damaged_containers(&self) -> Vec<ContainerId> {
         damaged_containers(&self.problems)
     }
+
+    /// The damaged containers the rebuild could read (a corrupt footer or
+    /// corrupt chunks): rewriting them keeps every chunk that verified
+    /// and loses nothing that could come back, unlike a container that
+    /// could not be read at all (its branch may return).
+    pub fn rewritable_containers(&self) -> Vec<ContainerId> {
+        let unreadable: HashSet<ContainerId> = self
+            .problems
+            .iter()
+            .filter_map(|p| match p {
+                Problem::UnreadableContainer { container, .. }
+                | Problem::DanglingIndexEntry { container, .. } => parse_container(container),
+                _ => None,
+            })
+            .collect();
+        damaged_containers(&self.problems)
+            .into_iter()
+            .filter(|c| !unreadable.contains(c))
+            .collect()
+    }
 }
 
 fn damaged_containers(problems: &[Problem]) -> Vec<ContainerId> {

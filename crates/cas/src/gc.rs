@@ -235,6 +235,18 @@ impl Collection {
             });
         let (size, (data, ids)) = match read {
             Ok(r) => r,
+            // On no branch and needed by no index entry (its chunks were
+            // written again elsewhere): only its index row is left, and
+            // that is all there is to reclaim.
+            Err(e)
+                if e.is_not_found()
+                    && self
+                        .store
+                        .chunks_in(&HashSet::from([container]))?
+                        .is_empty() =>
+            {
+                (0, (Vec::new(), Vec::new()))
+            }
             Err(e) if is_unreadable(&e) => {
                 return Ok(Prepared::Unreadable(crate::check::root_cause(&e)))
             }
@@ -368,8 +380,10 @@ impl Collection {
                     scope.spawn(|| loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let (c, _) = doomed.get(i)?;
-                        if let Err(e) = shared.branch.delete(&c.blob_key()) {
-                            return Some(CasError::from(e));
+                        match shared.branch.delete(&c.blob_key()) {
+                            // Already gone (see `prepare`): nothing to free.
+                            Ok(()) | Err(branch::BranchError::NotFound { .. }) => {}
+                            Err(e) => return Some(CasError::from(e)),
                         }
                     })
                 })

@@ -402,6 +402,15 @@ impl Index {
         Ok(fresh.len())
     }
 
+    /// Whether any copy in `container` is recorded as damaged.
+    pub fn damaged_in(&self, container: ContainerId) -> bool {
+        self.damaged
+            .read()
+            .unwrap()
+            .iter()
+            .any(|(c, _)| *c == container)
+    }
+
     /// Records that a container's footer or trailer is damaged, and why.
     /// Returns whether it was not known before.
     pub fn mark_damaged_container(&self, container: ContainerId, why: &str) -> Result<bool> {

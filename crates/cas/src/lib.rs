@@ -179,6 +179,19 @@ impl CasError {
         }
     }
 
+    /// Whether the error says a blob (a container) is on no branch.
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            CasError::Redundancy(redundancy::Error::NotFound(_)) => true,
+            CasError::Branch(branch::BranchError::NotFound { .. }) => true,
+            CasError::Branch(branch::BranchError::Io { source, .. }) => source
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<redundancy::Error>())
+                .is_some_and(|e| matches!(e, redundancy::Error::NotFound(_))),
+            _ => false,
+        }
+    }
+
     /// Whether the error means the stored copy itself cannot give the data
     /// back (corrupt, its blob gone, its shards lost beyond the policy),
     /// as opposed to the store failing as a whole: such a copy must not be

@@ -194,8 +194,8 @@ impl Store {
                 .read_region(&loc)
                 .map_err(|e| name_chunk(e, id))
                 .and_then(|region| Ok((self.verify(id, &loc, &region)?, region)));
-            if matches!(&read, Err(e) if e.loses_data()) {
-                self.note_damaged_chunks(&[(*id, loc.container)]);
+            if let Err(e) = &read {
+                self.note_lost(e, loc.container, &[(*id, loc.container)]);
             }
             let (data, region) = read?;
             // The buffer is the region (decoded or as stored, about alike).
@@ -289,14 +289,12 @@ impl Store {
         let (spans, span_of) = coalesce(&regions);
         // The copies of the chunks in the regions `failed` picks, when `e`
         // says their data is lost: never deduplicated against again.
-        let noting = |e: CasError, failed: &dyn Fn(usize) -> bool| {
-            if e.loses_data() {
-                let lost: Vec<(ChunkId, ContainerId)> = (0..ids.len())
-                    .filter(|&c| failed(region_of[c]))
-                    .map(|c| (ids[c], locs[c].container))
-                    .collect();
-                self.note_damaged_chunks(&lost);
-            }
+        let noting = |e: CasError, container: ContainerId, failed: &dyn Fn(usize) -> bool| {
+            let lost: Vec<(ChunkId, ContainerId)> = (0..ids.len())
+                .filter(|&c| failed(region_of[c]))
+                .map(|c| (ids[c], locs[c].container))
+                .collect();
+            self.note_lost(&e, container, &lost);
             e
         };
         let bytes = spans
@@ -315,8 +313,8 @@ impl Store {
                     // requests, so read the regions alone.
                     Err(_) if span_of.iter().filter(|&&x| x == i).count() > 1 => self
                         .read_span_by_region(s, &regions, &span_of, i)
-                        .map_err(|(r, e)| noting(e, &|x| x == r)),
-                    Err(e) => Err(noting(e.into(), &|r| span_of[r] == i)),
+                        .map_err(|(r, e)| noting(e, s.container, &|x| x == r)),
+                    Err(e) => Err(noting(e.into(), s.container, &|r| span_of[r] == i)),
                 }
             })
             .collect::<Result<Vec<_>>>()?;

@@ -32,6 +32,44 @@ impl Store {
         }
     }
 
+    /// Records what a failed read of `container` says about its copies:
+    /// nothing when `e` does not say data is lost
+    /// ([`CasError::loses_data`]); when the container is on no branch,
+    /// every chunk the index places in it (a reader that failed on one
+    /// chunk, a recipe say, never reaches the others, and a writer must not
+    /// deduplicate against any of them); else `copies`, the ones read.
+    pub(crate) fn note_lost(
+        &self,
+        e: &CasError,
+        container: ContainerId,
+        copies: &[(ChunkId, ContainerId)],
+    ) {
+        if !e.loses_data() {
+            return;
+        }
+        if !e.is_not_found() {
+            return self.note_damaged_chunks(copies);
+        }
+        let index = &self.shared.index;
+        let known = index.damaged_in(container);
+        match index.mark_damaged_container(container, "it is on no branch") {
+            Ok(false) if known => return,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(container = %container, error = %e, "could not record a lost container")
+            }
+        }
+        let mut all = copies.to_vec();
+        if let Err(e) = index.for_each_chunk(|id, loc| {
+            if loc.container == container {
+                all.push((id, container));
+            }
+        }) {
+            tracing::error!(container = %container, error = %e, "could not list a lost container's chunks");
+        }
+        self.note_damaged_chunks(&all);
+    }
+
     /// The chunks a container whose [`container::parse`] failed still
     /// names, from its region records (see [`container::recover`]); each
     /// must be verified before it is trusted. Records the container as

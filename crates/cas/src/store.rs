@@ -381,6 +381,16 @@ impl Store {
         Ok(ids)
     }
 
+    /// The containers at least one index entry points into: those whose
+    /// loss loses data.
+    pub fn containers_in_use(&self) -> Result<std::collections::HashSet<ContainerId>> {
+        let mut out = std::collections::HashSet::new();
+        self.shared.index.for_each_chunk(|_, loc| {
+            out.insert(loc.container);
+        })?;
+        Ok(out)
+    }
+
     /// The policy container `id` is stored under.
     pub fn container_policy(&self, id: ContainerId) -> Result<Policy> {
         self.shared.index.container_policy(id)

@@ -111,8 +111,9 @@ pub enum Command {
     /// data. Files that lost data stay listed until they are written again,
     /// restored from a snapshot, or deleted; a lost root until `cairn rm`.
     ///
-    /// What to run next: `--repair` rebuilds the index (safe: no container
-    /// changes); `--drop-lost` also gives up what cannot be read, after
+    /// What to run next: `--repair` rebuilds the index and rewrites the
+    /// damaged containers it can read (nothing that could come back is
+    /// given up); `--drop-lost` also gives up what cannot be read, after
     /// which the store checks clean. On a mounted file system the check runs
     /// in its daemon; repairs need it unmounted.
     Check(CheckArgs),
@@ -554,8 +555,11 @@ pub struct GetArgs {
 pub struct CheckArgs {
     /// When damage is found, rebuild the fingerprint index from the
     /// containers (only chunks that verify are indexed, so writing their
-    /// data again stores a good copy), check again, and say what is still
-    /// lost. Changes no container.
+    /// data again stores a good copy), rewrite each damaged container that
+    /// could be read (a corrupt footer, corrupt chunks) with the chunks of
+    /// it that verify, check again, and say what is still lost. A container
+    /// that could not be read at all is left as it is (its branch may come
+    /// back): `--drop-lost` gives it up.
     #[arg(long)]
     pub repair: bool,
     /// `--repair`, then give up damaged containers for good: chunks in

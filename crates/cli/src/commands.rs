@@ -568,11 +568,12 @@ fn check(root: &Path, args: &CheckArgs, quiet: bool) -> Result<ExitCode> {
     if repair && !check.is_clean() {
         let steps = ui::Steps::new(quiet);
         let rebuilt = store.rebuild_index(&progress_fn(&steps, "rebuild"))?;
-        let dropped = if args.drop_lost {
-            Some(store.drop_damaged(&rebuilt.damaged_containers())?)
+        let give_up = if args.drop_lost {
+            rebuilt.damaged_containers()
         } else {
-            None
+            rebuilt.rewritable_containers()
         };
+        let dropped = Some(store.drop_damaged(&give_up)?);
         let after = store.check(&progress_fn(&steps, "check again"))?;
         steps.finish();
         repaired = Some(Repaired {
@@ -695,7 +696,7 @@ fn check_print(out: &CheckOut, json: bool) -> Result<ExitCode> {
             );
             if let Some(d) = &r.dropped {
                 for c in &d.containers {
-                    out!("repaired: dropped damaged container {c}");
+                    out!("repaired: rewrote damaged container {c} without what did not verify");
                 }
                 if !d.containers.is_empty() {
                     out!(

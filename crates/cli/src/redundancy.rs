@@ -296,9 +296,11 @@ fn unplaced(fs: &Fs, layer: &Redundant, lost: &mut LostBytes) -> Result<Vec<Stri
         .iter()
         .filter_map(ContainerId::from_blob_key)
         .collect();
+    let in_use = fs.store().containers_in_use()?;
     let mut out = Vec::new();
     for c in fs.store().indexed_containers()? {
-        if !placed.contains(&c) {
+        // A row no entry points into holds nothing to lose (gc drops it).
+        if !placed.contains(&c) && in_use.contains(&c) {
             let policy = fs.store().container_policy(c)?;
             out.push(format!(
                 "{} ({policy}): no branch holds any of its shards",
@@ -571,13 +573,25 @@ pub fn replace(
         bail!("this repository stores on one plain branch; it has no branches to replace");
     };
     let (from, to) = (branch_id(layer, old)?, branch_id(layer, new)?);
-    let report = layer.rebuild_onto(from, to, |p| {
+    let mut report = layer.rebuild_onto(from, to, |p| {
         progress(Progress {
             what: "rebuild".into(),
             done: p.done as u64,
             total: p.total as u64,
         })
     })?;
+    // Containers whose every shard was on an unreachable branch are not in
+    // the layer's map at all; the index still knows them.
+    let listed: HashSet<branch::BlobKey> = report.lost.iter().map(|(k, _)| k.clone()).collect();
+    let in_use = fs.store().containers_in_use()?;
+    for c in fs.store().indexed_containers()? {
+        let key = c.blob_key();
+        if in_use.contains(&c) && !listed.contains(&key) && layer.locate(&key).is_err() {
+            report
+                .lost
+                .push((key, "no branch holds any of its shards".into()));
+        }
+    }
     layer.reset_health(to);
     MoveOut::of(fs, layer, &report)
 }

@@ -114,6 +114,15 @@ fn a_gone_bucket_loses_only_what_it_alone_held() {
     assert_exact(&m, &kept);
     fs::remove_file(m.path("cloud/x")).unwrap();
     let (repo, _) = m.unmount();
+    // Versions written while the file existed lost it too: check names
+    // them, and says to remove them.
+    let out = cairn(&repo, &["check"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    for line in text.lines().filter(|l| l.contains("LOST: root")) {
+        let label = line.split('"').nth(1).unwrap();
+        assert!(label.starts_with("version/"), "{text}");
+        ok(&repo, &["rm", label]);
+    }
     let out = cairn(&repo, &["check"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");

@@ -120,6 +120,7 @@ fn a_bucket_returning_garbage_never_serves_it() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!text.contains("LOST: file"), "{text}");
     ok(&repo, &["check", "--drop-lost"]);
+    ok(&repo, &["gc"]);
     let out = cairn(&repo, &["check"]);
     assert!(
         out.status.success(),
