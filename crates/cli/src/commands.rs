@@ -478,8 +478,11 @@ pub struct CheckOut {
 #[derive(Serialize, serde::Deserialize)]
 pub struct Repaired {
     rebuilt: cas::RebuildReport,
-    /// With `--drop-lost`: the damaged containers given up.
+    /// The damaged containers rewritten without what did not verify: with
+    /// `--drop-lost` every damaged one, else those that could be read.
     dropped: Option<cas::Dropped>,
+    /// Whether unreadable containers were given up too (`--drop-lost`).
+    gave_up_unreadable: bool,
     /// A check of the store after the repair.
     after: cas::CheckReport,
 }
@@ -579,6 +582,7 @@ fn check(root: &Path, args: &CheckArgs, quiet: bool) -> Result<ExitCode> {
         repaired = Some(Repaired {
             rebuilt,
             dropped,
+            gave_up_unreadable: args.drop_lost,
             after,
         });
     }
@@ -696,7 +700,11 @@ fn check_print(out: &CheckOut, json: bool) -> Result<ExitCode> {
             );
             if let Some(d) = &r.dropped {
                 for c in &d.containers {
-                    out!("repaired: rewrote damaged container {c} without what did not verify");
+                    if r.gave_up_unreadable {
+                        out!("repaired: dropped damaged container {c}");
+                    } else {
+                        out!("repaired: rewrote damaged container {c} without what did not verify");
+                    }
                 }
                 if !d.containers.is_empty() {
                     out!(

@@ -119,6 +119,13 @@ fn an_emptied_or_truncated_config_is_refused_and_recovered() {
     fs::remove_file(&path).unwrap();
     let out = cairn(&repo, &["check"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("cairn config recover"));
+    // init does not take the directory for an empty one.
+    let out = cairn(&repo, &["init"]);
+    assert!(
+        !out.status.success(),
+        "init over a repository that lost its config"
+    );
+    assert!(!path.exists(), "init wrote a new cairn.toml");
     ok(&repo, &["config", "recover"]);
     assert_eq!(fs::read_to_string(&path).unwrap(), good);
 
