@@ -54,6 +54,10 @@
 //!    A container whose footer is damaged gives up every chunk its region
 //!    records name and that verifies ([`container::recover`]); garbage
 //!    collection rewrites every container recorded as damaged.
+//! 9. Locks are `parking_lot`'s, which do not poison: a panic under a lock
+//!    does not spread to later callers (`docs/engineering.md`). A dead I/O
+//!    thread is [`CasError::IoThreadDead`] for every writer and every reader
+//!    waiting on a pending chunk, never a panic or a hang.
 //!
 //! The container format and the compact index are written by hand because
 //! they are what makes cairn cairn (DDFS's container and short-fingerprint
@@ -150,6 +154,13 @@ pub enum CasError {
     BadLabel(String),
     #[error("no root named {0:?}")]
     NoSuchRoot(String),
+    /// The thread that makes containers durable died (a bug): what was
+    /// written since the last flush is not durable; restart cairn.
+    #[error(
+        "the chunk store's I/O thread stopped (a bug, see the log): new data cannot be made \
+         durable until cairn is restarted"
+    )]
+    IoThreadDead,
     #[error("a garbage collection is already running on this store")]
     CollectionRunning,
     #[error(transparent)]

@@ -11,12 +11,13 @@
 //! (or standard input or output) along with the request line as an
 //! `SCM_RIGHTS` message, and the daemon reads or writes it directly.
 
+use parking_lot::Mutex;
 use std::io::{BufRead, BufReader, IoSlice, IoSliceMut, Write};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -108,7 +109,7 @@ struct Client {
 
 impl Client {
     fn send(&self, r: &Reply) {
-        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = self.out.lock();
         if let Reply::Progress(_) = r {
             if out.1.is_some_and(|t| t.elapsed() < PROGRESS_EVERY) {
                 return;
@@ -125,7 +126,7 @@ impl Client {
     /// Whether the client still waits for the answer: a unix socket whose
     /// peer has closed fails the next write at once.
     fn waiting(&self) -> bool {
-        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = self.out.lock();
         if out.0.write_all(b"\n").is_err() {
             self.gone.store(true, Ordering::Relaxed);
         }

@@ -10,7 +10,8 @@
 //! writer past the limit, and everything that needs the extents (truncate,
 //! finalize, the commit's flush of the file's stream), waits for it first.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -48,9 +49,10 @@ impl Appliers {
 
 impl Inner {
     /// Waits until the file has no apply in flight.
-    pub(crate) fn settle<'a>(&self, f: MutexGuard<'a, FileState>) -> MutexGuard<'a, FileState> {
+    pub(crate) fn settle<'a>(&self, mut f: MutexGuard<'a, FileState>) -> MutexGuard<'a, FileState> {
         let settled = f.settled.clone();
-        settled.wait_while(f, |f| f.busy()).unwrap()
+        settled.wait_while(&mut f, |f| f.busy());
+        f
     }
 
     /// Locks a file's state once no apply is in flight for it.
@@ -58,7 +60,7 @@ impl Inner {
         &self,
         state: &'a Mutex<FileState>,
     ) -> MutexGuard<'a, FileState> {
-        self.settle(state.lock().unwrap())
+        self.settle(state.lock())
     }
 
     /// Hands the file's dirty runs to an applier thread (the file must have
@@ -85,7 +87,7 @@ impl Inner {
         let state = state.clone();
         let task = move || {
             let result = job.run(inner.params, &mut writer);
-            let mut f = state.lock().unwrap();
+            let mut f = state.lock();
             let before = f.held();
             match result {
                 Ok(done) => f.splice(done),

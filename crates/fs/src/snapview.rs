@@ -13,9 +13,10 @@
 //! mount's life (a few hundred bytes each), since the kernel may ask for
 //! its attributes at any time later.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cas::ChunkId;
 use meta::{Attr, DirEntry, FileKind, Inode, InodeId, MetaError, Timestamp};
@@ -72,7 +73,7 @@ impl Default for SnapView {
 
 impl SnapView {
     fn number(&self, name: &str) -> u64 {
-        let mut names = self.names.lock().unwrap();
+        let mut names = self.names.lock();
         match names.iter().position(|n| n == name) {
             Some(i) => i as u64 + 1,
             None => {
@@ -84,14 +85,13 @@ impl SnapView {
 
     fn remember(&self, ino: InodeId, entry: TreeEntry) -> Inode {
         let inode = as_inode(ino, &entry);
-        self.nodes.lock().unwrap().insert(ino, Arc::new(entry));
+        self.nodes.lock().insert(ino, Arc::new(entry));
         inode
     }
 
     fn node(&self, ino: InodeId) -> Result<Arc<TreeEntry>> {
         self.nodes
             .lock()
-            .unwrap()
             .get(&ino)
             .cloned()
             .ok_or(FsError::Meta(MetaError::NotFound))
@@ -136,11 +136,11 @@ impl Fs {
             return Err(MetaError::NotDir.into());
         };
         let view = &self.inner.snapshots;
-        if let Some(l) = view.listings.lock().unwrap().get(&root) {
+        if let Some(l) = view.listings.lock().get(&root) {
             return Ok(l.clone());
         }
         let entries = Arc::new(tree::read_listing(&self.inner.store, &root)?);
-        view.listings.lock().unwrap().put(root, entries.clone());
+        view.listings.lock().put(root, entries.clone());
         Ok(entries)
     }
 
@@ -229,7 +229,7 @@ impl Fs {
         match node.content {
             TreeContent::Dir(_) => Err(MetaError::IsDir.into()),
             TreeContent::Recipe(root) => {
-                let mut open = self.inner.snapshots.open.lock().unwrap();
+                let mut open = self.inner.snapshots.open.lock();
                 if let Some(slot) = open.get_mut(&ino) {
                     slot.1 += 1;
                 } else {
@@ -243,7 +243,7 @@ impl Fs {
     }
 
     pub(crate) fn snap_release(&self, ino: InodeId) {
-        let mut open = self.inner.snapshots.open.lock().unwrap();
+        let mut open = self.inner.snapshots.open.lock();
         if let Some(slot) = open.get_mut(&ino) {
             slot.1 -= 1;
             if slot.1 == 0 {
@@ -261,7 +261,7 @@ impl Fs {
         match &node.content {
             TreeContent::Inline(b) => Ok(b[offset as usize..end as usize].to_vec()),
             TreeContent::Recipe(root) => {
-                let recipe = match self.inner.snapshots.open.lock().unwrap().get(&ino) {
+                let recipe = match self.inner.snapshots.open.lock().get(&ino) {
                     Some((r, _)) => r.clone(),
                     None => Arc::new(Recipe::open(&self.inner.store, *root)?),
                 };
