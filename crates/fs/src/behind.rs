@@ -16,13 +16,20 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::file::FileState;
-use crate::{Inner, Result};
+use crate::{FsError, Inner, Result};
 
 type Task = Box<dyn FnOnce() + Send>;
 
 /// Threads that run applies. Two let one file's chunking overlap another's
 /// (each apply also hashes and compresses on every core).
 const APPLIERS: usize = 2;
+
+/// Applies waiting for a thread. Each holds one file's dirty runs (there is
+/// at most one apply per file in flight), so a full queue means that many
+/// files' data waits in memory: a writer past its limit then waits here,
+/// which is the back-pressure the dirty limits want, rather than queueing
+/// more. Eight per applier keeps both busy between a writer's turns.
+const APPLY_QUEUE: usize = 8 * APPLIERS;
 
 /// The applier threads; they end when this is dropped.
 pub(crate) struct Appliers {
@@ -31,7 +38,7 @@ pub(crate) struct Appliers {
 
 impl Appliers {
     pub(crate) fn start() -> Appliers {
-        let (tx, rx) = crossbeam_channel::unbounded::<Task>();
+        let (tx, rx) = crossbeam_channel::bounded::<Task>(APPLY_QUEUE);
         for i in 0..APPLIERS {
             let rx: Receiver<Task> = rx.clone();
             std::thread::Builder::new()
@@ -100,10 +107,13 @@ impl Inner {
             inner.account(before, f.held());
             f.settled.notify_all();
         };
-        self.appliers
-            .tx
-            .send(Box::new(task))
-            .expect("the appliers outlive the file system");
+        // Only a task that panicked in every applier closes the channel;
+        // then the runs go back to dirty, kept for the next writer.
+        if self.appliers.tx.send(Box::new(task)).is_err() {
+            f.abort();
+            tracing::error!("every write-behind thread is gone; writes are kept in memory");
+            return Err(FsError::WorkerGone("write-behind"));
+        }
         Ok(())
     }
 }

@@ -43,6 +43,10 @@
 //!   restore, marking) keeps the directories on its way down in an explicit
 //!   stack on the heap, bounded by the tree, never by the thread's stack
 //!   (see `docs/history.md`, "Walking a tree").
+//! - Background work is bounded: write-behind and policy migrations run on
+//!   fixed threads fed by bounded queues, `.snapshots` remembers a bounded
+//!   number of entries, and its inode numbers never wrap
+//!   (`docs/engineering.md`, "The bounds").
 //! - Locks are `parking_lot`'s, which do not poison: a panic under a lock
 //!   does not spread to later callers (`docs/engineering.md`).
 
@@ -54,6 +58,7 @@ mod cut;
 pub mod damage;
 mod file;
 pub mod history;
+mod migrate;
 mod posix;
 pub mod reach;
 pub mod retention;
@@ -162,6 +167,18 @@ pub enum FsError {
     /// not parse: `setfacl -b` removes it.
     #[error("inode {}: its stored ACL is damaged: {source}", ino.0)]
     DamagedAcl { ino: InodeId, source: acl::AclError },
+    /// A snapshot inode past the numbers a mount can give (see
+    /// [`snapview`]): a live inode at or above 2^40, or more snapshots
+    /// seen by one mount than the range holds.
+    #[error("inode {} of snapshot number {snapshot} has no inode number under .snapshots (remount to renumber)", ino.0)]
+    SnapshotInodeRange { snapshot: u64, ino: InodeId },
+    /// A `.snapshots` inode this mount no longer remembers (its entry was
+    /// evicted): the kernel looks the name up again.
+    #[error("inode {} under .snapshots is no longer known; look it up again", .0.0)]
+    Forgotten(InodeId),
+    /// A background worker of the file system is gone (it panicked).
+    #[error("the file system's {0} threads stopped (a bug, see the log)")]
+    WorkerGone(&'static str),
 }
 
 impl FsError {
@@ -188,7 +205,10 @@ impl FsError {
             FsError::ReadOnly => libc::EROFS,
             FsError::NotFoundNamed(_) => libc::ENOENT,
             FsError::Exists(_) => libc::EEXIST,
+            FsError::SnapshotInodeRange { .. } => libc::EOVERFLOW,
+            FsError::Forgotten(_) => libc::ESTALE,
             FsError::Store(_)
+            | FsError::WorkerGone(_)
             | FsError::Recipe(_)
             | FsError::Malformed(_)
             | FsError::DirectoryCycle(_)
@@ -239,6 +259,7 @@ struct Inner {
     recording: parking_lot::RwLock<()>,
     dirty_total: AtomicUsize,
     appliers: behind::Appliers,
+    migrators: migrate::Migrators,
     cache: Arc<ChunkCache>,
     fetcher: ahead::Fetcher,
     commit_lock: Mutex<()>,
@@ -332,6 +353,7 @@ impl Fs {
             recording: parking_lot::RwLock::new(()),
             dirty_total: AtomicUsize::new(0),
             appliers: behind::Appliers::start(),
+            migrators: migrate::Migrators::new(migrate::MIGRATORS, migrate::MIGRATE_QUEUE),
             commit_lock: Mutex::new(()),
             history: Mutex::new(()),
             clock: parking_lot::RwLock::new(Arc::new(SystemClock)),
@@ -945,15 +967,13 @@ impl Inner {
             writer.flush()?;
             Ok(())
         };
-        let spawned = std::thread::Builder::new()
-            .name("policy-migrate".into())
-            .spawn(move || {
-                if let Err(e) = run() {
-                    tracing::error!(file = %logged.describe(ino), error = %e, "re-storing a file under its new policy failed");
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::error!(file = %self.describe(ino), error = %e, "cannot start re-storing a file under its new policy");
+        let queued = self.migrators.submit(Box::new(move || {
+            if let Err(e) = run() {
+                tracing::error!(file = %logged.describe(ino), error = %e, "re-storing a file under its new policy failed");
+            }
+        }));
+        if queued.is_err() {
+            tracing::error!(file = %self.describe(ino), "cannot re-store a file under its new policy: no migration thread runs");
         }
     }
 
