@@ -103,8 +103,11 @@ impl LocalDir {
         }
         // SAFETY: statvfs returned 0, so it initialised the buffer.
         let st = unsafe { st.assume_init() };
-        let unit = st.f_frsize as u64;
-        Ok((st.f_blocks as u64 * unit, st.f_bavail as u64 * unit))
+        // statvfs's field types differ by target (32 bits on some): the
+        // casts are no-ops only here.
+        #[allow(clippy::unnecessary_cast)]
+        let (unit, blocks, avail) = (st.f_frsize as u64, st.f_blocks as u64, st.f_bavail as u64);
+        Ok((blocks * unit, avail * unit))
     }
 
     /// Stages each blob that fits above the reserve, in order; the others

@@ -249,7 +249,7 @@ impl Redundant {
             let member = self.member(id);
             let space = member.branch.space().map_err(|source| Error::Branch {
                 branch: member.name.clone(),
-                source,
+                source: Box::new(source),
             })?;
             spaces.push(space);
         }
