@@ -164,7 +164,10 @@ pub enum CasError {
     #[error("a garbage collection is already running on this store")]
     CollectionRunning,
     #[error(transparent)]
-    Redundancy(#[from] redundancy::Error),
+    /// Boxed, as every wrapped error below a layer's own: errors nest
+    /// (repo > fs > cas > redundancy), and each layer would otherwise
+    /// carry the sum of the sizes below it in every `Result`.
+    Redundancy(Box<redundancy::Error>),
     #[error(
         "policy {0} needs a redundancy layer; this repository stores on one plain \
          branch (configure [[branch]] entries in cairn.toml)"
@@ -175,6 +178,12 @@ pub enum CasError {
         container: ContainerId,
         reason: String,
     },
+}
+
+impl From<redundancy::Error> for CasError {
+    fn from(e: redundancy::Error) -> Self {
+        CasError::Redundancy(Box::new(e))
+    }
 }
 
 impl CasError {

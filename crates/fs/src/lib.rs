@@ -135,9 +135,11 @@ pub enum FsError {
     #[error(transparent)]
     Meta(#[from] MetaError),
     #[error(transparent)]
-    Store(#[from] CasError),
+    /// Boxed (as [`FsError::Recipe`]): errors nest, and a store error is
+    /// large and rare; a metadata error (a missing name) is common and small.
+    Store(Box<CasError>),
     #[error(transparent)]
-    Recipe(#[from] RecipeError),
+    Recipe(Box<RecipeError>),
     #[error("not a regular file")]
     NotFile,
     #[error("operation not supported")]
@@ -179,6 +181,18 @@ pub enum FsError {
     /// A background worker of the file system is gone (it panicked).
     #[error("the file system's {0} threads stopped (a bug, see the log)")]
     WorkerGone(&'static str),
+}
+
+impl From<CasError> for FsError {
+    fn from(e: CasError) -> Self {
+        FsError::Store(Box::new(e))
+    }
+}
+
+impl From<RecipeError> for FsError {
+    fn from(e: RecipeError) -> Self {
+        FsError::Recipe(Box::new(e))
+    }
 }
 
 impl FsError {
