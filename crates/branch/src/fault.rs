@@ -1,6 +1,7 @@
+use parking_lot::Mutex;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{BlobKey, Branch, BranchError, Result};
@@ -38,13 +39,13 @@ struct Control {
 impl FaultControl {
     /// Applies `fault` to every key.
     pub fn set(&self, fault: Fault) {
-        *self.0.mode.lock().unwrap() = (fault, None);
+        *self.0.mode.lock() = (fault, None);
     }
 
     /// Applies `fault` only to keys starting with `prefix`; the others are
     /// healthy.
     pub fn set_for_prefix(&self, fault: Fault, prefix: impl Into<String>) {
-        *self.0.mode.lock().unwrap() = (fault, Some(prefix.into()));
+        *self.0.mode.lock() = (fault, Some(prefix.into()));
     }
 
     pub fn heal(&self) {
@@ -69,7 +70,7 @@ impl FaultControl {
 
     /// The fault that applies to `key`.
     fn fault_for(&self, key: &str) -> Fault {
-        let mode = self.0.mode.lock().unwrap();
+        let mode = self.0.mode.lock();
         match &mode.1 {
             Some(prefix) if !key.starts_with(prefix.as_str()) => Fault::Healthy,
             _ => mode.0.clone(),
@@ -79,7 +80,7 @@ impl FaultControl {
     /// The fault that applies to a listing of `prefix`: the scope's, when
     /// the two prefixes can share a key.
     fn fault_for_listing(&self, prefix: &str) -> (Fault, Option<String>) {
-        let mode = self.0.mode.lock().unwrap();
+        let mode = self.0.mode.lock();
         match &mode.1 {
             Some(scope) if !(scope.starts_with(prefix) || prefix.starts_with(scope.as_str())) => {
                 (Fault::Healthy, None)

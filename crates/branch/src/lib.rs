@@ -18,6 +18,8 @@
 //! - `put` never replaces: a key already present gives [`BranchError::Exists`].
 //! - A short read is an error naming the blob, never silently fewer bytes.
 //! - Every error names the blob (or file) and the operation it is about.
+//! - Locks are `parking_lot`'s, which do not poison: a panic under a lock
+//!   does not spread to later callers (`docs/engineering.md`).
 //!
 //! S3 goes through the `object_store` crate rather than hand-written HTTP:
 //! request signing, retries with backoff, timeouts and the S3 error and

@@ -1,3 +1,4 @@
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -5,7 +6,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::aligned::AlignedBuf;
 use crate::{BlobKey, Branch, BranchError, Result, Space};
@@ -102,8 +103,11 @@ impl LocalDir {
         }
         // SAFETY: statvfs returned 0, so it initialised the buffer.
         let st = unsafe { st.assume_init() };
-        let unit = st.f_frsize as u64;
-        Ok((st.f_blocks as u64 * unit, st.f_bavail as u64 * unit))
+        // statvfs's field types differ by target (32 bits on some): the
+        // casts are no-ops only here.
+        #[allow(clippy::unnecessary_cast)]
+        let (unit, blocks, avail) = (st.f_frsize as u64, st.f_blocks as u64, st.f_bavail as u64);
+        Ok((blocks * unit, avail * unit))
     }
 
     /// Stages each blob that fits above the reserve, in order; the others
@@ -144,13 +148,13 @@ impl LocalDir {
     }
 
     fn handle(&self, key: &BlobKey) -> Result<Arc<File>> {
-        if let Some(f) = self.handles.lock().unwrap().get(key) {
+        if let Some(f) = self.handles.lock().get(key) {
             return Ok(f.clone());
         }
         let path = self.path(key);
         let file = File::open(&path).map_err(|e| self.not_found_or(key, "open", &path, e))?;
         let file = Arc::new(file);
-        let mut handles = self.handles.lock().unwrap();
+        let mut handles = self.handles.lock();
         if handles.len() >= MAX_HANDLES {
             handles.clear();
         }
@@ -232,7 +236,7 @@ impl LocalDir {
             }
             Err(e) => return Err(io_err("create", tmp)(e)),
         };
-        let mut bounce = self.bounce.lock().unwrap();
+        let mut bounce = self.bounce.lock();
         let padded = bounce.fill(data);
         f.write_all(padded).map_err(io_err("write", tmp))?;
         if padded.len() != data.len() {
@@ -465,7 +469,7 @@ impl Branch for LocalDir {
     }
 
     fn delete(&self, key: &BlobKey) -> Result<()> {
-        self.handles.lock().unwrap().remove(key);
+        self.handles.lock().remove(key);
         let path = self.path(key);
         match fs::remove_file(&path) {
             Ok(()) => Ok(()),

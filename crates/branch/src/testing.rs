@@ -5,6 +5,7 @@
 //! `branch = { workspace = true, features = ["testing"] }` in
 //! `[dev-dependencies]`.
 
+use parking_lot::Mutex;
 use std::fs::{self, File};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
@@ -12,7 +13,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::{BlobKey, Branch, BranchError, S3Config};
@@ -385,7 +386,7 @@ pub fn s3proxy_jar() -> PathBuf {
     // One fetch per process; the rename makes a concurrent fetch by another
     // test process harmless.
     static FETCH: Mutex<()> = Mutex::new(());
-    let _once = FETCH.lock().unwrap_or_else(|e| e.into_inner());
+    let _once = FETCH.lock();
     if !jar.is_file() {
         fetch_s3proxy(&cache, &jar);
     }

@@ -1,6 +1,7 @@
 //! The in-flight memory budget shared by every writer of a store.
 
-use std::sync::{Arc, Condvar, Mutex};
+use parking_lot::{Condvar, Mutex};
+use std::sync::Arc;
 
 /// A byte semaphore. Writers take permits for the buffers they fill and hold
 /// them until the data is durable, so a writer that outruns the disk blocks
@@ -27,15 +28,15 @@ impl Budget {
     }
 
     pub fn in_use(&self) -> usize {
-        *self.inner.0.lock().unwrap()
+        *self.inner.0.lock()
     }
 
     /// Blocks until `bytes` fit in the budget.
     pub fn acquire(&self, bytes: usize) -> Permit {
         let (lock, cv) = &*self.inner;
-        let mut used = lock.lock().unwrap();
+        let mut used = lock.lock();
         while *used > 0 && *used + bytes > self.limit {
-            used = cv.wait(used).unwrap();
+            cv.wait(&mut used);
         }
         *used += bytes;
         Permit {
@@ -48,7 +49,7 @@ impl Budget {
 impl Drop for Permit {
     fn drop(&mut self) {
         let (lock, cv) = &*self.budget.inner;
-        *lock.lock().unwrap() -= self.bytes;
+        *lock.lock() -= self.bytes;
         cv.notify_all();
     }
 }

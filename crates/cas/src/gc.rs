@@ -39,8 +39,8 @@
 //! Memory: the caller's mark set plus, per candidate container, a few words;
 //! one footer at a time.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 
 use bytes::Bytes;
 
@@ -149,7 +149,7 @@ impl Store {
     /// candidates are the containers indexed now. One at a time per store.
     pub fn begin_collection(&self) -> Result<Collection> {
         {
-            let mut retained = self.shared.retained.write().unwrap();
+            let mut retained = self.shared.retained.write();
             if retained.is_some() {
                 return Err(CasError::CollectionRunning);
             }
@@ -173,9 +173,9 @@ impl Collection {
     }
 
     fn is_retained(&self, id: &ChunkId) -> bool {
-        let retained = self.store.shared.retained.read().unwrap();
+        let retained = self.store.shared.retained.read();
         let set = retained.as_ref().expect("recording while collecting");
-        let hit = set.lock().unwrap().contains(id);
+        let hit = set.lock().contains(id);
         hit
     }
 
@@ -257,7 +257,7 @@ impl Collection {
             let protection = self.store.protection_of(container)?;
             self.relocate(&protection, &data, &ids, &mut report)?;
         }
-        self.prepared.lock().unwrap().insert(container, size);
+        self.prepared.lock().insert(container, size);
         Ok(Prepared::Copied(report))
     }
 
@@ -297,7 +297,7 @@ impl Collection {
             .branch
             .size(&container.blob_key())
             .unwrap_or(0);
-        self.prepared.lock().unwrap().insert(container, size);
+        self.prepared.lock().insert(container, size);
         Ok(report.copied_chunks)
     }
 
@@ -312,7 +312,7 @@ impl Collection {
     /// deletes their blobs (see the module doc for why this is safe while
     /// writers run).
     pub fn commit(&self) -> Result<Reclaimed> {
-        let prepared = std::mem::take(&mut *self.prepared.lock().unwrap());
+        let prepared = std::mem::take(&mut *self.prepared.lock());
         let mut report = Reclaimed::default();
         if prepared.is_empty() {
             return Ok(report);
@@ -327,7 +327,7 @@ impl Collection {
         let mut locked = false;
         loop {
             let retained = if locked {
-                Some(shared.retained.write().unwrap())
+                Some(shared.retained.write())
             } else {
                 None
             };
@@ -336,11 +336,11 @@ impl Collection {
                 let set = match &retained {
                     Some(w) => w.as_ref(),
                     None => {
-                        guard = shared.retained.read().unwrap();
+                        guard = shared.retained.read();
                         guard.as_ref()
                     }
                 };
-                let set = set.expect("recording while collecting").lock().unwrap();
+                let set = set.expect("recording while collecting").lock();
                 set.iter()
                     .filter(|id| !checked.contains(*id))
                     .copied()
@@ -402,7 +402,7 @@ impl Collection {
     }
 
     fn flush_copies(&self) -> Result<()> {
-        for stream in self.relocation.lock().unwrap().values_mut() {
+        for stream in self.relocation.lock().values_mut() {
             stream.flush()?;
         }
         Ok(())
@@ -418,7 +418,7 @@ impl Collection {
         ids: &[ChunkId],
         report: &mut Reclaimed,
     ) -> Result<()> {
-        let mut relocation = self.relocation.lock().unwrap();
+        let mut relocation = self.relocation.lock();
         let stream = relocation
             .entry(protection.clone())
             .or_insert_with(|| self.store.relocation_stream(protection.clone()));
@@ -485,7 +485,7 @@ impl Collection {
             .map(|(c, _)| c)
             .collect();
         let maybe: Vec<ContainerId> = {
-            let inflight = shared.inflight.lock().unwrap();
+            let inflight = shared.inflight.lock();
             listed
                 .into_iter()
                 .filter(|c| !before.contains(c) && !inflight.containers.contains_key(c))
@@ -514,6 +514,6 @@ impl Collection {
 
 impl Drop for Collection {
     fn drop(&mut self) {
-        *self.store.shared.retained.write().unwrap() = None;
+        *self.store.shared.retained.write() = None;
     }
 }

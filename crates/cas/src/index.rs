@@ -23,9 +23,9 @@
 //! named. It is kept apart so that losing or rebuilding the index never
 //! touches it.
 
+use parking_lot::RwLock;
 use std::collections::HashSet;
 use std::path::Path;
-use std::sync::RwLock;
 
 use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, StorageBackend, TableDefinition,
@@ -209,14 +209,14 @@ impl Index {
             let (k, _) = entry?;
             compact.insert(ChunkId::from_bytes(k.value()).short());
         }
-        *self.compact.write().unwrap() = compact;
+        *self.compact.write() = compact;
         Ok(())
     }
 
     /// The location of a stored chunk, asking the compact index first so that
     /// a new chunk costs no disk access.
     pub fn lookup(&self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
-        if !self.compact.read().unwrap().may_contain(id.short()) {
+        if !self.compact.read().may_contain(id.short()) {
             return Ok(None);
         }
         self.lookup_persistent(id)
@@ -226,7 +226,7 @@ impl Index {
     /// be damaged counts as absent, so the chunk is stored again.
     pub fn lookup_sound(&self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
         let found = self.lookup(id)?;
-        let damaged = self.damaged.read().unwrap();
+        let damaged = self.damaged.read();
         Ok(found.filter(|loc| !damaged.contains(&(loc.container, *id))))
     }
 
@@ -234,7 +234,7 @@ impl Index {
     pub fn lookup_many(&self, ids: &[ChunkId]) -> Result<Vec<Option<ChunkLocation>>> {
         let tx = self.db.begin_read()?;
         let table = tx.open_table(CHUNKS)?;
-        let compact = self.compact.read().unwrap();
+        let compact = self.compact.read();
         ids.iter()
             .map(|id| {
                 if !compact.may_contain(id.short()) {
@@ -262,7 +262,7 @@ impl Index {
         tx.set_durability(Durability::Immediate)
             .expect("no persistent savepoints are used");
         let mut added = Vec::new();
-        let damaged = self.damaged.read().unwrap();
+        let damaged = self.damaged.read();
         {
             let mut chunks = tx.open_table(CHUNKS)?;
             let mut containers = tx.open_table(CONTAINERS)?;
@@ -300,7 +300,7 @@ impl Index {
         }
         drop(damaged);
         tx.commit()?;
-        let mut compact = self.compact.write().unwrap();
+        let mut compact = self.compact.write();
         for fp in added {
             compact.insert(fp);
         }
@@ -369,7 +369,7 @@ impl Index {
             let (c, id) = k.value();
             damaged.insert((ContainerId(c), ChunkId::from_bytes(id)));
         }
-        *self.damaged.write().unwrap() = damaged;
+        *self.damaged.write() = damaged;
         Ok(())
     }
 
@@ -377,7 +377,7 @@ impl Index {
     /// verification, durably. Returns how many were not known before.
     pub fn mark_damaged_chunks(&self, copies: &[(ChunkId, ContainerId)]) -> Result<usize> {
         let fresh: Vec<(ChunkId, ContainerId)> = {
-            let damaged = self.damaged.read().unwrap();
+            let damaged = self.damaged.read();
             copies
                 .iter()
                 .filter(|(id, c)| !damaged.contains(&(*c, *id)))
@@ -395,7 +395,7 @@ impl Index {
             }
         }
         tx.commit()?;
-        let mut damaged = self.damaged.write().unwrap();
+        let mut damaged = self.damaged.write();
         for (id, c) in &fresh {
             damaged.insert((*c, *id));
         }
@@ -431,7 +431,7 @@ impl Index {
         for entry in tx.open_table(DAMAGED_CONTAINERS)?.iter()? {
             out.push(ContainerId(entry?.0.value()));
         }
-        out.extend(self.damaged.read().unwrap().iter().map(|(c, _)| *c));
+        out.extend(self.damaged.read().iter().map(|(c, _)| *c));
         out.sort();
         out.dedup();
         Ok(out)
@@ -500,10 +500,9 @@ impl Index {
                 .retain(|(c, _), _| !containers.contains(&ContainerId(c)))?;
         }
         tx.commit()?;
-        self.compact.write().unwrap().forget(removed);
+        self.compact.write().forget(removed);
         self.damaged
             .write()
-            .unwrap()
             .retain(|(c, _)| !containers.contains(c));
         Ok(removed)
     }
@@ -546,7 +545,7 @@ impl Index {
     }
 
     pub fn compact_ram_bytes(&self) -> (usize, f64) {
-        let c = self.compact.read().unwrap();
+        let c = self.compact.read();
         (c.ram_bytes(), c.bytes_per_chunk())
     }
 

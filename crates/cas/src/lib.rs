@@ -54,6 +54,10 @@
 //!    A container whose footer is damaged gives up every chunk its region
 //!    records name and that verifies ([`container::recover`]); garbage
 //!    collection rewrites every container recorded as damaged.
+//! 9. Locks are `parking_lot`'s, which do not poison: a panic under a lock
+//!    does not spread to later callers (`docs/engineering.md`). A dead I/O
+//!    thread is [`CasError::IoThreadDead`] for every writer and every reader
+//!    waiting on a pending chunk, never a panic or a hang.
 //!
 //! The container format and the compact index are written by hand because
 //! they are what makes cairn cairn (DDFS's container and short-fingerprint
@@ -150,10 +154,20 @@ pub enum CasError {
     BadLabel(String),
     #[error("no root named {0:?}")]
     NoSuchRoot(String),
+    /// The thread that makes containers durable died (a bug): what was
+    /// written since the last flush is not durable; restart cairn.
+    #[error(
+        "the chunk store's I/O thread stopped (a bug, see the log): new data cannot be made \
+         durable until cairn is restarted"
+    )]
+    IoThreadDead,
     #[error("a garbage collection is already running on this store")]
     CollectionRunning,
     #[error(transparent)]
-    Redundancy(#[from] redundancy::Error),
+    /// Boxed, as every wrapped error below a layer's own: errors nest
+    /// (repo > fs > cas > redundancy), and each layer would otherwise
+    /// carry the sum of the sizes below it in every `Result`.
+    Redundancy(Box<redundancy::Error>),
     #[error(
         "policy {0} needs a redundancy layer; this repository stores on one plain \
          branch (configure [[branch]] entries in cairn.toml)"
@@ -164,6 +178,12 @@ pub enum CasError {
         container: ContainerId,
         reason: String,
     },
+}
+
+impl From<redundancy::Error> for CasError {
+    fn from(e: redundancy::Error) -> Self {
+        CasError::Redundancy(Box::new(e))
+    }
 }
 
 impl CasError {

@@ -185,7 +185,7 @@ impl Store {
 
     /// Reads and verifies one chunk (also one whose container is still open).
     pub fn read_chunk(&self, id: &ChunkId) -> Result<Bytes> {
-        if let Some(data) = self.shared.unsealed.lock().unwrap().get(id) {
+        if let Some(data) = self.shared.unsealed.lock().get(id) {
             return Ok(Bytes::copy_from_slice(data));
         }
         moved_retry(|| {
@@ -231,7 +231,7 @@ impl Store {
         // A chunk of an open container is a slice of what its writer passed
         // in, which may be much larger.
         let open: Vec<Option<Bytes>> = {
-            let unsealed = self.shared.unsealed.lock().unwrap();
+            let unsealed = self.shared.unsealed.lock();
             ids.iter()
                 .map(|id| unsealed.get(id).map(|b| Bytes::copy_from_slice(b)))
                 .collect()

@@ -31,13 +31,13 @@ pub(crate) const RETRY_EVERY: Duration = Duration::from_secs(2);
 /// finds them in one or the other.
 pub(crate) fn park(shared: &Shared, sealed: &Sealed) {
     let chunks = decode_chunks(sealed);
-    shared.unsealed.lock().unwrap().extend(chunks);
+    shared.unsealed.lock().extend(chunks);
 }
 
 /// Forgets the in-memory copies of a parked container's chunks once it is
 /// durable and indexed (or has failed for good).
 pub(crate) fn unpark(shared: &Shared, sealed: &Sealed) {
-    let mut unsealed = shared.unsealed.lock().unwrap();
+    let mut unsealed = shared.unsealed.lock();
     for (id, _) in &sealed.entries {
         unsealed.remove(id);
     }

@@ -1,6 +1,7 @@
+use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use branch::Branch;
@@ -68,6 +69,9 @@ pub(crate) struct Inflight {
     /// Containers a full branch refused, kept to be written again (see
     /// [`crate::stall`]), with why. They stay in `containers`.
     pub parked: HashMap<ContainerId, String>,
+    /// The I/O thread panicked: nothing pending will become durable, so
+    /// every waiter gets [`CasError::IoThreadDead`] instead of waiting.
+    pub io_dead: bool,
 }
 
 /// Container buffers handed back by the I/O thread for the next container,
@@ -79,12 +83,12 @@ const POOLED_BUFFERS: usize = 4;
 
 impl BufferPool {
     pub fn take(&self, capacity: usize) -> Vec<u8> {
-        let reused = self.0.lock().unwrap().pop();
+        let reused = self.0.lock().pop();
         reused.unwrap_or_else(|| Vec::with_capacity(capacity))
     }
 
     fn give(&self, buf: Vec<u8>) {
-        let mut pool = self.0.lock().unwrap();
+        let mut pool = self.0.lock();
         if pool.len() < POOLED_BUFFERS {
             pool.push(buf);
         }
@@ -127,7 +131,7 @@ impl Shared {
     /// collection runs the hit is recorded, and the read lock orders it
     /// against the sweep's removal of index entries.
     pub(crate) fn dedup_lookup(&self, id: &ChunkId, want: &Policy) -> Result<bool> {
-        let retained = self.retained.read().unwrap();
+        let retained = self.retained.read();
         let hit = match self.index.lookup_sound(id)? {
             None => false,
             Some(_) if *want == Policy::Single => true,
@@ -135,7 +139,7 @@ impl Shared {
         };
         if hit {
             if let Some(set) = retained.as_ref() {
-                set.lock().unwrap().insert(*id);
+                set.lock().insert(*id);
             }
         }
         Ok(hit)
@@ -155,12 +159,28 @@ pub(crate) struct Io {
 }
 
 impl Io {
-    pub fn send(&self, job: IoJob) {
-        self.tx
-            .as_ref()
-            .expect("io channel lives as long as the store")
-            .send(job)
-            .expect("io thread outlives its senders");
+    /// Hands a sealed container to the I/O thread; an error once that
+    /// thread is dead (its receiver went with it).
+    pub fn send(&self, job: IoJob) -> Result<()> {
+        match &self.tx {
+            Some(tx) => tx.send(job).map_err(|_| CasError::IoThreadDead),
+            None => Err(CasError::IoThreadDead),
+        }
+    }
+}
+
+/// Marks the store's I/O thread dead if it unwinds, so that writers and
+/// readers waiting for pending containers get an error rather than wait
+/// for ever; the death is logged here, once.
+struct DeadOnPanic<'a>(&'a Shared);
+
+impl Drop for DeadOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::error!("the chunk store's I/O thread panicked: no container can be made durable until cairn restarts");
+            self.0.inflight.lock().io_dead = true;
+            self.0.inflight_cv.notify_all();
+        }
     }
 }
 
@@ -339,14 +359,14 @@ impl Store {
 
     /// The protection of streams that ask for none.
     pub fn default_protection(&self) -> Protection {
-        self.shared.default.read().unwrap().clone()
+        self.shared.default.read().clone()
     }
 
     /// Changes the protection of streams that ask for none (after the
     /// branches were reconfigured); streams already open keep theirs.
     pub fn set_default_protection(&self, protection: Protection) -> Result<()> {
         self.check_protection(&protection)?;
-        *self.shared.default.write().unwrap() = protection;
+        *self.shared.default.write() = protection;
         Ok(())
     }
 
@@ -403,7 +423,7 @@ impl Store {
     }
 
     pub(crate) fn allocate_container(&self) -> Result<ContainerId> {
-        let mut ids = self.shared.ids.lock().unwrap();
+        let mut ids = self.shared.ids.lock();
         if ids.0 == ids.1 {
             let first = self
                 .shared
@@ -431,7 +451,7 @@ impl Store {
     /// any is waiting for space: nothing that points at its chunks may be
     /// made durable, and new data should be refused, until it is stored.
     pub fn waiting_for_space(&self) -> Option<CasError> {
-        let inflight = self.shared.inflight.lock().unwrap();
+        let inflight = self.shared.inflight.lock();
         inflight
             .parked
             .iter()
@@ -441,14 +461,7 @@ impl Store {
 
     /// The containers waiting for space now.
     pub fn parked_containers(&self) -> Vec<ContainerId> {
-        self.shared
-            .inflight
-            .lock()
-            .unwrap()
-            .parked
-            .keys()
-            .copied()
-            .collect()
+        self.shared.inflight.lock().parked.keys().copied().collect()
     }
 
     /// Drops the containers of `among` still waiting for space that hold
@@ -462,7 +475,7 @@ impl Store {
         used: &dyn Fn(&ChunkId) -> bool,
     ) -> usize {
         let dropped: Vec<IoJob> = {
-            let mut jobs = self.shared.parked_jobs.lock().unwrap();
+            let mut jobs = self.shared.parked_jobs.lock();
             let (drop, keep) = std::mem::take(&mut *jobs).into_iter().partition(|j| {
                 among.contains(&j.sealed.id) && !j.sealed.entries.iter().any(|(id, _)| used(id))
             });
@@ -472,7 +485,7 @@ impl Store {
         for job in &dropped {
             stall::unpark(&self.shared, &job.sealed);
         }
-        let mut inflight = self.shared.inflight.lock().unwrap();
+        let mut inflight = self.shared.inflight.lock();
         for job in &dropped {
             inflight.parked.remove(&job.sealed.id);
             inflight.containers.remove(&job.sealed.id);
@@ -486,9 +499,12 @@ impl Store {
     /// Where a chunk is, waiting if its container is still being written.
     pub fn locate(&self, id: &ChunkId) -> Result<ChunkLocation> {
         {
-            let mut inflight = self.shared.inflight.lock().unwrap();
+            let mut inflight = self.shared.inflight.lock();
             while inflight.pending.contains_key(id) {
-                inflight = self.shared.inflight_cv.wait(inflight).unwrap();
+                if inflight.io_dead {
+                    return Err(CasError::IoThreadDead);
+                }
+                self.shared.inflight_cv.wait(&mut inflight);
             }
         }
         self.shared
@@ -500,9 +516,12 @@ impl Store {
     /// [`Store::locate`] of many chunks, with one index transaction.
     pub fn locate_many(&self, ids: &[ChunkId]) -> Result<Vec<ChunkLocation>> {
         {
-            let mut inflight = self.shared.inflight.lock().unwrap();
+            let mut inflight = self.shared.inflight.lock();
             while ids.iter().any(|id| inflight.pending.contains_key(id)) {
-                inflight = self.shared.inflight_cv.wait(inflight).unwrap();
+                if inflight.io_dead {
+                    return Err(CasError::IoThreadDead);
+                }
+                self.shared.inflight_cv.wait(&mut inflight);
             }
         }
         let found = self.shared.index.lookup_many(ids)?;
@@ -686,11 +705,14 @@ fn put_containers(shared: &Shared, jobs: &[IoJob]) -> Vec<std::result::Result<()
 }
 
 fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
+    // Declared after `rx`, so dropped before it: the store is marked dead
+    // before a sender can see the channel closed.
+    let _dead = DeadOnPanic(shared);
     // Containers a full branch refused, oldest first (in
     // `shared.parked_jobs` between rounds): tried again before anything
     // new, every `RETRY_EVERY` and whenever new work comes.
     loop {
-        let waiting = !shared.parked_jobs.lock().unwrap().is_empty();
+        let waiting = !shared.parked_jobs.lock().is_empty();
         let first = if !waiting {
             match rx.recv() {
                 Ok(job) => Some(job),
@@ -703,7 +725,7 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         };
-        let mut jobs = std::mem::take(&mut *shared.parked_jobs.lock().unwrap());
+        let mut jobs = std::mem::take(&mut *shared.parked_jobs.lock());
         let retried = jobs.len();
         jobs.extend(first);
         while jobs.len() < retried + MAX_CONTAINERS_PER_COMMIT {
@@ -733,7 +755,7 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
                 }
             }
         }
-        let mut inflight = shared.inflight.lock().unwrap();
+        let mut inflight = shared.inflight.lock();
         for (job, outcome) in jobs.iter().zip(&outcomes) {
             let id = job.sealed.id;
             let was_parked = inflight.parked.remove(&id).is_some();
@@ -770,7 +792,7 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
         }
         drop(inflight);
         shared.inflight_cv.notify_all();
-        let mut parked = shared.parked_jobs.lock().unwrap();
+        let mut parked = shared.parked_jobs.lock();
         for (job, outcome) in jobs.into_iter().zip(outcomes) {
             match outcome {
                 Outcome::Parked(_) => parked.push(job),
@@ -778,7 +800,7 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
             }
         }
     }
-    let parked = shared.parked_jobs.lock().unwrap();
+    let parked = shared.parked_jobs.lock();
     if !parked.is_empty() {
         tracing::error!(
             containers = parked.len(),

@@ -97,7 +97,7 @@ impl StreamWriter {
             self.stats.new_bytes += chunks[i].len() as u64;
             fresh.push(i);
         }
-        self.store.shared.unsealed.lock().unwrap().extend(unsealed);
+        self.store.shared.unsealed.lock().extend(unsealed);
         let regions = self.group_regions(chunks, &fresh);
         let compression = self.store.shared.settings.compression;
         let encoded: Vec<region::Encoded> = regions
@@ -136,7 +136,7 @@ impl StreamWriter {
         // Pending before the index: the I/O thread indexes a chunk before it
         // leaves `pending`, so this order never misses one in between.
         {
-            let inflight = self.store.shared.inflight.lock().unwrap();
+            let inflight = self.store.shared.inflight.lock();
             if let Some(c) = inflight.pending.get(id) {
                 let strong = inflight
                     .containers
@@ -210,7 +210,7 @@ impl StreamWriter {
         sealed.relocated = self.relocating;
         sealed.protection = self.protection.clone();
         {
-            let mut inflight = self.store.shared.inflight.lock().unwrap();
+            let mut inflight = self.store.shared.inflight.lock();
             for (id, _) in &sealed.entries {
                 inflight.pending.insert(*id, sealed.id);
                 self.open_ids.remove(id);
@@ -221,7 +221,7 @@ impl StreamWriter {
         }
         // Only now that the chunks are pending may they leave the unsealed
         // map: a reader always finds them in one or the other.
-        let mut unsealed = self.store.shared.unsealed.lock().unwrap();
+        let mut unsealed = self.store.shared.unsealed.lock();
         for (id, _) in &sealed.entries {
             unsealed.remove(id);
         }
@@ -231,8 +231,7 @@ impl StreamWriter {
         self.store.io.send(IoJob {
             sealed,
             _permit: permit,
-        });
-        Ok(())
+        })
     }
 
     /// Returns when every chunk this stream has written, or deduplicated
@@ -267,7 +266,7 @@ impl Durable {
     /// index, or names the first that failed.
     pub fn wait(self) -> Result<()> {
         let shared = &self.store.shared;
-        let mut inflight = shared.inflight.lock().unwrap();
+        let mut inflight = shared.inflight.lock();
         // A parked container is not waited for: it waits for space, which
         // only the caller's user can free.
         while self
@@ -275,7 +274,10 @@ impl Durable {
             .iter()
             .any(|c| inflight.containers.contains_key(c) && !inflight.parked.contains_key(c))
         {
-            inflight = shared.inflight_cv.wait(inflight).unwrap();
+            if inflight.io_dead {
+                return Err(CasError::IoThreadDead);
+            }
+            shared.inflight_cv.wait(&mut inflight);
         }
         let failure = self
             .containers
@@ -300,7 +302,7 @@ impl Drop for StreamWriter {
     /// chunks stop being readable.
     fn drop(&mut self) {
         if !self.open_ids.is_empty() {
-            let mut unsealed = self.store.shared.unsealed.lock().unwrap();
+            let mut unsealed = self.store.shared.unsealed.lock();
             for id in &self.open_ids {
                 unsealed.remove(id);
             }

@@ -11,12 +11,13 @@
 //! (or standard input or output) along with the request line as an
 //! `SCM_RIGHTS` message, and the daemon reads or writes it directly.
 
+use parking_lot::Mutex;
 use std::io::{BufRead, BufReader, IoSlice, IoSliceMut, Write};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -32,6 +33,12 @@ use crate::ops::{self, Progress, Request, Target};
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 /// The longest request line read (a cairn.toml travels in some).
 const REQUEST_MAX: usize = 1 << 20;
+/// Requests answered at once, each on its own thread. Commands are few and
+/// often long (scrub, gc, a `put` of a large file): 32 is more than a
+/// person or a script runs side by side, and bounds the daemon's threads
+/// and descriptors when a client loops connecting. Beyond it a request is
+/// refused with an error, never queued behind a scrub of unknown length.
+const CONNECTIONS_MAX: usize = 32;
 
 pub fn socket_path(repo: &Path) -> PathBuf {
     repo.join("run").join("control.sock")
@@ -77,13 +84,19 @@ pub fn serve(repo: &Path, served: Served) -> Result<Server> {
     let listener = UnixListener::bind(&path)
         .with_context(|| format!("cannot listen on the control socket {}", path.display()))?;
     let served = Arc::new(served);
+    let slots = Arc::new(Slots::new(CONNECTIONS_MAX));
     std::thread::Builder::new()
         .name("control".into())
         .spawn(move || {
             for conn in listener.incoming().flatten() {
+                let Some(slot) = slots.take() else {
+                    refuse(conn);
+                    continue;
+                };
                 let served = served.clone();
                 let root = root.clone();
-                std::thread::spawn(move || {
+                let spawned = std::thread::Builder::new().name("control-request".into()).spawn(move || {
+                    let _slot = slot;
                     let target = Target {
                         store: served.fs.store(),
                         fs: Some(&served.fs),
@@ -94,10 +107,58 @@ pub fn serve(repo: &Path, served: Served) -> Result<Server> {
                     };
                     let _ = answer(conn, &target);
                 });
+                if let Err(e) = spawned {
+                    tracing::error!(error = %e, "cannot start a thread to answer a control request");
+                }
             }
         })
         .context("cannot start the control thread")?;
     Ok(Server { path })
+}
+
+/// Connections being answered, at most `max`.
+struct Slots {
+    used: AtomicUsize,
+    max: usize,
+}
+
+/// One connection's place among the [`Slots`], given back on drop.
+struct Slot(Arc<Slots>);
+
+impl Slots {
+    fn new(max: usize) -> Slots {
+        Slots {
+            used: AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    fn take(self: &Arc<Self>) -> Option<Slot> {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(self.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.used.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Answers a connection beyond [`CONNECTIONS_MAX`] with an error, without
+/// reading its request (that could wait on the client).
+fn refuse(conn: UnixStream) {
+    let message = format!(
+        "the daemon is answering {CONNECTIONS_MAX} requests already; try again once one has finished"
+    );
+    tracing::warn!("{message}");
+    let mut line = serde_json::to_vec(&Reply::Error(message)).expect("a reply is plain data");
+    line.push(b'\n');
+    let _ = (&conn).write_all(&line);
 }
 
 /// The client's end of one request, as the daemon sees it.
@@ -108,7 +169,7 @@ struct Client {
 
 impl Client {
     fn send(&self, r: &Reply) {
-        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = self.out.lock();
         if let Reply::Progress(_) = r {
             if out.1.is_some_and(|t| t.elapsed() < PROGRESS_EVERY) {
                 return;
@@ -125,7 +186,7 @@ impl Client {
     /// Whether the client still waits for the answer: a unix socket whose
     /// peer has closed fails the next write at once.
     fn waiting(&self) -> bool {
-        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = self.out.lock();
         if out.0.write_all(b"\n").is_err() {
             self.gone.store(true, Ordering::Relaxed);
         }
@@ -236,9 +297,15 @@ pub fn call(
     };
     let mut line = serde_json::to_vec(req)?;
     line.push(b'\n');
-    send_request(&conn, &line, stream)?;
+    // A daemon at its limit answers without reading the request and may
+    // close first: its answer is still there to read after a failed send.
+    let sent = send_request(&conn, &line, stream);
     for line in BufReader::new(conn).lines() {
-        let line = line.context("reading the daemon's answer")?;
+        let line = match (line, &sent) {
+            (Ok(line), _) => line,
+            (Err(_), Err(_)) => break,
+            (Err(e), Ok(())) => return Err(e).context("reading the daemon's answer"),
+        };
         if line.is_empty() {
             continue;
         }
@@ -250,5 +317,21 @@ pub fn call(
             Reply::Error(e) => bail!("{e}"),
         }
     }
+    sent?;
     bail!("the daemon closed the control socket without an answer")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_bounded_and_given_back() {
+        let slots = Arc::new(Slots::new(2));
+        let a = slots.take().unwrap();
+        let _b = slots.take().unwrap();
+        assert!(slots.take().is_none());
+        drop(a);
+        assert!(slots.take().is_some());
+    }
 }

@@ -11,9 +11,10 @@
 //! file system through its control socket writes no file: the daemon logs
 //! what it did.
 
+use parking_lot::Mutex;
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use file_rotate::compression::Compression;
 use file_rotate::suffix::AppendCount;
@@ -103,14 +104,14 @@ impl Write for RepoLog {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match FILE.get() {
             // A panic while logging must not silence every later line.
-            Some(f) => f.lock().unwrap_or_else(|e| e.into_inner()).write(buf),
+            Some(f) => f.lock().write(buf),
             None => Ok(buf.len()),
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
         match FILE.get() {
-            Some(f) => f.lock().unwrap_or_else(|e| e.into_inner()).flush(),
+            Some(f) => f.lock().flush(),
             None => Ok(()),
         }
     }

@@ -1,6 +1,6 @@
 //! Progress bars, standard output and human-readable numbers.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -62,7 +62,7 @@ impl Steps {
         if known {
             self.pb.set_length(total);
         }
-        let mut bar = self.bar.lock().unwrap_or_else(|e| e.into_inner());
+        let mut bar = self.bar.lock();
         if *bar != Some(known) {
             let template = if known {
                 "{msg:>8} [{bar:30}] {pos}/{len}, eta {eta}"

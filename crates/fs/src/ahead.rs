@@ -10,8 +10,9 @@
 //! fetched, by read-ahead or by a reader, is *pending*: a reader that needs
 //! it waits for that fetch instead of reading it a second time.
 
+use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use cas::{ChunkId, Store};
@@ -102,11 +103,10 @@ impl Fetcher {
             .filter(|id| !got.contains_key(id))
             .collect();
         if !others.is_empty() {
-            let pending = shared.pending.lock().unwrap();
-            let pending = shared
+            let mut pending = shared.pending.lock();
+            shared
                 .fetched
-                .wait_while(pending, |p| others.iter().any(|id| p.contains(id)))
-                .unwrap();
+                .wait_while(&mut pending, |p| others.iter().any(|id| p.contains(id)));
             drop(pending);
             // Fetched by someone else: in the cache, unless that fetch failed
             // or the chunk was evicted already; then it is read here.
@@ -142,7 +142,7 @@ impl Shared {
     /// Marks the distinct ids that are neither cached nor pending as
     /// pending and returns them: the caller must fetch them.
     fn claim(&self, ids: &[ChunkId]) -> Vec<ChunkId> {
-        let mut pending = self.pending.lock().unwrap();
+        let mut pending = self.pending.lock();
         ids.iter()
             .filter(|id| !self.cache.contains(id) && pending.insert(**id))
             .copied()
@@ -158,7 +158,7 @@ impl Shared {
                 self.cache.put(*id, b.clone());
             }
         }
-        let mut pending = self.pending.lock().unwrap();
+        let mut pending = self.pending.lock();
         for id in ids {
             pending.remove(id);
         }

@@ -10,18 +10,26 @@
 //! writer past the limit, and everything that needs the extents (truncate,
 //! finalize, the commit's flush of the file's stream), waits for it first.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::file::FileState;
-use crate::{Inner, Result};
+use crate::{FsError, Inner, Result};
 
 type Task = Box<dyn FnOnce() + Send>;
 
 /// Threads that run applies. Two let one file's chunking overlap another's
 /// (each apply also hashes and compresses on every core).
 const APPLIERS: usize = 2;
+
+/// Applies waiting for a thread. Each holds one file's dirty runs (there is
+/// at most one apply per file in flight), so a full queue means that many
+/// files' data waits in memory: a writer past its limit then waits here,
+/// which is the back-pressure the dirty limits want, rather than queueing
+/// more. Eight per applier keeps both busy between a writer's turns.
+const APPLY_QUEUE: usize = 8 * APPLIERS;
 
 /// The applier threads; they end when this is dropped.
 pub(crate) struct Appliers {
@@ -30,7 +38,7 @@ pub(crate) struct Appliers {
 
 impl Appliers {
     pub(crate) fn start() -> Appliers {
-        let (tx, rx) = crossbeam_channel::unbounded::<Task>();
+        let (tx, rx) = crossbeam_channel::bounded::<Task>(APPLY_QUEUE);
         for i in 0..APPLIERS {
             let rx: Receiver<Task> = rx.clone();
             std::thread::Builder::new()
@@ -48,9 +56,10 @@ impl Appliers {
 
 impl Inner {
     /// Waits until the file has no apply in flight.
-    pub(crate) fn settle<'a>(&self, f: MutexGuard<'a, FileState>) -> MutexGuard<'a, FileState> {
+    pub(crate) fn settle<'a>(&self, mut f: MutexGuard<'a, FileState>) -> MutexGuard<'a, FileState> {
         let settled = f.settled.clone();
-        settled.wait_while(f, |f| f.busy()).unwrap()
+        settled.wait_while(&mut f, |f| f.busy());
+        f
     }
 
     /// Locks a file's state once no apply is in flight for it.
@@ -58,7 +67,7 @@ impl Inner {
         &self,
         state: &'a Mutex<FileState>,
     ) -> MutexGuard<'a, FileState> {
-        self.settle(state.lock().unwrap())
+        self.settle(state.lock())
     }
 
     /// Hands the file's dirty runs to an applier thread (the file must have
@@ -85,7 +94,7 @@ impl Inner {
         let state = state.clone();
         let task = move || {
             let result = job.run(inner.params, &mut writer);
-            let mut f = state.lock().unwrap();
+            let mut f = state.lock();
             let before = f.held();
             match result {
                 Ok(done) => f.splice(done),
@@ -98,10 +107,13 @@ impl Inner {
             inner.account(before, f.held());
             f.settled.notify_all();
         };
-        self.appliers
-            .tx
-            .send(Box::new(task))
-            .expect("the appliers outlive the file system");
+        // Only a task that panicked in every applier closes the channel;
+        // then the runs go back to dirty, kept for the next writer.
+        if self.appliers.tx.send(Box::new(task)).is_err() {
+            f.abort();
+            tracing::error!("every write-behind thread is gone; writes are kept in memory");
+            return Err(FsError::WorkerGone("write-behind"));
+        }
         Ok(())
     }
 }

@@ -13,7 +13,7 @@
 //! extent list (its fast range map), so streaming data cannot evict the
 //! metadata a read needs (HydraFS's concern behind its weighted LRU).
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 use bytes::Bytes;
 use cas::ChunkId;
@@ -49,18 +49,18 @@ impl ChunkCache {
     }
 
     pub fn get(&self, id: &ChunkId) -> Option<Bytes> {
-        self.inner.lock().unwrap().lru.get(id).cloned()
+        self.inner.lock().lru.get(id).cloned()
     }
 
     pub fn contains(&self, id: &ChunkId) -> bool {
-        self.inner.lock().unwrap().lru.contains(id)
+        self.inner.lock().lru.contains(id)
     }
 
     pub fn put(&self, id: ChunkId, data: Bytes) {
         if data.len() > self.capacity {
             return;
         }
-        let mut inner = self.inner.lock().unwrap();
+        let mut inner = self.inner.lock();
         inner.bytes += charge(&data);
         if let Some(old) = inner.lru.put(id, data) {
             inner.bytes -= charge(&old);
@@ -74,7 +74,7 @@ impl ChunkCache {
     }
 
     pub fn bytes(&self) -> usize {
-        self.inner.lock().unwrap().bytes
+        self.inner.lock().bytes
     }
 }
 

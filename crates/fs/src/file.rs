@@ -8,8 +8,9 @@
 //! spliced. Only the chunks around a change are rewritten; an overwrite in
 //! the middle of a 4 GiB file re-stores a few hundred KiB.
 
+use parking_lot::Condvar;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Condvar};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use cas::{ChunkId, Store, StreamWriter};

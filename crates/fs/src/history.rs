@@ -13,8 +13,8 @@
 //! mark phase: a version carries references from a view of the namespace to
 //! a root, and a collection must see them in one place or the other.
 
+use parking_lot::MutexGuard;
 use std::collections::{HashMap, HashSet};
-use std::sync::MutexGuard;
 
 use cas::{CasError, ChunkId};
 use meta::{Content, FileKind, Inode, InodeId, NewInode, SetAttr, Timestamp, XattrFlags};
@@ -114,7 +114,7 @@ impl Fs {
     /// Held while a version is written; garbage collection holds it while it
     /// marks.
     pub fn history_lock(&self) -> MutexGuard<'_, ()> {
-        self.inner.history.lock().unwrap()
+        self.inner.history.lock()
     }
 
     /// The versions, oldest first: (number, record id).
@@ -564,7 +564,7 @@ impl Fs {
     /// chunks it found already stored before the recording began are in
     /// none of the places marked until it is spliced in.
     pub fn mark_live(&self, set: &mut MarkSet) -> Result<()> {
-        let open: Vec<_> = self.inner.files.lock().unwrap().values().cloned().collect();
+        let open: Vec<_> = self.inner.files.lock().values().cloned().collect();
         for state in open {
             let f = self.inner.lock_settled(&state);
             set.chunks(f.extents.iter().map(|e| e.id));
@@ -616,7 +616,7 @@ impl Inner {
         self.sync_all()?;
         let view = self.meta.view()?;
         let mut writer = self.store.stream();
-        let created = self.clock.read().unwrap().now();
+        let created = self.clock.read().now();
         let out = tree::write_tree(view.as_ref(), &mut writer, self.params, created)?;
         writer.flush()?;
         // Files recorded between the sync above and the view: their data
@@ -644,7 +644,7 @@ impl Inner {
     /// the versions retention no longer keeps.
     pub(crate) fn write_version(&self) -> Result<VersionReport> {
         let started = std::time::Instant::now();
-        let _history = self.history.lock().unwrap();
+        let _history = self.history.lock();
         let (id, record, stats) = self.write_record()?;
         let versions = self.versions()?;
         let unchanged = match versions.last() {
@@ -696,7 +696,7 @@ impl Inner {
                     .ok(),
             })
             .collect();
-        let now = self.clock.read().unwrap().now().secs;
+        let now = self.clock.read().now().secs;
         let kept = self.settings.retention.kept(&dated, now);
         if kept.len() == versions.len() {
             return Ok(Vec::new());

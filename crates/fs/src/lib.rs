@@ -43,6 +43,12 @@
 //!   restore, marking) keeps the directories on its way down in an explicit
 //!   stack on the heap, bounded by the tree, never by the thread's stack
 //!   (see `docs/history.md`, "Walking a tree").
+//! - Background work is bounded: write-behind and policy migrations run on
+//!   fixed threads fed by bounded queues, `.snapshots` remembers a bounded
+//!   number of entries, and its inode numbers never wrap
+//!   (`docs/engineering.md`, "The bounds").
+//! - Locks are `parking_lot`'s, which do not poison: a panic under a lock
+//!   does not spread to later callers (`docs/engineering.md`).
 
 pub mod acl;
 mod ahead;
@@ -52,6 +58,7 @@ mod cut;
 pub mod damage;
 mod file;
 pub mod history;
+mod migrate;
 mod posix;
 pub mod reach;
 pub mod retention;
@@ -60,9 +67,10 @@ mod snapview;
 pub mod space;
 pub mod tree;
 
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -127,9 +135,11 @@ pub enum FsError {
     #[error(transparent)]
     Meta(#[from] MetaError),
     #[error(transparent)]
-    Store(#[from] CasError),
+    /// Boxed (as [`FsError::Recipe`]): errors nest, and a store error is
+    /// large and rare; a metadata error (a missing name) is common and small.
+    Store(Box<CasError>),
     #[error(transparent)]
-    Recipe(#[from] RecipeError),
+    Recipe(Box<RecipeError>),
     #[error("not a regular file")]
     NotFile,
     #[error("operation not supported")]
@@ -159,6 +169,30 @@ pub enum FsError {
     /// not parse: `setfacl -b` removes it.
     #[error("inode {}: its stored ACL is damaged: {source}", ino.0)]
     DamagedAcl { ino: InodeId, source: acl::AclError },
+    /// A snapshot inode past the numbers a mount can give (see
+    /// [`snapview`]): a live inode at or above 2^40, or more snapshots
+    /// seen by one mount than the range holds.
+    #[error("inode {} of snapshot number {snapshot} has no inode number under .snapshots (remount to renumber)", ino.0)]
+    SnapshotInodeRange { snapshot: u64, ino: InodeId },
+    /// A `.snapshots` inode this mount no longer remembers (its entry was
+    /// evicted): the kernel looks the name up again.
+    #[error("inode {} under .snapshots is no longer known; look it up again", .0.0)]
+    Forgotten(InodeId),
+    /// A background worker of the file system is gone (it panicked).
+    #[error("the file system's {0} threads stopped (a bug, see the log)")]
+    WorkerGone(&'static str),
+}
+
+impl From<CasError> for FsError {
+    fn from(e: CasError) -> Self {
+        FsError::Store(Box::new(e))
+    }
+}
+
+impl From<RecipeError> for FsError {
+    fn from(e: RecipeError) -> Self {
+        FsError::Recipe(Box::new(e))
+    }
 }
 
 impl FsError {
@@ -185,7 +219,10 @@ impl FsError {
             FsError::ReadOnly => libc::EROFS,
             FsError::NotFoundNamed(_) => libc::ENOENT,
             FsError::Exists(_) => libc::EEXIST,
+            FsError::SnapshotInodeRange { .. } => libc::EOVERFLOW,
+            FsError::Forgotten(_) => libc::ESTALE,
             FsError::Store(_)
+            | FsError::WorkerGone(_)
             | FsError::Recipe(_)
             | FsError::Malformed(_)
             | FsError::DirectoryCycle(_)
@@ -217,7 +254,7 @@ struct Inner {
     params: ChunkerParams,
     settings: FsSettings,
     /// Swapped whole when the branches are reconfigured while mounted.
-    rules: std::sync::RwLock<Rules>,
+    rules: parking_lot::RwLock<Rules>,
     /// The parent and name each inode was last reached by, so rules can
     /// match a path (the metadata engine keeps no parent pointers).
     names: Mutex<lru::LruCache<InodeId, (InodeId, Vec<u8>)>>,
@@ -233,16 +270,17 @@ struct Inner {
     /// then the metadata pointing at them), exclusively by a commit from
     /// its first flush to the metadata sync, so that everything the sync
     /// makes durable reaches only chunks that are durable already.
-    recording: std::sync::RwLock<()>,
+    recording: parking_lot::RwLock<()>,
     dirty_total: AtomicUsize,
     appliers: behind::Appliers,
+    migrators: migrate::Migrators,
     cache: Arc<ChunkCache>,
     fetcher: ahead::Fetcher,
     commit_lock: Mutex<()>,
     /// See [`history`]: versions and garbage collection's marking.
     history: Mutex<()>,
     /// The time versions are dated and judged by (see [`Fs::set_clock`]).
-    clock: std::sync::RwLock<Arc<dyn Clock>>,
+    clock: parking_lot::RwLock<Arc<dyn Clock>>,
     /// Whether retention said it holds back because the namespace is empty.
     empty_said: AtomicBool,
     /// Held while an inode's mode and the access ACL that must agree with
@@ -319,19 +357,20 @@ impl Fs {
             params,
             cache,
             settings,
-            rules: std::sync::RwLock::new(rules),
+            rules: parking_lot::RwLock::new(rules),
             names: Mutex::new(lru::LruCache::new(
                 std::num::NonZeroUsize::new(NAMES_KEPT).expect("nonzero"),
             )),
             files: Mutex::new(HashMap::new()),
             pending: Mutex::new(Vec::new()),
             small: Mutex::new(Vec::new()),
-            recording: std::sync::RwLock::new(()),
+            recording: parking_lot::RwLock::new(()),
             dirty_total: AtomicUsize::new(0),
             appliers: behind::Appliers::start(),
+            migrators: migrate::Migrators::new(migrate::MIGRATORS, migrate::MIGRATE_QUEUE),
             commit_lock: Mutex::new(()),
             history: Mutex::new(()),
-            clock: std::sync::RwLock::new(Arc::new(SystemClock)),
+            clock: parking_lot::RwLock::new(Arc::new(SystemClock)),
             empty_said: AtomicBool::new(false),
             modes: Mutex::new(()),
             snapshots: snapview::SnapView::default(),
@@ -362,7 +401,7 @@ impl Fs {
     /// Replaces the clock versions are dated and judged by (tests pass one
     /// they move by hand).
     pub fn set_clock(&self, clock: Arc<dyn Clock>) {
-        *self.inner.clock.write().unwrap() = clock;
+        *self.inner.clock.write() = clock;
     }
 
     /// Replaces the redundancy rules (and the store's default protection)
@@ -372,7 +411,7 @@ impl Fs {
         self.inner
             .store
             .set_default_protection(rules.default_protection().clone())?;
-        *self.inner.rules.write().unwrap() = rules;
+        *self.inner.rules.write() = rules;
         Ok(())
     }
 
@@ -414,7 +453,7 @@ impl Fs {
         }
         if let Some(size) = size {
             let state = self.inner.state(ino)?;
-            let _recording = self.inner.recording.read().unwrap();
+            let _recording = self.inner.recording.read();
             let mut f = self.inner.lock_settled(&state);
             let before = f.held();
             let inner = &self.inner;
@@ -603,7 +642,7 @@ impl Fs {
             return self.snap_open(ino);
         }
         let state = self.inner.state(ino)?;
-        state.lock().unwrap().handles += 1;
+        state.lock().handles += 1;
         Ok(())
     }
 
@@ -615,10 +654,10 @@ impl Fs {
             self.snap_release(ino);
             return Ok(());
         }
-        let Some(state) = self.inner.files.lock().unwrap().get(&ino).cloned() else {
+        let Some(state) = self.inner.files.lock().get(&ino).cloned() else {
             return Ok(());
         };
-        let recording = self.inner.recording.read().unwrap();
+        let recording = self.inner.recording.read();
         let mut f = self.inner.lock_settled(&state);
         f.handles = f.handles.saturating_sub(1);
         let wrote = f.changed;
@@ -637,7 +676,7 @@ impl Fs {
             return self.snap_read(ino, offset, len);
         }
         let state = self.inner.state(ino)?;
-        let mut f = state.lock().unwrap();
+        let mut f = state.lock();
         let ahead = self.inner.read_ahead(&mut f, offset, len);
         let plan = f.read_plan(offset, len as u64);
         // The chunks are fetched without the file's lock: the kernel's
@@ -663,7 +702,7 @@ impl Fs {
             return Err(e.into());
         }
         let state = self.inner.state(ino)?;
-        let mut f = state.lock().unwrap();
+        let mut f = state.lock();
         if let Some(e) = f.failed.take() {
             drop(f);
             self.inner.release_state(ino, state);
@@ -691,10 +730,10 @@ impl Fs {
     /// `flush` (on close of a descriptor): records the content, durable at
     /// the next commit.
     pub fn flush(&self, ino: InodeId) -> Result<()> {
-        let Some(state) = self.inner.files.lock().unwrap().get(&ino).cloned() else {
+        let Some(state) = self.inner.files.lock().get(&ino).cloned() else {
             return Ok(());
         };
-        let _recording = self.inner.recording.read().unwrap();
+        let _recording = self.inner.recording.read();
         let mut f = self.inner.lock_settled(&state);
         let wrote = f.changed;
         self.inner.finalize(&mut f)?;
@@ -780,9 +819,9 @@ impl Fs {
                 tracing::error!(error = %e, "writing a version of the file system at unmount failed");
             }
         }
-        *self.inner.stop.0.lock().unwrap() = true;
+        *self.inner.stop.0.lock() = true;
         self.inner.stop.1.notify_all();
-        if let Some(t) = self.committer.lock().unwrap().take() {
+        if let Some(t) = self.committer.lock().take() {
             let _ = t.join();
         }
         result
@@ -804,12 +843,12 @@ const MAX_DEPTH: usize = 256;
 
 impl Inner {
     fn remember(&self, ino: InodeId, parent: InodeId, name: &[u8]) {
-        self.names.lock().unwrap().put(ino, (parent, name.to_vec()));
+        self.names.lock().put(ino, (parent, name.to_vec()));
     }
 
     /// The path the inode was last reached by, relative to the root.
     fn path_of(&self, ino: InodeId) -> Option<String> {
-        let names = self.names.lock().unwrap();
+        let names = self.names.lock();
         let mut parts: Vec<&[u8]> = Vec::new();
         let mut at = ino;
         while at != InodeId::ROOT {
@@ -884,7 +923,7 @@ impl Inner {
             Some(p) => Some(p.trim_start_matches('/').to_string()),
             None => self.path_of(inode.id),
         };
-        Ok(self.rules.read().unwrap().choose(&FileFacts {
+        Ok(self.rules.read().choose(&FileFacts {
             path: known.as_deref(),
             size: inode.attr.size,
             uid: inode.attr.uid,
@@ -906,7 +945,7 @@ impl Inner {
     /// An idle shared stream for small files under `protection`; give it
     /// back with [`Inner::give_small`] before the recording lock is let go.
     fn take_small(&self, protection: Protection) -> Result<StreamWriter> {
-        let mut idle = self.small.lock().unwrap();
+        let mut idle = self.small.lock();
         match idle.iter().position(|w| *w.protection() == protection) {
             Some(i) => Ok(idle.swap_remove(i)),
             None => Ok(self.store.stream_with(protection)?),
@@ -914,7 +953,7 @@ impl Inner {
     }
 
     fn give_small(&self, w: StreamWriter) {
-        self.small.lock().unwrap().push(w);
+        self.small.lock().push(w);
     }
 
     /// Stores the chunks of a file's recipe again under `protection`, in
@@ -942,21 +981,19 @@ impl Inner {
             writer.flush()?;
             Ok(())
         };
-        let spawned = std::thread::Builder::new()
-            .name("policy-migrate".into())
-            .spawn(move || {
-                if let Err(e) = run() {
-                    tracing::error!(file = %logged.describe(ino), error = %e, "re-storing a file under its new policy failed");
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::error!(file = %self.describe(ino), error = %e, "cannot start re-storing a file under its new policy");
+        let queued = self.migrators.submit(Box::new(move || {
+            if let Err(e) = run() {
+                tracing::error!(file = %logged.describe(ino), error = %e, "re-storing a file under its new policy failed");
+            }
+        }));
+        if queued.is_err() {
+            tracing::error!(file = %self.describe(ino), "cannot re-store a file under its new policy: no migration thread runs");
         }
     }
 
     fn overlay(&self, inode: &mut Inode) {
-        if let Some(state) = self.files.lock().unwrap().get(&inode.id) {
-            let f = state.lock().unwrap();
+        if let Some(state) = self.files.lock().get(&inode.id) {
+            let f = state.lock();
             inode.attr.size = f.size;
             if let Some(t) = f.mtime {
                 inode.attr.mtime = t;
@@ -968,14 +1005,13 @@ impl Inner {
     fn is_open(&self, ino: InodeId) -> bool {
         self.files
             .lock()
-            .unwrap()
             .get(&ino)
-            .is_some_and(|s| s.lock().unwrap().handles > 0)
+            .is_some_and(|s| s.lock().handles > 0)
     }
 
     /// The open state of a regular file, loading its extents on first use.
     fn state(&self, ino: InodeId) -> Result<Arc<Mutex<FileState>>> {
-        if let Some(s) = self.files.lock().unwrap().get(&ino) {
+        if let Some(s) = self.files.lock().get(&ino) {
             return Ok(s.clone());
         }
         let inode = self.meta.get(ino)?;
@@ -993,7 +1029,7 @@ impl Inner {
             _ => Vec::new(),
         };
         let state = FileState::new(ino, inode.attr.size, inode.content.clone(), extents);
-        let mut files = self.files.lock().unwrap();
+        let mut files = self.files.lock();
         Ok(files
             .entry(ino)
             .or_insert_with(|| {
@@ -1008,8 +1044,8 @@ impl Inner {
     /// Forgets the state of a file nobody holds open and that has nothing
     /// left to record; deletes an orphan whose last handle closed.
     fn release_state(&self, ino: InodeId, state: Arc<Mutex<FileState>>) {
-        let mut files = self.files.lock().unwrap();
-        let f = state.lock().unwrap();
+        let mut files = self.files.lock();
+        let f = state.lock();
         if f.handles > 0 || f.changed || f.writer.is_some() || f.busy() {
             return;
         }
@@ -1110,7 +1146,7 @@ impl Inner {
                 // Sealed now, so a closed file holds no open container; the
                 // next commit waits for it to be durable.
                 w.seal()?;
-                self.pending.lock().unwrap().push(w);
+                self.pending.lock().push(w);
             }
         }
         Ok(())
@@ -1138,9 +1174,9 @@ impl Inner {
     /// Flushes every stream with new chunks, then syncs the metadata: data
     /// is always durable before the metadata that reaches it.
     fn commit(&self) -> Result<()> {
-        let _guard = self.commit_lock.lock().unwrap();
-        let _recording = self.recording.write().unwrap();
-        let pending: Vec<StreamWriter> = std::mem::take(&mut *self.pending.lock().unwrap());
+        let _guard = self.commit_lock.lock();
+        let _recording = self.recording.write();
+        let pending: Vec<StreamWriter> = std::mem::take(&mut *self.pending.lock());
         // Every stream is flushed even after one failed: each flush starts
         // its containers towards the disk.
         let mut first_error = None;
@@ -1150,13 +1186,12 @@ impl Inner {
             }
         }
         // No file is being recorded, so every shared stream is idle here.
-        for w in self.small.lock().unwrap().iter_mut() {
+        for w in self.small.lock().iter_mut() {
             if let Err(e) = w.flush() {
                 first_error.get_or_insert(e);
             }
         }
-        let open: Vec<Arc<Mutex<FileState>>> =
-            self.files.lock().unwrap().values().cloned().collect();
+        let open: Vec<Arc<Mutex<FileState>>> = self.files.lock().values().cloned().collect();
         // Open files' streams are sealed under their lock and waited for
         // without it, so a writer goes on while the disk drains.
         let mut waits = Vec::new();
@@ -1187,12 +1222,11 @@ impl Inner {
         let open: Vec<(InodeId, Arc<Mutex<FileState>>)> = self
             .files
             .lock()
-            .unwrap()
             .iter()
             .map(|(k, v)| (*k, v.clone()))
             .collect();
         for (ino, state) in open {
-            let recording = self.recording.read().unwrap();
+            let recording = self.recording.read();
             let mut f = self.lock_settled(&state);
             self.finalize(&mut f)?;
             drop(f);
@@ -1205,12 +1239,9 @@ impl Inner {
     fn commit_loop(&self) {
         let (lock, cv) = &self.stop;
         let mut last_version = std::time::Instant::now();
-        let mut stopped = lock.lock().unwrap();
+        let mut stopped = lock.lock();
         while !*stopped {
-            let (guard, _) = cv
-                .wait_timeout(stopped, self.settings.commit_interval)
-                .unwrap();
-            stopped = guard;
+            cv.wait_for(&mut stopped, self.settings.commit_interval);
             if *stopped {
                 break;
             }
@@ -1225,7 +1256,7 @@ impl Inner {
                     tracing::error!(error = %e, "writing a version of the file system failed");
                 }
             }
-            stopped = lock.lock().unwrap();
+            stopped = lock.lock();
         }
     }
 

@@ -94,7 +94,7 @@ impl Inner {
         changes: &SetAttr,
         t: Timestamp,
     ) -> Result<Inode> {
-        let _modes = self.modes.lock().unwrap();
+        let _modes = self.modes.lock();
         let mut changes = changes.clone();
         if changes.uid.is_some() || changes.gid.is_some() {
             let cur = self.meta.get(ino)?;
@@ -159,7 +159,7 @@ impl Inner {
         caller: &Caller,
     ) -> Result<()> {
         let acl = Acl::parse(value)?;
-        let _modes = self.modes.lock().unwrap();
+        let _modes = self.modes.lock();
         let inode = self.meta.get(ino)?;
         // Only whether one is there: a damaged one is replaced.
         let exists = match self.meta.get_xattr(ino, name) {
@@ -200,7 +200,7 @@ impl Inner {
     /// Removes an ACL; the mode stays. An inode without one is left as it
     /// is, with success, as on ext4.
     pub(crate) fn remove_acl(&self, ino: InodeId, name: &[u8]) -> Result<()> {
-        let _modes = self.modes.lock().unwrap();
+        let _modes = self.modes.lock();
         match self.meta.remove_xattr(ino, name, now()) {
             Ok(()) | Err(MetaError::NoXattr) => Ok(()),
             Err(e) => Err(e.into()),

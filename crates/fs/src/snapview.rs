@@ -5,17 +5,21 @@
 //! the inode `i` of the `k`-th snapshot seen by this mount is
 //! `SNAP_BASE + k * 2^40 + i`, so hard links inside a snapshot keep sharing
 //! a number. (Live inode numbers stay below 2^40 for that; a repository
-//! would need a trillion files to reach it.) `.snapshots` is hidden from the
-//! root's listing but found by name; every change under it fails with EROFS.
+//! would need a trillion files to reach it.) A number outside that range
+//! is [`FsError::SnapshotInodeRange`], never a wrapped inode number.
+//! `.snapshots` is hidden from the root's listing but found by name; every
+//! change under it fails with EROFS.
 //!
 //! Entries are served from the stored listings, read on demand and kept in
-//! a small LRU; an entry seen by a lookup or a listing stays known for the
-//! mount's life (a few hundred bytes each), since the kernel may ask for
-//! its attributes at any time later.
+//! a small LRU; an entry seen by a lookup or a listing stays known while it
+//! is among the [`NODES_KNOWN`] most recently used, or open. One the kernel
+//! asks for after that is [`FsError::Forgotten`] (ESTALE), and the kernel
+//! looks its name up again.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cas::ChunkId;
 use meta::{Attr, DirEntry, FileKind, Inode, InodeId, MetaError, Timestamp};
@@ -30,7 +34,16 @@ pub const SNAP_BASE: u64 = 1 << 60;
 pub const SNAPSHOTS_DIR: &[u8] = b".snapshots";
 const SNAPS: InodeId = InodeId(SNAP_BASE);
 const SPAN_BITS: u32 = 40;
+/// Snapshots one mount can number: `SNAP_BASE + k * 2^40` must stay below
+/// 2^64, so `k` below 2^24 - 2^20 (about 15 million: names are only
+/// numbered when looked up or listed).
+const SNAPSHOT_NUMBERS: u64 = (u64::MAX - SNAP_BASE) >> SPAN_BITS;
 const LISTINGS_CACHED: usize = 256;
+/// Entries remembered for the kernel. Each is a few hundred bytes (a small
+/// file's content is inline, up to the inline limit), so this holds tens of
+/// MiB at most, yet more entries than the kernel keeps cached for a walk
+/// of a tree: an evicted one it still asks for is rare and recoverable.
+pub const NODES_KNOWN: usize = 1 << 17;
 
 pub fn is_virtual(ino: InodeId) -> bool {
     ino.0 >= SNAP_BASE
@@ -41,8 +54,15 @@ pub fn is_snapshots_name(parent: InodeId, name: &[u8]) -> bool {
     parent == InodeId::ROOT && name == SNAPSHOTS_DIR
 }
 
-fn vino(k: u64, orig: InodeId) -> InodeId {
-    InodeId(SNAP_BASE + (k << SPAN_BITS) + orig.0)
+/// The number of inode `orig` of the `k`-th snapshot.
+fn vino(k: u64, orig: InodeId) -> Result<InodeId> {
+    if k == 0 || k >= SNAPSHOT_NUMBERS || orig.0 >> SPAN_BITS != 0 {
+        return Err(FsError::SnapshotInodeRange {
+            snapshot: k,
+            ino: orig,
+        });
+    }
+    Ok(InodeId(SNAP_BASE + (k << SPAN_BITS) + orig.0))
 }
 
 fn snapshot_of(ino: InodeId) -> u64 {
@@ -52,16 +72,25 @@ fn snapshot_of(ino: InodeId) -> u64 {
 pub(crate) struct SnapView {
     /// Snapshot names by their number `k` (from 1) in this mount.
     names: Mutex<Vec<String>>,
-    nodes: Mutex<HashMap<InodeId, Arc<TreeEntry>>>,
+    nodes: Mutex<lru::LruCache<InodeId, Arc<TreeEntry>>>,
     listings: Mutex<lru::LruCache<ChunkId, Arc<Vec<TreeEntry>>>>,
-    open: Mutex<HashMap<InodeId, (Arc<Recipe>, u32)>>,
+    /// Open files with their entries, so an open file is never forgotten.
+    open: Mutex<HashMap<InodeId, Open>>,
+}
+
+struct Open {
+    entry: Arc<TreeEntry>,
+    recipe: Option<Arc<Recipe>>,
+    handles: u32,
 }
 
 impl Default for SnapView {
     fn default() -> Self {
         SnapView {
             names: Mutex::new(Vec::new()),
-            nodes: Mutex::new(HashMap::new()),
+            nodes: Mutex::new(lru::LruCache::new(
+                NonZeroUsize::new(NODES_KNOWN).expect("nonzero"),
+            )),
             listings: Mutex::new(lru::LruCache::new(
                 NonZeroUsize::new(LISTINGS_CACHED).expect("nonzero"),
             )),
@@ -71,30 +100,39 @@ impl Default for SnapView {
 }
 
 impl SnapView {
-    fn number(&self, name: &str) -> u64 {
-        let mut names = self.names.lock().unwrap();
+    /// The number of snapshot `name` in this mount, from 1; past
+    /// [`SNAPSHOT_NUMBERS`] names, [`FsError::SnapshotInodeRange`].
+    fn number(&self, name: &str) -> Result<u64> {
+        let mut names = self.names.lock();
         match names.iter().position(|n| n == name) {
-            Some(i) => i as u64 + 1,
+            Some(i) => Ok(i as u64 + 1),
+            None if names.len() as u64 + 1 >= SNAPSHOT_NUMBERS => {
+                Err(FsError::SnapshotInodeRange {
+                    snapshot: names.len() as u64 + 1,
+                    ino: InodeId::ROOT,
+                })
+            }
             None => {
                 names.push(name.to_string());
-                names.len() as u64
+                Ok(names.len() as u64)
             }
         }
     }
 
     fn remember(&self, ino: InodeId, entry: TreeEntry) -> Inode {
         let inode = as_inode(ino, &entry);
-        self.nodes.lock().unwrap().insert(ino, Arc::new(entry));
+        self.nodes.lock().put(ino, Arc::new(entry));
         inode
     }
 
     fn node(&self, ino: InodeId) -> Result<Arc<TreeEntry>> {
-        self.nodes
-            .lock()
-            .unwrap()
-            .get(&ino)
-            .cloned()
-            .ok_or(FsError::Meta(MetaError::NotFound))
+        if let Some(e) = self.nodes.lock().get(&ino) {
+            return Ok(e.clone());
+        }
+        match self.open.lock().get(&ino) {
+            Some(o) => Ok(o.entry.clone()),
+            None => Err(FsError::Forgotten(ino)),
+        }
     }
 }
 
@@ -136,11 +174,11 @@ impl Fs {
             return Err(MetaError::NotDir.into());
         };
         let view = &self.inner.snapshots;
-        if let Some(l) = view.listings.lock().unwrap().get(&root) {
+        if let Some(l) = view.listings.lock().get(&root) {
             return Ok(l.clone());
         }
         let entries = Arc::new(tree::read_listing(&self.inner.store, &root)?);
-        view.listings.lock().unwrap().put(root, entries.clone());
+        view.listings.lock().put(root, entries.clone());
         Ok(entries)
     }
 
@@ -153,7 +191,7 @@ impl Fs {
             .map_err(|_| MetaError::NotFound)?;
         let record = tree::read_record(&self.inner.store, &id)?;
         let view = &self.inner.snapshots;
-        let ino = vino(view.number(name), InodeId::ROOT);
+        let ino = vino(view.number(name)?, InodeId::ROOT)?;
         Ok(view.remember(ino, record.root))
     }
 
@@ -174,7 +212,7 @@ impl Fs {
             .binary_search_by(|e| e.name.as_slice().cmp(name))
             .map_err(|_| MetaError::NotFound)?;
         let e = entries[i].clone();
-        let ino = vino(snapshot_of(parent), e.ino);
+        let ino = vino(snapshot_of(parent), e.ino)?;
         Ok(self.inner.snapshots.remember(ino, e))
     }
 
@@ -196,10 +234,10 @@ impl Fs {
                 .collect();
             names.sort();
             for name in names.into_iter().filter(|n| past(n.as_bytes())).take(limit) {
-                let k = self.inner.snapshots.number(&name);
+                let k = self.inner.snapshots.number(&name)?;
                 out.push(DirEntry {
                     name: name.into_bytes(),
-                    ino: vino(k, InodeId::ROOT),
+                    ino: vino(k, InodeId::ROOT)?,
                     kind: FileKind::Dir,
                 });
             }
@@ -213,7 +251,7 @@ impl Fs {
             .filter(|e| past(&e.name))
             .take(limit)
         {
-            let ino = vino(k, e.ino);
+            let ino = vino(k, e.ino)?;
             out.push(DirEntry {
                 name: e.name.clone(),
                 ino,
@@ -229,24 +267,41 @@ impl Fs {
         match node.content {
             TreeContent::Dir(_) => Err(MetaError::IsDir.into()),
             TreeContent::Recipe(root) => {
-                let mut open = self.inner.snapshots.open.lock().unwrap();
+                let mut open = self.inner.snapshots.open.lock();
                 if let Some(slot) = open.get_mut(&ino) {
-                    slot.1 += 1;
+                    slot.handles += 1;
                 } else {
                     let recipe = Arc::new(Recipe::open(&self.inner.store, root)?);
-                    open.insert(ino, (recipe, 1));
+                    open.insert(
+                        ino,
+                        Open {
+                            entry: node,
+                            recipe: Some(recipe),
+                            handles: 1,
+                        },
+                    );
                 }
                 Ok(())
             }
-            _ => Ok(()),
+            _ => {
+                let mut open = self.inner.snapshots.open.lock();
+                open.entry(ino)
+                    .or_insert(Open {
+                        entry: node,
+                        recipe: None,
+                        handles: 0,
+                    })
+                    .handles += 1;
+                Ok(())
+            }
         }
     }
 
     pub(crate) fn snap_release(&self, ino: InodeId) {
-        let mut open = self.inner.snapshots.open.lock().unwrap();
+        let mut open = self.inner.snapshots.open.lock();
         if let Some(slot) = open.get_mut(&ino) {
-            slot.1 -= 1;
-            if slot.1 == 0 {
+            slot.handles -= 1;
+            if slot.handles == 0 {
                 open.remove(&ino);
             }
         }
@@ -261,8 +316,15 @@ impl Fs {
         match &node.content {
             TreeContent::Inline(b) => Ok(b[offset as usize..end as usize].to_vec()),
             TreeContent::Recipe(root) => {
-                let recipe = match self.inner.snapshots.open.lock().unwrap().get(&ino) {
-                    Some((r, _)) => r.clone(),
+                let opened = self
+                    .inner
+                    .snapshots
+                    .open
+                    .lock()
+                    .get(&ino)
+                    .and_then(|o| o.recipe.clone());
+                let recipe = match opened {
+                    Some(r) => r,
                     None => Arc::new(Recipe::open(&self.inner.store, *root)?),
                 };
                 Ok(recipe.read_at(offset, end - offset)?)
@@ -295,5 +357,73 @@ impl Fs {
             return Ok(Vec::new());
         }
         Ok(self.inner.snapshots.node(ino)?.xattrs.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(ino: u64) -> TreeEntry {
+        let t = Timestamp::default();
+        TreeEntry {
+            name: format!("f{ino}").into_bytes(),
+            ino: InodeId(ino),
+            attr: Attr {
+                kind: FileKind::File,
+                perm: 0o644,
+                uid: 0,
+                gid: 0,
+                size: 0,
+                nlink: 1,
+                rdev: 0,
+                atime: t,
+                mtime: t,
+                ctime: t,
+                crtime: t,
+            },
+            content: TreeContent::Empty,
+            xattrs: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn snapshot_inode_numbers_never_wrap() {
+        let last = vino(SNAPSHOT_NUMBERS - 1, InodeId((1 << SPAN_BITS) - 1)).unwrap();
+        assert!(is_virtual(last));
+        assert_eq!(snapshot_of(last), SNAPSHOT_NUMBERS - 1);
+        assert!(matches!(
+            vino(SNAPSHOT_NUMBERS, InodeId::ROOT),
+            Err(FsError::SnapshotInodeRange { .. })
+        ));
+        assert!(matches!(
+            vino(1, InodeId(1 << SPAN_BITS)),
+            Err(FsError::SnapshotInodeRange { .. })
+        ));
+        assert!(vino(0, InodeId::ROOT).is_err(), "0 is .snapshots itself");
+    }
+
+    #[test]
+    fn remembered_entries_are_bounded_and_open_ones_are_kept() {
+        let view = SnapView::default();
+        let first = vino(1, InodeId(2)).unwrap();
+        view.remember(first, entry(2));
+        let open = vino(1, InodeId(3)).unwrap();
+        view.remember(open, entry(3));
+        view.open.lock().insert(
+            open,
+            Open {
+                entry: view.node(open).unwrap(),
+                recipe: None,
+                handles: 1,
+            },
+        );
+        for i in 0..NODES_KNOWN as u64 {
+            view.remember(vino(1, InodeId(10 + i)).unwrap(), entry(10 + i));
+        }
+        assert_eq!(view.nodes.lock().len(), NODES_KNOWN);
+        assert!(matches!(view.node(first), Err(FsError::Forgotten(_))));
+        assert_eq!(view.node(open).unwrap().ino, InodeId(3));
+        assert_eq!(FsError::Forgotten(first).errno(), libc::ESTALE);
     }
 }

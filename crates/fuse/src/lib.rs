@@ -34,7 +34,10 @@
 //! - When the session ends (unmount from inside or outside) every open
 //!   file's content is recorded and made durable ([`fs::Fs::sync_all`])
 //!   before [`Mounted::unmount`] or [`Mounted::wait`] return.
+//! - Locks are `parking_lot`'s, which do not poison: a panic under a lock
+//!   does not spread to later callers (`docs/engineering.md`).
 
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
 use std::io;
@@ -43,7 +46,7 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fs::{Caller, Fs, FsError};
@@ -487,28 +490,26 @@ impl Mounted {
     /// Whether the session has ended: the kernel unmounted the file system
     /// (`fusermount3 -u`, `umount`) and its data was made durable.
     pub fn is_ended(&self) -> bool {
-        self.shared.state.lock().unwrap().ended
+        self.shared.state.lock().ended
     }
 
     /// Blocks until the session ends: until someone unmounts the file
     /// system from outside and its data has been made durable. Call
     /// [`Mounted::unmount`] afterwards to collect the outcome.
     pub fn wait(&self) {
-        let mut state = self.shared.state.lock().unwrap();
+        let mut state = self.shared.state.lock();
         while !state.ended {
-            state = self.shared.ended.wait(state).unwrap();
+            self.shared.ended.wait(&mut state);
         }
     }
 
     /// Like [`Mounted::wait`], giving up after `timeout`; true if the
     /// session ended.
     pub fn wait_timeout(&self, timeout: Duration) -> bool {
-        let state = self.shared.state.lock().unwrap();
-        let (state, _) = self
-            .shared
+        let mut state = self.shared.state.lock();
+        self.shared
             .ended
-            .wait_timeout_while(state, timeout, |s| !s.ended)
-            .unwrap();
+            .wait_while_for(&mut state, |s| !s.ended, timeout);
         state.ended
     }
 
@@ -561,7 +562,7 @@ impl Mounted {
             path: path.clone(),
             source,
         })?;
-        match self.shared.state.lock().unwrap().sync_error.take() {
+        match self.shared.state.lock().sync_error.take() {
             Some(source) => Err(FuseError::Sync {
                 path,
                 source: Box::new(source),
@@ -601,7 +602,7 @@ impl Unmounter {
     /// Unmounts (not lazily): `Busy` if something still uses the mount,
     /// which then stays mounted. Ok if it is unmounted already.
     pub fn unmount(&self) -> Result<(), FuseError> {
-        if self.shared.state.lock().unwrap().ended {
+        if self.shared.state.lock().ended {
             return Ok(());
         }
         match unmount_path(&self.mountpoint, false) {
@@ -916,7 +917,7 @@ impl CairnFs {
 
     fn note_parent(&self, inode: &meta::Inode, parent: InodeId) {
         if inode.attr.kind == FileKind::Dir {
-            self.parents.lock().unwrap().insert(inode.id, parent);
+            self.parents.lock().insert(inode.id, parent);
         }
     }
 
@@ -924,12 +925,7 @@ impl CairnFs {
         if dir == InodeId::ROOT {
             return dir;
         }
-        self.parents
-            .lock()
-            .unwrap()
-            .get(&dir)
-            .copied()
-            .unwrap_or(dir)
+        self.parents.lock().get(&dir).copied().unwrap_or(dir)
     }
 
     /// A new inode's description: owned by the caller, with the mode it
@@ -1006,7 +1002,7 @@ impl CairnFs {
     }
 
     fn dir_handle(&self, fh: FileHandle) -> Option<Arc<DirHandle>> {
-        self.dirs.lock().unwrap().get(&fh.0).cloned()
+        self.dirs.lock().get(&fh.0).cloned()
     }
 
     fn rewind(&self, h: &DirHandle, l: &mut DirListing) {
@@ -1055,7 +1051,7 @@ impl CairnFs {
     }
 
     fn finish_session(&self, sync: Option<Result<(), FsError>>) {
-        let mut state = self.shared.state.lock().unwrap();
+        let mut state = self.shared.state.lock();
         if let Some(Err(e)) = sync {
             state.sync_error = Some(e);
         }
@@ -1509,9 +1505,9 @@ impl Filesystem for CairnFs {
                 complete: false,
             }),
         };
-        self.rewind(&h, &mut h.listing.lock().unwrap());
+        self.rewind(&h, &mut h.listing.lock());
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.dirs.lock().unwrap().insert(fh, Arc::new(h));
+        self.dirs.lock().insert(fh, Arc::new(h));
         reply.opened(FileHandle(fh), FopenFlags::empty());
     }
 
@@ -1526,7 +1522,7 @@ impl Filesystem for CairnFs {
         let Some(h) = self.dir_handle(fh) else {
             return reply.error(Errno::EBADF);
         };
-        let mut l = h.listing.lock().unwrap();
+        let mut l = h.listing.lock();
         if offset == 0 {
             self.rewind(&h, &mut l);
         }
@@ -1558,7 +1554,7 @@ impl Filesystem for CairnFs {
         let Some(h) = self.dir_handle(fh) else {
             return reply.error(Errno::EBADF);
         };
-        let mut l = h.listing.lock().unwrap();
+        let mut l = h.listing.lock();
         if offset == 0 {
             self.rewind(&h, &mut l);
         }
@@ -1615,7 +1611,7 @@ impl Filesystem for CairnFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.dirs.lock().unwrap().remove(&fh.0);
+        self.dirs.lock().remove(&fh.0);
         reply.ok();
     }
 

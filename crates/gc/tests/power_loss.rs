@@ -229,7 +229,10 @@ fn observe(fs: &Fs, branch: &dyn Branch) -> Result<Snapshot, String> {
 /// For a chunk the store does not know: which containers on the branch
 /// hold it anyway, for the failure message.
 fn whereabouts(branch: &dyn Branch, e: &fs::FsError) -> String {
-    let fs::FsError::Store(cas::CasError::UnknownChunk(id)) = e else {
+    let fs::FsError::Store(store) = e else {
+        return String::new();
+    };
+    let cas::CasError::UnknownChunk(id) = store.as_ref() else {
         return String::new();
     };
     let Ok(keys) = branch.list(ContainerId::list_prefix()) else {

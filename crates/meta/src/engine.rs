@@ -16,10 +16,11 @@
 //! [`Durability::None`]; [`MetaStore::sync`] commits an empty transaction
 //! with [`Durability::Immediate`], which makes every earlier commit durable.
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::Arc;
 
 use cas::ChunkId;
 use redb::{
@@ -565,7 +566,11 @@ fn free_bytes(dir: &Path) -> Option<u64> {
     }
     // SAFETY: statvfs returned 0, so it initialised the buffer.
     let st = unsafe { st.assume_init() };
-    Some(st.f_bavail as u64 * st.f_frsize as u64)
+    // statvfs's field types differ by target (32 bits on some): the casts
+    // are no-ops only here.
+    #[allow(clippy::unnecessary_cast)]
+    let free = st.f_bavail as u64 * st.f_frsize as u64;
+    Some(free)
 }
 
 /// Operations per commit at most, which bounds redb's dirty pages.
@@ -641,15 +646,10 @@ impl RedbMeta {
 
     /// The database, reopened first if an I/O error closed it.
     pub(crate) fn db(&self) -> Result<Arc<Database>> {
-        if let Some(db) = self
-            .db
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-        {
+        if let Some(db) = self.db.read().as_ref() {
             return Ok(db.clone());
         }
-        let mut slot = self.db.write().unwrap_or_else(PoisonError::into_inner);
+        let mut slot = self.db.write();
         if let Some(db) = slot.as_ref() {
             return Ok(db.clone());
         }
@@ -673,7 +673,7 @@ impl RedbMeta {
                 MetaError::Store(redb::Error::Io(_) | redb::Error::PreviousIo)
             ) {
                 tracing::error!(path = %path.display(), error = %e, "the metadata engine failed to write; reopening it");
-                *self.db.write().unwrap_or_else(PoisonError::into_inner) = None;
+                *self.db.write() = None;
             }
         }
         e
@@ -780,7 +780,7 @@ impl RedbMeta {
     }
 
     fn write_batched<T>(&self, f: impl FnOnce(&mut W<'_>) -> Result<T>) -> Result<T> {
-        let mut batch = self.batch.lock().unwrap();
+        let mut batch = self.batch.lock();
         let tx = match batch.tx.take() {
             Some(tx) => tx,
             None => {
@@ -825,7 +825,7 @@ impl RedbMeta {
 
     /// Commits the open batch (without fsync), so read transactions see it.
     fn settle(&self) -> Result<()> {
-        let mut batch = self.batch.lock().unwrap();
+        let mut batch = self.batch.lock();
         batch.ops = 0;
         match batch.tx.take() {
             Some(tx) => tx.commit().map_err(|e| self.after(e.into())),
@@ -1026,7 +1026,7 @@ impl MetaStore for RedbMeta {
     // The reads file operations start with are served from the open batch
     // when there is one, so they do not force a commit.
     fn get(&self, ino: InodeId) -> Result<Inode> {
-        let batch = self.batch.lock().unwrap();
+        let batch = self.batch.lock();
         if let Some(tx) = &batch.tx {
             return get_in(&tx.open_table(INODES)?, ino);
         }
@@ -1037,7 +1037,7 @@ impl MetaStore for RedbMeta {
 
     fn lookup(&self, parent: InodeId, name: &[u8]) -> Result<Inode> {
         check_name(name)?;
-        let batch = self.batch.lock().unwrap();
+        let batch = self.batch.lock();
         if let Some(tx) = &batch.tx {
             return lookup_in(
                 &tx.open_table(INODES)?,
@@ -1400,7 +1400,7 @@ impl MetaStore for RedbMeta {
     fn get_xattr(&self, ino: InodeId, name: &[u8]) -> Result<Vec<u8>> {
         check_xattr_name(name)?;
         // The kernel asks for security.capability before every write.
-        let batch = self.batch.lock().unwrap();
+        let batch = self.batch.lock();
         if let Some(tx) = &batch.tx {
             return xattr_in(&tx.open_table(INODES)?, &tx.open_table(XATTRS)?, ino, name);
         }
@@ -1512,7 +1512,7 @@ impl MetaStore for RedbMeta {
     }
 
     fn sync(&self) -> Result<()> {
-        let mut batch = self.batch.lock().unwrap();
+        let mut batch = self.batch.lock();
         batch.ops = 0;
         let synced = (|| -> Result<()> {
             let mut tx = match batch.tx.take() {
@@ -1578,7 +1578,9 @@ mod tests {
             .unwrap();
         tx.commit().unwrap();
         drop(db);
-        let e = RedbMeta::open(&path, 0, 0).err().expect("refused");
+        let Err(e) = RedbMeta::open(&path, 0, 0) else {
+            panic!("a store without its root must be refused");
+        };
         assert!(matches!(e, MetaError::RootMissing(1)), "{e}");
         assert!(e.is_damage());
     }

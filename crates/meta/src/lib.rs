@@ -29,6 +29,8 @@
 //!   mutation returns before it is on disk, [`MetaStore::sync`] makes every
 //!   earlier mutation durable (the metadata log + committer of HydraFS, with
 //!   redb's non-durable commits as the log).
+//! - Locks are `parking_lot`'s, which do not poison: a panic under a lock
+//!   does not spread to later callers (`docs/engineering.md`).
 //!
 //! The trait is deliberately small so that the metaserver ring (a later
 //! issue) can implement it over the network.

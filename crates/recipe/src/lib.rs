@@ -16,6 +16,8 @@
 //! - A recipe's root chunk is durable (with everything under it) before
 //!   [`store_stream`] returns.
 //! - Leaf entries with id [`HOLE`] read as zeros and refer to no chunk.
+//! - Locks are `parking_lot`'s, which do not poison: a panic under a lock
+//!   does not spread to later callers (`docs/engineering.md`).
 
 mod node;
 mod read;

@@ -1,6 +1,7 @@
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use cas::{ChunkId, Store};
@@ -50,7 +51,7 @@ impl Recipe {
     }
 
     fn node(&self, id: ChunkId, level: u8) -> Result<Arc<Node>> {
-        if let Some(n) = self.nodes.lock().unwrap().get(&id) {
+        if let Some(n) = self.nodes.lock().get(&id) {
             return Ok(n.clone());
         }
         let node = Node::decode(id, &self.store.read_chunk(&id)?)?;
@@ -61,7 +62,7 @@ impl Recipe {
             });
         }
         let node = Arc::new(node);
-        let mut cache = self.nodes.lock().unwrap();
+        let mut cache = self.nodes.lock();
         if cache.len() >= NODE_CACHE {
             cache.clear();
         }

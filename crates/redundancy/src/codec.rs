@@ -6,7 +6,7 @@
 //! block-aligned span of a shard needs only the same span of the others:
 //! a degraded range read does not fetch whole shards.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 use reed_solomon_simd::{ReedSolomonDecoder, ReedSolomonEncoder};
 
@@ -51,7 +51,7 @@ pub fn with_redundant<R>(
         }
         Coding::ReedSolomon => {
             let m = layout.shards() - k;
-            let kept = ENCODERS.lock().unwrap().pop();
+            let kept = ENCODERS.lock().pop();
             let mut enc = match kept {
                 Some(mut enc) => {
                     enc.reset(k.into(), m.into(), s)?;
@@ -63,7 +63,7 @@ pub fn with_redundant<R>(
                 let recovery: Vec<&[u8]> = out.recovery_iter().collect();
                 f(&recovery)
             });
-            let mut kept = ENCODERS.lock().unwrap();
+            let mut kept = ENCODERS.lock();
             if kept.len() < KEPT_ENCODERS {
                 kept.push(enc);
             }

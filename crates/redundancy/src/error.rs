@@ -126,11 +126,13 @@ pub enum Error {
         policy: Policy,
         failures: Vec<ShardFault>,
     },
+    /// Boxed: a branch error is large, and every result of this crate
+    /// (and of `cas` and `fs` above it) would carry its size.
     #[error("branch {branch}: {source}")]
     Branch {
         branch: String,
         #[source]
-        source: branch::BranchError,
+        source: Box<branch::BranchError>,
     },
     #[error("coding container {key}: {source}")]
     Coding {

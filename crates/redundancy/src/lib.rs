@@ -29,6 +29,8 @@
 //! - Scrub and rebuild go on past a lost container and report it; they
 //!   never write a shard they could not rebuild whole.
 //! - The shards of one container are on distinct branches.
+//! - Locks are `parking_lot`'s, which do not poison: a panic under a lock
+//!   does not spread to later callers (`docs/engineering.md`).
 //!
 //! See [`shard`] for the blob format and [`shard_key`] for how shard blobs
 //! are named.
@@ -50,8 +52,9 @@ mod space;
 mod view;
 mod write;
 
+use parking_lot::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use branch::{BlobKey, Branch};
 
@@ -125,7 +128,7 @@ impl Redundant {
     }
 
     fn ids(&self, keep: impl Fn(&Member) -> bool) -> Vec<BranchId> {
-        let members = self.members.read().unwrap();
+        let members = self.members.read();
         (0..members.len() as u16)
             .map(BranchId)
             .filter(|id| keep(&members[usize::from(id.0)]))
@@ -136,7 +139,6 @@ impl Redundant {
     pub fn branch_id(&self, name: &str) -> Option<BranchId> {
         self.members
             .read()
-            .unwrap()
             .iter()
             .position(|m| m.name == name)
             .map(|i| BranchId(i as u16))
@@ -145,7 +147,6 @@ impl Redundant {
     pub fn branch_name(&self, id: BranchId) -> Option<String> {
         self.members
             .read()
-            .unwrap()
             .get(usize::from(id.0))
             .map(|m| m.name.clone())
     }
@@ -161,7 +162,7 @@ impl Redundant {
     /// holds are not looked for: [`Redundant::rebuild_onto`] finds them in
     /// place, and the next [`Redundant::discover`] maps them.
     pub fn add_branch(&self, branch: Arc<dyn Branch>) -> Result<BranchId> {
-        let mut members = self.members.write().unwrap();
+        let mut members = self.members.write();
         let name = branch.name().to_string();
         match members.iter().position(|m| m.name == name) {
             Some(i) if members[i].retired() => {
@@ -189,14 +190,14 @@ impl Redundant {
         for b in std::iter::once(id).chain(successor) {
             self.branch_name(b).ok_or(Error::UnknownBranch(b))?;
         }
-        let _no_puts = self.placing.write().unwrap();
+        let _no_puts = self.placing.write();
         self.member(id).retire(successor);
         Ok(())
     }
 
     /// Undoes [`Redundant::retire`].
     pub fn reinstate(&self, id: BranchId) {
-        if let Some(m) = self.members.read().unwrap().get(usize::from(id.0)) {
+        if let Some(m) = self.members.read().get(usize::from(id.0)) {
             m.reinstate();
         }
     }
@@ -212,7 +213,7 @@ impl Redundant {
     /// too few for `policy`: a stream opened before a branch was retired
     /// keeps storing at full strength.
     fn placeable(&self, policy: &Policy, allowed: &[BranchId]) -> Vec<BranchId> {
-        let members = self.members.read().unwrap();
+        let members = self.members.read();
         let member = |id: BranchId| members.get(usize::from(id.0));
         if !allowed
             .iter()
@@ -248,7 +249,7 @@ impl Redundant {
             let member = self.member(id);
             let space = member.branch.space().map_err(|source| Error::Branch {
                 branch: member.name.clone(),
-                source,
+                source: Box::new(source),
             })?;
             spaces.push(space);
         }
@@ -278,7 +279,7 @@ impl Redundant {
     /// Forgets a branch's faults (after it was repaired or replaced); its
     /// latency estimate is kept.
     pub fn reset_health(&self, id: BranchId) {
-        if let Some(m) = self.members.read().unwrap().get(usize::from(id.0)) {
+        if let Some(m) = self.members.read().get(usize::from(id.0)) {
             m.reset();
         }
     }
@@ -306,6 +307,6 @@ impl Redundant {
     }
 
     fn member(&self, id: BranchId) -> Arc<Member> {
-        Arc::clone(&self.members.read().unwrap()[usize::from(id.0)])
+        Arc::clone(&self.members.read()[usize::from(id.0)])
     }
 }

@@ -2,8 +2,9 @@
 //! never list a branch, and the shard blob naming that lets
 //! [`crate::Redundant::discover`] rebuild the map from the branches alone.
 
+use parking_lot::RwLock;
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use branch::BlobKey;
 
@@ -82,28 +83,28 @@ pub struct Map(RwLock<BTreeMap<BlobKey, Arc<Entry>>>);
 
 impl Map {
     pub fn get(&self, key: &BlobKey) -> Option<Arc<Entry>> {
-        self.0.read().unwrap().get(key).cloned()
+        self.0.read().get(key).cloned()
     }
 
     pub fn contains(&self, key: &BlobKey) -> bool {
-        self.0.read().unwrap().contains_key(key)
+        self.0.read().contains_key(key)
     }
 
     pub fn insert(&self, key: BlobKey, entry: Entry) {
-        self.0.write().unwrap().insert(key, Arc::new(entry));
+        self.0.write().insert(key, Arc::new(entry));
     }
 
     pub fn remove(&self, key: &BlobKey) -> Option<Arc<Entry>> {
-        self.0.write().unwrap().remove(key)
+        self.0.write().remove(key)
     }
 
     pub fn replace_all(&self, entries: BTreeMap<BlobKey, Arc<Entry>>) {
-        *self.0.write().unwrap() = entries;
+        *self.0.write() = entries;
     }
 
     /// Changes the locations of a container still in the map.
     pub fn update(&self, key: &BlobKey, change: impl FnOnce(&mut Vec<Vec<BranchId>>)) {
-        let mut map = self.0.write().unwrap();
+        let mut map = self.0.write();
         if let Some(entry) = map.get_mut(key) {
             change(&mut Arc::make_mut(entry).locations);
         }
@@ -112,7 +113,7 @@ impl Map {
     /// Keys starting with `prefix`, in order. Only opening a store lists,
     /// so a scan is fine.
     pub fn keys(&self, prefix: &str) -> Vec<BlobKey> {
-        let map = self.0.read().unwrap();
+        let map = self.0.read();
         map.keys()
             .filter(|k| k.as_str().starts_with(prefix))
             .cloned()
@@ -121,7 +122,7 @@ impl Map {
 
     /// Every container, for scrub and rebuild.
     pub fn snapshot(&self) -> Vec<(BlobKey, Arc<Entry>)> {
-        let map = self.0.read().unwrap();
+        let map = self.0.read();
         map.iter().map(|(k, e)| (k.clone(), e.clone())).collect()
     }
 }

@@ -1,8 +1,9 @@
 //! The branches a [`crate::Redundant`] stores over, and what it has learnt
 //! about each: read latency and health.
 
+use parking_lot::Mutex;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use branch::{Branch, BranchError};
@@ -106,29 +107,29 @@ impl Member {
     }
 
     pub fn retired(&self) -> bool {
-        self.retired.lock().unwrap().is_some()
+        self.retired.lock().is_some()
     }
 
     pub fn successor(&self) -> Option<BranchId> {
-        self.retired.lock().unwrap().flatten()
+        self.retired.lock().flatten()
     }
 
     pub fn retire(&self, successor: Option<BranchId>) {
-        *self.retired.lock().unwrap() = Some(successor);
+        *self.retired.lock() = Some(successor);
     }
 
     pub fn reinstate(&self) {
-        *self.retired.lock().unwrap() = None;
+        *self.retired.lock() = None;
     }
 
     pub fn read_ok(&self, took: Duration) {
-        let mut s = self.stats.lock().unwrap();
+        let mut s = self.stats.lock();
         s.latency.observe(took);
         s.reads += 1;
     }
 
     pub fn fault(&self, kind: FaultKind, detail: &str) {
-        let mut s = self.stats.lock().unwrap();
+        let mut s = self.stats.lock();
         match kind {
             FaultKind::Missing => s.missing += 1,
             FaultKind::Unavailable | FaultKind::Full => s.unavailable += 1,
@@ -138,15 +139,15 @@ impl Member {
     }
 
     pub fn degraded(&self) -> bool {
-        self.stats.lock().unwrap().last_error.is_some()
+        self.stats.lock().last_error.is_some()
     }
 
     pub fn score(&self) -> Option<f64> {
-        self.stats.lock().unwrap().latency.score()
+        self.stats.lock().latency.score()
     }
 
     pub fn reset(&self) {
-        let mut s = self.stats.lock().unwrap();
+        let mut s = self.stats.lock();
         let latency = std::mem::take(&mut s.latency);
         *s = Stats {
             latency,
@@ -155,7 +156,7 @@ impl Member {
     }
 
     pub fn status(&self, id: BranchId) -> BranchStatus {
-        let s = self.stats.lock().unwrap();
+        let s = self.stats.lock();
         BranchStatus {
             id,
             name: self.name.clone(),

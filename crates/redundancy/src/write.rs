@@ -57,7 +57,7 @@ impl Redundant {
     /// ([`branch::Branch::put_many`]), so a local branch syncs its
     /// directory once for all of them instead of once per shard.
     pub fn put_many(&self, requests: &[PutRequest<'_>]) -> Vec<Result<Placement>> {
-        let _placing = self.placing.read().unwrap();
+        let _placing = self.placing.read();
         let prepared = fan_out(requests, |r| self.prepare(r));
         // Every shard of every prepared container: (request, shard index).
         let mut by_branch: Vec<(BranchId, Vec<(usize, u16)>)> = Vec::new();

@@ -1,7 +1,8 @@
 //! [`CrashBranch`]: a branch wrapper that loses what was not yet durable
 //! when the power goes off.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::Arc;
 
 use super::{fates, Kept, Power, Step};
 use crate::{BlobKey, Branch, BranchError, Result};
@@ -68,7 +69,7 @@ impl CrashBranch {
     }
 
     fn unsynced(&self) -> MutexGuard<'_, Vec<Unsynced>> {
-        self.unsynced.lock().unwrap_or_else(|e| e.into_inner())
+        self.unsynced.lock()
     }
 
     fn off(&self, op: &'static str, key: &str) -> BranchError {

@@ -1,9 +1,10 @@
 //! [`CrashFile`]: an in-memory file for redb's `StorageBackend` that keeps
 //! its durable bytes apart from what was written since the last sync.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::fmt;
 use std::io;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use super::{fates, Kept, Power, Step};
 
@@ -82,7 +83,7 @@ impl CrashFile {
     }
 
     fn image(&self) -> MutexGuard<'_, Image> {
-        self.image.lock().unwrap_or_else(|e| e.into_inner())
+        self.image.lock()
     }
 
     /// After the power cut: decides what the disk kept of each unsynced

@@ -27,9 +27,10 @@ mod file;
 pub use blobs::{Change, CrashBranch, Outcome};
 pub use file::CrashFile;
 
+use parking_lot::{Mutex, MutexGuard};
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -144,7 +145,7 @@ impl Power {
     }
 
     fn meter(&self) -> MutexGuard<'_, Meter> {
-        self.0.meter.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.meter.lock()
     }
 
     /// Cuts the power during the `n`-th storage-changing operation from now

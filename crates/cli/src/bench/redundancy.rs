@@ -3,11 +3,12 @@
 //! healthy writes and reads per policy, degraded reads, a branch rebuild,
 //! and a mirror with one slow branch.
 
+use parking_lot::Mutex;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread;
 use std::time::Instant;
 
@@ -58,7 +59,7 @@ pub fn run(args: RedundancyBenchArgs) -> Result<ExitCode> {
     if let Some(out) = &args.json {
         bench.write_json(&args, out)?;
     }
-    let mismatches = bench.mismatches.into_inner().unwrap();
+    let mismatches = bench.mismatches.into_inner();
     if mismatches.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
@@ -484,7 +485,7 @@ impl Bench {
     }
 
     fn mismatch(&self, what: String) {
-        self.mismatches.lock().unwrap().push(what);
+        self.mismatches.lock().push(what);
     }
 
     /// Stores every container under `set`, `in_flight` at once.

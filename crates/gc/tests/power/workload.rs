@@ -405,7 +405,7 @@ pub fn apply(fs: &Fs, model: &mut Model, op: &Op) -> Result<(), FsError> {
             };
             gc::collect(fs.store(), Live::Mounted(fs), options, &|_| {}).map_err(|e| match e {
                 GcError::Fs(e) => e,
-                GcError::Store(e) => FsError::Store(e),
+                GcError::Store(e) => e.into(),
                 GcError::BadThreshold(_) => unreachable!("the threshold is valid"),
                 // Reported as damage, with the case's seed, by the caller.
                 e @ GcError::Damaged { .. } => FsError::Malformed(e.to_string()),
