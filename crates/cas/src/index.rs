@@ -404,11 +404,7 @@ impl Index {
 
     /// Whether any copy in `container` is recorded as damaged.
     pub fn damaged_in(&self, container: ContainerId) -> bool {
-        self.damaged
-            .read()
-            .unwrap()
-            .iter()
-            .any(|(c, _)| *c == container)
+        self.damaged.read().iter().any(|(c, _)| *c == container)
     }
 
     /// Records that a container's footer or trailer is damaged, and why.

@@ -202,7 +202,7 @@ impl CasError {
     /// Whether the error says a blob (a container) is on no branch.
     pub fn is_not_found(&self) -> bool {
         match self {
-            CasError::Redundancy(redundancy::Error::NotFound(_)) => true,
+            CasError::Redundancy(e) => matches!(**e, redundancy::Error::NotFound(_)),
             CasError::Branch(branch::BranchError::NotFound { .. }) => true,
             CasError::Branch(branch::BranchError::Io { source, .. }) => source
                 .get_ref()
