@@ -44,6 +44,19 @@ pub use s3::{S3Bucket, S3Config};
 
 use std::path::PathBuf;
 
+/// Why a request to a remote store failed ([`BranchError::Remote`]).
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteFailure {
+    /// The store's client answered with an error. Boxed: it is large and
+    /// rare. Its message names its causes too, as the transport's own words
+    /// ("connection refused") are often only in a source.
+    #[error("{}", s3::chain(.0.as_ref()))]
+    Store(#[source] Box<object_store::Error>),
+    /// A ranged read answered with fewer bytes than the blob holds there.
+    #[error("asked for {wanted} bytes at offset {offset}, got fewer")]
+    ShortRead { wanted: usize, offset: u64 },
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum BranchError {
     #[error("blob {key} not found on branch {branch}")]
@@ -70,13 +83,14 @@ pub enum BranchError {
     },
     /// A remote store answered with an error, or could not be reached,
     /// after the configured retries.
-    #[error("{op} {key} on branch {branch}: {message}")]
+    #[error("{op} {key} on branch {branch}: {source}")]
     Remote {
         branch: String,
         op: &'static str,
         /// The blob, or for a listing the prefix.
         key: String,
-        message: String,
+        #[source]
+        source: RemoteFailure,
     },
     /// A remote branch could not be used when it was opened: nothing listens
     /// at the endpoint, the bucket does not exist, or the credentials are

@@ -11,7 +11,7 @@ use object_store::{
 };
 use tokio::runtime::Runtime;
 
-use crate::{BlobKey, Branch, BranchError, Result};
+use crate::{BlobKey, Branch, BranchError, RemoteFailure, Result};
 
 /// Where a bucket is and how long to wait for it.
 #[derive(Clone)]
@@ -246,7 +246,7 @@ impl S3Bucket {
                 branch: self.name.clone(),
                 op,
                 key: key.to_string(),
-                message: chain(&e),
+                source: RemoteFailure::Store(Box::new(e)),
             },
         }
     }
@@ -328,7 +328,10 @@ impl Branch for S3Bucket {
                     branch: self.name.clone(),
                     op: "read",
                     key: key.to_string(),
-                    message: format!("asked for {len} bytes at offset {offset}, got fewer"),
+                    source: RemoteFailure::ShortRead {
+                        wanted: len,
+                        offset,
+                    },
                 },
             }),
         }
@@ -354,7 +357,7 @@ impl Branch for S3Bucket {
                 branch: self.name.clone(),
                 op: "list",
                 key: prefix.to_string(),
-                message: chain(&e),
+                source: RemoteFailure::Store(Box::new(e)),
             })?;
         let names: Vec<&str> = metas
             .iter()
@@ -385,7 +388,7 @@ impl Branch for S3Bucket {
 
 /// An error and its causes on one line: the transport's own message (such as
 /// "connection refused") is often only in a source.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

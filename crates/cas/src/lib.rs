@@ -110,10 +110,12 @@ pub enum CasError {
         #[source]
         source: ContainerError,
     },
-    #[error("container {container} failed to be written: {reason}")]
+    #[error("container {container} failed to be written: {source}")]
     WriteFailed {
         container: ContainerId,
-        reason: String,
+        /// Shared: every flush waiting for the container gets it.
+        #[source]
+        source: std::sync::Arc<WriteFailure>,
     },
     /// A branch had no room for the container: it is kept in memory, its
     /// chunks readable, and written as soon as space is freed.
@@ -236,6 +238,21 @@ impl CasError {
             _ => false,
         }
     }
+}
+
+/// Why a container could not be written ([`CasError::WriteFailed`]). The
+/// errors are boxed: large, and rare.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteFailure {
+    /// The plain branch refused the blob.
+    #[error(transparent)]
+    Branch(Box<branch::BranchError>),
+    /// The redundancy layer could not place it as its policy asks.
+    #[error(transparent)]
+    Redundancy(Box<redundancy::Error>),
+    /// It was written, but the index could not record it.
+    #[error("indexing: {0}")]
+    Index(#[source] Box<CasError>),
 }
 
 pub type Result<T, E = CasError> = std::result::Result<T, E>;

@@ -17,7 +17,7 @@ use crate::protection::{needs_restore, Protection};
 use crate::region::Compression;
 use crate::stall;
 use crate::writer::StreamWriter;
-use crate::{CasError, Result};
+use crate::{CasError, Result, WriteFailure};
 
 /// How a store lays out and compresses data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,7 +65,7 @@ pub(crate) struct Inflight {
     pub pending: HashMap<ChunkId, ContainerId>,
     /// Sealed containers not yet durable, with their policies.
     pub containers: HashMap<ContainerId, Policy>,
-    pub failed: HashMap<ContainerId, String>,
+    pub failed: HashMap<ContainerId, Arc<WriteFailure>>,
     /// Containers a full branch refused, kept to be written again (see
     /// [`crate::stall`]), with why. They stay in `containers`.
     pub parked: HashMap<ContainerId, String>,
@@ -656,7 +656,7 @@ fn check_label(label: &str) -> Result<()> {
 struct PutFailure {
     /// A branch is full: worth trying again once space is freed.
     no_space: bool,
-    reason: String,
+    source: WriteFailure,
 }
 
 fn put_containers(shared: &Shared, jobs: &[IoJob]) -> Vec<std::result::Result<(), PutFailure>> {
@@ -679,7 +679,7 @@ fn put_containers(shared: &Shared, jobs: &[IoJob]) -> Vec<std::result::Result<()
                 .map(|r| {
                     r.map(|_| ()).map_err(|e| PutFailure {
                         no_space: e.is_no_space(),
-                        reason: e.to_string(),
+                        source: WriteFailure::Redundancy(Box::new(e)),
                     })
                 })
                 .collect()
@@ -696,7 +696,7 @@ fn put_containers(shared: &Shared, jobs: &[IoJob]) -> Vec<std::result::Result<()
                 .map(|r| {
                     r.map_err(|e| PutFailure {
                         no_space: e.is_no_space(),
-                        reason: e.to_string(),
+                        source: WriteFailure::Branch(Box::new(e)),
                     })
                 })
                 .collect()
@@ -738,8 +738,8 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
             .into_iter()
             .map(|r| match r {
                 Ok(()) => Outcome::Written,
-                Err(f) if f.no_space => Outcome::Parked(f.reason),
-                Err(f) => Outcome::Failed(f.reason),
+                Err(f) if f.no_space => Outcome::Parked(f.source.to_string()),
+                Err(f) => Outcome::Failed(Arc::new(f.source)),
             })
             .collect();
         let written: Vec<&Sealed> = jobs
@@ -749,9 +749,10 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
             .map(|(j, _)| &j.sealed)
             .collect();
         if let Err(e) = shared.index.commit_containers(&written) {
+            let failure = Arc::new(WriteFailure::Index(Box::new(e)));
             for o in outcomes.iter_mut() {
                 if matches!(o, Outcome::Written) {
-                    *o = Outcome::Failed(format!("indexing: {e}"));
+                    *o = Outcome::Failed(failure.clone());
                 }
             }
         }
@@ -814,7 +815,7 @@ enum Outcome {
     Written,
     /// A branch is full: kept and tried again.
     Parked(String),
-    Failed(String),
+    Failed(Arc<WriteFailure>),
 }
 
 #[cfg(test)]

@@ -283,8 +283,8 @@ impl Durable {
             .containers
             .iter()
             .find_map(|c| inflight.failed.get(c).map(|r| (*c, r.clone())));
-        if let Some((container, reason)) = failure {
-            return Err(CasError::WriteFailed { container, reason });
+        if let Some((container, source)) = failure {
+            return Err(CasError::WriteFailed { container, source });
         }
         match self
             .containers

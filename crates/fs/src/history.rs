@@ -23,7 +23,7 @@ use serde::Serialize;
 use crate::reach::{self, MarkSet};
 use crate::retention::Dated;
 use crate::tree::{self, Record, TreeContent, TreeEntry, TreeStats};
-use crate::{Caller, Fs, FsError, Inner, Result};
+use crate::{Caller, Existing, Fs, FsError, Inner, Missing, NameProblem, Result};
 
 pub const VERSION_PREFIX: &str = "version/";
 pub const SNAPSHOT_PREFIX: &str = "snapshot/";
@@ -89,16 +89,29 @@ fn check_snapshot_name(name: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(FsError::BadName(format!(
-            "invalid snapshot name {name:?}: use 1-200 bytes, no '/' or control characters"
-        )))
+        Err(FsError::BadName {
+            name: name.to_owned(),
+            reason: NameProblem::SnapshotName,
+        })
     }
 }
 
-fn no_root(e: CasError, what: impl FnOnce() -> String) -> FsError {
+/// A missing root read as the missing snapshot `name`.
+fn no_root(e: CasError, name: &str) -> FsError {
     match e {
-        CasError::NoSuchRoot(_) => FsError::NotFoundNamed(what()),
+        CasError::NoSuchRoot(_) => FsError::NotFoundNamed {
+            name: name.to_owned(),
+            missing: Missing::Snapshot,
+        },
         e => e.into(),
+    }
+}
+
+/// `path` is not in snapshot `snapshot`.
+fn not_in(path: &str, snapshot: &str) -> FsError {
+    FsError::NotFoundNamed {
+        name: path.to_owned(),
+        missing: Missing::InSnapshot(snapshot.to_owned()),
     }
 }
 
@@ -143,7 +156,10 @@ impl Fs {
         let label = format!("{SNAPSHOT_PREFIX}{name}");
         let _history = self.history_lock();
         if self.inner.store.get_root(&label).is_ok() {
-            return Err(FsError::Exists(format!("snapshot {name:?} exists")));
+            return Err(FsError::Exists {
+                name: name.to_owned(),
+                holder: Existing::Snapshot,
+            });
         }
         let (id, record, _) = self.inner.write_record()?;
         self.inner.store.put_root(&label, &id)?;
@@ -156,7 +172,7 @@ impl Fs {
             .inner
             .store
             .get_root(&format!("{SNAPSHOT_PREFIX}{name}"))
-            .map_err(|e| no_root(e, || format!("no snapshot named {name:?}")))?;
+            .map_err(|e| no_root(e, name))?;
         Ok((id, tree::read_record(&self.inner.store, &id)?))
     }
 
@@ -192,7 +208,7 @@ impl Fs {
         self.inner
             .store
             .delete_root(&format!("{SNAPSHOT_PREFIX}{name}"))
-            .map_err(|e| no_root(e, || format!("no snapshot named {name:?}")))
+            .map_err(|e| no_root(e, name))
     }
 
     /// Paths added, removed and changed from snapshot `a` to snapshot `b`
@@ -292,9 +308,10 @@ impl Fs {
         let mut inode = self.getattr(InodeId::ROOT)?;
         for name in components(path) {
             inode = self.lookup(inode.id, name).map_err(|e| match e {
-                FsError::Meta(meta::MetaError::NotFound) => {
-                    FsError::NotFoundNamed(format!("{path}: no such file or directory"))
-                }
+                FsError::Meta(meta::MetaError::NotFound) => FsError::NotFoundNamed {
+                    name: path.to_owned(),
+                    missing: Missing::Path,
+                },
                 e => e,
             })?;
         }
@@ -304,14 +321,16 @@ impl Fs {
     /// The directory that will hold `path` and the new name.
     fn parent_of<'p>(&self, path: &'p str) -> Result<(InodeId, &'p [u8])> {
         let mut parts = components(path);
-        let name = parts
-            .pop()
-            .ok_or_else(|| FsError::BadName(format!("{path:?} names the root")))?;
+        let name = parts.pop().ok_or_else(|| FsError::BadName {
+            name: path.to_owned(),
+            reason: NameProblem::Root,
+        })?;
         let dir = parts
             .iter()
             .try_fold(self.getattr(InodeId::ROOT)?, |d, n| self.lookup(d.id, n))
-            .map_err(|_| {
-                FsError::NotFoundNamed(format!("the directory of {path} does not exist"))
+            .map_err(|_| FsError::NotFoundNamed {
+                name: path.to_owned(),
+                missing: Missing::Parent,
             })?;
         Ok((dir.id, name))
     }
@@ -341,16 +360,12 @@ impl Fs {
         let mut entry = record.root.clone();
         for part in components(path) {
             let TreeContent::Dir(listing) = &entry.content else {
-                return Err(FsError::NotFoundNamed(format!(
-                    "{path} is not in snapshot {name:?}"
-                )));
+                return Err(not_in(path, name));
             };
             entry = tree::read_listing(&self.inner.store, listing)?
                 .into_iter()
                 .find(|e| e.name == part)
-                .ok_or_else(|| {
-                    FsError::NotFoundNamed(format!("{path} is not in snapshot {name:?}"))
-                })?;
+                .ok_or_else(|| not_in(path, name))?;
         }
         let target = to.unwrap_or(path);
         let mut cx = CopyCx::default();
@@ -358,9 +373,10 @@ impl Fs {
         if components(target).is_empty() {
             // Restoring onto the root: merge the snapshot's top level into it.
             let TreeContent::Dir(listing) = &entry.content else {
-                return Err(FsError::BadName(
-                    "only a directory can be restored onto the root".into(),
-                ));
+                return Err(FsError::BadName {
+                    name: path.to_owned(),
+                    reason: NameProblem::RestoreOntoRoot,
+                });
             };
             for child in tree::read_listing(&self.inner.store, listing)? {
                 self.materialize(InodeId::ROOT, &child, &source, &mut cx)?;
@@ -497,10 +513,10 @@ impl Fs {
                 cur
             }
             Some(_) => {
-                return Err(FsError::Exists(format!(
-                    "{} exists",
-                    String::from_utf8_lossy(&entry.name)
-                )))
+                return Err(FsError::Exists {
+                    name: String::from_utf8_lossy(&entry.name).into_owned(),
+                    holder: Existing::Entry,
+                })
             }
             None => {
                 if a.kind != FileKind::Dir {

@@ -60,6 +60,7 @@ mod file;
 pub mod history;
 mod migrate;
 mod posix;
+pub mod problem;
 pub mod reach;
 pub mod retention;
 pub mod rules;
@@ -86,6 +87,7 @@ use recipe::{Recipe, RecipeError};
 pub use cache::ChunkCache;
 use file::FileState;
 pub use posix::Caller;
+pub use problem::{Damage, Existing, Missing, NameProblem, PolicyProblem};
 use retention::{Clock, Retention, SystemClock};
 use rules::{Choice, FileFacts, Rules, Source, POLICY_XATTR};
 use snapview::is_snapshots_name;
@@ -146,16 +148,19 @@ pub enum FsError {
     NotSupported,
     #[error("read-only: snapshots under .snapshots cannot be changed")]
     ReadOnly,
+    #[error("{}", .reason.message(.name))]
+    BadName { name: String, reason: NameProblem },
+    /// A path or snapshot asked for by name that is not there.
+    #[error("{}", .missing.message(.name))]
+    NotFoundNamed { name: String, missing: Missing },
+    #[error("{}", .holder.message(.name))]
+    Exists { name: String, holder: Existing },
+    /// Stored history bytes that do not decode: `what` names the kind of
+    /// object (a directory listing, a version record).
+    #[error("damaged history in the store: {what}: {damage}")]
+    Malformed { what: &'static str, damage: Damage },
     #[error("{0}")]
-    BadName(String),
-    #[error("{0}")]
-    NotFoundNamed(String),
-    #[error("{0}")]
-    Exists(String),
-    #[error("damaged history in the store: {0}")]
-    Malformed(String),
-    #[error("{0}")]
-    BadPolicy(String),
+    BadPolicy(#[source] PolicyProblem),
     /// A directory reached again below itself: only a damaged metadata
     /// engine holds one (directories have one name, and a rename into its
     /// own subtree is refused).
@@ -212,19 +217,19 @@ impl FsError {
                 _ => libc::EIO,
             },
             FsError::Store(e) if e.is_no_space() => libc::ENOSPC,
-            FsError::NotFile | FsError::BadName(_) | FsError::BadPolicy(_) => libc::EINVAL,
+            FsError::NotFile | FsError::BadName { .. } | FsError::BadPolicy(_) => libc::EINVAL,
             FsError::NotSupported | FsError::BadAcl(acl::AclError::Version(_)) => libc::EOPNOTSUPP,
             FsError::BadAcl(_) => libc::EINVAL,
             FsError::DefaultAclNotDir => libc::EACCES,
             FsError::ReadOnly => libc::EROFS,
-            FsError::NotFoundNamed(_) => libc::ENOENT,
-            FsError::Exists(_) => libc::EEXIST,
+            FsError::NotFoundNamed { .. } => libc::ENOENT,
+            FsError::Exists { .. } => libc::EEXIST,
             FsError::SnapshotInodeRange { .. } => libc::EOVERFLOW,
             FsError::Forgotten(_) => libc::ESTALE,
             FsError::Store(_)
             | FsError::WorkerGone(_)
             | FsError::Recipe(_)
-            | FsError::Malformed(_)
+            | FsError::Malformed { .. }
             | FsError::DirectoryCycle(_)
             | FsError::DamagedAcl { .. } => libc::EIO,
         }
@@ -879,12 +884,12 @@ impl Inner {
     /// A policy written to `user.cairn.policy`: parsed and checked against
     /// every branch of the store, which is what such a policy may use.
     fn xattr_protection(&self, value: &[u8]) -> Result<Protection> {
-        let text = std::str::from_utf8(value)
-            .map_err(|_| FsError::BadPolicy("the policy is not UTF-8 text".into()))?;
+        let text =
+            std::str::from_utf8(value).map_err(|_| FsError::BadPolicy(PolicyProblem::NotUtf8))?;
         let policy: redundancy::Policy = text
             .trim()
             .parse()
-            .map_err(|e: redundancy::PolicyError| FsError::BadPolicy(e.to_string()))?;
+            .map_err(|e: redundancy::PolicyError| FsError::BadPolicy(e.into()))?;
         let branches = match self.store.layer() {
             Some(layer) => layer.branch_ids(),
             None => Protection::plain().branches,
@@ -892,7 +897,7 @@ impl Inner {
         let protection = Protection { policy, branches };
         self.store
             .check_protection(&protection)
-            .map_err(|e| FsError::BadPolicy(e.to_string()))?;
+            .map_err(|e| FsError::BadPolicy(PolicyProblem::Unusable(Box::new(e))))?;
         Ok(protection)
     }
 

@@ -29,7 +29,7 @@ use chunking::ChunkerParams;
 use meta::{Attr, Content, DirEntry, FileKind, Inode, InodeId, MetaView, Timestamp};
 use recipe::Recipe;
 
-use crate::{FsError, Result};
+use crate::{Damage, FsError, Result};
 
 const LISTING_MAGIC: &[u8; 4] = b"CDIR";
 const RECORD_MAGIC: &[u8; 4] = b"CVER";
@@ -143,13 +143,13 @@ fn encode_entry(e: &TreeEntry, out: &mut Vec<u8>) {
 /// A cursor over stored bytes whose every read names what is wrong.
 struct Cursor<'a> {
     bytes: &'a [u8],
-    what: &'a str,
+    what: &'static str,
 }
 
 impl<'a> Cursor<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         if self.bytes.len() < n {
-            return Err(FsError::Malformed(format!("{} ends early", self.what)));
+            return Err(self.bad(Damage::EndsEarly));
         }
         let (head, rest) = self.bytes.split_at(n);
         self.bytes = rest;
@@ -179,8 +179,11 @@ impl<'a> Cursor<'a> {
     fn id(&mut self) -> Result<ChunkId> {
         Ok(ChunkId::from_bytes(self.arr()?))
     }
-    fn bad(&self, why: &str) -> FsError {
-        FsError::Malformed(format!("{}: {why}", self.what))
+    fn bad(&self, damage: Damage) -> FsError {
+        FsError::Malformed {
+            what: self.what,
+            damage,
+        }
     }
 }
 
@@ -188,7 +191,7 @@ fn decode_entry(c: &mut Cursor<'_>) -> Result<TreeEntry> {
     let name_len = c.u16()? as usize;
     let name = c.take(name_len)?.to_vec();
     let ino = InodeId(c.u64()?);
-    let kind = FileKind::from_code(c.u8()?).ok_or_else(|| c.bad("unknown file kind"))?;
+    let kind = FileKind::from_code(c.u8()?).ok_or_else(|| c.bad(Damage::UnknownKind))?;
     let perm = c.u16()?;
     let uid = c.u32()?;
     let gid = c.u32()?;
@@ -203,10 +206,10 @@ fn decode_entry(c: &mut Cursor<'_>) -> Result<TreeEntry> {
         }
         2 => TreeContent::Recipe(c.id()?),
         3 => TreeContent::Dir(c.id()?),
-        _ => return Err(c.bad("unknown content tag")),
+        _ => return Err(c.bad(Damage::UnknownContentTag)),
     };
     if (kind == FileKind::Dir) != matches!(content, TreeContent::Dir(_)) {
-        return Err(c.bad("directory kind and content disagree"));
+        return Err(c.bad(Damage::KindContentDisagree));
     }
     let count = c.u16()?;
     let mut xattrs = Vec::with_capacity(count as usize);
@@ -254,7 +257,7 @@ pub fn decode_listing(bytes: &[u8]) -> Result<Vec<TreeEntry>> {
         what: "directory listing",
     };
     if c.take(4)? != LISTING_MAGIC || c.u8()? != FORMAT {
-        return Err(c.bad("not a directory listing"));
+        return Err(c.bad(Damage::NotListing));
     }
     let count = c.u32()?;
     let mut out = Vec::with_capacity(count.min(1 << 20) as usize);
@@ -262,7 +265,7 @@ pub fn decode_listing(bytes: &[u8]) -> Result<Vec<TreeEntry>> {
         out.push(decode_entry(&mut c)?);
     }
     if !c.bytes.is_empty() {
-        return Err(c.bad("trailing bytes"));
+        return Err(c.bad(Damage::TrailingBytes));
     }
     Ok(out)
 }
@@ -290,13 +293,13 @@ pub fn decode_record(bytes: &[u8]) -> Result<Record> {
         what: "version record",
     };
     if c.take(4)? != RECORD_MAGIC || c.u8()? != FORMAT {
-        return Err(c.bad("not a version record"));
+        return Err(c.bad(Damage::NotRecord));
     }
     let created = c.time()?;
     let (files, dirs, logical_bytes) = (c.u64()?, c.u64()?, c.u64()?);
     let root = decode_entry(&mut c)?;
     if !matches!(root.content, TreeContent::Dir(_)) {
-        return Err(c.bad("its root is not a directory"));
+        return Err(c.bad(Damage::RootNotDir));
     }
     Ok(Record {
         created,
