@@ -12,6 +12,19 @@ use globset::{Glob, GlobBuilder, GlobMatcher};
 /// The xattr that overrides the rules for one file or directory.
 pub const POLICY_XATTR: &[u8] = b"user.cairn.policy";
 
+/// Why a rule's match cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum MatchError {
+    #[error("bad path glob {glob:?}: {source}")]
+    Glob {
+        glob: String,
+        #[source]
+        source: globset::Error,
+    },
+    #[error("min_size {min} is above max_size {max}")]
+    SizeRange { min: u64, max: u64 },
+}
+
 /// What is known about a file when its protection is chosen.
 #[derive(Debug, Clone, Copy)]
 pub struct FileFacts<'a> {
@@ -41,19 +54,22 @@ impl Match {
         min_size: Option<u64>,
         max_size: Option<u64>,
         uid: Option<u32>,
-    ) -> Result<Match, String> {
+    ) -> Result<Match, MatchError> {
         let glob = glob
             .map(|g| {
                 GlobBuilder::new(g.trim_start_matches('/'))
                     .literal_separator(true)
                     .build()
                     .map(|g: Glob| g.compile_matcher())
-                    .map_err(|e| format!("bad path glob {g:?}: {e}"))
+                    .map_err(|source| MatchError::Glob {
+                        glob: g.to_owned(),
+                        source,
+                    })
             })
             .transpose()?;
         if let (Some(lo), Some(hi)) = (min_size, max_size) {
             if lo > hi {
-                return Err(format!("min_size {lo} is above max_size {hi}"));
+                return Err(MatchError::SizeRange { min: lo, max: hi });
             }
         }
         Ok(Match {
@@ -229,8 +245,15 @@ mod tests {
     #[test]
     fn bad_matches_are_refused() {
         let e = Match::new(Some("a/[b"), &[], None, None, None).unwrap_err();
-        assert!(e.contains("a/[b"), "{e}");
+        assert!(
+            matches!(&e, MatchError::Glob { glob, .. } if glob == "a/[b"),
+            "{e}"
+        );
         let e = Match::new(None, &[], Some(10), Some(5), None).unwrap_err();
-        assert!(e.contains("min_size"), "{e}");
+        assert!(
+            matches!(e, MatchError::SizeRange { min: 10, max: 5 }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("min_size"), "{e}");
     }
 }

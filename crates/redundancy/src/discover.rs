@@ -38,7 +38,22 @@ pub struct Discovery {
 }
 
 /// A shard blob and what its header said.
-type Sighting<'a> = (&'a Found, Result<Layout, String>);
+type Sighting<'a> = (&'a Found, Result<Layout, HeaderProblem>);
+
+/// Why a shard blob's header was not taken.
+#[derive(Debug, thiserror::Error)]
+enum HeaderProblem {
+    #[error(transparent)]
+    Unreadable(#[from] branch::BranchError),
+    #[error(transparent)]
+    Corrupt(#[from] shard::Corrupt),
+    #[error("the header belongs to another container")]
+    OtherContainer,
+    #[error("the header says it is shard {0}")]
+    OtherIndex(u16),
+    #[error("blob is {size} bytes, its header describes {described}")]
+    Length { size: u64, described: u64 },
+}
 
 struct Found {
     branch: BranchId,
@@ -96,25 +111,23 @@ impl Redundant {
         report
     }
 
-    fn read_header(&self, f: &Found) -> Result<Layout, String> {
+    fn read_header(&self, f: &Found) -> Result<Layout, HeaderProblem> {
         let branch = self.member(f.branch).branch.clone();
-        let size = branch.size(&f.blob).map_err(|e| e.to_string())?;
+        let size = branch.size(&f.blob)?;
         let head = size.min(MAX_HEADER as u64) as usize;
-        let bytes = branch
-            .read_range(&f.blob, 0, head)
-            .map_err(|e| e.to_string())?;
-        let header = shard::decode_header(&bytes).map_err(|bad| bad.0)?;
+        let bytes = branch.read_range(&f.blob, 0, head)?;
+        let header = shard::decode_header(&bytes)?;
         if header.layout.key_tag != key_tag(f.key.as_str()) {
-            return Err("the header belongs to another container".into());
+            return Err(HeaderProblem::OtherContainer);
         }
         if header.index != f.index {
-            return Err(format!("the header says it is shard {}", header.index));
+            return Err(HeaderProblem::OtherIndex(header.index));
         }
         if size != header.layout.blob_len() {
-            return Err(format!(
-                "blob is {size} bytes, its header describes {}",
-                header.layout.blob_len()
-            ));
+            return Err(HeaderProblem::Length {
+                size,
+                described: header.layout.blob_len(),
+            });
         }
         Ok(header.layout)
     }
@@ -123,7 +136,12 @@ impl Redundant {
 /// One container from its shards: the layout most of them agree on, and
 /// every shard's place (bad ones included).
 fn assemble(key: &BlobKey, shards: &[Sighting], report: &mut Discovery) -> Option<Entry> {
-    let agreeing = |l: &Layout| shards.iter().filter(|(_, h)| h.as_ref() == Ok(l)).count();
+    let agreeing = |l: &Layout| {
+        shards
+            .iter()
+            .filter(|(_, h)| matches!(h, Ok(x) if x == l))
+            .count()
+    };
     let layout = shards
         .iter()
         .filter_map(|(_, h)| h.as_ref().ok())
@@ -132,7 +150,8 @@ fn assemble(key: &BlobKey, shards: &[Sighting], report: &mut Discovery) -> Optio
     let mut bad = |f: &Found, why: String| report.bad_shards.push((f.branch, f.blob.clone(), why));
     let Some(layout) = layout else {
         for (f, h) in shards {
-            bad(f, h.clone().expect_err("no header verified"));
+            let why = h.as_ref().expect_err("no header verified");
+            bad(f, why.to_string());
         }
         let why = "no shard has a valid header".to_string();
         report.unreadable.push((key.clone(), why));
@@ -153,7 +172,7 @@ fn assemble(key: &BlobKey, shards: &[Sighting], report: &mut Discovery) -> Optio
                     l.policy, l.container_len
                 ),
             ),
-            Err(why) => bad(f, why.clone()),
+            Err(why) => bad(f, why.to_string()),
         }
         if let Some(place) = entry.locations.get_mut(usize::from(f.index)) {
             place.push(f.branch);

@@ -62,7 +62,7 @@ pub use discover::Discovery;
 pub use error::{Error, Result, ShardFault};
 pub use map::{parse_shard_key, shard_key, Placement, ShardPlace};
 pub use members::{BranchId, BranchStatus, FaultKind};
-pub use policy::{Policy, PolicyError, Strength, MAX_BRANCH_NAME};
+pub use policy::{Count, Policy, PolicyError, PolicyProblem, Strength, MAX_BRANCH_NAME};
 pub use repair::{Progress, RebuildReport, Repair, ScrubReport, ScrubSummary};
 pub use view::PolicyView;
 pub use write::PutRequest;

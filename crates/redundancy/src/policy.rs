@@ -51,7 +51,59 @@ pub(crate) enum Coding {
 #[error("invalid redundancy policy {input:?}: {reason}")]
 pub struct PolicyError {
     pub input: String,
-    pub reason: String,
+    pub reason: PolicyProblem,
+}
+
+/// What is wrong with a policy's text.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PolicyProblem {
+    #[error("{0:?} is not a number; {SYNTAX}")]
+    NotANumber(String),
+    #[error("{0} is too large (at most {max})", max = u16::MAX)]
+    TooLarge(String),
+    #[error("{0}")]
+    TooSmall(Count),
+    #[error("{0} data shards leave no room for the parity shard")]
+    NoRoomForParity(u16),
+    #[error("rs takes K+M (data + parity shards), got {0:?}")]
+    NotKPlusM(String),
+    #[error("Reed-Solomon cannot code {data} data with {parity} parity shards")]
+    Uncodable { data: u16, parity: u16 },
+    #[error("parity branch {0:?} must be 1 to {MAX_BRANCH_NAME} characters of [A-Za-z0-9._-]")]
+    BadBranchName(String),
+    #[error("{SYNTAX}")]
+    Syntax,
+}
+
+/// A count in a policy below its least value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Count {
+    MirrorCopies,
+    StripeWidth,
+    ParityData,
+    RsData,
+    RsParity,
+}
+
+impl Count {
+    fn min(self) -> u16 {
+        match self {
+            Count::MirrorCopies | Count::StripeWidth => 2,
+            Count::ParityData | Count::RsData | Count::RsParity => 1,
+        }
+    }
+}
+
+impl std::fmt::Display for Count {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Count::MirrorCopies => "a mirror keeps at least 2 copies; use single for one",
+            Count::StripeWidth => "a stripe spans at least 2 branches; use single for one",
+            Count::ParityData => "parity needs at least 1 data shard",
+            Count::RsData => "rs needs at least 1 data shard",
+            Count::RsParity => "rs needs at least 1 parity shard; use single for none",
+        })
+    }
 }
 
 const SYNTAX: &str = "expected single, mirror:N, stripe:W, parity:K, parity:K@BRANCH or rs:K+M";
@@ -191,30 +243,24 @@ impl FromStr for Policy {
     }
 }
 
-fn parse(input: &str) -> Result<Policy, String> {
+fn parse(input: &str) -> Result<Policy, PolicyProblem> {
     let (kind, arg) = input.split_once(':').unwrap_or((input, ""));
     let policy = match (kind, arg) {
         ("single", "") => Policy::Single,
         ("mirror", n) => Policy::Mirror {
-            copies: count(n, 2, "a mirror keeps at least 2 copies; use single for one")?,
+            copies: count(n, Count::MirrorCopies)?,
         },
         ("stripe", w) => Policy::Stripe {
-            width: count(
-                w,
-                2,
-                "a stripe spans at least 2 branches; use single for one",
-            )?,
+            width: count(w, Count::StripeWidth)?,
         },
         ("parity", arg) => {
             let (k, name) = match arg.split_once('@') {
                 Some((k, name)) => (k, Some(branch_name(name)?)),
                 None => (arg, None),
             };
-            let data = count(k, 1, "parity needs at least 1 data shard")?;
+            let data = count(k, Count::ParityData)?;
             if data == u16::MAX {
-                return Err(format!(
-                    "{data} data shards leave no room for the parity shard"
-                ));
+                return Err(PolicyProblem::NoRoomForParity(data));
             }
             Policy::Parity {
                 data,
@@ -224,40 +270,34 @@ fn parse(input: &str) -> Result<Policy, String> {
         ("rs", arg) => {
             let (k, m) = arg
                 .split_once('+')
-                .ok_or_else(|| format!("rs takes K+M (data + parity shards), got {arg:?}"))?;
-            let data = count(k, 1, "rs needs at least 1 data shard")?;
-            let parity = count(
-                m,
-                1,
-                "rs needs at least 1 parity shard; use single for none",
-            )?;
+                .ok_or_else(|| PolicyProblem::NotKPlusM(arg.to_owned()))?;
+            let data = count(k, Count::RsData)?;
+            let parity = count(m, Count::RsParity)?;
             let fits = u32::from(data) + u32::from(parity) <= u32::from(u16::MAX);
             if !fits || !ReedSolomonEncoder::supports(data.into(), parity.into()) {
-                return Err(format!(
-                    "Reed-Solomon cannot code {data} data with {parity} parity shards"
-                ));
+                return Err(PolicyProblem::Uncodable { data, parity });
             }
             Policy::ReedSolomon { data, parity }
         }
-        _ => return Err(SYNTAX.to_string()),
+        _ => return Err(PolicyProblem::Syntax),
     };
     Ok(policy)
 }
 
-fn count(text: &str, min: u16, too_small: &str) -> Result<u16, String> {
+fn count(text: &str, what: Count) -> Result<u16, PolicyProblem> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("{text:?} is not a number; {SYNTAX}"));
+        return Err(PolicyProblem::NotANumber(text.to_owned()));
     }
     let n: u16 = text
         .parse()
-        .map_err(|_| format!("{text} is too large (at most {})", u16::MAX))?;
-    if n < min {
-        return Err(too_small.to_string());
+        .map_err(|_| PolicyProblem::TooLarge(text.to_owned()))?;
+    if n < what.min() {
+        return Err(PolicyProblem::TooSmall(what));
     }
     Ok(n)
 }
 
-fn branch_name(name: &str) -> Result<String, String> {
+fn branch_name(name: &str) -> Result<String, PolicyProblem> {
     let valid = !name.is_empty()
         && name.len() <= MAX_BRANCH_NAME
         && name
@@ -266,9 +306,7 @@ fn branch_name(name: &str) -> Result<String, String> {
     if valid {
         Ok(name.to_string())
     } else {
-        Err(format!(
-            "parity branch {name:?} must be 1 to {MAX_BRANCH_NAME} characters of [A-Za-z0-9._-]"
-        ))
+        Err(PolicyProblem::BadBranchName(name.to_owned()))
     }
 }
 

@@ -173,6 +173,24 @@ fn lost_bytes(layout: &Layout, lost: &[LostRow]) -> Vec<Range<u64>> {
 /// Containers rebuilt at once by [`Redundant::rebuild_onto`].
 const REBUILD_IN_FLIGHT: usize = 8;
 
+/// Why a shard could not be written back: each branch tried, by name, with
+/// its error; none when no branch was free to take it.
+#[derive(Debug)]
+struct RewriteFailed(Vec<(String, BranchError)>);
+
+impl std::fmt::Display for RewriteFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("no branch is free of this container's other shards");
+        }
+        for (i, (branch, e)) in self.0.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "; " };
+            write!(f, "{sep}{branch}: {e}")?;
+        }
+        Ok(())
+    }
+}
+
 impl Redundant {
     /// Reads and verifies every shard of `key`, block by block, and
     /// rewrites each missing or damaged one whole: its good blocks kept,
@@ -504,7 +522,7 @@ impl Redundant {
         index: u16,
         from: Option<BranchId>,
         blob: &[u8],
-    ) -> Result<BranchId, String> {
+    ) -> Result<BranchId, RewriteFailed> {
         let name = shard_key(key, index);
         let current = self.map.get(key).unwrap_or_else(|| Arc::new(entry.clone()));
         let mut targets: Vec<BranchId> = from
@@ -523,13 +541,10 @@ impl Redundant {
                     });
                     return Ok(to);
                 }
-                Err(e) => errors.push(format!("{}: {e}", self.member(to).name)),
+                Err(e) => errors.push((self.member(to).name.clone(), e)),
             }
         }
-        if errors.is_empty() {
-            errors.push("no branch is free of this container's other shards".into());
-        }
-        Err(errors.join("; "))
+        Err(RewriteFailed(errors))
     }
 
     /// Branches holding no shard of the container, the fixed parity branch

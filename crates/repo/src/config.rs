@@ -71,7 +71,7 @@ pub struct RuleSpec {
 }
 
 impl RuleSpec {
-    pub fn matcher(&self) -> Result<fs::rules::Match, String> {
+    pub fn matcher(&self) -> Result<fs::rules::Match, fs::rules::MatchError> {
         fs::rules::Match::new(
             self.path.as_deref(),
             &self.extensions,

@@ -597,7 +597,7 @@ pub(crate) fn compile_rules(
     for spec in &config.rules {
         rules.push(Rule {
             name: spec.name.clone(),
-            matcher: spec.matcher().map_err(|e| refused(root, e))?,
+            matcher: spec.matcher().map_err(|e| refused(root, e.to_string()))?,
             protection: protection(spec)?,
         });
     }
