@@ -123,6 +123,16 @@ pub enum RepoError {
     MetaDamaged { path: PathBuf, reason: String },
     #[error("{}: {reason}", path.display())]
     Redundancy { path: PathBuf, reason: String },
+    /// Branches are configured, but the plain local branch already holds
+    /// containers, which branches would hide.
+    #[error(
+        "{}: [[branch]] entries are configured, but this repository already stores data on its \
+         plain branch {}; converting a plain repository is not supported (create a new \
+         repository with branches and copy the files over)",
+        config.display(),
+        branch.display()
+    )]
+    PlainDataHeld { config: PathBuf, branch: PathBuf },
     /// Another process holds the repository's lock; nothing was touched.
     #[error("{}", locked_message(root, holder))]
     Locked {
@@ -340,7 +350,7 @@ impl Repo {
             return Ok(());
         };
         if self.store.layer().is_none() {
-            refuse_plain_data(&self.root).map_err(|reason| refused(&self.root, reason))?;
+            refuse_plain_data(&self.root)?;
         }
         let record = Record::load(&self.root)?;
         let ((layer, _), _) =
@@ -380,7 +390,7 @@ impl Repo {
                 lock: lock.clone(),
             });
         };
-        refuse_plain_data(root).map_err(|reason| refused(root, reason))?;
+        refuse_plain_data(root)?;
         let (layer, discarded_partials) =
             open_branches(root, redundancy, record.as_ref(), &key_check)?;
         accepted.save_if_changed(root, record.as_ref())?;
@@ -614,18 +624,16 @@ pub(crate) fn refused(root: &Path, reason: String) -> RepoError {
 
 /// Containers already on the plain local branch would vanish from view if
 /// branches took over: such a repository keeps its plain layout.
-fn refuse_plain_data(root: &Path) -> std::result::Result<(), String> {
+fn refuse_plain_data(root: &Path) -> Result<()> {
     let plain = root
         .join(LOCAL_BRANCH)
         .join(cas::ContainerId::list_prefix());
     let holds = fs::read_dir(&plain).is_ok_and(|mut d| d.next().is_some());
     if holds {
-        return Err(format!(
-            "[[branch]] entries are configured, but this repository already stores data \
-             on its plain branch {}; converting a plain repository is not supported \
-             (create a new repository with branches and copy the files over)",
-            root.join(LOCAL_BRANCH).display()
-        ));
+        return Err(RepoError::PlainDataHeld {
+            config: root.join(CONFIG),
+            branch: root.join(LOCAL_BRANCH),
+        });
     }
     Ok(())
 }

@@ -293,7 +293,7 @@ pub(crate) struct Probed {
     /// only lists it); local directories are opened later.
     pub opened: Option<std::sync::Arc<dyn Branch>>,
     /// Its marker: none, or what it says, or why it cannot be read.
-    marker: std::result::Result<Option<Marker>, String>,
+    marker: std::result::Result<Option<Marker>, MarkerProblem>,
     /// Why a bucket the record holds at this location did not answer: it
     /// is opened all the same (see [`probe`]).
     pub unreachable: Option<String>,
@@ -305,14 +305,21 @@ impl Probed {
     }
 }
 
-fn parse_marker(data: Option<Vec<u8>>) -> std::result::Result<Option<Marker>, String> {
+/// Why a branch's marker cannot be read.
+#[derive(Debug, thiserror::Error)]
+enum MarkerProblem {
+    #[error("not text")]
+    NotText,
+    #[error("{}", .0.to_string().trim_end())]
+    Toml(#[from] toml::de::Error),
+}
+
+fn parse_marker(data: Option<Vec<u8>>) -> std::result::Result<Option<Marker>, MarkerProblem> {
     let Some(data) = data else {
         return Ok(None);
     };
-    let text = String::from_utf8(data).map_err(|_| "not text".to_string())?;
-    toml::from_str(&text)
-        .map(Some)
-        .map_err(|e| e.to_string().trim_end().to_string())
+    let text = String::from_utf8(data).map_err(|_| MarkerProblem::NotText)?;
+    Ok(Some(toml::from_str(&text)?))
 }
 
 /// Reads `spec`'s marker without writing anything: a local directory is
@@ -374,7 +381,7 @@ fn judge(
     record: Option<&Record>,
     check: &str,
     spec: &BranchSpec,
-    marker: &std::result::Result<Option<Marker>, String>,
+    marker: &std::result::Result<Option<Marker>, MarkerProblem>,
 ) -> Option<Disagreement> {
     let branch = spec.name.clone();
     let here = location(root, spec);
@@ -388,7 +395,7 @@ fn judge(
         Err(reason) if recorded_here => {
             tracing::warn!(
                 branch,
-                reason,
+                %reason,
                 "the branch's marker is damaged; the record vouches for it"
             );
             None
@@ -396,7 +403,7 @@ fn judge(
         Err(reason) => Some(Disagreement::BadMarker {
             branch,
             location: here,
-            reason: reason.clone(),
+            reason: reason.to_string(),
         }),
         Ok(Some(m)) if m.repository != check => Some(Disagreement::Foreign {
             branch,
