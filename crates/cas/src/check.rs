@@ -20,7 +20,7 @@ use crate::container::{self, ChunkLocation};
 use crate::id::{ChunkId, ContainerId};
 use crate::index::ContainerInfo;
 use crate::store::Store;
-use crate::{region, CasError, Result};
+use crate::{region, CasError, RegionError, Result};
 
 #[derive(Debug, Clone, Copy)]
 pub struct CheckProgress {
@@ -600,13 +600,12 @@ impl Store {
         };
         s.ok = true;
         s.info.chunks = entries.len() as u32;
-        let mut regions: HashMap<u64, std::result::Result<Bytes, String>> = HashMap::new();
+        let mut regions: HashMap<u64, std::result::Result<Bytes, RegionError>> = HashMap::new();
         for (chunk, loc) in entries {
             s.info.raw_bytes += loc.len as u64;
             let region = regions.entry(loc.region_offset).or_insert_with(|| {
                 let start = loc.region_offset as usize;
                 region::decode(bytes.slice(start..start + loc.region_len as usize))
-                    .map_err(|e| e.to_string())
             });
             let verdict = match region {
                 Ok(r) => self
