@@ -7,21 +7,9 @@
 mod common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::{cairn, ok, random, Mount};
-
-/// Every container blob of the plain local branch, in id order.
-fn containers(repo: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for sub in fs::read_dir(repo.join("branches/local/containers")).unwrap() {
-        for f in fs::read_dir(sub.unwrap().path()).unwrap() {
-            out.push(f.unwrap().path());
-        }
-    }
-    out.sort();
-    out
-}
 
 /// `cairn check ARGS`: whether it passed, and what it printed, which is
 /// one summary line, last, with no cause said twice on a line.
@@ -60,7 +48,7 @@ fn a_corrupt_chunk_is_named_dropped_and_healed_by_writing_again() {
 
     // The victim's first container holds its data only; a byte in the
     // middle of it flips.
-    let first = containers(&repo)[0].clone();
+    let first = common::plain_containers(&repo)[0].clone();
     let mut bytes = fs::read(&first).unwrap();
     let at = bytes.len() / 2;
     bytes[at] ^= 0x5a;

@@ -6,19 +6,8 @@
 mod common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
 
 use common::{cairn, ok, random, Mount};
-
-fn containers(repo: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for sub in fs::read_dir(repo.join("branches/local/containers")).unwrap() {
-        for f in fs::read_dir(sub.unwrap().path()).unwrap() {
-            out.push(f.unwrap().path());
-        }
-    }
-    out
-}
 
 #[test]
 fn a_cut_trailer_loses_no_chunk() {
@@ -37,7 +26,7 @@ fn a_cut_trailer_loses_no_chunk() {
     }
     let (repo, dir) = m.unmount();
 
-    let damaged = containers(&repo);
+    let damaged = common::plain_containers(&repo);
     assert!(!damaged.is_empty());
     for path in &damaged {
         let len = fs::metadata(path).unwrap().len();

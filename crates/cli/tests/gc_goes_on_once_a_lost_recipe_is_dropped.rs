@@ -8,21 +8,8 @@
 mod common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
 
 use common::{cairn, ok, random, Mount};
-
-/// Every container blob of the plain local branch, in id order.
-fn containers(repo: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for sub in fs::read_dir(repo.join("branches/local/containers")).unwrap() {
-        for f in fs::read_dir(sub.unwrap().path()).unwrap() {
-            out.push(f.unwrap().path());
-        }
-    }
-    out.sort();
-    out
-}
 
 #[test]
 fn gc_refuses_while_a_lost_recipe_is_indexed_and_goes_on_once_dropped() {
@@ -42,13 +29,13 @@ fn gc_refuses_while_a_lost_recipe_is_indexed_and_goes_on_once_dropped() {
     let victim = random(6 << 20, 3);
     let other = random(1 << 20, 4);
     common::write_synced(&m.path("victim.bin"), &victim).unwrap();
-    let victims = containers(&m.repo).len();
+    let victims = common::plain_containers(&m.repo).len();
     common::write_synced(&m.path("other.bin"), &other).unwrap();
     ok(&m.repo, &["version"]);
     let (repo, dir) = m.unmount();
 
     // The victim's last container holds the end of its data and its recipe.
-    let last = containers(&repo)[victims - 1].clone();
+    let last = common::plain_containers(&repo)[victims - 1].clone();
     fs::remove_file(&last).unwrap();
 
     let out = cairn(&repo, &["check"]);

@@ -7,19 +7,8 @@
 mod common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
 
 use common::{ok, random, Mount};
-
-fn containers(repo: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for sub in fs::read_dir(repo.join("branches/local/containers")).unwrap() {
-        for f in fs::read_dir(sub.unwrap().path()).unwrap() {
-            out.push(f.unwrap().path());
-        }
-    }
-    out
-}
 
 #[test]
 fn copying_the_original_back_heals_both_names() {
@@ -33,7 +22,7 @@ fn copying_the_original_back_heals_both_names() {
 
     // The biggest container holds `a`'s data (random bytes are stored raw,
     // so its middle is chunk payload).
-    let path = containers(&repo)
+    let path = common::plain_containers(&repo)
         .into_iter()
         .max_by_key(|p| fs::metadata(p).unwrap().len())
         .unwrap();

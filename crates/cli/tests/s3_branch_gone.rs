@@ -7,45 +7,11 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::fs;
-use std::path::Path;
 
 use branch::testing::S3Proxy;
-use common::{cairn, ok, random, Mount};
-
-fn config(bucket: &branch::S3Config) -> String {
-    format!(
-        "\n[[branch]]\nname = \"disk\"\nkind = \"local\"\npath = \"br/disk\"\nlabels = [\"m\"]\n\
-         \n[[branch]]\nname = \"cloud\"\nkind = \"s3\"\nendpoint = \"{}\"\nbucket = \"{}\"\n\
-         access_key_id = \"{}\"\nsecret_access_key = \"{}\"\nlabels = [\"m\", \"c\"]\n\
-         \n[[rule]]\nname = \"cloud-only\"\npath = \"cloud/**\"\npolicy = \"single\"\nbranches = [\"c\"]\n\
-         \n[default_rule]\npolicy = \"mirror:2\"\nbranches = [\"m\"]\n",
-        bucket.endpoint, bucket.bucket, bucket.access_key_id, bucket.secret_access_key
-    )
-}
-
-fn write_all(m: &Mount, files: &BTreeMap<&str, Vec<u8>>) {
-    for (rel, data) in files {
-        let p = m.path(rel);
-        fs::create_dir_all(p.parent().unwrap()).unwrap();
-        fs::write(&p, data).unwrap();
-        fs::File::open(&p).unwrap().sync_all().unwrap();
-    }
-}
-
-fn assert_exact(m: &Mount, files: &BTreeMap<&str, Vec<u8>>) {
-    for (rel, data) in files {
-        let got = fs::read(m.path(rel)).unwrap_or_else(|e| panic!("reading {rel}: {e}"));
-        assert!(got == *data, "{rel} reads back different bytes");
-    }
-}
-
-fn mount(repo: &Path, base: &Path) -> Mount {
-    let dir = base.join("mnt");
-    fs::create_dir_all(&dir).unwrap();
-    Mount::start(repo.to_path_buf(), dir)
-}
+use common::shards::{assert_reads_back, mount, write_all};
+use common::{cairn, ok, random};
 
 #[test]
 fn a_gone_bucket_loses_only_what_it_alone_held() {
@@ -55,18 +21,17 @@ fn a_gone_bucket_loses_only_what_it_alone_held() {
     let s3 = S3Proxy::start();
     let bucket = s3.new_bucket();
     let toml = repo.join("cairn.toml");
-    let text = fs::read_to_string(&toml).unwrap() + &config(&bucket);
+    let text = fs::read_to_string(&toml).unwrap() + &common::s3::mirror_over_bucket(&bucket);
     fs::write(&toml, text).unwrap();
 
-    let kept: BTreeMap<&str, Vec<u8>> = [
-        ("docs/a", random(300_000, 1)),
-        ("docs/b", random(90_000, 2)),
-    ]
-    .into();
+    let kept: Vec<(String, Vec<u8>)> = vec![
+        ("docs/a".to_string(), random(300_000, 1)),
+        ("docs/b".to_string(), random(90_000, 2)),
+    ];
     let only_cloud = random(120_000, 3);
     let m = mount(&repo, base.path());
     write_all(&m, &kept);
-    write_all(&m, &[("cloud/x", only_cloud.clone())].into());
+    write_all(&m, &[("cloud/x".to_string(), only_cloud.clone())]);
     let (repo, _) = m.unmount();
 
     drop(s3);
@@ -78,7 +43,7 @@ fn a_gone_bucket_loses_only_what_it_alone_held() {
     assert!(err.contains("cannot be reached"), "{err}");
 
     let m = mount(&repo, base.path());
-    assert_exact(&m, &kept);
+    assert_reads_back(&m, &kept);
     let e = fs::read(m.path("cloud/x")).expect_err("a file only the gone bucket held");
     assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
     let (repo, _) = m.unmount();
@@ -111,7 +76,7 @@ fn a_gone_bucket_loses_only_what_it_alone_held() {
     assert!(text.contains("/cloud/x"), "{text}");
 
     let m = mount(&repo, base.path());
-    assert_exact(&m, &kept);
+    assert_reads_back(&m, &kept);
     fs::remove_file(m.path("cloud/x")).unwrap();
     let (repo, _) = m.unmount();
     // Versions written while the file existed lost it too: check names
@@ -130,6 +95,6 @@ fn a_gone_bucket_loses_only_what_it_alone_held() {
     assert!(!config.contains("name = \"cloud\""), "{config}");
 
     let m = mount(&repo, base.path());
-    assert_exact(&m, &kept);
+    assert_reads_back(&m, &kept);
     m.unmount();
 }

@@ -8,45 +8,12 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use branch::testing::S3Proxy;
-use common::{cairn, ok, random, Mount};
-
-fn config(bucket: &branch::S3Config) -> String {
-    format!(
-        "\n[[branch]]\nname = \"disk\"\nkind = \"local\"\npath = \"br/disk\"\nlabels = [\"m\"]\n\
-         \n[[branch]]\nname = \"cloud\"\nkind = \"s3\"\nendpoint = \"{}\"\nbucket = \"{}\"\n\
-         access_key_id = \"{}\"\nsecret_access_key = \"{}\"\nlabels = [\"m\", \"c\"]\n\
-         \n[[rule]]\nname = \"cloud-only\"\npath = \"cloud/**\"\npolicy = \"single\"\nbranches = [\"c\"]\n\
-         \n[default_rule]\npolicy = \"mirror:2\"\nbranches = [\"m\"]\n",
-        bucket.endpoint, bucket.bucket, bucket.access_key_id, bucket.secret_access_key
-    )
-}
-
-fn write_all(m: &Mount, files: &BTreeMap<&str, Vec<u8>>) {
-    for (rel, data) in files {
-        let p = m.path(rel);
-        fs::create_dir_all(p.parent().unwrap()).unwrap();
-        fs::write(&p, data).unwrap();
-        fs::File::open(&p).unwrap().sync_all().unwrap();
-    }
-}
-
-fn assert_exact(m: &Mount, files: &BTreeMap<&str, Vec<u8>>) {
-    for (rel, data) in files {
-        let got = fs::read(m.path(rel)).unwrap_or_else(|e| panic!("reading {rel}: {e}"));
-        assert!(got == *data, "{rel} reads back different bytes");
-    }
-}
-
-fn mount(repo: &Path, base: &Path) -> Mount {
-    let dir = base.join("mnt");
-    fs::create_dir_all(&dir).unwrap();
-    Mount::start(repo.to_path_buf(), dir)
-}
+use common::shards::{assert_reads_back, mount, write_all};
+use common::{cairn, ok, random};
 
 /// Every object file under a bucket directory (the filesystem back end
 /// keeps one file per object).
@@ -74,18 +41,17 @@ fn a_bucket_returning_garbage_never_serves_it() {
     let s3 = S3Proxy::start();
     let bucket = s3.new_bucket();
     let toml = repo.join("cairn.toml");
-    let text = fs::read_to_string(&toml).unwrap() + &config(&bucket);
+    let text = fs::read_to_string(&toml).unwrap() + &common::s3::mirror_over_bucket(&bucket);
     fs::write(&toml, text).unwrap();
 
-    let kept: BTreeMap<&str, Vec<u8>> = [
-        ("docs/a", random(300_000, 11)),
-        ("docs/b", random(90_000, 12)),
-    ]
-    .into();
+    let kept: Vec<(String, Vec<u8>)> = vec![
+        ("docs/a".to_string(), random(300_000, 11)),
+        ("docs/b".to_string(), random(90_000, 12)),
+    ];
     let m = mount(&repo, base.path());
     write_all(&m, &kept);
     let only_cloud = random(120_000, 13);
-    write_all(&m, &[("cloud/x", only_cloud.clone())].into());
+    write_all(&m, &[("cloud/x".to_string(), only_cloud.clone())]);
     let (repo, _) = m.unmount();
 
     let garbled = objects(&s3.bucket_dir(&bucket.bucket));
@@ -96,7 +62,7 @@ fn a_bucket_returning_garbage_never_serves_it() {
     }
 
     let m = mount(&repo, base.path());
-    assert_exact(&m, &kept);
+    assert_reads_back(&m, &kept);
     let e = fs::read(m.path("cloud/x")).expect_err("garbage is never served");
     assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
 
@@ -110,7 +76,7 @@ fn a_bucket_returning_garbage_never_serves_it() {
     assert!(!text.contains("/docs/"), "{text}");
 
     // The same data written again is stored anew, and heals the old name.
-    write_all(&m, &[("cloud/again", only_cloud.clone())].into());
+    write_all(&m, &[("cloud/again".to_string(), only_cloud.clone())]);
     assert_eq!(fs::read(m.path("cloud/again")).unwrap(), only_cloud);
     assert_eq!(fs::read(m.path("cloud/x")).unwrap(), only_cloud);
     let (repo, _) = m.unmount();
@@ -128,7 +94,7 @@ fn a_bucket_returning_garbage_never_serves_it() {
         String::from_utf8_lossy(&out.stdout)
     );
     let m = mount(&repo, base.path());
-    assert_exact(&m, &kept);
+    assert_reads_back(&m, &kept);
     assert_eq!(fs::read(m.path("cloud/x")).unwrap(), only_cloud);
     let (repo, _) = m.unmount();
     let out = cairn(&repo, &["scrub", "--json"]);
@@ -139,6 +105,6 @@ fn a_bucket_returning_garbage_never_serves_it() {
     // alone is enough to lose.
     fs::remove_dir_all(repo.join("br/disk")).unwrap();
     let m = mount(&repo, base.path());
-    assert_exact(&m, &kept);
+    assert_reads_back(&m, &kept);
     m.unmount();
 }

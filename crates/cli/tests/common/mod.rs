@@ -1,6 +1,7 @@
 //! A real `cairn mount` for integration tests, shared by the test files.
 #![allow(dead_code)]
 
+pub mod s3;
 pub mod shards;
 
 use std::fs;
@@ -264,6 +265,9 @@ pub fn is_enospc(e: &std::io::Error) -> bool {
 
 /// Writes `data` to `path` and fsyncs it; the first error, if any.
 pub fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir)?;
+    }
     let mut f = fs::File::create(path)?;
     use std::io::Write as _;
     f.write_all(data)?;
@@ -279,4 +283,16 @@ pub fn mount_on_tmpfs(base: &Path, mib: u64) -> (Tmpfs, Mount) {
     fs::create_dir_all(&mnt).unwrap();
     ok(&repo, &["init"]);
     (disk, Mount::start(repo, mnt))
+}
+
+/// Every container blob of a plain repository (one local branch), sorted.
+pub fn plain_containers(repo: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for sub in fs::read_dir(repo.join("branches/local/containers")).unwrap() {
+        for f in fs::read_dir(sub.unwrap().path()).unwrap() {
+            out.push(f.unwrap().path());
+        }
+    }
+    out.sort();
+    out
 }

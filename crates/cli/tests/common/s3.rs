@@ -1,0 +1,15 @@
+//! A repository mirrored over a local branch and an S3 bucket.
+
+/// cairn.toml sections: branch `disk` (local, label m) and `cloud` (the
+/// bucket, labels m and c); files under `cloud/` are `single` on the
+/// bucket alone, the rest `mirror:2` over both.
+pub fn mirror_over_bucket(bucket: &branch::S3Config) -> String {
+    format!(
+        "\n[[branch]]\nname = \"disk\"\nkind = \"local\"\npath = \"br/disk\"\nlabels = [\"m\"]\n\
+         \n[[branch]]\nname = \"cloud\"\nkind = \"s3\"\nendpoint = \"{}\"\nbucket = \"{}\"\n\
+         access_key_id = \"{}\"\nsecret_access_key = \"{}\"\nlabels = [\"m\", \"c\"]\n\
+         \n[[rule]]\nname = \"cloud-only\"\npath = \"cloud/**\"\npolicy = \"single\"\nbranches = [\"c\"]\n\
+         \n[default_rule]\npolicy = \"mirror:2\"\nbranches = [\"m\"]\n",
+        bucket.endpoint, bucket.bucket, bucket.access_key_id, bucket.secret_access_key
+    )
+}
