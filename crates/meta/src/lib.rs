@@ -35,8 +35,12 @@
 //! The trait is deliberately small so that the metaserver ring (a later
 //! issue) can implement it over the network.
 
+mod batch;
 mod engine;
+mod record;
+mod rules;
 mod types;
+mod verify;
 mod view;
 
 pub use engine::RedbMeta;

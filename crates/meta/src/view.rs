@@ -3,7 +3,7 @@
 
 use redb::{Durability, ReadTransaction, ReadableTable};
 
-use crate::engine::{
+use crate::record::{
     as_slices, decode, dkey, dval, dval_decode, encode, prefix_range, Rec, DIRENTS, DIRS, FILES,
     INODES, META, NEXT_INO, ORPHANS, XATTRS,
 };

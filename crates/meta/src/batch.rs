@@ -1,0 +1,228 @@
+//! One operation's view of the open write transaction: its tables, the
+//! inodes it touched (written back once at the end) and the counter deltas.
+
+use std::collections::HashMap;
+
+use redb::{ReadableTable, Table, WriteTransaction};
+
+use crate::record::{
+    as_slices, corrupt, decode, dkey, dval, dval_decode, encode, prefix_range, Rec, DIRENTS, DIRS,
+    FILES, INODES, META, NEXT_INO, ORPHANS, XATTRS,
+};
+use crate::{FileKind, Inode, InodeId, MetaError, Result, Timestamp};
+
+/// The tables of one write transaction, with the inodes it touched cached so
+/// that every change to an inode in the transaction applies to one copy
+/// (a rename within one directory updates that directory twice).
+pub(crate) struct W<'t> {
+    pub(crate) inodes: Table<'t, u64, &'static [u8]>,
+    pub(crate) dirents: Table<'t, &'static [u8], [u8; 9]>,
+    pub(crate) xattrs: Table<'t, &'static [u8], &'static [u8]>,
+    pub(crate) orphans: Table<'t, u64, ()>,
+    pub(crate) meta: Table<'t, &'static str, u64>,
+    /// Loaded records, with whether they changed.
+    pub(crate) cache: HashMap<u64, (Rec, bool)>,
+    pub(crate) files_delta: i64,
+    pub(crate) dirs_delta: i64,
+    /// A table was changed directly (not through the record cache): if the
+    /// operation then fails, its batch cannot be kept.
+    pub(crate) mutated: bool,
+}
+
+impl<'t> W<'t> {
+    pub(crate) fn open(tx: &'t WriteTransaction) -> Result<Self> {
+        Ok(W {
+            inodes: tx.open_table(INODES)?,
+            dirents: tx.open_table(DIRENTS)?,
+            xattrs: tx.open_table(XATTRS)?,
+            orphans: tx.open_table(ORPHANS)?,
+            meta: tx.open_table(META)?,
+            cache: HashMap::new(),
+            files_delta: 0,
+            dirs_delta: 0,
+            mutated: false,
+        })
+    }
+
+    fn load(&mut self, ino: InodeId) -> Result<&mut (Rec, bool)> {
+        if !self.cache.contains_key(&ino.0) {
+            let rec = match self.inodes.get(ino.0)? {
+                Some(v) => decode(ino.0, v.value())?,
+                None => return Err(MetaError::NotFound),
+            };
+            self.cache.insert(ino.0, (rec, false));
+        }
+        Ok(self.cache.get_mut(&ino.0).unwrap())
+    }
+
+    /// An inode, to read.
+    pub(crate) fn rec(&mut self, ino: InodeId) -> Result<&Rec> {
+        Ok(&self.load(ino)?.0)
+    }
+
+    /// An inode, to change: it is written back at the end.
+    pub(crate) fn rec_mut(&mut self, ino: InodeId) -> Result<&mut Rec> {
+        let slot = self.load(ino)?;
+        slot.1 = true;
+        Ok(&mut slot.0)
+    }
+
+    /// `ino`, which must be a directory.
+    pub(crate) fn dir(&mut self, ino: InodeId) -> Result<&Rec> {
+        let rec = self.rec(ino)?;
+        if !rec.is_dir() {
+            return Err(MetaError::NotDir);
+        }
+        Ok(rec)
+    }
+
+    pub(crate) fn entry(
+        &self,
+        parent: InodeId,
+        name: &[u8],
+    ) -> Result<Option<(InodeId, FileKind)>> {
+        match self.dirents.get(dkey(parent, name).as_slice())? {
+            Some(v) => Ok(Some(dval_decode(v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    pub(crate) fn put_entry(
+        &mut self,
+        parent: InodeId,
+        name: &[u8],
+        ino: InodeId,
+        kind: FileKind,
+    ) -> Result<()> {
+        self.mutated = true;
+        self.dirents
+            .insert(dkey(parent, name).as_slice(), dval(ino, kind))?;
+        Ok(())
+    }
+
+    pub(crate) fn del_entry(&mut self, parent: InodeId, name: &[u8]) -> Result<()> {
+        self.mutated = true;
+        self.dirents.remove(dkey(parent, name).as_slice())?;
+        Ok(())
+    }
+
+    pub(crate) fn is_empty_dir(&self, dir: InodeId) -> Result<bool> {
+        let range = prefix_range(dir.0);
+        Ok(self
+            .dirents
+            .range::<&[u8]>(as_slices(&range))?
+            .next()
+            .is_none())
+    }
+
+    /// A directory's contents changed.
+    pub(crate) fn touch_dir(&mut self, dir: InodeId, now: Timestamp) -> Result<()> {
+        let a = &mut self.rec_mut(dir)?.inode.attr;
+        a.mtime = now;
+        a.ctime = now;
+        Ok(())
+    }
+
+    pub(crate) fn add_nlink(&mut self, ino: InodeId, delta: i32) -> Result<()> {
+        let a = &mut self.rec_mut(ino)?.inode.attr;
+        a.nlink = a
+            .nlink
+            .checked_add_signed(delta)
+            .ok_or(MetaError::Invalid("too many links"))?;
+        Ok(())
+    }
+
+    pub(crate) fn alloc_ino(&mut self) -> Result<InodeId> {
+        let next = self.meta.get(NEXT_INO)?.map(|v| v.value()).unwrap_or(2);
+        self.mutated = true;
+        self.meta.insert(NEXT_INO, next + 1)?;
+        Ok(InodeId(next))
+    }
+
+    pub(crate) fn insert_new(&mut self, rec: Rec) {
+        if rec.is_dir() {
+            self.dirs_delta += 1;
+        } else {
+            self.files_delta += 1;
+        }
+        self.cache.insert(rec.inode.id.0, (rec, true));
+    }
+
+    /// Deletes an inode, its xattrs and its orphan mark (not its names).
+    pub(crate) fn delete_inode(&mut self, ino: InodeId) -> Result<()> {
+        if self.rec(ino)?.is_dir() {
+            self.dirs_delta -= 1;
+        } else {
+            self.files_delta -= 1;
+        }
+        self.cache.remove(&ino.0);
+        self.mutated = true;
+        self.inodes.remove(ino.0)?;
+        self.orphans.remove(ino.0)?;
+        let range = prefix_range(ino.0);
+        self.xattrs
+            .retain_in::<&[u8], _>(as_slices(&range), |_, _| false)?;
+        Ok(())
+    }
+
+    /// A non-directory lost one name: lowers its link count and, at zero,
+    /// keeps it as an orphan or deletes it. Returns it as it is after.
+    pub(crate) fn drop_link(
+        &mut self,
+        ino: InodeId,
+        keep_orphan: bool,
+        now: Timestamp,
+    ) -> Result<Inode> {
+        let rec = self.rec_mut(ino)?;
+        let a = &mut rec.inode.attr;
+        a.nlink = a.nlink.saturating_sub(1);
+        a.ctime = now;
+        let out = rec.inode.clone();
+        if out.attr.nlink == 0 {
+            if keep_orphan {
+                self.mutated = true;
+                self.orphans.insert(ino.0, ())?;
+            } else {
+                self.delete_inode(ino)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether `dir` is `ancestor` or lies below it, following parent
+    /// pointers up to the root: a loop, not a call per level, since a tree
+    /// is as deep as its users make it.
+    pub(crate) fn is_within(&mut self, mut dir: InodeId, ancestor: InodeId) -> Result<bool> {
+        // A chain longer than there are directories goes round a cycle,
+        // which only a damaged store holds.
+        let dirs = self.meta.get(DIRS)?.map(|v| v.value()).unwrap_or(0);
+        let steps = dirs
+            .saturating_add_signed(self.dirs_delta)
+            .saturating_add(1);
+        for _ in 0..steps {
+            if dir == ancestor {
+                return Ok(true);
+            }
+            if dir == InodeId::ROOT {
+                return Ok(false);
+            }
+            dir = InodeId(self.rec(dir)?.parent);
+        }
+        Err(corrupt(format!("a parent-pointer cycle above {dir:?}")))
+    }
+
+    pub(crate) fn flush(mut self) -> Result<()> {
+        for (ino, (rec, dirty)) in &self.cache {
+            if *dirty {
+                self.inodes.insert(*ino, encode(rec).as_slice())?;
+            }
+        }
+        for (key, delta) in [(FILES, self.files_delta), (DIRS, self.dirs_delta)] {
+            if delta != 0 {
+                let n = self.meta.get(key)?.map(|v| v.value()).unwrap_or(0);
+                self.meta.insert(key, n.saturating_add_signed(delta))?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,338 @@
+//! The bytes of the engine's tables: the inode record codec and the keys.
+//!
+//! Tables:
+//! - `inodes`: inode number -> record (see [`encode`]): the attributes, the
+//!   parent pointer of a directory, and the content.
+//! - `dirents`: 8-byte big-endian parent ++ name -> 8-byte little-endian
+//!   inode number ++ kind byte. Big-endian parents make a directory's
+//!   entries one contiguous key range, in byte order of name.
+//! - `xattrs`: 8-byte big-endian inode ++ name -> value.
+//! - `orphans`: inode number -> () for inodes with no name kept for an open
+//!   handle.
+//! - `meta`: `next_ino` (the next inode number to hand out), `files` and
+//!   `dirs` (the counts [`MetaStore::counts`](crate::MetaStore::counts)
+//!   reports).
+
+use std::ops::Bound;
+
+use cas::ChunkId;
+use redb::TableDefinition;
+
+use crate::{Attr, Content, FileKind, Inode, InodeId, MetaError, Result, Timestamp};
+
+pub(crate) const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
+pub(crate) const DIRENTS: TableDefinition<&[u8], [u8; 9]> = TableDefinition::new("dirents");
+pub(crate) const XATTRS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("xattrs");
+pub(crate) const ORPHANS: TableDefinition<u64, ()> = TableDefinition::new("orphans");
+pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+pub(crate) const NEXT_INO: &str = "next_ino";
+pub(crate) const FILES: &str = "files";
+pub(crate) const DIRS: &str = "dirs";
+
+pub(crate) fn corrupt(what: String) -> MetaError {
+    MetaError::Store(redb::Error::Corrupted(what))
+}
+
+/// An inode as stored: the inode and, for a directory, the directory holding
+/// its name (the root's parent is the root; 0 for non-directories).
+#[derive(Debug, Clone)]
+pub(crate) struct Rec {
+    pub inode: Inode,
+    pub parent: u64,
+}
+
+impl Rec {
+    pub fn is_dir(&self) -> bool {
+        self.inode.attr.kind == FileKind::Dir
+    }
+}
+
+const FORMAT: u8 = 1;
+/// Offset of the content tag in a record; the content payload follows it.
+const CONTENT_TAG_AT: usize = 1 + 1 + 2 + 4 + 4 + 8 + 4 + 4 + 4 * 12 + 8;
+const TAG_EMPTY: u8 = 0;
+const TAG_INLINE: u8 = 1;
+const TAG_RECIPE: u8 = 2;
+
+/// The record layout, all little-endian: format (1), kind (1), perm (2),
+/// uid (4), gid (4), size (8), nlink (4), rdev (4), atime, mtime, ctime,
+/// crtime (each secs i64 + nanos u32), parent (8), content tag (1), then the
+/// inline bytes (to the end) or the 32-byte recipe chunk id.
+pub(crate) fn encode(rec: &Rec) -> Vec<u8> {
+    let a = &rec.inode.attr;
+    let extra = match &rec.inode.content {
+        Content::Empty => 0,
+        Content::Inline(b) => b.len(),
+        Content::Recipe(_) => ChunkId::LEN,
+    };
+    let mut out = Vec::with_capacity(CONTENT_TAG_AT + 1 + extra);
+    out.push(FORMAT);
+    out.push(a.kind.code());
+    out.extend_from_slice(&a.perm.to_le_bytes());
+    out.extend_from_slice(&a.uid.to_le_bytes());
+    out.extend_from_slice(&a.gid.to_le_bytes());
+    out.extend_from_slice(&a.size.to_le_bytes());
+    out.extend_from_slice(&a.nlink.to_le_bytes());
+    out.extend_from_slice(&a.rdev.to_le_bytes());
+    for t in [a.atime, a.mtime, a.ctime, a.crtime] {
+        out.extend_from_slice(&t.secs.to_le_bytes());
+        out.extend_from_slice(&t.nanos.to_le_bytes());
+    }
+    out.extend_from_slice(&rec.parent.to_le_bytes());
+    debug_assert_eq!(out.len(), CONTENT_TAG_AT);
+    match &rec.inode.content {
+        Content::Empty => out.push(TAG_EMPTY),
+        Content::Inline(b) => {
+            out.push(TAG_INLINE);
+            out.extend_from_slice(b);
+        }
+        Content::Recipe(id) => {
+            out.push(TAG_RECIPE);
+            out.extend_from_slice(id.as_bytes());
+        }
+    }
+    out
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> [u8; N] {
+        let (head, rest) = self.0.split_at(N);
+        self.0 = rest;
+        head.try_into().unwrap()
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes(self.take())
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes(self.take())
+    }
+    fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(self.take())
+    }
+    fn time(&mut self) -> Timestamp {
+        let secs = i64::from_le_bytes(self.take());
+        let nanos = self.u32();
+        Timestamp { secs, nanos }
+    }
+}
+
+pub(crate) fn decode(ino: u64, b: &[u8]) -> Result<Rec> {
+    let bad = |why: &str| corrupt(format!("inode {ino}: {why}"));
+    if b.len() <= CONTENT_TAG_AT {
+        return Err(bad("record too short"));
+    }
+    if b[0] != FORMAT {
+        return Err(bad("unknown record format"));
+    }
+    let mut r = Reader(&b[1..]);
+    let kind = FileKind::from_code(r.take::<1>()[0]).ok_or_else(|| bad("unknown kind"))?;
+    let perm = r.u16();
+    let uid = r.u32();
+    let gid = r.u32();
+    let size = r.u64();
+    let nlink = r.u32();
+    let rdev = r.u32();
+    let atime = r.time();
+    let mtime = r.time();
+    let ctime = r.time();
+    let crtime = r.time();
+    let parent = r.u64();
+    let tag = r.take::<1>()[0];
+    let content = match (tag, r.0) {
+        (TAG_EMPTY, []) => Content::Empty,
+        (TAG_INLINE, bytes) => Content::Inline(bytes.to_vec()),
+        (TAG_RECIPE, id) if id.len() == ChunkId::LEN => {
+            Content::Recipe(ChunkId::from_bytes(id.try_into().unwrap()))
+        }
+        _ => return Err(bad("bad content")),
+    };
+    Ok(Rec {
+        inode: Inode {
+            id: InodeId(ino),
+            attr: Attr {
+                kind,
+                perm,
+                uid,
+                gid,
+                size,
+                nlink,
+                rdev,
+                atime,
+                mtime,
+                ctime,
+                crtime,
+            },
+            content,
+        },
+        parent,
+    })
+}
+
+/// Whether a record holds a recipe, without decoding it.
+pub(crate) fn holds_recipe(b: &[u8]) -> bool {
+    b.get(CONTENT_TAG_AT) == Some(&TAG_RECIPE)
+}
+
+/// The kind in a record, without decoding the rest.
+pub(crate) fn record_kind(ino: u64, b: &[u8]) -> Result<FileKind> {
+    match b {
+        [FORMAT, k, ..] => FileKind::from_code(*k),
+        _ => None,
+    }
+    .ok_or_else(|| corrupt(format!("inode {ino}: bad record")))
+}
+
+pub(crate) fn dkey(parent: InodeId, name: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + name.len());
+    k.extend_from_slice(&parent.0.to_be_bytes());
+    k.extend_from_slice(name);
+    k
+}
+
+pub(crate) fn dval(ino: InodeId, kind: FileKind) -> [u8; 9] {
+    let mut v = [0u8; 9];
+    v[..8].copy_from_slice(&ino.0.to_le_bytes());
+    v[8] = kind.code();
+    v
+}
+
+pub(crate) fn dval_decode(v: [u8; 9]) -> Result<(InodeId, FileKind)> {
+    let ino = InodeId(u64::from_le_bytes(v[..8].try_into().unwrap()));
+    let kind =
+        FileKind::from_code(v[8]).ok_or_else(|| corrupt(format!("entry of {ino:?}: bad kind")))?;
+    Ok((ino, kind))
+}
+
+/// The key range of everything under the 8-byte big-endian prefix `id`.
+pub(crate) fn prefix_range(id: u64) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let lo = Bound::Included(id.to_be_bytes().to_vec());
+    let hi = match id.checked_add(1) {
+        Some(n) => Bound::Excluded(n.to_be_bytes().to_vec()),
+        None => Bound::Unbounded,
+    };
+    (lo, hi)
+}
+
+pub(crate) fn as_slices(r: &(Bound<Vec<u8>>, Bound<Vec<u8>>)) -> (Bound<&[u8]>, Bound<&[u8]>) {
+    (
+        r.0.as_ref().map(|v| v.as_slice()),
+        r.1.as_ref().map(|v| v.as_slice()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(kind: FileKind, content: Content, parent: u64) -> Rec {
+        let ts = |s| Timestamp {
+            secs: s,
+            nanos: 999_999_999,
+        };
+        Rec {
+            inode: Inode {
+                id: InodeId(u64::MAX - 1),
+                attr: Attr {
+                    kind,
+                    perm: 0o7777,
+                    uid: u32::MAX,
+                    gid: 7,
+                    size: u64::MAX,
+                    nlink: 3,
+                    rdev: 0x1234_5678,
+                    atime: ts(-1),
+                    mtime: ts(i64::MAX),
+                    ctime: ts(i64::MIN),
+                    crtime: ts(0),
+                },
+                content,
+            },
+            parent,
+        }
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let kinds = [
+            FileKind::File,
+            FileKind::Dir,
+            FileKind::Symlink,
+            FileKind::Fifo,
+            FileKind::Socket,
+            FileKind::CharDevice,
+            FileKind::BlockDevice,
+        ];
+        let contents = [
+            Content::Empty,
+            Content::Inline(Vec::new()),
+            Content::Inline(b"some bytes".to_vec()),
+            Content::Recipe(ChunkId::from_bytes([0xab; 32])),
+        ];
+        for kind in kinds {
+            for content in &contents {
+                let r = rec(kind, content.clone(), 42);
+                let bytes = encode(&r);
+                let back = decode(r.inode.id.0, &bytes).unwrap();
+                assert_eq!(back.inode, r.inode);
+                assert_eq!(back.parent, 42);
+                assert_eq!(record_kind(1, &bytes).unwrap(), kind);
+                assert_eq!(
+                    bytes[CONTENT_TAG_AT] == TAG_RECIPE,
+                    matches!(content, Content::Recipe(_))
+                );
+            }
+        }
+        // The fixed part is small: 85 bytes.
+        assert_eq!(encode(&rec(FileKind::File, Content::Empty, 0)).len(), 85);
+    }
+
+    #[test]
+    fn bad_records_are_errors_not_panics() {
+        let good = encode(&rec(
+            FileKind::File,
+            Content::Recipe(ChunkId::from_bytes([1; 32])),
+            0,
+        ));
+        for len in 0..good.len() {
+            assert!(decode(5, &good[..len]).is_err(), "truncated to {len}");
+        }
+        let mut bad = good.clone();
+        bad[0] = 9;
+        assert!(decode(5, &bad).is_err(), "unknown format");
+        assert!(record_kind(5, &bad).is_err());
+        let mut bad = good.clone();
+        bad[1] = 0;
+        assert!(decode(5, &bad).is_err(), "unknown kind");
+        let mut bad = good.clone();
+        bad[CONTENT_TAG_AT] = 3;
+        assert!(decode(5, &bad).is_err(), "unknown content tag");
+        let mut bad = good;
+        bad.push(0);
+        assert!(decode(5, &bad).is_err(), "a recipe id of 33 bytes");
+        assert!(dval_decode([0; 9]).is_err());
+    }
+
+    #[test]
+    fn entry_keys_sort_by_parent_then_name() {
+        let mut keys = [
+            dkey(InodeId(256), b"a"),
+            dkey(InodeId(1), b"zz"),
+            dkey(InodeId(255), b"\xff"),
+            dkey(InodeId(1), b"z"),
+            dkey(InodeId(2), b""),
+        ];
+        keys.sort();
+        let parents: Vec<u64> = keys
+            .iter()
+            .map(|k| u64::from_be_bytes(k[..8].try_into().unwrap()))
+            .collect();
+        assert_eq!(parents, [1, 1, 2, 255, 256]);
+        assert_eq!(&keys[0][8..], b"z");
+        let (lo, hi) = prefix_range(u64::MAX);
+        assert_eq!(lo, Bound::Included(vec![0xff; 8]));
+        assert_eq!(hi, Bound::Unbounded);
+    }
+}
