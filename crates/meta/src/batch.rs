@@ -206,7 +206,10 @@ impl<'t> W<'t> {
             if dir == InodeId::ROOT {
                 return Ok(false);
             }
-            dir = InodeId(self.rec(dir)?.parent);
+            dir = self
+                .rec(dir)?
+                .parent
+                .ok_or_else(|| corrupt(format!("directory {dir:?} has no parent pointer")))?;
         }
         Err(corrupt(format!("a parent-pointer cycle above {dir:?}")))
     }

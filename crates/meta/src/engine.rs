@@ -264,7 +264,7 @@ impl RedbMeta {
                         },
                         content: Content::Empty,
                     },
-                    parent: InodeId::ROOT.0,
+                    parent: Some(InodeId::ROOT),
                 });
                 if w.meta.get(NEXT_INO)?.is_none() {
                     w.meta.insert(NEXT_INO, InodeId::ROOT.0 + 1)?;
@@ -484,7 +484,7 @@ impl MetaStore for RedbMeta {
                     },
                     content: new.content,
                 },
-                parent: if is_dir { parent.0 } else { 0 },
+                parent: is_dir.then_some(parent),
             };
             let out = rec.inode.clone();
             w.put_entry(parent, name, ino, new.kind)?;
@@ -617,12 +617,12 @@ impl MetaStore for RedbMeta {
                     if src_dir {
                         w.add_nlink(parent, -1)?;
                         w.add_nlink(new_parent, 1)?;
-                        w.rec_mut(src)?.parent = new_parent.0;
+                        w.rec_mut(src)?.parent = Some(new_parent);
                     }
                     if dst_dir {
                         w.add_nlink(new_parent, -1)?;
                         w.add_nlink(parent, 1)?;
-                        w.rec_mut(dst)?.parent = parent.0;
+                        w.rec_mut(dst)?.parent = Some(parent);
                     }
                 }
                 w.touch_dir(parent, now)?;
@@ -663,7 +663,7 @@ impl MetaStore for RedbMeta {
             if src_dir && parent != new_parent {
                 w.add_nlink(parent, -1)?;
                 w.add_nlink(new_parent, 1)?;
-                w.rec_mut(src)?.parent = new_parent.0;
+                w.rec_mut(src)?.parent = Some(new_parent);
             }
             w.touch_dir(parent, now)?;
             w.touch_dir(new_parent, now)?;

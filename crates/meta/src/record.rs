@@ -35,11 +35,12 @@ pub(crate) fn corrupt(what: String) -> MetaError {
 }
 
 /// An inode as stored: the inode and, for a directory, the directory holding
-/// its name (the root's parent is the root; 0 for non-directories).
+/// its name (the root's parent is the root). Stored as 0 when `None`: no
+/// inode has number 0.
 #[derive(Debug, Clone)]
 pub(crate) struct Rec {
     pub inode: Inode,
-    pub parent: u64,
+    pub parent: Option<InodeId>,
 }
 
 impl Rec {
@@ -79,7 +80,7 @@ pub(crate) fn encode(rec: &Rec) -> Vec<u8> {
         out.extend_from_slice(&t.secs.to_le_bytes());
         out.extend_from_slice(&t.nanos.to_le_bytes());
     }
-    out.extend_from_slice(&rec.parent.to_le_bytes());
+    out.extend_from_slice(&rec.parent.map_or(0, |p| p.0).to_le_bytes());
     debug_assert_eq!(out.len(), CONTENT_TAG_AT);
     match &rec.inode.content {
         Content::Empty => out.push(TAG_EMPTY),
@@ -139,7 +140,7 @@ pub(crate) fn decode(ino: u64, b: &[u8]) -> Result<Rec> {
     let mtime = r.time();
     let ctime = r.time();
     let crtime = r.time();
-    let parent = r.u64();
+    let parent = Some(r.u64()).filter(|&p| p != 0).map(InodeId);
     let tag = r.take::<1>()[0];
     let content = match (tag, r.0) {
         (TAG_EMPTY, []) => Content::Empty,
@@ -227,7 +228,7 @@ pub(crate) fn as_slices(r: &(Bound<Vec<u8>>, Bound<Vec<u8>>)) -> (Bound<&[u8]>, 
 mod tests {
     use super::*;
 
-    fn rec(kind: FileKind, content: Content, parent: u64) -> Rec {
+    fn rec(kind: FileKind, content: Content, parent: Option<InodeId>) -> Rec {
         let ts = |s| Timestamp {
             secs: s,
             nanos: 999_999_999,
@@ -273,11 +274,23 @@ mod tests {
         ];
         for kind in kinds {
             for content in &contents {
-                let r = rec(kind, content.clone(), 42);
+                let r = rec(kind, content.clone(), Some(InodeId(42)));
+                assert_eq!(
+                    decode(
+                        1,
+                        &encode(&Rec {
+                            parent: None,
+                            ..r.clone()
+                        })
+                    )
+                    .unwrap()
+                    .parent,
+                    None
+                );
                 let bytes = encode(&r);
                 let back = decode(r.inode.id.0, &bytes).unwrap();
                 assert_eq!(back.inode, r.inode);
-                assert_eq!(back.parent, 42);
+                assert_eq!(back.parent, r.parent);
                 assert_eq!(record_kind(1, &bytes).unwrap(), kind);
                 assert_eq!(
                     bytes[CONTENT_TAG_AT] == TAG_RECIPE,
@@ -286,7 +299,7 @@ mod tests {
             }
         }
         // The fixed part is small: 85 bytes.
-        assert_eq!(encode(&rec(FileKind::File, Content::Empty, 0)).len(), 85);
+        assert_eq!(encode(&rec(FileKind::File, Content::Empty, None)).len(), 85);
     }
 
     #[test]
@@ -294,7 +307,7 @@ mod tests {
         let good = encode(&rec(
             FileKind::File,
             Content::Recipe(ChunkId::from_bytes([1; 32])),
-            0,
+            None,
         ));
         for len in 0..good.len() {
             assert!(decode(5, &good[..len]).is_err(), "truncated to {len}");

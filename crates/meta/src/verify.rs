@@ -71,9 +71,9 @@ impl RedbMeta {
                     }
                     if rec.is_dir() {
                         *subdirs.entry(parent).or_default() += 1;
-                        if rec.parent != parent {
+                        if rec.parent != Some(InodeId(parent)) {
                             problems.push(format!(
-                                "directory {}: parent pointer {} but named in {parent}",
+                                "directory {}: parent pointer {:?} but named in {parent}",
                                 ino.0, rec.parent
                             ));
                         }
@@ -120,7 +120,7 @@ impl RedbMeta {
             }
         }
         match recs.get(&InodeId::ROOT.0) {
-            Some(r) if r.is_dir() && r.parent == InodeId::ROOT.0 => {}
+            Some(r) if r.is_dir() && r.parent == Some(InodeId::ROOT) => {}
             _ => problems.push("the root directory is missing or wrong".into()),
         }
         let counter =

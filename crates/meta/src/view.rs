@@ -93,11 +93,7 @@ impl RedbMeta {
                 } else {
                     0
                 };
-                let parent = if inode.id == InodeId::ROOT {
-                    InodeId::ROOT.0
-                } else {
-                    0
-                };
+                let parent = (inode.id == InodeId::ROOT).then_some(InodeId::ROOT);
                 (inode.id.0, Rec { inode, parent })
             })
             .collect();
@@ -108,7 +104,7 @@ impl RedbMeta {
                 .map(|r| r.inode.attr.kind)
                 .ok_or(MetaError::Invalid("an entry names a missing inode"))?;
             if kind == FileKind::Dir {
-                recs.get_mut(&e.ino.0).expect("checked").parent = e.parent.0;
+                recs.get_mut(&e.ino.0).expect("checked").parent = Some(e.parent);
                 recs.get_mut(&e.parent.0)
                     .ok_or(MetaError::Invalid("an entry's directory is missing"))?
                     .inode
