@@ -348,4 +348,16 @@ mod tests {
         assert_eq!(lo, Bound::Included(vec![0xff; 8]));
         assert_eq!(hi, Bound::Unbounded);
     }
+
+    /// The bytes of a record as every store so far holds them.
+    #[test]
+    fn stored_bytes_are_the_layout_written_before() {
+        let r = rec(
+            FileKind::Symlink,
+            Content::Inline(b"t".to_vec()),
+            Some(InodeId(3)),
+        );
+        let hex: String = encode(&r).iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, "0103ff0fffffffff07000000ffffffffffffffff0300000078563412ffffffffffffffffffc99a3bffffffffffffff7fffc99a3b0000000000000080ffc99a3b0000000000000000ffc99a3b03000000000000000174");
+    }
 }
