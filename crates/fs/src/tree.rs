@@ -14,9 +14,10 @@
 //! `snapshot/<name>`) point at records.
 //!
 //! Formats (little-endian): a listing is `CDIR`, format u8, entry count u32,
-//! entries. An entry is name (u16 length + bytes), ino u64, kind u8, perm
-//! u16, uid u32, gid u32, size u64, rdev u32, atime/mtime/ctime/crtime (i64
-//! secs + u32 nanos), content (tag u8: 0 none, 1 inline u32+bytes, 2 recipe
+//! entries. An entry is name (u16 length + bytes), ino u64, the attributes
+//! in `meta::codec`'s layout without links (kind u8, perm u16, uid u32, gid
+//! u32, size u64, rdev u32, atime/mtime/ctime/crtime as i64 secs + u32
+//! nanos; the engine's records use the same codec), content (tag u8: 0 none, 1 inline u32+bytes, 2 recipe
 //! 32 bytes, 3 directory listing 32 bytes), xattrs (u16 count, each name
 //! u16+bytes and value u32+bytes). Link counts are not stored: they follow
 //! from the entries.
@@ -26,6 +27,7 @@ use std::collections::HashSet;
 use bytes::Bytes;
 use cas::{ChunkId, Store, StreamWriter};
 use chunking::ChunkerParams;
+use meta::codec::{put_attr, put_time, AttrLayout, CodecError, Reader};
 use meta::{Attr, Content, DirEntry, FileKind, Inode, InodeId, MetaView, Timestamp};
 use recipe::Recipe;
 
@@ -96,25 +98,11 @@ pub struct TreeStats {
     pub new_bytes: u64,
 }
 
-fn put_time(out: &mut Vec<u8>, t: Timestamp) {
-    out.extend_from_slice(&t.secs.to_le_bytes());
-    out.extend_from_slice(&t.nanos.to_le_bytes());
-}
-
 fn encode_entry(e: &TreeEntry, out: &mut Vec<u8>) {
     out.extend_from_slice(&(e.name.len() as u16).to_le_bytes());
     out.extend_from_slice(&e.name);
     out.extend_from_slice(&e.ino.0.to_le_bytes());
-    let a = &e.attr;
-    out.push(a.kind.code());
-    out.extend_from_slice(&a.perm.to_le_bytes());
-    out.extend_from_slice(&a.uid.to_le_bytes());
-    out.extend_from_slice(&a.gid.to_le_bytes());
-    out.extend_from_slice(&a.size.to_le_bytes());
-    out.extend_from_slice(&a.rdev.to_le_bytes());
-    for t in [a.atime, a.mtime, a.ctime, a.crtime] {
-        put_time(out, t);
-    }
+    put_attr(out, &e.attr, AttrLayout::WithoutLinks);
     match &e.content {
         TreeContent::Empty => out.push(0),
         TreeContent::Inline(b) => {
@@ -142,42 +130,51 @@ fn encode_entry(e: &TreeEntry, out: &mut Vec<u8>) {
 
 /// A cursor over stored bytes whose every read names what is wrong.
 struct Cursor<'a> {
-    bytes: &'a [u8],
+    r: Reader<'a>,
     what: &'static str,
 }
 
 impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        if self.bytes.len() < n {
-            return Err(self.bad(Damage::EndsEarly));
+    fn new(bytes: &'a [u8], what: &'static str) -> Self {
+        Cursor {
+            r: Reader::new(bytes),
+            what,
         }
-        let (head, rest) = self.bytes.split_at(n);
-        self.bytes = rest;
-        Ok(head)
     }
-    fn arr<const N: usize>(&mut self) -> Result<[u8; N]> {
-        Ok(self.take(N)?.try_into().expect("took N"))
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        self.r.take(n).map_err(|e| self.codec(e))
     }
     fn u8(&mut self) -> Result<u8> {
-        Ok(self.arr::<1>()?[0])
+        self.r.u8().map_err(|e| self.codec(e))
     }
     fn u16(&mut self) -> Result<u16> {
-        Ok(u16::from_le_bytes(self.arr()?))
+        self.r.u16().map_err(|e| self.codec(e))
     }
     fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.arr()?))
+        self.r.u32().map_err(|e| self.codec(e))
     }
     fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.arr()?))
+        self.r.u64().map_err(|e| self.codec(e))
     }
     fn time(&mut self) -> Result<Timestamp> {
-        Ok(Timestamp {
-            secs: i64::from_le_bytes(self.arr()?),
-            nanos: self.u32()?,
-        })
+        self.r.time().map_err(|e| self.codec(e))
+    }
+    fn attr(&mut self) -> Result<Attr> {
+        self.r
+            .attr(AttrLayout::WithoutLinks)
+            .map_err(|e| self.codec(e))
     }
     fn id(&mut self) -> Result<ChunkId> {
-        Ok(ChunkId::from_bytes(self.arr()?))
+        self.r
+            .array()
+            .map(ChunkId::from_bytes)
+            .map_err(|e| self.codec(e))
+    }
+    fn codec(&self, e: CodecError) -> FsError {
+        self.bad(match e {
+            CodecError::EndsEarly => Damage::EndsEarly,
+            CodecError::UnknownKind(_) => Damage::UnknownKind,
+        })
     }
     fn bad(&self, damage: Damage) -> FsError {
         FsError::Malformed {
@@ -191,13 +188,8 @@ fn decode_entry(c: &mut Cursor<'_>) -> Result<TreeEntry> {
     let name_len = c.u16()? as usize;
     let name = c.take(name_len)?.to_vec();
     let ino = InodeId(c.u64()?);
-    let kind = FileKind::from_code(c.u8()?).ok_or_else(|| c.bad(Damage::UnknownKind))?;
-    let perm = c.u16()?;
-    let uid = c.u32()?;
-    let gid = c.u32()?;
-    let size = c.u64()?;
-    let rdev = c.u32()?;
-    let (atime, mtime, ctime, crtime) = (c.time()?, c.time()?, c.time()?, c.time()?);
+    let attr = c.attr()?;
+    let kind = attr.kind;
     let content = match c.u8()? {
         0 => TreeContent::Empty,
         1 => {
@@ -222,19 +214,7 @@ fn decode_entry(c: &mut Cursor<'_>) -> Result<TreeEntry> {
     Ok(TreeEntry {
         name,
         ino,
-        attr: Attr {
-            kind,
-            perm,
-            uid,
-            gid,
-            size,
-            nlink: 1,
-            rdev,
-            atime,
-            mtime,
-            ctime,
-            crtime,
-        },
+        attr,
         content,
         xattrs,
     })
@@ -252,10 +232,7 @@ pub fn encode_listing(entries: &[TreeEntry]) -> Vec<u8> {
 }
 
 pub fn decode_listing(bytes: &[u8]) -> Result<Vec<TreeEntry>> {
-    let mut c = Cursor {
-        bytes,
-        what: "directory listing",
-    };
+    let mut c = Cursor::new(bytes, "directory listing");
     if c.take(4)? != LISTING_MAGIC || c.u8()? != FORMAT {
         return Err(c.bad(Damage::NotListing));
     }
@@ -264,7 +241,7 @@ pub fn decode_listing(bytes: &[u8]) -> Result<Vec<TreeEntry>> {
     for _ in 0..count {
         out.push(decode_entry(&mut c)?);
     }
-    if !c.bytes.is_empty() {
+    if !c.r.rest().is_empty() {
         return Err(c.bad(Damage::TrailingBytes));
     }
     Ok(out)
@@ -288,10 +265,7 @@ pub fn is_record(bytes: &[u8]) -> bool {
 }
 
 pub fn decode_record(bytes: &[u8]) -> Result<Record> {
-    let mut c = Cursor {
-        bytes,
-        what: "version record",
-    };
+    let mut c = Cursor::new(bytes, "version record");
     if c.take(4)? != RECORD_MAGIC || c.u8()? != FORMAT {
         return Err(c.bad(Damage::NotRecord));
     }

@@ -4,6 +4,8 @@
 //! bytes), directory entries keyed by (parent inode, name), symlink targets,
 //! extended attributes, inode-number allocation, and orphans (inodes whose
 //! last name is gone while a file handle still holds them).
+//! Also the one byte layout of an inode's attributes ([`codec`]), which
+//! `fs` uses for the listings of versions and snapshots.
 //!
 //! **Never:** reads or writes file data (that is `fs` over `cas`); enforces
 //! permissions (the kernel does, with `default_permissions`); knows about
@@ -36,6 +38,7 @@
 //! issue) can implement it over the network.
 
 mod batch;
+pub mod codec;
 mod engine;
 mod record;
 mod rules;

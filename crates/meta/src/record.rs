@@ -18,7 +18,8 @@ use std::ops::Bound;
 use cas::ChunkId;
 use redb::TableDefinition;
 
-use crate::{Attr, Content, FileKind, Inode, InodeId, MetaError, Result, Timestamp};
+use crate::codec::{put_attr, AttrLayout, CodecError, Reader};
+use crate::{Content, FileKind, Inode, InodeId, MetaError, Result};
 
 pub(crate) const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
 pub(crate) const DIRENTS: TableDefinition<&[u8], [u8; 9]> = TableDefinition::new("dirents");
@@ -51,17 +52,15 @@ impl Rec {
 
 const FORMAT: u8 = 1;
 /// Offset of the content tag in a record; the content payload follows it.
-const CONTENT_TAG_AT: usize = 1 + 1 + 2 + 4 + 4 + 8 + 4 + 4 + 4 * 12 + 8;
+const CONTENT_TAG_AT: usize = 1 + AttrLayout::WithLinks.len() + 8;
 const TAG_EMPTY: u8 = 0;
 const TAG_INLINE: u8 = 1;
 const TAG_RECIPE: u8 = 2;
 
-/// The record layout, all little-endian: format (1), kind (1), perm (2),
-/// uid (4), gid (4), size (8), nlink (4), rdev (4), atime, mtime, ctime,
-/// crtime (each secs i64 + nanos u32), parent (8), content tag (1), then the
-/// inline bytes (to the end) or the 32-byte recipe chunk id.
+/// The record layout, all little-endian: format (1), the attributes with
+/// their link count ([`crate::codec`]), parent (8, 0 for none), content tag
+/// (1), then the inline bytes (to the end) or the 32-byte recipe chunk id.
 pub(crate) fn encode(rec: &Rec) -> Vec<u8> {
-    let a = &rec.inode.attr;
     let extra = match &rec.inode.content {
         Content::Empty => 0,
         Content::Inline(b) => b.len(),
@@ -69,17 +68,7 @@ pub(crate) fn encode(rec: &Rec) -> Vec<u8> {
     };
     let mut out = Vec::with_capacity(CONTENT_TAG_AT + 1 + extra);
     out.push(FORMAT);
-    out.push(a.kind.code());
-    out.extend_from_slice(&a.perm.to_le_bytes());
-    out.extend_from_slice(&a.uid.to_le_bytes());
-    out.extend_from_slice(&a.gid.to_le_bytes());
-    out.extend_from_slice(&a.size.to_le_bytes());
-    out.extend_from_slice(&a.nlink.to_le_bytes());
-    out.extend_from_slice(&a.rdev.to_le_bytes());
-    for t in [a.atime, a.mtime, a.ctime, a.crtime] {
-        out.extend_from_slice(&t.secs.to_le_bytes());
-        out.extend_from_slice(&t.nanos.to_le_bytes());
-    }
+    put_attr(&mut out, &rec.inode.attr, AttrLayout::WithLinks);
     out.extend_from_slice(&rec.parent.map_or(0, |p| p.0).to_le_bytes());
     debug_assert_eq!(out.len(), CONTENT_TAG_AT);
     match &rec.inode.content {
@@ -96,76 +85,35 @@ pub(crate) fn encode(rec: &Rec) -> Vec<u8> {
     out
 }
 
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> [u8; N] {
-        let (head, rest) = self.0.split_at(N);
-        self.0 = rest;
-        head.try_into().unwrap()
-    }
-    fn u16(&mut self) -> u16 {
-        u16::from_le_bytes(self.take())
-    }
-    fn u32(&mut self) -> u32 {
-        u32::from_le_bytes(self.take())
-    }
-    fn u64(&mut self) -> u64 {
-        u64::from_le_bytes(self.take())
-    }
-    fn time(&mut self) -> Timestamp {
-        let secs = i64::from_le_bytes(self.take());
-        let nanos = self.u32();
-        Timestamp { secs, nanos }
-    }
-}
-
 pub(crate) fn decode(ino: u64, b: &[u8]) -> Result<Rec> {
-    let bad = |why: &str| corrupt(format!("inode {ino}: {why}"));
-    if b.len() <= CONTENT_TAG_AT {
-        return Err(bad("record too short"));
-    }
-    if b[0] != FORMAT {
-        return Err(bad("unknown record format"));
-    }
-    let mut r = Reader(&b[1..]);
-    let kind = FileKind::from_code(r.take::<1>()[0]).ok_or_else(|| bad("unknown kind"))?;
-    let perm = r.u16();
-    let uid = r.u32();
-    let gid = r.u32();
-    let size = r.u64();
-    let nlink = r.u32();
-    let rdev = r.u32();
-    let atime = r.time();
-    let mtime = r.time();
-    let ctime = r.time();
-    let crtime = r.time();
-    let parent = Some(r.u64()).filter(|&p| p != 0).map(InodeId);
-    let tag = r.take::<1>()[0];
-    let content = match (tag, r.0) {
+    let bad = |why: &dyn std::fmt::Display| corrupt(format!("inode {ino}: {why}"));
+    let mut r = Reader::new(b);
+    let fields = |r: &mut Reader<'_>| -> std::result::Result<_, CodecError> {
+        if r.u8()? != FORMAT {
+            return Ok(None);
+        }
+        let attr = r.attr(AttrLayout::WithLinks)?;
+        let parent = Some(r.u64()?).filter(|&p| p != 0).map(InodeId);
+        Ok(Some((attr, parent, r.u8()?)))
+    };
+    let (attr, parent, tag) = match fields(&mut r) {
+        Ok(Some(f)) => f,
+        Ok(None) => return Err(bad(&"unknown record format")),
+        Err(e) => return Err(bad(&e)),
+    };
+    let content = match (tag, r.rest()) {
         (TAG_EMPTY, []) => Content::Empty,
         (TAG_INLINE, bytes) => Content::Inline(bytes.to_vec()),
-        (TAG_RECIPE, id) if id.len() == ChunkId::LEN => {
-            Content::Recipe(ChunkId::from_bytes(id.try_into().unwrap()))
-        }
-        _ => return Err(bad("bad content")),
+        (TAG_RECIPE, id) => match <[u8; ChunkId::LEN]>::try_from(id) {
+            Ok(id) => Content::Recipe(ChunkId::from_bytes(id)),
+            Err(_) => return Err(bad(&"bad content")),
+        },
+        _ => return Err(bad(&"bad content")),
     };
     Ok(Rec {
         inode: Inode {
             id: InodeId(ino),
-            attr: Attr {
-                kind,
-                perm,
-                uid,
-                gid,
-                size,
-                nlink,
-                rdev,
-                atime,
-                mtime,
-                ctime,
-                crtime,
-            },
+            attr,
             content,
         },
         parent,
@@ -227,6 +175,7 @@ pub(crate) fn as_slices(r: &(Bound<Vec<u8>>, Bound<Vec<u8>>)) -> (Bound<&[u8]>, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Attr, Timestamp};
 
     fn rec(kind: FileKind, content: Content, parent: Option<InodeId>) -> Rec {
         let ts = |s| Timestamp {
