@@ -520,9 +520,9 @@ pub(crate) fn mark(branch: &dyn Branch, name: &str, check: &str) {
 /// recorded and configured, or configured and new.
 pub fn write_config(root: &Path, text: &str) -> Result<()> {
     let path = root.join(CONFIG);
-    let config = Config::parse(text).map_err(|message| crate::ConfigError {
+    let config = Config::parse(text).map_err(|problem| crate::ConfigError::Refused {
         path: path.clone(),
-        message,
+        problem,
     })?;
     let old = Record::load(root)?;
     let check = match &old {
