@@ -53,7 +53,7 @@ use rand::{Rng, SeedableRng};
 
 use power::model::{Model, Rooted, Snapshot, Tree};
 use power::workload::{self, Op};
-use power::Disks;
+use power::{Broken, Disks};
 
 const SEEDS: u64 = 24;
 /// Workload operations per seed, before the final sync.
@@ -136,7 +136,7 @@ struct Ran {
 
 /// Runs the seed's workload until it ends (then syncs everything) or the
 /// power goes off.
-fn run_workload(power: &Power, fs: &Fs, seed: u64) -> Result<Ran, String> {
+fn run_workload(power: &Power, fs: &Fs, seed: u64) -> Result<Ran, Broken> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut model = Model::default();
     model.durable = model.snapshot();
@@ -165,10 +165,10 @@ fn run_workload(power: &Power, fs: &Fs, seed: u64) -> Result<Ran, String> {
                 break;
             }
             Err(e) => {
-                return Err(format!(
-                    "{op} failed with the power on: {e}\noperations:\n{}",
-                    log.join("\n")
-                ))
+                return Err(Broken::After {
+                    inner: Box::new(Broken::failed(format!("{op} failed with the power on"))(e)),
+                    history: format!("operations:\n{}", log.join("\n")),
+                })
             }
         }
     }
@@ -183,42 +183,42 @@ fn run_workload(power: &Power, fs: &Fs, seed: u64) -> Result<Ran, String> {
 }
 
 /// The namespace and every file's content as the file system serves them.
-fn observe(fs: &Fs, branch: &dyn Branch) -> Result<Snapshot, String> {
+fn observe(fs: &Fs, branch: &dyn Branch) -> Result<Snapshot, Broken> {
     let mut seen = Snapshot::default();
     let mut dirs = vec![InodeId::ROOT];
     while let Some(dir) = dirs.pop() {
         let entries = fs
             .readdir(dir, None, 10_000)
-            .map_err(|e| format!("readdir of inode {}: {e}", dir.0))?;
+            .map_err(Broken::failed(format!("readdir of inode {}", dir.0)))?;
         for entry in entries {
             let is_dir = entry.kind == FileKind::Dir;
             seen.entries
                 .insert((dir.0, entry.name.clone()), (entry.ino.0, is_dir));
             if is_dir {
                 if seen.entries.len() > 10_000 {
-                    return Err("the namespace has a cycle".into());
+                    return Err(Broken::Differs("the namespace has a cycle".into()));
                 }
                 dirs.push(entry.ino);
                 continue;
             }
             let size = fs
                 .getattr(entry.ino)
-                .map_err(|e| format!("getattr of inode {}: {e}", entry.ino.0))?
+                .map_err(Broken::failed(format!("getattr of inode {}", entry.ino.0)))?
                 .attr
                 .size;
             let bytes = fs.read(entry.ino, 0, size as u32).map_err(|e| {
-                format!(
-                    "reading inode {} ({size} bytes): {e}{}",
-                    entry.ino.0,
-                    whereabouts(branch, &e)
-                )
+                let found = whereabouts(branch, &e);
+                Broken::failed(format!(
+                    "reading inode {} ({size} bytes){found}",
+                    entry.ino.0
+                ))(e)
             })?;
             if bytes.len() as u64 != size {
-                return Err(format!(
+                return Err(Broken::Differs(format!(
                     "inode {} reads {} bytes of {size}",
                     entry.ino.0,
                     bytes.len()
-                ));
+                )));
             }
             seen.contents.insert(entry.ino.0, bytes.into());
         }
@@ -254,16 +254,18 @@ fn whereabouts(branch: &dyn Branch, e: &fs::FsError) -> String {
 }
 
 /// A namespace stored under a root (a version or a snapshot), by path.
-fn materialize(store: &cas::Store, id: &cas::ChunkId) -> Result<Tree, String> {
-    let record = tree::read_record(store, id).map_err(|e| format!("its record: {e}"))?;
+fn materialize(store: &cas::Store, id: &cas::ChunkId) -> Result<Tree, Broken> {
+    let record = tree::read_record(store, id).map_err(Broken::failed("its record"))?;
     let TreeContent::Dir(root) = record.root.content else {
-        return Err("its root is not a directory".into());
+        return Err(Broken::Differs("its root is not a directory".into()));
     };
     let mut out = Tree::new();
     let mut dirs = vec![(Vec::new(), root)];
     while let Some((at, listing)) = dirs.pop() {
-        let entries = tree::read_listing(store, &listing)
-            .map_err(|e| format!("the listing of {:?}: {e}", String::from_utf8_lossy(&at)))?;
+        let entries = tree::read_listing(store, &listing).map_err(Broken::failed(format!(
+            "the listing of {:?}",
+            String::from_utf8_lossy(&at)
+        )))?;
         for e in entries {
             let mut path = at.clone();
             if !path.is_empty() {
@@ -273,7 +275,7 @@ fn materialize(store: &cas::Store, id: &cas::ChunkId) -> Result<Tree, String> {
             let bytes = match e.content {
                 TreeContent::Dir(listing) => {
                     if out.len() > 10_000 {
-                        return Err("the stored tree has a cycle".into());
+                        return Err(Broken::Differs("the stored tree has a cycle".into()));
                     }
                     dirs.push((path.clone(), listing));
                     out.insert(path, None);
@@ -283,7 +285,10 @@ fn materialize(store: &cas::Store, id: &cas::ChunkId) -> Result<Tree, String> {
                 TreeContent::Inline(bytes) => bytes,
                 TreeContent::Recipe(id) => recipe::Recipe::open(store, id)
                     .and_then(|r| r.read_at(0, e.attr.size))
-                    .map_err(|err| format!("reading {}: {err}", String::from_utf8_lossy(&path)))?,
+                    .map_err(Broken::failed(format!(
+                        "reading {}",
+                        String::from_utf8_lossy(&path)
+                    )))?,
             };
             out.insert(path, Some(Arc::new(bytes)));
         }
@@ -293,18 +298,18 @@ fn materialize(store: &cas::Store, id: &cas::ChunkId) -> Result<Tree, String> {
 
 /// Every root holds exactly the tree it was made from, and every root
 /// whose creation returned (and that nothing may have deleted) is there.
-fn check_roots(fs: &Fs, made: &BTreeMap<String, Rooted>) -> Result<(), String> {
+fn check_roots(fs: &Fs, made: &BTreeMap<String, Rooted>) -> Result<(), Broken> {
     let store = fs.store();
     let found = store
         .list_roots()
-        .map_err(|e| format!("listing the roots: {e}"))?;
+        .map_err(Broken::failed("listing the roots"))?;
     for (label, id) in &found {
         let Some(rooted) = made.get(label) else {
-            return Err(format!(
+            return Err(Broken::Differs(format!(
                 "root {label} is there but was never made, or was deleted"
-            ));
+            )));
         };
-        let tree = materialize(store, id).map_err(|e| format!("root {label}: {e}"))?;
+        let tree = materialize(store, id).map_err(|e| e.within(format!("root {label}")))?;
         if tree != rooted.tree {
             let differ: Vec<String> = tree
                 .iter()
@@ -318,9 +323,9 @@ fn check_roots(fs: &Fs, made: &BTreeMap<String, Rooted>) -> Result<(), String> {
                 .map(|(path, _)| String::from_utf8_lossy(path).into_owned())
                 .take(8)
                 .collect();
-            return Err(format!(
+            return Err(Broken::Differs(format!(
                 "root {label} differs from the tree it was made from at {differ:?}"
-            ));
+            )));
         }
     }
     let missing: Vec<&String> = made
@@ -331,7 +336,9 @@ fn check_roots(fs: &Fs, made: &BTreeMap<String, Rooted>) -> Result<(), String> {
     if missing.is_empty() {
         Ok(())
     } else {
-        Err(format!("roots made and not deleted are gone: {missing:?}"))
+        Err(Broken::Differs(format!(
+            "roots made and not deleted are gone: {missing:?}"
+        )))
     }
 }
 
@@ -365,7 +372,7 @@ fn probe_bytes() -> Vec<u8> {
 
 /// Takes the restarts' probe files out of what was seen, once they are
 /// found whole (a probe is there only if its fsync made it durable).
-fn without_probes(mut seen: Snapshot) -> Result<Snapshot, String> {
+fn without_probes(mut seen: Snapshot) -> Result<Snapshot, Broken> {
     let probes: Vec<((u64, Vec<u8>), u64)> = seen
         .entries
         .iter()
@@ -374,10 +381,10 @@ fn without_probes(mut seen: Snapshot) -> Result<Snapshot, String> {
         .collect();
     for (key, ino) in probes {
         if seen.contents.get(&ino).map(|b| b.as_slice()) != Some(&probe_bytes()[..]) {
-            return Err(format!(
+            return Err(Broken::Differs(format!(
                 "{} reads other bytes than were written and fsynced",
                 String::from_utf8_lossy(&key.1)
-            ));
+            )));
         }
         seen.entries.remove(&key);
         seen.contents.remove(&ino);
@@ -386,7 +393,7 @@ fn without_probes(mut seen: Snapshot) -> Result<Snapshot, String> {
 }
 
 /// Writes a new file after a restart, fsyncs it and reads it back.
-fn still_works(fs: &Fs, restart: u32) -> Result<(), String> {
+fn still_works(fs: &Fs, restart: u32) -> Result<(), Broken> {
     let new = NewInode {
         kind: FileKind::File,
         perm: 0o644,
@@ -408,8 +415,10 @@ fn still_works(fs: &Fs, restart: u32) -> Result<(), String> {
     };
     match run() {
         Ok(read) if read == bytes => Ok(()),
-        Ok(_) => Err("a file written after the restart reads back different bytes".into()),
-        Err(e) => Err(format!("writing after the restart failed: {e}")),
+        Ok(_) => Err(Broken::Differs(
+            "a file written after the restart reads back different bytes".into(),
+        )),
+        Err(e) => Err(Broken::failed("writing after the restart")(e)),
     }
 }
 
@@ -422,7 +431,7 @@ struct Expected<'a> {
 }
 
 /// Restarts the machine on what the disks kept and checks everything.
-fn restart(disks: &Disks, expected: &Expected<'_>, n: u32) -> Result<(), String> {
+fn restart(disks: &Disks, expected: &Expected<'_>, n: u32) -> Result<(), Broken> {
     let running = disks.boot()?;
     let fs = &running.fs;
     let seen = observe(fs, &*disks.branch)?;
@@ -433,22 +442,24 @@ fn restart(disks: &Disks, expected: &Expected<'_>, n: u32) -> Result<(), String>
             .iter()
             .map(|c| format!("  against a state synced: {}", found.diff(c)))
             .collect();
-        return Err(format!(
+        return Err(Broken::Differs(format!(
             "the recovered file system is not a state that was synced:\n{}",
             diffs.join("\n")
-        ));
+        )));
     }
     let problems = running
         .meta
         .verify()
-        .map_err(|e| format!("verifying the metadata failed: {e}"))?;
+        .map_err(Broken::failed("verifying the metadata"))?;
     if !problems.is_empty() {
-        return Err(format!("the metadata is inconsistent: {problems:?}"));
+        return Err(Broken::Differs(format!(
+            "the metadata is inconsistent: {problems:?}"
+        )));
     }
     let report = fs
         .store()
         .check(&|_| {})
-        .map_err(|e| format!("the store's check failed: {e}"))?;
+        .map_err(Broken::failed("the store's check"))?;
     let unexplained: Vec<&Problem> = report
         .problems
         .iter()
@@ -458,25 +469,25 @@ fn restart(disks: &Disks, expected: &Expected<'_>, n: u32) -> Result<(), String>
         })
         .collect();
     if !unexplained.is_empty() {
-        return Err(format!(
+        return Err(Broken::Differs(format!(
             "the store's check found damage the cuts do not explain: {unexplained:?}"
-        ));
+        )));
     }
     check_roots(fs, expected.roots)?;
-    collect(fs).map_err(|e| format!("a collection after the restart: {e}"))?;
-    let again = observe(fs, &*disks.branch).map_err(|e| format!("after a collection: {e}"))?;
+    collect(fs).map_err(Broken::failed("a collection after the restart"))?;
+    let again = observe(fs, &*disks.branch).map_err(|e| e.within("after a collection"))?;
     if again != seen {
-        return Err(format!(
+        return Err(Broken::Differs(format!(
             "a collection after the restart changed the file system: {}",
             again.diff(&seen)
-        ));
+        )));
     }
     still_works(fs, n)
 }
 
 /// Runs one case on a copy of the clean disks; returns how many storage
 /// operations its workload made.
-fn run_case(clean: &Disks, dir: &Path, case: Case) -> Result<u64, String> {
+fn run_case(clean: &Disks, dir: &Path, case: Case) -> Result<u64, Broken> {
     let disks = clean.copy(dir, case.tear);
     let running = disks.boot()?;
     if let Some(at) = case.at {
@@ -486,11 +497,12 @@ fn run_case(clean: &Disks, dir: &Path, case: Case) -> Result<u64, String> {
     disks.power.cut(case.loss, case.loss_seed(0));
     drop(running);
     let (mut disks, outcomes) = disks.recover();
-    let fail = |what: String| {
-        format!(
-            "{what}\nthe branch's unsynced changes: {outcomes:?}\noperations:\n{}",
+    let fail = |inner: Broken| Broken::After {
+        inner: Box::new(inner),
+        history: format!(
+            "the branch's unsynced changes: {outcomes:?}\noperations:\n{}",
             ran.log.join("\n")
-        )
+        ),
     };
     let mut torn = torn_containers(&outcomes);
     if let Some(again) = case.again {
@@ -502,7 +514,7 @@ fn run_case(clean: &Disks, dir: &Path, case: Case) -> Result<u64, String> {
         };
         match restart(&disks, &expected, 1) {
             Err(e) if !disks.power.is_off() => {
-                return Err(fail(format!("the restart before the second cut: {e}")))
+                return Err(fail(e.within("the restart before the second cut")))
             }
             _ => disks.power.cut(case.loss, case.loss_seed(1)),
         }
@@ -533,20 +545,26 @@ fn cuts(seed: u64, total: u64) -> Vec<u64> {
 }
 
 /// Runs a case, turning a panic into a failure that names the case.
-fn checked(clean: &Disks, root: &Path, case: Case) -> Result<u64, String> {
+fn checked(clean: &Disks, root: &Path, case: Case) -> Result<u64, Broken> {
     let dir = root.join(format!("{}-{}", case.seed, case.at.unwrap_or(0)));
     let result = panic::catch_unwind(AssertUnwindSafe(|| run_case(clean, &dir, case)));
     let _ = std::fs::remove_dir_all(&dir);
     match result {
         Ok(Ok(ops)) => Ok(ops),
-        Ok(Err(message)) => Err(format!("{case}\n{message}")),
+        Ok(Err(inner)) => Err(Broken::Case {
+            case: case.to_string(),
+            inner: Box::new(inner),
+        }),
         Err(panic) => {
             let message = panic
                 .downcast_ref::<String>()
                 .cloned()
                 .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_default();
-            Err(format!("{case}: panicked: {message}"))
+            Err(Broken::Panicked {
+                case: case.to_string(),
+                message,
+            })
         }
     }
 }
@@ -625,7 +643,8 @@ fn power_loss_at_thousands_of_points_keeps_every_synced_file() {
     });
     let failures = failures.into_inner().unwrap();
     println!("{} power cuts", cut.load(Ordering::Relaxed));
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    let report: Vec<String> = failures.iter().map(Broken::to_string).collect();
+    assert!(failures.is_empty(), "{}", report.join("\n\n"));
     if replay().is_none() {
         let cut = cut.into_inner();
         assert!(cut >= MIN_CUTS, "only {cut} power cuts were made");

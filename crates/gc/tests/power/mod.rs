@@ -15,6 +15,54 @@ use chunking::ChunkerParams;
 use fs::{Fs, FsSettings};
 use meta::RedbMeta;
 
+/// An error of any layer, kept as it is.
+pub type AnyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a crash case failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Broken {
+    /// An operation the case needed failed.
+    #[error("{what}: {source}")]
+    Failed {
+        what: String,
+        #[source]
+        source: AnyError,
+    },
+    /// What the machine holds is not what the model allows.
+    #[error("{0}")]
+    Differs(String),
+    /// A failure, with where it happened.
+    #[error("{context}: {inner}")]
+    In { context: String, inner: Box<Broken> },
+    /// A failure, with what led to it.
+    #[error("{inner}\n{history}")]
+    After { inner: Box<Broken>, history: String },
+    /// The case that failed, and how.
+    #[error("{case}\n{inner}")]
+    Case { case: String, inner: Box<Broken> },
+    #[error("{case}: panicked: {message}")]
+    Panicked { case: String, message: String },
+}
+
+impl Broken {
+    /// The failure of `what`, for `map_err`.
+    pub fn failed<E: Into<AnyError>>(what: impl Into<String>) -> impl FnOnce(E) -> Broken {
+        let what = what.into();
+        move |e| Broken::Failed {
+            what,
+            source: e.into(),
+        }
+    }
+
+    /// This failure, seen from `context`.
+    pub fn within(self, context: impl Into<String>) -> Broken {
+        Broken::In {
+            context: context.into(),
+            inner: Box::new(self),
+        }
+    }
+}
+
 /// Small chunks, regions and containers, so small files make many of each.
 fn store_settings() -> StoreSettings {
     StoreSettings {
@@ -126,7 +174,7 @@ impl Disks {
     }
 
     /// Starts the machine on these disks.
-    pub fn boot(&self) -> Result<Running, String> {
+    pub fn boot(&self) -> Result<Running, Broken> {
         let store = Store::open_on(
             self.branch.clone(),
             self.index.clone(),
@@ -134,13 +182,13 @@ impl Disks {
             key(),
             store_settings(),
         )
-        .map_err(|e| format!("the store does not open: {e}"))?;
+        .map_err(Broken::failed("the store does not open"))?;
         let meta = Arc::new(
             RedbMeta::open_on(self.meta.clone(), 0, 0)
-                .map_err(|e| format!("the metadata engine does not open: {e}"))?,
+                .map_err(Broken::failed("the metadata engine does not open"))?,
         );
         let fs = Fs::new(meta.clone(), store, params(), fs_settings())
-            .map_err(|e| format!("the file system does not start: {e}"))?;
+            .map_err(Broken::failed("the file system does not start"))?;
         Ok(Running { meta, fs })
     }
 

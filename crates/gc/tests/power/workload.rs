@@ -289,7 +289,7 @@ fn close(fs: &Fs, model: &mut Model, ino: u64) -> Result<(), FsError> {
 }
 
 /// Applies `op` to the file system and, once it succeeded, to the model.
-pub fn apply(fs: &Fs, model: &mut Model, op: &Op) -> Result<(), Box<dyn std::error::Error>> {
+pub fn apply(fs: &Fs, model: &mut Model, op: &Op) -> Result<(), super::AnyError> {
     match op {
         Op::Create { parent, name } | Op::Mkdir { parent, name } => {
             let dir = matches!(op, Op::Mkdir { .. });
