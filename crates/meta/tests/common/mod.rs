@@ -1,6 +1,8 @@
 #![allow(dead_code)]
 
-use meta::{Content, FileKind, InodeId, MetaError, MetaStore, NewInode, RedbMeta, Timestamp};
+use meta::{
+    Content, FileKind, InodeId, MetaError, MetaStore, NewInode, RedbMeta, RenameFlags, Timestamp,
+};
 
 pub const ROOT: InodeId = InodeId::ROOT;
 
@@ -84,4 +86,38 @@ pub fn err<T: std::fmt::Debug>(r: meta::Result<T>) -> &'static str {
 pub fn assert_consistent(m: &RedbMeta) {
     let problems = m.verify().unwrap();
     assert!(problems.is_empty(), "store inconsistent: {problems:#?}");
+}
+
+pub const NOREPLACE: RenameFlags = RenameFlags {
+    noreplace: true,
+    exchange: false,
+};
+
+pub const EXCHANGE: RenameFlags = RenameFlags {
+    noreplace: false,
+    exchange: true,
+};
+
+pub const PLAIN: RenameFlags = RenameFlags {
+    noreplace: false,
+    exchange: false,
+};
+
+pub fn keep(_: InodeId) -> bool {
+    true
+}
+
+pub fn nokeep(_: InodeId) -> bool {
+    false
+}
+
+pub fn rename(
+    m: &RedbMeta,
+    p: InodeId,
+    n: &str,
+    np: InodeId,
+    nn: &str,
+    flags: RenameFlags,
+) -> meta::Result<Option<meta::Inode>> {
+    m.rename(p, n.as_bytes(), np, nn.as_bytes(), flags, &nokeep, t(50))
 }

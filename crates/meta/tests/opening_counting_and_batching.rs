@@ -1,0 +1,167 @@
+//! Opening a store, its counters, operations batched into commits, and
+//! mutations from many threads at once.
+
+mod common;
+
+use common::*;
+use meta::{Content, Counts, FileKind, MetaStore, RedbMeta, SetAttr};
+
+#[test]
+fn open_creates_the_root_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("meta.redb");
+    {
+        let m = RedbMeta::open(&path, 1234, 5678).unwrap();
+        let root = m.get(ROOT).unwrap();
+        assert_eq!(root.id, ROOT);
+        assert_eq!(root.attr.kind, FileKind::Dir);
+        assert_eq!(root.attr.perm, 0o755);
+        assert_eq!(root.attr.nlink, 2);
+        assert_eq!((root.attr.uid, root.attr.gid), (1234, 5678));
+        assert_eq!(root.content, Content::Empty);
+        assert_eq!(m.counts().unwrap(), Counts { files: 0, dirs: 1 });
+        assert!(m.readdir(ROOT, None, 10).unwrap().is_empty());
+        m.set_attr(
+            ROOT,
+            &SetAttr {
+                perm: Some(0o700),
+                ..Default::default()
+            },
+            t(3),
+        )
+        .unwrap();
+        assert_consistent(&m);
+    }
+    // Reopening with other ids keeps the existing root.
+    let m = RedbMeta::open(&path, 1, 2).unwrap();
+    let root = m.get(ROOT).unwrap();
+    assert_eq!(
+        (root.attr.uid, root.attr.gid, root.attr.perm),
+        (1234, 5678, 0o700)
+    );
+    assert_eq!(m.counts().unwrap(), Counts { files: 0, dirs: 1 });
+}
+
+#[test]
+fn a_second_open_is_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("meta.redb");
+    let _m = RedbMeta::open(&path, 0, 0).unwrap();
+    assert_eq!(err(RedbMeta::open(&path, 0, 0)), "Busy");
+}
+
+#[test]
+fn counts_follow_every_operation() {
+    let (_d, m) = store();
+    let c = |files, dirs| Counts { files, dirs };
+    let d = mkdir(&m, ROOT, "d");
+    let f = mkfile(&m, d, "f");
+    m.create(d, b"s", symlink(b"x"), t(1)).unwrap();
+    assert_eq!(m.counts().unwrap(), c(2, 2));
+    m.link(f, ROOT, b"f2", t(1)).unwrap();
+    assert_eq!(m.counts().unwrap(), c(2, 2));
+    m.unlink(d, b"s", false, t(1)).unwrap();
+    assert_eq!(m.counts().unwrap(), c(1, 2));
+    m.unlink(d, b"f", false, t(1)).unwrap();
+    assert_eq!(m.counts().unwrap(), c(1, 2));
+    m.unlink(ROOT, b"f2", true, t(1)).unwrap();
+    assert_eq!(m.counts().unwrap(), c(1, 2), "an orphan still counts");
+    m.drop_orphan(f).unwrap();
+    assert_eq!(m.counts().unwrap(), c(0, 2));
+    m.rmdir(ROOT, b"d", t(1)).unwrap();
+    assert_eq!(m.counts().unwrap(), c(0, 1));
+}
+
+/// Operations are batched into one open transaction: every read sees them
+/// at once, failures in between leave them alone, and `sync` makes them
+/// durable for the next process.
+#[test]
+fn batched_operations_are_seen_at_once_and_kept_by_sync() {
+    let (d, m) = store();
+    let dir = mkdir(&m, ROOT, "d");
+    // More operations than one batch holds, with failures among them.
+    for i in 0..600 {
+        let name = format!("f{i}");
+        let f = mkfile(&m, dir, &name);
+        assert_eq!(m.lookup(dir, name.as_bytes()).unwrap().id, f);
+        assert_eq!(m.get(f).unwrap().attr.nlink, 1);
+        assert_eq!(
+            err(m.create(dir, name.as_bytes(), new(FileKind::File), t(2))),
+            "Exists"
+        );
+        m.set_content(
+            f,
+            Content::Inline(name.clone().into_bytes()),
+            name.len() as u64,
+            t(3),
+        )
+        .unwrap();
+        assert_eq!(
+            err(m.remove_xattr(f, b"user.none", t(4))),
+            "NoXattr",
+            "a failed removal after a batched change"
+        );
+    }
+    assert_eq!(m.readdir(dir, None, 1000).unwrap().len(), 600);
+    assert_eq!(
+        m.counts().unwrap(),
+        Counts {
+            files: 600,
+            dirs: 2
+        }
+    );
+    m.sync().unwrap();
+    drop(m);
+    let m = RedbMeta::open(&d.path().join("meta.redb"), 0, 0).unwrap();
+    assert_eq!(
+        m.counts().unwrap(),
+        Counts {
+            files: 600,
+            dirs: 2
+        }
+    );
+    let f = m.lookup(dir, b"f599").unwrap();
+    assert_eq!(f.content, Content::Inline(b"f599".to_vec()));
+    assert_consistent(&m);
+}
+
+#[test]
+fn concurrent_mutations_from_many_threads() {
+    let (_d, m) = store();
+    let m = &m;
+    std::thread::scope(|s| {
+        for th in 0..4 {
+            s.spawn(move || {
+                let dir = mkdir(m, ROOT, &format!("t{th}"));
+                for i in 0..50 {
+                    let f = mkfile(m, dir, &format!("f{i}"));
+                    m.link(f, ROOT, format!("t{th}-{i}").as_bytes(), t(2))
+                        .unwrap();
+                    if i % 2 == 0 {
+                        m.unlink(dir, format!("f{i}").as_bytes(), false, t(3))
+                            .unwrap();
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(
+        m.counts().unwrap(),
+        Counts {
+            files: 200,
+            dirs: 5
+        }
+    );
+    assert_eq!(nlink(m, ROOT), 6);
+    assert_eq!(m.readdir(ROOT, None, 1000).unwrap().len(), 204);
+    let mut inos: Vec<u64> = m
+        .readdir(ROOT, None, 1000)
+        .unwrap()
+        .iter()
+        .map(|e| e.ino.0)
+        .collect();
+    inos.sort();
+    inos.dedup();
+    assert_eq!(inos.len(), 204, "every inode number was handed out once");
+    assert_consistent(m);
+}
