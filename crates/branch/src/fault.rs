@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{BlobKey, Branch, BranchError, Result};
+use crate::{BlobKey, Branch, BranchError, Clock, Result, SystemClock};
 
 /// What a [`FaultyBranch`] does to the operations in its scope.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,12 +95,21 @@ impl FaultControl {
 pub struct FaultyBranch {
     inner: Arc<dyn Branch>,
     control: FaultControl,
+    /// What [`Fault::Slow`] waits on.
+    clock: Arc<dyn Clock>,
 }
 
 impl FaultyBranch {
     /// A healthy wrapper around `inner`.
     pub fn new(inner: Arc<dyn Branch>) -> Self {
+        Self::with_clock(inner, Arc::new(SystemClock::default()))
+    }
+
+    /// [`FaultyBranch::new`], whose [`Fault::Slow`] waits on `clock` (a
+    /// [`crate::VirtualClock`] makes a slow branch cost no real time).
+    pub fn with_clock(inner: Arc<dyn Branch>, clock: Arc<dyn Clock>) -> Self {
         FaultyBranch {
+            clock,
             inner,
             control: FaultControl(Arc::new(Control {
                 mode: Mutex::new((Fault::Healthy, None)),
@@ -129,12 +138,12 @@ impl FaultyBranch {
         }
     }
 
-    /// Sleeps for `Slow`, fails for `FailAll`, and otherwise hands the fault
+    /// Waits on the clock for `Slow`, fails for `FailAll`, and otherwise hands the fault
     /// back for the operation to apply.
     fn enter(&self, op: &'static str, key: &str, fault: Fault) -> Result<Fault> {
         match fault {
             Fault::Slow(delay) => {
-                std::thread::sleep(delay);
+                self.clock.sleep(delay);
                 Ok(Fault::Healthy)
             }
             Fault::FailAll => Err(self.injected(op, key, io::ErrorKind::Other)),

@@ -27,6 +27,7 @@
 //! maintained against real S3 and its look-alikes.
 
 mod aligned;
+mod clock;
 #[cfg(feature = "testing")]
 pub mod crash;
 mod fault;
@@ -37,6 +38,7 @@ mod s3;
 #[doc(hidden)]
 pub mod testing;
 
+pub use clock::{Clock, SystemClock, VirtualClock};
 pub use fault::{Fault, FaultControl, FaultyBranch};
 pub use key::{BlobKey, KeyError};
 pub use local::{reserve, LocalDir};

@@ -85,6 +85,10 @@ pub struct Redundant {
     placing: RwLock<()>,
     map: Map,
     balancing: AtomicBool,
+    /// What read latencies are measured on.
+    clock: Arc<dyn branch::Clock>,
+    /// What balancing draws its choices from.
+    rng: parking_lot::Mutex<rand::rngs::StdRng>,
 }
 
 impl Redundant {
@@ -107,7 +111,19 @@ impl Redundant {
             placing: RwLock::new(()),
             map: Map::default(),
             balancing: AtomicBool::new(true),
+            clock: Arc::new(branch::SystemClock::default()),
+            rng: parking_lot::Mutex::new(rand::SeedableRng::from_entropy()),
         })
+    }
+
+    /// This layer, measuring read latencies on `clock` and balancing reads
+    /// with choices drawn from `seed`: a test that gives a
+    /// [`branch::VirtualClock`] (also to its slow branches) and a seed gets
+    /// the same reads on every machine.
+    pub fn with_timing(mut self, clock: Arc<dyn branch::Clock>, seed: u64) -> Self {
+        self.clock = clock;
+        self.rng = parking_lot::Mutex::new(rand::SeedableRng::seed_from_u64(seed));
+        self
     }
 
     /// [`Redundant::new`], then [`Redundant::discover`].

@@ -8,7 +8,6 @@
 //! balancing. Every fault marks its branch degraded.
 
 use std::ops::Range;
-use std::time::Instant;
 
 use branch::BlobKey;
 
@@ -134,7 +133,7 @@ impl Redundant {
     ) -> (Span, Option<ShardFault>) {
         let member = self.member(id);
         let blob = shard_key(key, index);
-        let start = Instant::now();
+        let start = self.clock.now();
         let whole = *rows == (0..layout.blocks());
         let read = if whole {
             member.branch.get(&blob)
@@ -142,7 +141,7 @@ impl Redundant {
             let (off, n) = layout.blob_span(rows);
             member.branch.read_range(&blob, off, n)
         };
-        let took = start.elapsed();
+        let took = self.clock.now().saturating_sub(start);
         let bytes = match read {
             Ok(bytes) => bytes,
             Err(err) => {
@@ -225,7 +224,7 @@ impl Redundant {
             .iter()
             .map(|(_, id)| self.member(*id).score())
             .collect();
-        let order = weighted_order(&scores, &mut rand::thread_rng());
+        let order = weighted_order(&scores, &mut *self.rng.lock());
         let mut slots: Vec<Option<(u16, BranchId)>> = candidates.drain(..).map(Some).collect();
         order
             .into_iter()

@@ -1,5 +1,9 @@
 //! Latency-aware reads: the read share moves off a branch made slow, in
 //! proportion to how slow, and balancing can be switched off.
+//!
+//! Slowness is virtual ([`Rig::timed`]): a slow branch moves the reading
+//! thread's clock on instead of sleeping, and balancing draws from a fixed
+//! seed, so each test reads the same way on any machine, however loaded.
 
 mod common;
 
@@ -9,6 +13,12 @@ use branch::{BlobKey, Fault};
 use common::{key, pattern, policy, Rig};
 
 const CONTAINERS: usize = 16;
+
+/// The seed balancing draws from, printed so a failure can be replayed.
+fn timed(n: usize, seed: u64) -> Rig {
+    println!("balancing seed {seed}");
+    Rig::timed(n, seed)
+}
 
 fn mirrored(rig: &Rig) -> Vec<BlobKey> {
     (0..CONTAINERS)
@@ -40,7 +50,7 @@ fn shares(rig: &Rig, keys: &[BlobKey], n: usize) -> Vec<f64> {
 
 #[test]
 fn reads_move_off_a_slow_branch() {
-    let rig = Rig::new(2);
+    let rig = timed(2, 1);
     let keys = mirrored(&rig);
     shares(&rig, &keys, 100);
     rig.controls[0].set(Fault::Slow(Duration::from_millis(4)));
@@ -55,7 +65,7 @@ fn reads_move_off_a_slow_branch() {
 
 #[test]
 fn a_branch_twice_as_slow_gets_about_half_the_share() {
-    let rig = Rig::new(2);
+    let rig = timed(2, 2);
     let keys = mirrored(&rig);
     rig.controls[0].set(Fault::Slow(Duration::from_millis(4)));
     rig.controls[1].set(Fault::Slow(Duration::from_millis(2)));
@@ -67,7 +77,7 @@ fn a_branch_twice_as_slow_gets_about_half_the_share() {
 
 #[test]
 fn without_balancing_every_read_goes_to_the_first_copy() {
-    let rig = Rig::new(2);
+    let rig = timed(2, 3);
     let keys = mirrored(&rig);
     rig.store.set_balancing(false);
     rig.controls[0].set(Fault::Slow(Duration::from_millis(1)));
@@ -83,7 +93,7 @@ fn without_balancing_every_read_goes_to_the_first_copy() {
 
 #[test]
 fn degraded_reads_rebuild_from_the_faster_shards() {
-    let rig = Rig::new(3);
+    let rig = timed(3, 4);
     let k = key("containers/0001");
     let data = pattern(200_000, 1);
     rig.store

@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use branch::{BlobKey, Branch, FaultControl, FaultyBranch, LocalDir};
+use branch::{
+    BlobKey, Branch, Clock, FaultControl, FaultyBranch, LocalDir, SystemClock, VirtualClock,
+};
 use redundancy::{BranchId, Discovery, Policy, Redundant};
 
 pub use branch::testing::pattern;
@@ -32,17 +34,27 @@ pub fn branch_root(dir: &Path, i: usize) -> PathBuf {
 }
 
 /// Opens `n` branches under `dir` as a fresh `Redundant` (discovering what
-/// they hold), each wrapped so faults can be injected.
-fn open(dir: Arc<tempfile::TempDir>, n: usize) -> Rig {
+/// they hold), each wrapped so faults can be injected. With `timing`, the
+/// branches' slowness and the store's latency measurements are on a
+/// [`VirtualClock`] and balancing draws from that seed.
+fn open(dir: Arc<tempfile::TempDir>, n: usize, timing: Option<u64>) -> Rig {
+    let clock: Arc<dyn Clock> = match timing {
+        Some(_) => Arc::new(VirtualClock),
+        None => Arc::new(SystemClock::default()),
+    };
     let mut branches: Vec<Arc<dyn Branch>> = Vec::new();
     let mut controls = Vec::new();
     for i in 0..n {
         let (local, _) = LocalDir::open(format!("b{i}"), branch_root(dir.path(), i)).unwrap();
-        let faulty = FaultyBranch::new(Arc::new(local));
+        let faulty = FaultyBranch::with_clock(Arc::new(local), clock.clone());
         controls.push(faulty.control());
         branches.push(Arc::new(faulty));
     }
     let (store, found) = Redundant::open(branches).unwrap();
+    let store = match timing {
+        Some(seed) => store.with_timing(clock, seed),
+        None => store,
+    };
     Rig {
         dir,
         store: Arc::new(store),
@@ -51,22 +63,33 @@ fn open(dir: Arc<tempfile::TempDir>, n: usize) -> Rig {
     }
 }
 
+/// A fresh directory on tmpfs where there is one: these tests sync a lot
+/// and are about redundancy, not disks.
+fn scratch() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    }
+}
+
 impl Rig {
     /// `n` branches in a fresh directory, on tmpfs where there is one:
     /// these tests sync a lot and are about redundancy, not disks.
     pub fn new(n: usize) -> Rig {
-        let shm = Path::new("/dev/shm");
-        let dir = if shm.is_dir() {
-            tempfile::tempdir_in(shm).unwrap()
-        } else {
-            tempfile::tempdir().unwrap()
-        };
-        open(Arc::new(dir), n)
+        open(Arc::new(scratch()), n, None)
+    }
+
+    /// [`Rig::new`] on virtual time with seeded balancing: a slow branch
+    /// costs no real time and reads go the same way on every machine.
+    pub fn timed(n: usize, seed: u64) -> Rig {
+        open(Arc::new(scratch()), n, Some(seed))
     }
 
     /// A new `Redundant` over the same directories, as after a restart.
     pub fn reopen(&self) -> Rig {
-        open(self.dir.clone(), self.controls.len())
+        open(self.dir.clone(), self.controls.len(), None)
     }
 
     pub fn all(&self) -> Vec<BranchId> {
