@@ -3,7 +3,8 @@
 //! **Owns:** moving bytes to and from one place — a local directory
 //! ([`LocalDir`]), an S3 bucket ([`S3Bucket`]) — behind one [`Branch`] trait,
 //! and making a blob durable and atomically visible there. [`FaultyBranch`]
-//! wraps any branch to inject failures, slowness or corruption in tests;
+//! wraps any branch to inject failures, slowness or corruption in tests
+//! (slowness on a [`Clock`]: a [`VirtualClock`] makes it cost no real time);
 //! [`crash`] (behind the `testing` feature) simulates power loss, for
 //! branches and for redb's storage backend, with one switch for both.
 //!

@@ -188,7 +188,11 @@ fn kill_dash_nine_during_puts_loses_no_acknowledged_label() {
             .spawn()
             .unwrap();
         if round < 7 {
-            std::thread::sleep(Duration::from_millis(rng.gen_range(20..1500)));
+            // A real kill at a random moment: drawn from the seeded rng,
+            // and printed so a failure names it.
+            let delay = rng.gen_range(20..1500);
+            println!("round {round}: kill -9 after {delay} ms");
+            std::thread::sleep(Duration::from_millis(delay));
             // SAFETY: signalling our own child's process group.
             unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
             child.wait().unwrap();
