@@ -22,8 +22,8 @@ pub enum AttrLayout {
 }
 
 impl AttrLayout {
-    /// The encoded length of attributes in this layout.
-    pub const fn len(self) -> usize {
+    /// The length of attributes encoded in this layout.
+    pub const fn encoded_len(self) -> usize {
         let links = match self {
             AttrLayout::WithLinks => 4,
             AttrLayout::WithoutLinks => 0,
@@ -196,7 +196,7 @@ mod tests {
         fn attributes_round_trip(a in attr(), layout in layout(), tail in proptest::collection::vec(any::<u8>(), 0..8)) {
             let mut out = Vec::new();
             put_attr(&mut out, &a, layout);
-            prop_assert_eq!(out.len(), layout.len());
+            prop_assert_eq!(out.len(), layout.encoded_len());
             out.extend_from_slice(&tail);
             let mut r = Reader::new(&out);
             let back = r.attr(layout).unwrap();

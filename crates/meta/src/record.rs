@@ -52,7 +52,7 @@ impl Rec {
 
 const FORMAT: u8 = 1;
 /// Offset of the content tag in a record; the content payload follows it.
-const CONTENT_TAG_AT: usize = 1 + AttrLayout::WithLinks.len() + 8;
+const CONTENT_TAG_AT: usize = 1 + AttrLayout::WithLinks.encoded_len() + 8;
 const TAG_EMPTY: u8 = 0;
 const TAG_INLINE: u8 = 1;
 const TAG_RECIPE: u8 = 2;

@@ -101,7 +101,7 @@ pub enum ConfigError {
     #[error("{}: {problem}", path.display())]
     Refused {
         path: PathBuf,
-        problem: ConfigProblem,
+        problem: Box<ConfigProblem>,
     },
 }
 
@@ -169,14 +169,15 @@ impl Config {
         })?;
         let config = Self::parse(&text).map_err(|problem| ConfigError::Refused {
             path: path.to_path_buf(),
-            problem,
+            problem: Box::new(problem),
         })?;
         Ok((config, text))
     }
 
     /// Reads and checks the text of a `cairn.toml`.
     pub fn parse(text: &str) -> Result<Self, ConfigProblem> {
-        validate::config(toml::from_str(text)?, text)
+        let raw = toml::from_str(text).map_err(|e| ConfigProblem::Syntax(Box::new(e)))?;
+        validate::config(raw, text)
     }
 }
 

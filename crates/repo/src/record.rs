@@ -522,7 +522,7 @@ pub fn write_config(root: &Path, text: &str) -> Result<()> {
     let path = root.join(CONFIG);
     let config = Config::parse(text).map_err(|problem| crate::ConfigError::Refused {
         path: path.clone(),
-        problem,
+        problem: Box::new(problem),
     })?;
     let old = Record::load(root)?;
     let check = match &old {

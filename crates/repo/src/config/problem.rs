@@ -12,7 +12,7 @@ pub enum ConfigProblem {
     /// Not TOML, an unknown key or a value of the wrong type (toml's own
     /// message, which shows the line).
     #[error("{}", .0.to_string().trim_end())]
-    Syntax(#[from] toml::de::Error),
+    Syntax(Box<toml::de::Error>),
     /// A key's value is out of bounds or does not fit the other keys.
     #[error("{}{section}.{key}: {problem}", line.map(|n| format!("line {n}: ")).unwrap_or_default())]
     Key {
