@@ -33,7 +33,7 @@ use redb::{
 
 use crate::compact::CompactIndex;
 use crate::container::{ChunkLocation, Sealed};
-use crate::id::{ChunkId, ContainerId};
+use crate::id::{ChunkId, ContainerId, ShortFp};
 use crate::protection::needs_restore;
 use crate::store::{INDEX_FILE, ROOTS_FILE};
 use crate::{CasError, Result};
@@ -207,7 +207,7 @@ impl Index {
         let table = tx.open_table(CHUNKS)?;
         for entry in table.iter()? {
             let (k, _) = entry?;
-            compact.insert(ChunkId::from_bytes(k.value()).short());
+            compact.insert(ShortFp::of(&ChunkId::from_bytes(k.value())));
         }
         *self.compact.write() = compact;
         Ok(())
@@ -216,7 +216,7 @@ impl Index {
     /// The location of a stored chunk, asking the compact index first so that
     /// a new chunk costs no disk access.
     pub fn lookup(&self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
-        if !self.compact.read().may_contain(id.short()) {
+        if !self.compact.read().may_contain(ShortFp::of(id)) {
             return Ok(None);
         }
         self.lookup_persistent(id)
@@ -237,7 +237,7 @@ impl Index {
         let compact = self.compact.read();
         ids.iter()
             .map(|id| {
-                if !compact.may_contain(id.short()) {
+                if !compact.may_contain(ShortFp::of(id)) {
                     return Ok(None);
                 }
                 Ok(table
@@ -287,7 +287,7 @@ impl Index {
                     };
                     if take {
                         chunks.insert(id.as_bytes(), loc.encode())?;
-                        added.push(id.short());
+                        added.push(ShortFp::of(id));
                     }
                 }
                 let info = ContainerInfo {

@@ -22,7 +22,7 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cas::ChunkId;
+use ids::ChunkId;
 use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
     TableDefinition, WriteTransaction,

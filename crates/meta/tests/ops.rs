@@ -5,7 +5,7 @@ mod common;
 
 use std::cell::Cell;
 
-use cas::ChunkId;
+use ids::ChunkId;
 use common::*;
 use meta::{
     Content, Counts, FileKind, InodeId, MetaStore, NewInode, RedbMeta, RenameFlags, SetAttr,
