@@ -222,7 +222,7 @@ pub struct Dropped {
 /// that is not found is said so plainly: the branch the error names is the
 /// store's default view, not where the container was stored.
 pub(crate) fn root_cause(e: &CasError) -> String {
-    if let CasError::Branch(branch::BranchError::NotFound { .. }) = e {
+    if e.is_not_found() {
         return "it is on no branch".into();
     }
     let mut cause: &(dyn std::error::Error + 'static) = e;
@@ -527,18 +527,11 @@ impl Store {
     /// The policy a container's shards say it is stored under: what the
     /// index records, rebuilt from the branches alone.
     fn stored_policy(&self, id: ContainerId) -> Result<redundancy::Policy> {
-        match self.layer() {
-            Some(layer) => Ok(layer.locate(&id.blob_key())?.policy),
-            None => Ok(redundancy::Policy::Single),
-        }
+        Ok(self.layer().locate(&id.blob_key())?.policy)
     }
 
     pub(crate) fn container_ids(&self) -> Result<Vec<ContainerId>> {
-        let keys = self.shared.branch.list(ContainerId::list_prefix())?;
-        let mut ids: Vec<ContainerId> =
-            keys.iter().filter_map(ContainerId::from_blob_key).collect();
-        ids.sort();
-        Ok(ids)
+        self.shared.stored_containers()
     }
 
     /// Verifies containers in parallel, in id order.
@@ -579,10 +572,10 @@ impl Store {
             unreadable: None,
             bytes: 0,
         };
-        let bytes = match self.shared.branch.get(&id.blob_key()) {
+        let bytes = match self.shared.read_container(id) {
             Ok(b) => Bytes::from(b),
             Err(e) => {
-                s.unreadable = Some(root_cause(&e.into()));
+                s.unreadable = Some(root_cause(&e));
                 return Ok(s);
             }
         };

@@ -140,8 +140,8 @@ impl Fetched {
 
 impl Store {
     pub(crate) fn read_region(&self, loc: &ChunkLocation) -> Result<Bytes> {
-        let stored = self.shared.branch.read_range(
-            &loc.container.blob_key(),
+        let stored = self.shared.read_container_range(
+            loc.container,
             loc.region_offset,
             loc.region_len as usize,
         )?;
@@ -301,12 +301,11 @@ impl Store {
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let key = s.container.blob_key();
-                match self
-                    .shared
-                    .branch
-                    .read_range(&key, s.start, (s.end - s.start) as usize)
-                {
+                match self.shared.read_container_range(
+                    s.container,
+                    s.start,
+                    (s.end - s.start) as usize,
+                ) {
                     Ok(b) => Ok(Bytes::from(b)),
                     // The gaps between regions may be what cannot be read
                     // (lost beyond the policy): they were only read to save
@@ -314,7 +313,7 @@ impl Store {
                     Err(_) if span_of.iter().filter(|&&x| x == i).count() > 1 => self
                         .read_span_by_region(s, &regions, &span_of, i)
                         .map_err(|(r, e)| noting(e, s.container, &|x| x == r)),
-                    Err(e) => Err(noting(e.into(), s.container, &|r| span_of[r] == i)),
+                    Err(e) => Err(noting(e, s.container, &|r| span_of[r] == i)),
                 }
             })
             .collect::<Result<Vec<_>>>()?;
@@ -339,14 +338,12 @@ impl Store {
         i: usize,
     ) -> std::result::Result<Bytes, (usize, CasError)> {
         let mut buf = vec![0u8; (span.end - span.start) as usize];
-        let key = span.container.blob_key();
         for (r, _) in span_of.iter().enumerate().filter(|(_, &x)| x == i) {
             let loc = &regions[r];
             let got = self
                 .shared
-                .branch
-                .read_range(&key, loc.region_offset, loc.region_len as usize)
-                .map_err(|e| (r, CasError::from(e)))?;
+                .read_container_range(span.container, loc.region_offset, loc.region_len as usize)
+                .map_err(|e| (r, e))?;
             let at = (loc.region_offset - span.start) as usize;
             buf[at..at + got.len()].copy_from_slice(&got);
         }
@@ -427,8 +424,7 @@ impl Store {
         let (spans, _) = coalesce(&regions);
         for s in spans {
             self.shared
-                .branch
-                .prefetch(&s.container.blob_key(), s.start, s.end - s.start);
+                .prefetch_container(s.container, s.start, s.end - s.start);
         }
     }
 }
@@ -459,7 +455,7 @@ fn clone_corrupt(e: &CasError) -> CasError {
 /// read, and a second lookup finds the copy.
 fn moved_retry<T>(read: impl Fn() -> Result<T>) -> Result<T> {
     match read() {
-        Err(CasError::Branch(branch::BranchError::NotFound { .. })) => read(),
+        Err(e) if e.is_not_found() => read(),
         other => other,
     }
 }

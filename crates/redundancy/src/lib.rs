@@ -43,6 +43,7 @@ mod map;
 mod members;
 mod parallel;
 mod placement;
+mod plain;
 mod policy;
 mod read;
 mod repair;
@@ -85,6 +86,8 @@ pub struct Redundant {
     placing: RwLock<()>,
     map: Map,
     balancing: AtomicBool,
+    /// One branch in the plain layout ([`Redundant::plain`]).
+    plain: bool,
 }
 
 impl Redundant {
@@ -107,7 +110,27 @@ impl Redundant {
             placing: RwLock::new(()),
             map: Map::default(),
             balancing: AtomicBool::new(true),
+            plain: false,
         })
+    }
+
+    /// A layer over one branch in the plain layout: containers stored
+    /// `single` as raw blobs under their own keys, as a repository without
+    /// `[[branch]]` entries keeps them (see the `plain` module). It takes
+    /// no other policy and no other branch; it needs no discovery.
+    pub fn plain(branch: Arc<dyn Branch>) -> Redundant {
+        Redundant {
+            members: RwLock::new(vec![Arc::new(Member::new(branch))]),
+            placing: RwLock::new(()),
+            map: Map::default(),
+            balancing: AtomicBool::new(false),
+            plain: true,
+        }
+    }
+
+    /// Whether this layer keeps the plain layout ([`Redundant::plain`]).
+    pub fn is_plain(&self) -> bool {
+        self.plain
     }
 
     /// [`Redundant::new`], then [`Redundant::discover`].
@@ -162,6 +185,9 @@ impl Redundant {
     /// holds are not looked for: [`Redundant::rebuild_onto`] finds them in
     /// place, and the next [`Redundant::discover`] maps them.
     pub fn add_branch(&self, branch: Arc<dyn Branch>) -> Result<BranchId> {
+        if self.plain {
+            return Err(Error::Plain("take a second branch"));
+        }
         let mut members = self.members.write();
         let name = branch.name().to_string();
         match members.iter().position(|m| m.name == name) {
@@ -184,6 +210,9 @@ impl Redundant {
     /// `id` is in the map, ready to be moved off with
     /// [`Redundant::rebuild_onto`].
     pub fn retire(&self, id: BranchId, successor: Option<BranchId>) -> Result<()> {
+        if self.plain {
+            return Err(Error::Plain("retire its one branch"));
+        }
         if successor == Some(id) {
             return Err(Error::DuplicateBranch(self.member(id).name.clone()));
         }
@@ -205,6 +234,9 @@ impl Redundant {
     /// Checks that a policy can be stored over `allowed`, as
     /// [`Redundant::put`] would.
     pub fn validate(&self, policy: &Policy, allowed: &[BranchId]) -> Result<()> {
+        if self.plain {
+            return self.plain_validate(policy, allowed);
+        }
         placement::validate(policy, allowed, |id| self.branch_name(id))
     }
 
@@ -286,17 +318,27 @@ impl Redundant {
 
     /// Where the shards of `key` are.
     pub fn locate(&self, key: &BlobKey) -> Result<Placement> {
+        if self.plain {
+            return self.plain_locate(key);
+        }
         let entry = self.entry(key)?;
         Ok(entry.placement(key))
     }
 
-    /// Container keys starting with `prefix`, in order, from memory.
-    pub fn list(&self, prefix: &str) -> Vec<BlobKey> {
-        self.map.keys(prefix)
+    /// Container keys starting with `prefix`, in order, from memory (from
+    /// the branch in the plain layout).
+    pub fn list(&self, prefix: &str) -> Result<Vec<BlobKey>> {
+        if self.plain {
+            return self.plain_list(prefix);
+        }
+        Ok(self.map.keys(prefix))
     }
 
     /// The container's length in bytes.
     pub fn size(&self, key: &BlobKey) -> Result<u64> {
+        if self.plain {
+            return self.plain_size(key);
+        }
         Ok(self.entry(key)?.layout.container_len)
     }
 

@@ -25,6 +25,9 @@ use crate::Redundant;
 impl Redundant {
     /// The whole container, verified.
     pub fn get(&self, key: &BlobKey) -> Result<Vec<u8>> {
+        if self.plain {
+            return self.plain_get(key);
+        }
         let entry = self.entry(key)?;
         let layout = &entry.layout;
         let all = 0..layout.blocks();
@@ -47,6 +50,9 @@ impl Redundant {
     /// `len` bytes at `offset` of the container, verified, reading only
     /// the blocks that hold them while their shards are healthy.
     pub fn read_range(&self, key: &BlobKey, offset: u64, len: usize) -> Result<Vec<u8>> {
+        if self.plain {
+            return self.plain_read_range(key, offset, len);
+        }
         let entry = self.entry(key)?;
         let layout = &entry.layout;
         let end = offset
@@ -85,6 +91,9 @@ impl Redundant {
     /// Hints the branches a read of `len` bytes at `offset` would most
     /// likely use that it is coming. Never fails.
     pub fn prefetch(&self, key: &BlobKey, offset: u64, len: u64) {
+        if self.plain {
+            return self.member(BranchId(0)).branch.prefetch(key, offset, len);
+        }
         let Some(entry) = self.map.get(key) else {
             return;
         };

@@ -118,7 +118,11 @@ impl Branch for PolicyView {
     }
 
     fn list(&self, prefix: &str) -> branch::Result<Vec<BlobKey>> {
-        Ok(self.store.list(prefix))
+        self.store.list(prefix).map_err(|e| BranchError::Io {
+            op: "list",
+            path: prefix.into(),
+            source: io::Error::other(e),
+        })
     }
 
     fn delete(&self, key: &BlobKey) -> branch::Result<()> {

@@ -57,6 +57,9 @@ impl Redundant {
     /// ([`branch::Branch::put_many`]), so a local branch syncs its
     /// directory once for all of them instead of once per shard.
     pub fn put_many(&self, requests: &[PutRequest<'_>]) -> Vec<Result<Placement>> {
+        if self.plain {
+            return self.plain_put_many(requests);
+        }
         let _placing = self.placing.read();
         let prepared = fan_out(requests, |r| self.prepare(r));
         // Every shard of every prepared container: (request, shard index).
@@ -188,6 +191,9 @@ impl Redundant {
     /// an error. Shards whose branch refuses the delete stay in the map and
     /// are named in the error.
     pub fn delete(&self, key: &BlobKey) -> Result<()> {
+        if self.plain {
+            return self.plain_delete(key);
+        }
         let Some(entry) = self.map.remove(key) else {
             return Ok(());
         };
