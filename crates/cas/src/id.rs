@@ -102,7 +102,10 @@ mod tests {
     fn short_fingerprint_is_the_first_four_bytes_little_endian() {
         let mut bytes = [0u8; 32];
         bytes[..5].copy_from_slice(&[0x01, 0x02, 0x03, 0x04, 0xff]);
-        assert_eq!(ShortFp::of(&ChunkId::from_bytes(bytes)), ShortFp(0x0403_0201));
+        assert_eq!(
+            ShortFp::of(&ChunkId::from_bytes(bytes)),
+            ShortFp(0x0403_0201)
+        );
     }
 
     #[test]

@@ -5,15 +5,27 @@
 //! checksummed footer), the fingerprint index (redb, plus a compact in-RAM set
 //! of 4-byte short fingerprints), named retention roots, the write pipeline
 //! (parallel hashing and compression under a memory budget, one open
-//! container per stream) and integrity checking and index rebuild. Over a
-//! redundancy layer, each stream's containers are stored under the stream's
-//! [`Protection`] (policy and allowed branches), and the index records each
-//! container's policy.
+//! container per stream) and integrity checking and index rebuild. Each
+//! stream's containers are stored under the stream's [`Protection`] (policy
+//! and allowed branches), and the index records each container's policy.
+//! It re-exports the ids and policy types its callers need ([`ChunkId`]
+//! from `ids`; [`Policy`], [`PolicyError`], [`BranchId`] from
+//! `redundancy`), so `fs` depends on neither of those crates.
+//!
+//! **One path into storage.** Every container and root blob is written,
+//! read, listed and deleted through the [`redundancy::Redundant`] layer
+//! (the private `storage` module, where the layer's errors become the
+//! store's, once). A repository without `[[branch]]` entries is `single`
+//! on one branch: [`Store::open`] gives it a layer in the *plain layout*
+//! ([`redundancy::Redundant::plain`]), which stores each container as the
+//! raw blob `containers/<dir>/<id>` it always was, with no shard header, so
+//! existing repositories keep their bytes and nothing is converted. A
+//! container that is gone (on no branch, or its shards lost beyond its
+//! policy) is [`CasError::ContainerLost`] on every path, plain or not.
 //!
 //! **Never:** knows a path or a file name, or how chunks form a file (that is
 //! `recipe`'s and `fs`'s business); chooses a policy (callers do); touches
-//! storage except through a [`branch::Branch`] or the
-//! [`redundancy::Redundant`] layer.
+//! storage except through the redundancy layer.
 //!
 //! **Invariants:**
 //! 1. A chunk's id is the keyed BLAKE3 of its plaintext; every read verifies

@@ -207,7 +207,8 @@ pub struct Store {
 
 impl Store {
     /// Opens the store whose containers live on `branch` (each as one
-    /// plain blob, policy `single`) and whose index and roots are
+    /// plain blob, policy `single`: a layer in the plain layout over
+    /// `branch`) and whose index and roots are
     /// `index.redb` and `roots.redb` in `meta_dir` (created if missing).
     pub fn open(
         branch: Arc<dyn Branch>,

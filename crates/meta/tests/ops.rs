@@ -5,8 +5,8 @@ mod common;
 
 use std::cell::Cell;
 
-use ids::ChunkId;
 use common::*;
+use ids::ChunkId;
 use meta::{
     Content, Counts, FileKind, InodeId, MetaStore, NewInode, RedbMeta, RenameFlags, SetAttr,
     XattrChange, XattrFlags, NAME_MAX,

@@ -79,7 +79,12 @@ impl Redundant {
             .map_err(|e| self.plain_error(e))
     }
 
-    pub(crate) fn plain_read_range(&self, key: &BlobKey, offset: u64, len: usize) -> Result<Vec<u8>> {
+    pub(crate) fn plain_read_range(
+        &self,
+        key: &BlobKey,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>> {
         self.member(ONLY)
             .branch
             .read_range(key, offset, len)
