@@ -84,6 +84,66 @@ impl fmt::Display for ContainerId {
     }
 }
 
+/// The hex number [`ContainerId`]'s `Display` writes, read back.
+impl std::str::FromStr for ContainerId {
+    type Err = std::num::ParseIntError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        u64::from_str_radix(s, 16).map(ContainerId)
+    }
+}
+
+/// Serde for ids as the text their `Display` writes, so reports that
+/// carry typed ids keep the JSON they always had.
+pub(crate) mod as_text {
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<T: Display, S: Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(v)
+    }
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<T, D::Error>
+    where
+        T: FromStr,
+        T::Err: Display,
+        D: Deserializer<'de>,
+    {
+        String::deserialize(d)?.parse().map_err(D::Error::custom)
+    }
+
+    /// The same for a list of ids.
+    pub mod list {
+        use std::fmt::Display;
+        use std::str::FromStr;
+
+        use serde::ser::SerializeSeq;
+        use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+        pub fn serialize<T: Display, S: Serializer>(v: &[T], s: S) -> Result<S::Ok, S::Error> {
+            let mut seq = s.serialize_seq(Some(v.len()))?;
+            for x in v {
+                seq.serialize_element(&x.to_string())?;
+            }
+            seq.end()
+        }
+
+        pub fn deserialize<'de, T, D>(d: D) -> Result<Vec<T>, D::Error>
+        where
+            T: FromStr,
+            T::Err: Display,
+            D: Deserializer<'de>,
+        {
+            Vec::<String>::deserialize(d)?
+                .iter()
+                .map(|s| s.parse().map_err(D::Error::custom))
+                .collect()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +166,15 @@ mod tests {
             ShortFp::of(&ChunkId::from_bytes(bytes)),
             ShortFp(0x0403_0201)
         );
+    }
+
+    #[test]
+    fn container_ids_read_back_from_their_text() {
+        for id in [0u64, 1, 0xdead_beef, u64::MAX] {
+            let c = ContainerId(id);
+            assert_eq!(c.to_string().parse::<ContainerId>(), Ok(c));
+        }
+        assert!("xyz".parse::<ContainerId>().is_err());
     }
 
     #[test]

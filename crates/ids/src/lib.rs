@@ -51,6 +51,26 @@ impl ChunkId {
     }
 }
 
+/// Text that is not 64 hex digits, given as a [`ChunkId`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotAChunkId;
+
+impl fmt::Display for NotAChunkId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a chunk id is 64 hex digits")
+    }
+}
+
+impl std::error::Error for NotAChunkId {}
+
+impl std::str::FromStr for ChunkId {
+    type Err = NotAChunkId;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ChunkId::from_hex(s).ok_or(NotAChunkId)
+    }
+}
+
 impl fmt::Display for ChunkId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.to_hex())
@@ -80,6 +100,8 @@ mod tests {
         assert_eq!(ChunkId::from_hex(&hex), Some(id));
         assert_eq!(ChunkId::from_hex(&hex.to_uppercase()), Some(id));
         assert_eq!(ChunkId::from_hex("zz"), None);
+        assert_eq!(hex.parse::<ChunkId>(), Ok(id));
+        assert_eq!("zz".parse::<ChunkId>(), Err(NotAChunkId));
         assert_eq!(ChunkId::from_hex(&hex[..62]), None);
         assert_eq!(format!("{id:?}"), "ChunkId(00254a6f94b9..)");
     }
