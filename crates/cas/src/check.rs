@@ -414,7 +414,7 @@ impl Store {
                 continue;
             }
             let reason = match self
-                .read_region(&loc)
+                .read_region(&loc, &id)
                 .and_then(|r| self.verify(&id, &loc, &r))
             {
                 Ok(_) => continue,

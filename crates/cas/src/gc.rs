@@ -276,7 +276,7 @@ impl Collection {
         for (id, loc) in &entries {
             let region = regions
                 .entry(loc.region_offset)
-                .or_insert_with(|| self.store.read_region(loc).ok());
+                .or_insert_with(|| self.store.read_region(loc, id).ok());
             if let Some(chunk) = region
                 .as_ref()
                 .and_then(|r| self.store.verify(id, loc, r).ok())

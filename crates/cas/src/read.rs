@@ -139,21 +139,15 @@ impl Fetched {
 }
 
 impl Store {
-    pub(crate) fn read_region(&self, loc: &ChunkLocation) -> Result<Bytes> {
+    /// The decoded region holding `id` at `loc`; a region that does not
+    /// decode is [`CasError::CorruptChunk`] naming `id`.
+    pub(crate) fn read_region(&self, loc: &ChunkLocation, id: &ChunkId) -> Result<Bytes> {
         let stored = self.shared.read_container_range(
             loc.container,
             loc.region_offset,
             loc.region_len as usize,
         )?;
-        self.decode_region(loc, stored.into())
-    }
-
-    fn decode_region(&self, loc: &ChunkLocation, stored: Bytes) -> Result<Bytes> {
-        region::decode(stored).map_err(|e| CasError::CorruptChunk {
-            id: ChunkId::from_bytes([0; 32]),
-            container: loc.container,
-            reason: format!("region at offset {}: {e}", loc.region_offset),
-        })
+        decode_region(loc, stored.into()).map_err(|bad| bad.of(id))
     }
 
     /// Cuts a chunk out of its decoded region and verifies its id.
@@ -191,8 +185,7 @@ impl Store {
         moved_retry(|| {
             let loc = self.locate(id)?;
             let read = self
-                .read_region(&loc)
-                .map_err(|e| name_chunk(e, id))
+                .read_region(&loc, id)
                 .and_then(|region| Ok((self.verify(id, &loc, &region)?, region)));
             if let Err(e) = &read {
                 self.note_lost(e, loc.container, &[(*id, loc.container)]);
@@ -366,14 +359,13 @@ impl Store {
             .zip(members.par_iter().zip(copy.par_iter()))
             .map(|((r, &s), (chunks, &copy))| {
                 let from = (r.region_offset - f.spans[s].start) as usize;
-                let region =
-                    self.decode_region(r, f.bytes[s].slice(from..from + r.region_len as usize));
+                let region = decode_region(r, f.bytes[s].slice(from..from + r.region_len as usize));
                 chunks
                     .iter()
                     .map(|&i| {
                         let result = match &region {
                             Ok(region) => self.verify(&f.ids[i], &f.locs[i], region),
-                            Err(e) => Err(name_chunk(clone_corrupt(e), &f.ids[i])),
+                            Err(bad) => Err(bad.of(&f.ids[i])),
                         };
                         let result = match result {
                             Ok(data) if copy => Ok(Bytes::copy_from_slice(&data)),
@@ -429,25 +421,28 @@ impl Store {
     }
 }
 
-/// Region errors are shared by every chunk of the region; each chunk gets its
-/// own copy naming it.
-fn clone_corrupt(e: &CasError) -> CasError {
-    match e {
+/// A region that does not decode: every chunk in it is corrupt, each
+/// error naming its own chunk ([`BadRegion::of`]).
+struct BadRegion {
+    container: ContainerId,
+    reason: String,
+}
+
+impl BadRegion {
+    fn of(&self, id: &ChunkId) -> CasError {
         CasError::CorruptChunk {
-            id,
-            container,
-            reason,
-        } => CasError::CorruptChunk {
             id: *id,
-            container: *container,
-            reason: reason.clone(),
-        },
-        other => CasError::CorruptChunk {
-            id: ChunkId::from_bytes([0; 32]),
-            container: ContainerId(0),
-            reason: other.to_string(),
-        },
+            container: self.container,
+            reason: self.reason.clone(),
+        }
     }
+}
+
+fn decode_region(loc: &ChunkLocation, stored: Bytes) -> std::result::Result<Bytes, BadRegion> {
+    region::decode(stored).map_err(|e| BadRegion {
+        container: loc.container,
+        reason: format!("region at offset {}: {e}", loc.region_offset),
+    })
 }
 
 /// Runs a read once more when its container vanished under it: garbage
@@ -456,20 +451,6 @@ fn clone_corrupt(e: &CasError) -> CasError {
 fn moved_retry<T>(read: impl Fn() -> Result<T>) -> Result<T> {
     match read() {
         Err(e) if e.is_not_found() => read(),
-        other => other,
-    }
-}
-
-/// A region-level error names no chunk; name the one being read.
-pub(crate) fn name_chunk(e: CasError, id: &ChunkId) -> CasError {
-    match e {
-        CasError::CorruptChunk {
-            container, reason, ..
-        } => CasError::CorruptChunk {
-            id: *id,
-            container,
-            reason,
-        },
         other => other,
     }
 }

@@ -17,9 +17,12 @@
 //! no second layer below the owner needs it.
 //!
 //! **Invariants:** an id is 32 bytes, shown as 64 lowercase hex digits
-//! (blake3's hex, not a hand-written one). Every byte pattern is a valid
-//! id; where a format needs "no chunk" (a hole in a recipe), that format
-//! says so with its own type rather than a reserved id value.
+//! (blake3's hex, not a hand-written one). An id always names a chunk:
+//! "no id (yet)" is an `Option<ChunkId>` or a type of its own (a region
+//! that does not decode names no chunk in `cas`), never a made-up value.
+//! The one reserved value is the recipe node format's: `recipe::HOLE`, the
+//! all-zero id, encodes a hole, and `recipe::Extent::chunk` reads it as
+//! `None`.
 
 use std::fmt;
 
