@@ -34,6 +34,7 @@ use redb::{
 use crate::compact::CompactIndex;
 use crate::container::{ChunkLocation, Sealed};
 use crate::id::{ChunkId, ContainerId, ShortFp};
+use crate::le::{u32_at, u64_at};
 use crate::protection::needs_restore;
 use crate::store::{INDEX_FILE, ROOTS_FILE};
 use crate::{CasError, Result};
@@ -56,6 +57,9 @@ pub struct ContainerInfo {
     pub chunks: u32,
 }
 
+/// Why reading a container row cannot fail.
+const ROW: &str = "a 20-byte container row";
+
 impl ContainerInfo {
     fn encode(&self) -> [u8; 20] {
         let mut b = [0u8; 20];
@@ -66,9 +70,9 @@ impl ContainerInfo {
     }
     fn decode(b: &[u8; 20]) -> Self {
         ContainerInfo {
-            stored_bytes: u64::from_le_bytes(b[..8].try_into().unwrap()),
-            raw_bytes: u64::from_le_bytes(b[8..16].try_into().unwrap()),
-            chunks: u32::from_le_bytes(b[16..].try_into().unwrap()),
+            stored_bytes: u64_at(b, 0).expect(ROW),
+            raw_bytes: u64_at(b, 8).expect(ROW),
+            chunks: u32_at(b, 16).expect(ROW),
         }
     }
 }

@@ -83,6 +83,7 @@ pub mod container;
 mod gc;
 mod id;
 mod index;
+mod le;
 mod protection;
 mod read;
 pub mod region;

@@ -595,7 +595,7 @@ const ROOT_SEGMENT: usize = 200;
 /// key, and the final `r` keeps a short label's blob from colliding with a
 /// longer label's directory.
 fn root_blob_key(label: &str) -> branch::BlobKey {
-    let hex: String = label.bytes().map(|b| format!("{b:02x}")).collect();
+    let hex = hex::encode(label);
     let segments: Vec<&str> = hex
         .as_bytes()
         .chunks(ROOT_SEGMENT)
@@ -612,11 +612,7 @@ fn label_of_root_blob(key: &branch::BlobKey) -> Option<String> {
         .strip_suffix("/r")?
         .split('/')
         .collect();
-    let bytes = (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect::<Option<Vec<u8>>>()?;
-    String::from_utf8(bytes).ok()
+    String::from_utf8(hex::decode(hex).ok()?).ok()
 }
 
 fn check_label(label: &str) -> Result<()> {
