@@ -7,7 +7,12 @@
 //! lost blocks on the fly), and healing: [`Redundant::scrub`] rewrites bad
 //! shards, [`Redundant::rebuild_onto`] refills a replacement branch.
 //! Where every shard lives is kept in memory and can be rebuilt from the
-//! branches alone ([`Redundant::discover`]).
+//! branches alone ([`Redundant::discover`]). It is the only way `cas`
+//! reaches storage: a repository on one plain branch gets a layer in the
+//! *plain layout* ([`Redundant::plain`], the `plain` module), `single` on
+//! that branch with each container its raw blob under its own key (no
+//! shard header), which is how such repositories have always stored
+//! containers, so their bytes do not change.
 //!
 //! **Never:** knows what a chunk, a file or a path is, nor which policy a
 //! file should get (callers choose; this crate provides the mechanism).
@@ -29,6 +34,9 @@
 //! - Scrub and rebuild go on past a lost container and report it; they
 //!   never write a shard they could not rebuild whole.
 //! - The shards of one container are on distinct branches.
+//! - A layer in the plain layout stores only `single` on its one branch,
+//!   writes the bytes it is given as they are, and keeps no map: it reads
+//!   and lists the branch itself.
 //! - Locks are `parking_lot`'s, which do not poison: a panic under a lock
 //!   does not spread to later callers (`docs/engineering.md`).
 //!
@@ -50,7 +58,6 @@ mod repair;
 mod rows;
 pub mod shard;
 mod space;
-mod view;
 mod write;
 
 use parking_lot::RwLock;
@@ -65,7 +72,6 @@ pub use map::{parse_shard_key, shard_key, Placement, ShardPlace};
 pub use members::{BranchId, BranchStatus, FaultKind};
 pub use policy::{Count, Policy, PolicyError, PolicyProblem, Strength, MAX_BRANCH_NAME};
 pub use repair::{Progress, RebuildReport, Repair, ScrubReport, ScrubSummary};
-pub use view::PolicyView;
 pub use write::PutRequest;
 
 use map::Map;
