@@ -69,7 +69,7 @@ impl Redundant {
     /// or delete in flight (the map it builds replaces theirs).
     /// A layer in the plain layout has no map: it finds nothing.
     pub fn discover(&self) -> Discovery {
-        if self.plain {
+        if self.plain.is_some() {
             return Discovery::default();
         }
         let mut report = Discovery::default();

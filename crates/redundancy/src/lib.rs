@@ -76,6 +76,7 @@ pub use write::PutRequest;
 
 use map::Map;
 use members::Member;
+use plain::{plain_list, plain_locate, plain_size, plain_validate};
 
 /// Containers stored over a set of branches, each under its own policy.
 /// Share it as an `Arc`; every method takes `&self`.
@@ -92,8 +93,9 @@ pub struct Redundant {
     placing: RwLock<()>,
     map: Map,
     balancing: AtomicBool,
-    /// One branch in the plain layout ([`Redundant::plain`]).
-    plain: bool,
+    /// The one branch of a layer in the plain layout ([`Redundant::plain`]),
+    /// kept apart so its reads take no lock.
+    plain: Option<Arc<dyn Branch>>,
 }
 
 impl Redundant {
@@ -116,7 +118,7 @@ impl Redundant {
             placing: RwLock::new(()),
             map: Map::default(),
             balancing: AtomicBool::new(true),
-            plain: false,
+            plain: None,
         })
     }
 
@@ -126,17 +128,17 @@ impl Redundant {
     /// no other policy and no other branch; it needs no discovery.
     pub fn plain(branch: Arc<dyn Branch>) -> Redundant {
         Redundant {
-            members: RwLock::new(vec![Arc::new(Member::new(branch))]),
+            members: RwLock::new(vec![Arc::new(Member::new(branch.clone()))]),
             placing: RwLock::new(()),
             map: Map::default(),
             balancing: AtomicBool::new(false),
-            plain: true,
+            plain: Some(branch),
         }
     }
 
     /// Whether this layer keeps the plain layout ([`Redundant::plain`]).
     pub fn is_plain(&self) -> bool {
-        self.plain
+        self.plain.is_some()
     }
 
     /// [`Redundant::new`], then [`Redundant::discover`].
@@ -191,7 +193,7 @@ impl Redundant {
     /// holds are not looked for: [`Redundant::rebuild_onto`] finds them in
     /// place, and the next [`Redundant::discover`] maps them.
     pub fn add_branch(&self, branch: Arc<dyn Branch>) -> Result<BranchId> {
-        if self.plain {
+        if self.plain.is_some() {
             return Err(Error::Plain("take a second branch"));
         }
         let mut members = self.members.write();
@@ -216,7 +218,7 @@ impl Redundant {
     /// `id` is in the map, ready to be moved off with
     /// [`Redundant::rebuild_onto`].
     pub fn retire(&self, id: BranchId, successor: Option<BranchId>) -> Result<()> {
-        if self.plain {
+        if self.plain.is_some() {
             return Err(Error::Plain("retire its one branch"));
         }
         if successor == Some(id) {
@@ -240,8 +242,8 @@ impl Redundant {
     /// Checks that a policy can be stored over `allowed`, as
     /// [`Redundant::put`] would.
     pub fn validate(&self, policy: &Policy, allowed: &[BranchId]) -> Result<()> {
-        if self.plain {
-            return self.plain_validate(policy, allowed);
+        if self.plain.is_some() {
+            return plain_validate(policy, allowed);
         }
         placement::validate(policy, allowed, |id| self.branch_name(id))
     }
@@ -324,8 +326,8 @@ impl Redundant {
 
     /// Where the shards of `key` are.
     pub fn locate(&self, key: &BlobKey) -> Result<Placement> {
-        if self.plain {
-            return self.plain_locate(key);
+        if let Some(plain) = &self.plain {
+            return plain_locate(plain, key);
         }
         let entry = self.entry(key)?;
         Ok(entry.placement(key))
@@ -334,16 +336,16 @@ impl Redundant {
     /// Container keys starting with `prefix`, in order, from memory (from
     /// the branch in the plain layout).
     pub fn list(&self, prefix: &str) -> Result<Vec<BlobKey>> {
-        if self.plain {
-            return self.plain_list(prefix);
+        if let Some(plain) = &self.plain {
+            return plain_list(plain, prefix);
         }
         Ok(self.map.keys(prefix))
     }
 
     /// The container's length in bytes.
     pub fn size(&self, key: &BlobKey) -> Result<u64> {
-        if self.plain {
-            return self.plain_size(key);
+        if let Some(plain) = &self.plain {
+            return plain_size(plain, key);
         }
         Ok(self.entry(key)?.layout.container_len)
     }

@@ -381,7 +381,7 @@ impl Redundant {
         new: Option<BranchId>,
         mut progress: impl FnMut(Progress<'_>),
     ) -> Result<RebuildReport> {
-        if self.plain {
+        if self.plain.is_some() {
             return Err(Error::Plain("move containers to another branch"));
         }
         self.branch_name(old).ok_or(Error::UnknownBranch(old))?;
