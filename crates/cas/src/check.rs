@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::container::{self, ChunkLocation};
-use crate::id::{ChunkId, ContainerId};
+use crate::id::{as_text, ChunkId, ContainerId};
 use crate::index::ContainerInfo;
 use crate::store::Store;
 use crate::{region, CasError, RegionError, Result};
@@ -36,7 +36,8 @@ pub enum Problem {
     /// of its shards are left for its policy. None of the chunks the index
     /// places in it can be read.
     UnreadableContainer {
-        container: String,
+        #[serde(with = "as_text")]
+        container: ContainerId,
         reason: String,
         indexed_chunks: u64,
     },
@@ -45,22 +46,34 @@ pub enum Problem {
     /// fail until it is rebuilt.
     IndexMismatch { reason: String },
     /// The container cannot be parsed: none of its chunks can be trusted.
-    CorruptContainer { container: String, reason: String },
+    CorruptContainer {
+        #[serde(with = "as_text")]
+        container: ContainerId,
+        reason: String,
+    },
     /// A chunk whose bytes do not match its id (or do not decode).
     CorruptChunk {
-        container: String,
-        chunk: String,
+        #[serde(with = "as_text")]
+        container: ContainerId,
+        #[serde(with = "as_text")]
+        chunk: ChunkId,
         reason: String,
     },
     /// An index entry that leads nowhere valid: reading the chunk fails.
     DanglingIndexEntry {
-        chunk: String,
-        container: String,
+        #[serde(with = "as_text")]
+        chunk: ChunkId,
+        #[serde(with = "as_text")]
+        container: ContainerId,
         reason: String,
     },
     /// Chunks that are stored but not indexed (left by an interrupted write,
     /// or a duplicate copy); harmless, reclaimable.
-    UnindexedChunks { container: String, count: u64 },
+    UnindexedChunks {
+        #[serde(with = "as_text")]
+        container: ContainerId,
+        count: u64,
+    },
 }
 
 impl Problem {
@@ -170,7 +183,7 @@ impl RebuildReport {
             .iter()
             .filter_map(|p| match p {
                 Problem::UnreadableContainer { container, .. }
-                | Problem::DanglingIndexEntry { container, .. } => parse_container(container),
+                | Problem::DanglingIndexEntry { container, .. } => Some(*container),
                 _ => None,
             })
             .collect();
@@ -188,7 +201,7 @@ fn damaged_containers(problems: &[Problem]) -> Vec<ContainerId> {
             Problem::UnreadableContainer { container, .. }
             | Problem::CorruptContainer { container, .. }
             | Problem::CorruptChunk { container, .. }
-            | Problem::DanglingIndexEntry { container, .. } => parse_container(container),
+            | Problem::DanglingIndexEntry { container, .. } => Some(*container),
             _ => None,
         })
         .collect();
@@ -209,7 +222,8 @@ pub struct RebuildReport {
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct Dropped {
     /// Containers deleted (with whatever shards of them were left).
-    pub containers: Vec<String>,
+    #[serde(with = "as_text::list")]
+    pub containers: Vec<ContainerId>,
     /// Chunks that still verified, copied into new containers first.
     pub chunks_kept: u64,
     /// Index entries removed with the containers.
@@ -222,7 +236,7 @@ pub struct Dropped {
 /// that is not found is said so plainly: the branch the error names is the
 /// store's default view, not where the container was stored.
 pub(crate) fn root_cause(e: &CasError) -> String {
-    if let CasError::Branch(branch::BranchError::NotFound { .. }) = e {
+    if e.is_not_found() {
         return "it is on no branch".into();
     }
     let mut cause: &(dyn std::error::Error + 'static) = e;
@@ -230,10 +244,6 @@ pub(crate) fn root_cause(e: &CasError) -> String {
         cause = next;
     }
     cause.to_string()
-}
-
-fn parse_container(hex: &str) -> Option<ContainerId> {
-    u64::from_str_radix(hex, 16).ok().map(ContainerId)
 }
 
 /// What verifying one container found.
@@ -311,7 +321,7 @@ impl Store {
             let expected = per_container.get(&s.id).copied().unwrap_or(0);
             if let Some(reason) = s.unreadable {
                 report.problems.push(Problem::UnreadableContainer {
-                    container: s.id.to_string(),
+                    container: s.id,
                     reason: reason.clone(),
                     indexed_chunks: expected,
                 });
@@ -351,7 +361,7 @@ impl Store {
             let unindexed = s.info.chunks as u64 - indexed_here.min(s.info.chunks as u64);
             if s.ok && unindexed > 0 && !suspicious.contains(&s.id) {
                 report.problems.push(Problem::UnindexedChunks {
-                    container: s.id.to_string(),
+                    container: s.id,
                     count: unindexed,
                 });
             }
@@ -360,7 +370,7 @@ impl Store {
             if !present.contains(&c) {
                 let reason = "it is on no branch".to_string();
                 report.problems.push(Problem::UnreadableContainer {
-                    container: c.to_string(),
+                    container: c,
                     reason: reason.clone(),
                     indexed_chunks: count,
                 });
@@ -404,7 +414,7 @@ impl Store {
                 continue;
             }
             let reason = match self
-                .read_region(&loc)
+                .read_region(&loc, &id)
                 .and_then(|r| self.verify(&id, &loc, &r))
             {
                 Ok(_) => continue,
@@ -415,8 +425,8 @@ impl Store {
                 .damaged
                 .insert(id, format!("its index entry leads nowhere: {reason}"));
             report.problems.push(Problem::DanglingIndexEntry {
-                chunk: id.to_string(),
-                container: loc.container.to_string(),
+                chunk: id,
+                container: loc.container,
                 reason,
             });
         }
@@ -449,7 +459,7 @@ impl Store {
             report.problems.extend(s.problems);
             if let Some(reason) = s.unreadable {
                 report.problems.push(Problem::UnreadableContainer {
-                    container: s.id.to_string(),
+                    container: s.id,
                     reason,
                     indexed_chunks: 0,
                 });
@@ -474,7 +484,7 @@ impl Store {
         for (c, info) in &old {
             if !listed.contains(c) {
                 report.problems.push(Problem::UnreadableContainer {
-                    container: c.to_string(),
+                    container: *c,
                     reason: "it is on no branch".into(),
                     indexed_chunks: 0,
                 });
@@ -508,7 +518,7 @@ impl Store {
         let collection = self.begin_collection()?;
         for &c in containers {
             dropped.chunks_kept += collection.evacuate(c)?;
-            dropped.containers.push(c.to_string());
+            dropped.containers.push(c);
         }
         dropped.entries_dropped = collection.commit()?.dropped_chunks;
         Ok(dropped)
@@ -527,18 +537,11 @@ impl Store {
     /// The policy a container's shards say it is stored under: what the
     /// index records, rebuilt from the branches alone.
     fn stored_policy(&self, id: ContainerId) -> Result<redundancy::Policy> {
-        match self.layer() {
-            Some(layer) => Ok(layer.locate(&id.blob_key())?.policy),
-            None => Ok(redundancy::Policy::Single),
-        }
+        Ok(self.layer().locate(&id.blob_key())?.policy)
     }
 
     pub(crate) fn container_ids(&self) -> Result<Vec<ContainerId>> {
-        let keys = self.shared.branch.list(ContainerId::list_prefix())?;
-        let mut ids: Vec<ContainerId> =
-            keys.iter().filter_map(ContainerId::from_blob_key).collect();
-        ids.sort();
-        Ok(ids)
+        self.shared.stored_containers()
     }
 
     /// Verifies containers in parallel, in id order.
@@ -579,10 +582,10 @@ impl Store {
             unreadable: None,
             bytes: 0,
         };
-        let bytes = match self.shared.branch.get(&id.blob_key()) {
+        let bytes = match self.shared.read_container(id) {
             Ok(b) => Bytes::from(b),
             Err(e) => {
-                s.unreadable = Some(root_cause(&e.into()));
+                s.unreadable = Some(root_cause(&e));
                 return Ok(s);
             }
         };
@@ -592,7 +595,7 @@ impl Store {
             Ok(e) => e,
             Err(e) => {
                 s.problems.push(Problem::CorruptContainer {
-                    container: id.to_string(),
+                    container: id,
                     reason: e.to_string(),
                 });
                 self.salvage(id, &bytes, &e)
@@ -622,13 +625,58 @@ impl Store {
                 Err(reason) => {
                     s.bad.push((chunk, loc));
                     s.problems.push(Problem::CorruptChunk {
-                        container: id.to_string(),
-                        chunk: chunk.to_string(),
+                        container: id,
+                        chunk,
                         reason,
                     })
                 }
             }
         }
         Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Typed ids travel as the text they always did: what `cairn check`
+    /// prints and the control socket carries does not change.
+    #[test]
+    fn problems_keep_their_text_and_json() {
+        let chunk = ChunkId::from_bytes([0xab; 32]);
+        let p = Problem::CorruptChunk {
+            container: ContainerId(0x2a),
+            chunk,
+            reason: "bad".into(),
+        };
+        assert_eq!(
+            p.to_string(),
+            format!(
+                "chunk {} in container 000000000000002a is corrupt: bad",
+                "ab".repeat(32)
+            )
+        );
+        let json = serde_json::to_string(&p).unwrap();
+        assert_eq!(
+            json,
+            format!(
+                r#"{{"kind":"corrupt_chunk","container":"000000000000002a","chunk":"{}","reason":"bad"}}"#,
+                "ab".repeat(32)
+            )
+        );
+        assert_eq!(serde_json::from_str::<Problem>(&json).unwrap(), p);
+        let dropped = Dropped {
+            containers: vec![ContainerId(1), ContainerId(0xff)],
+            chunks_kept: 2,
+            entries_dropped: 3,
+        };
+        let json = serde_json::to_string(&dropped).unwrap();
+        assert!(
+            json.contains(r#"["0000000000000001","00000000000000ff"]"#),
+            "{json}"
+        );
+        let back: Dropped = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.containers, dropped.containers);
     }
 }

@@ -29,6 +29,7 @@
 //! reads never look at records.
 
 use crate::id::{ChunkId, ContainerId};
+use crate::le::{u32_at, u64_at};
 use crate::protection::Protection;
 
 pub const HEADER: &[u8; 8] = b"CAIRNCT2";
@@ -45,6 +46,8 @@ const TRAILER_MAGIC: &[u8; 8] = b"CAIRNEND";
 pub const TRAILER_LEN: usize = 4 + 8 + 8;
 const ENTRY_LEN: usize = 32 + 8 + 4 + 4 + 4;
 const FOOTER_FIXED: usize = 8 + 4;
+/// Why reading a fixed-size record cannot fail.
+const FIXED: &str = "a record of its encoded length";
 
 /// Where a chunk's bytes are: which region of which container, and where in
 /// the decompressed region. One region read serves the chunk.
@@ -72,11 +75,11 @@ impl ChunkLocation {
 
     pub fn decode(b: &[u8; 28]) -> Self {
         ChunkLocation {
-            container: ContainerId(u64::from_le_bytes(b[..8].try_into().unwrap())),
-            region_offset: u64::from_le_bytes(b[8..16].try_into().unwrap()),
-            region_len: u32::from_le_bytes(b[16..20].try_into().unwrap()),
-            offset_in_region: u32::from_le_bytes(b[20..24].try_into().unwrap()),
-            len: u32::from_le_bytes(b[24..28].try_into().unwrap()),
+            container: ContainerId(u64_at(b, 0).expect(FIXED)),
+            region_offset: u64_at(b, 8).expect(FIXED),
+            region_len: u32_at(b, 16).expect(FIXED),
+            offset_in_region: u32_at(b, 20).expect(FIXED),
+            len: u32_at(b, 24).expect(FIXED),
         }
     }
 }
@@ -232,17 +235,17 @@ pub fn parse_trailer(size: u64, trailer: &[u8]) -> Result<(u64, u32, [u8; 8]), C
     if &trailer[12..20] != TRAILER_MAGIC {
         return Err(ContainerError::BadTrailer);
     }
-    let footer_len = u32::from_le_bytes(trailer[..4].try_into().unwrap());
+    let footer_len = u32_at(trailer, 0).ok_or(ContainerError::BadTrailer)?;
     let room = size - (HEADER.len() + TRAILER_LEN) as u64;
     if (footer_len as u64) > room || (footer_len as usize) < FOOTER_FIXED {
         return Err(ContainerError::FooterLength(footer_len));
     }
     let footer_offset = size - TRAILER_LEN as u64 - footer_len as u64;
-    Ok((
-        footer_offset,
-        footer_len,
-        trailer[4..12].try_into().unwrap(),
-    ))
+    let sum = trailer
+        .get(4..12)
+        .and_then(|s| s.try_into().ok())
+        .ok_or(ContainerError::BadTrailer)?;
+    Ok((footer_offset, footer_len, sum))
 }
 
 /// Parses and checks a footer found at `footer_offset`; every location must
@@ -256,12 +259,13 @@ pub fn parse_footer(
     if checksum(footer) != sum {
         return Err(ContainerError::FooterChecksum);
     }
-    let found = ContainerId(u64::from_le_bytes(footer[..8].try_into().unwrap()));
+    let short = || ContainerError::FooterLength(footer.len() as u32);
+    let found = ContainerId(u64_at(footer, 0).ok_or_else(short)?);
     if found != expected {
         return Err(ContainerError::WrongId { expected, found });
     }
-    let count = u32::from_le_bytes(footer[8..12].try_into().unwrap()) as usize;
-    let body = &footer[FOOTER_FIXED..];
+    let count = u32_at(footer, 8).ok_or_else(short)? as usize;
+    let body = footer.get(FOOTER_FIXED..).ok_or_else(short)?;
     if body.len() != count * ENTRY_LEN {
         return Err(ContainerError::Malformed(format!(
             "{count} entries need {} bytes, footer has {}",
@@ -354,10 +358,6 @@ fn find(bytes: &[u8], needle: &[u8], from: usize) -> Option<usize> {
         .map(|i| from + i)
 }
 
-fn le_u32(bytes: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
-}
-
 /// The record at `at` if its checksum holds and its region and chunks lie
 /// within the bytes: its entries, and where its region ends.
 fn parse_record(
@@ -365,8 +365,8 @@ fn parse_record(
     bytes: &[u8],
     at: usize,
 ) -> Option<(Vec<(ChunkId, ChunkLocation)>, usize)> {
-    let region_len = le_u32(bytes, at + 4)?;
-    let count = le_u32(bytes, at + 8)? as usize;
+    let region_len = u32_at(bytes, at + 4)?;
+    let count = u32_at(bytes, at + 8)? as usize;
     let sum_at = (at + RECORD_FIXED).checked_add(count.checked_mul(RECORD_ENTRY)?)?;
     let sum = bytes.get(sum_at..sum_at.checked_add(CHECKSUM_LEN)?)?;
     if checksum(bytes.get(at..sum_at)?) != sum {
@@ -382,8 +382,8 @@ fn parse_record(
         .chunks_exact(RECORD_ENTRY)
     {
         let id = ChunkId::from_bytes(e[..32].try_into().ok()?);
-        let offset_in_region = le_u32(e, 32)?;
-        let len = le_u32(e, 36)?;
+        let offset_in_region = u32_at(e, 32)?;
+        let len = u32_at(e, 36)?;
         if len == 0 || offset_in_region as u64 + len as u64 > raw_len {
             continue;
         }
@@ -431,7 +431,7 @@ fn footer_at(
     bytes: &[u8],
     at: usize,
 ) -> Option<Vec<(ChunkId, ChunkLocation)>> {
-    let count = le_u32(bytes, at + 8)? as usize;
+    let count = u32_at(bytes, at + 8)? as usize;
     if count == 0 {
         return None;
     }
@@ -518,7 +518,7 @@ mod tests {
         fn footer_damage_is_detected(regions in chunks_strategy(), pos in any::<proptest::sample::Index>(), bit in 0u8..8) {
             let mut sealed = build(ContainerId(1), &regions, &RepoKey::generate());
             let n = sealed.bytes.len();
-            let footer_len = u32::from_le_bytes(sealed.bytes[n - TRAILER_LEN..n - TRAILER_LEN + 4].try_into().unwrap()) as usize;
+            let footer_len = u32_at(&sealed.bytes, n - TRAILER_LEN).unwrap() as usize;
             let footer_start = n - TRAILER_LEN - footer_len;
             let at = footer_start + pos.index(n - footer_start);
             sealed.bytes[at] ^= 1 << bit;
@@ -528,11 +528,7 @@ mod tests {
 
     fn footer_start(bytes: &[u8]) -> usize {
         let n = bytes.len();
-        let len = u32::from_le_bytes(
-            bytes[n - TRAILER_LEN..n - TRAILER_LEN + 4]
-                .try_into()
-                .unwrap(),
-        );
+        let len = u32_at(bytes, n - TRAILER_LEN).unwrap();
         n - TRAILER_LEN - len as usize
     }
 
@@ -608,7 +604,7 @@ mod tests {
                 0 => bytes.truncate(start + at.index(n - start)),
                 1 => bytes[start..].fill(fill),
                 _ => {
-                    let garbled = u32::from_le_bytes(bytes[n - TRAILER_LEN..n - TRAILER_LEN + 4].try_into().unwrap()) ^ (1 + fill as u32);
+                    let garbled = u32_at(&bytes, n - TRAILER_LEN).unwrap() ^ (1 + fill as u32);
                     bytes[n - TRAILER_LEN..n - TRAILER_LEN + 4].copy_from_slice(&garbled.to_le_bytes());
                 }
             }

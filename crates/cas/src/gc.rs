@@ -114,8 +114,9 @@ pub enum Prepared {
 /// whole (its index, a full disk).
 fn is_unreadable(e: &CasError) -> bool {
     match e {
-        CasError::CorruptContainer { .. } | CasError::CorruptChunk { .. } => true,
-        CasError::Branch(b) => !b.is_no_space(),
+        CasError::CorruptContainer { .. }
+        | CasError::CorruptChunk { .. }
+        | CasError::ContainerLost { .. } => true,
         CasError::Redundancy(r) => !r.is_no_space(),
         _ => false,
     }
@@ -127,9 +128,7 @@ impl Store {
     /// to every branch when those are fewer than the policy needs (a stripe
     /// sits on one branch of its width; a replaced branch left the set).
     fn protection_of(&self, container: ContainerId) -> Result<Protection> {
-        let Some(layer) = self.layer() else {
-            return Ok(Protection::plain());
-        };
+        let layer = self.layer();
         let policy = self.container_policy(container)?;
         let placed = layer.locate(&container.blob_key())?;
         let mut branches: Vec<_> = placed
@@ -277,7 +276,7 @@ impl Collection {
         for (id, loc) in &entries {
             let region = regions
                 .entry(loc.region_offset)
-                .or_insert_with(|| self.store.read_region(loc).ok());
+                .or_insert_with(|| self.store.read_region(loc, id).ok());
             if let Some(chunk) = region
                 .as_ref()
                 .and_then(|r| self.store.verify(id, loc, r).ok())
@@ -291,12 +290,7 @@ impl Collection {
             let protection = self.store.protection_of(container)?;
             self.relocate(&protection, &data, &ids, &mut report)?;
         }
-        let size = self
-            .store
-            .shared
-            .branch
-            .size(&container.blob_key())
-            .unwrap_or(0);
+        let size = self.store.shared.container_size(container).unwrap_or(0);
         self.prepared.lock().insert(container, size);
         Ok(report.copied_chunks)
     }
@@ -380,10 +374,9 @@ impl Collection {
                     scope.spawn(|| loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let (c, _) = doomed.get(i)?;
-                        match shared.branch.delete(&c.blob_key()) {
-                            // Already gone (see `prepare`): nothing to free.
-                            Ok(()) | Err(branch::BranchError::NotFound { .. }) => {}
-                            Err(e) => return Some(CasError::from(e)),
+                        // Already gone (see `prepare`) is not an error.
+                        if let Err(e) = shared.delete_container(*c) {
+                            return Some(e);
                         }
                     })
                 })
@@ -440,7 +433,7 @@ impl Collection {
         if chunks.is_empty() {
             return Ok((data, ids));
         }
-        let bytes = Bytes::from(self.store.shared.branch.get(&container.blob_key())?);
+        let bytes = Bytes::from(self.store.shared.read_container(container)?);
         let mut regions: HashMap<u64, Bytes> = HashMap::new();
         for (id, loc) in chunks {
             let start = loc.region_offset as usize;
@@ -503,9 +496,8 @@ impl Collection {
             .collect();
         let (mut count, mut bytes) = (0, 0);
         for c in maybe.into_iter().filter(|c| !after.contains(c)) {
-            let key = c.blob_key();
-            bytes += shared.branch.size(&key).unwrap_or(0);
-            shared.branch.delete(&key)?;
+            bytes += shared.container_size(c).unwrap_or(0);
+            shared.delete_container(c)?;
             count += 1;
         }
         Ok((count, bytes))

@@ -2,59 +2,17 @@ use std::fmt;
 
 use branch::BlobKey;
 
-/// The id of a chunk: keyed BLAKE3-256 of its plaintext.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ChunkId([u8; 32]);
+pub use ids::ChunkId;
 
 /// The first four bytes of a [`ChunkId`]: what the compact in-RAM index keeps.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct ShortFp(pub u32);
 
-impl ChunkId {
-    pub const LEN: usize = 32;
-
-    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
-        ChunkId(bytes)
+impl ShortFp {
+    pub fn of(id: &ChunkId) -> ShortFp {
+        let [a, b, c, d, ..] = *id.as_bytes();
+        ShortFp(u32::from_le_bytes([a, b, c, d]))
     }
-
-    pub fn as_bytes(&self) -> &[u8; 32] {
-        &self.0
-    }
-
-    pub fn short(&self) -> ShortFp {
-        ShortFp(u32::from_le_bytes(self.0[..4].try_into().unwrap()))
-    }
-
-    pub fn to_hex(&self) -> String {
-        hex(&self.0)
-    }
-
-    pub fn from_hex(s: &str) -> Option<Self> {
-        let mut out = [0u8; 32];
-        if s.len() != 64 {
-            return None;
-        }
-        for (i, byte) in out.iter_mut().enumerate() {
-            *byte = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
-        }
-        Some(ChunkId(out))
-    }
-}
-
-impl fmt::Display for ChunkId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_hex())
-    }
-}
-
-impl fmt::Debug for ChunkId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ChunkId({}..)", &self.to_hex()[..12])
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The per-repository secret that keys chunk ids, so ids reveal nothing
@@ -68,16 +26,18 @@ impl RepoKey {
     }
 
     pub fn to_hex(&self) -> String {
-        hex(&self.0)
+        blake3::Hash::from_bytes(self.0).to_hex().to_string()
     }
 
     pub fn from_hex(s: &str) -> Option<Self> {
-        ChunkId::from_hex(s.trim()).map(|id| RepoKey(id.0))
+        blake3::Hash::from_hex(s.trim())
+            .ok()
+            .map(|h| RepoKey(*h.as_bytes()))
     }
 
     /// The id of a chunk with this content.
     pub fn chunk_id(&self, data: &[u8]) -> ChunkId {
-        ChunkId(*blake3::keyed_hash(&self.0, data).as_bytes())
+        ChunkId::from_bytes(*blake3::keyed_hash(&self.0, data).as_bytes())
     }
 }
 
@@ -124,6 +84,66 @@ impl fmt::Display for ContainerId {
     }
 }
 
+/// The hex number [`ContainerId`]'s `Display` writes, read back.
+impl std::str::FromStr for ContainerId {
+    type Err = std::num::ParseIntError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        u64::from_str_radix(s, 16).map(ContainerId)
+    }
+}
+
+/// Serde for ids as the text their `Display` writes, so reports that
+/// carry typed ids keep the JSON they always had.
+pub(crate) mod as_text {
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<T: Display, S: Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(v)
+    }
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<T, D::Error>
+    where
+        T: FromStr,
+        T::Err: Display,
+        D: Deserializer<'de>,
+    {
+        String::deserialize(d)?.parse().map_err(D::Error::custom)
+    }
+
+    /// The same for a list of ids.
+    pub mod list {
+        use std::fmt::Display;
+        use std::str::FromStr;
+
+        use serde::ser::SerializeSeq;
+        use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+        pub fn serialize<T: Display, S: Serializer>(v: &[T], s: S) -> Result<S::Ok, S::Error> {
+            let mut seq = s.serialize_seq(Some(v.len()))?;
+            for x in v {
+                seq.serialize_element(&x.to_string())?;
+            }
+            seq.end()
+        }
+
+        pub fn deserialize<'de, T, D>(d: D) -> Result<Vec<T>, D::Error>
+        where
+            T: FromStr,
+            T::Err: Display,
+            D: Deserializer<'de>,
+        {
+            Vec::<String>::deserialize(d)?
+                .iter()
+                .map(|s| s.parse().map_err(D::Error::custom))
+                .collect()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,10 +159,22 @@ mod tests {
     }
 
     #[test]
-    fn hex_round_trip() {
-        let id = RepoKey::generate().chunk_id(b"z");
-        assert_eq!(ChunkId::from_hex(&id.to_hex()), Some(id));
-        assert_eq!(ChunkId::from_hex("zz"), None);
+    fn short_fingerprint_is_the_first_four_bytes_little_endian() {
+        let mut bytes = [0u8; 32];
+        bytes[..5].copy_from_slice(&[0x01, 0x02, 0x03, 0x04, 0xff]);
+        assert_eq!(
+            ShortFp::of(&ChunkId::from_bytes(bytes)),
+            ShortFp(0x0403_0201)
+        );
+    }
+
+    #[test]
+    fn container_ids_read_back_from_their_text() {
+        for id in [0u64, 1, 0xdead_beef, u64::MAX] {
+            let c = ContainerId(id);
+            assert_eq!(c.to_string().parse::<ContainerId>(), Ok(c));
+        }
+        assert!("xyz".parse::<ContainerId>().is_err());
     }
 
     #[test]

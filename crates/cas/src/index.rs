@@ -33,7 +33,8 @@ use redb::{
 
 use crate::compact::CompactIndex;
 use crate::container::{ChunkLocation, Sealed};
-use crate::id::{ChunkId, ContainerId};
+use crate::id::{ChunkId, ContainerId, ShortFp};
+use crate::le::{u32_at, u64_at};
 use crate::protection::needs_restore;
 use crate::store::{INDEX_FILE, ROOTS_FILE};
 use crate::{CasError, Result};
@@ -56,6 +57,9 @@ pub struct ContainerInfo {
     pub chunks: u32,
 }
 
+/// Why reading a container row cannot fail.
+const ROW: &str = "a 20-byte container row";
+
 impl ContainerInfo {
     fn encode(&self) -> [u8; 20] {
         let mut b = [0u8; 20];
@@ -66,9 +70,9 @@ impl ContainerInfo {
     }
     fn decode(b: &[u8; 20]) -> Self {
         ContainerInfo {
-            stored_bytes: u64::from_le_bytes(b[..8].try_into().unwrap()),
-            raw_bytes: u64::from_le_bytes(b[8..16].try_into().unwrap()),
-            chunks: u32::from_le_bytes(b[16..].try_into().unwrap()),
+            stored_bytes: u64_at(b, 0).expect(ROW),
+            raw_bytes: u64_at(b, 8).expect(ROW),
+            chunks: u32_at(b, 16).expect(ROW),
         }
     }
 }
@@ -207,7 +211,7 @@ impl Index {
         let table = tx.open_table(CHUNKS)?;
         for entry in table.iter()? {
             let (k, _) = entry?;
-            compact.insert(ChunkId::from_bytes(k.value()).short());
+            compact.insert(ShortFp::of(&ChunkId::from_bytes(k.value())));
         }
         *self.compact.write() = compact;
         Ok(())
@@ -216,7 +220,7 @@ impl Index {
     /// The location of a stored chunk, asking the compact index first so that
     /// a new chunk costs no disk access.
     pub fn lookup(&self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
-        if !self.compact.read().may_contain(id.short()) {
+        if !self.compact.read().may_contain(ShortFp::of(id)) {
             return Ok(None);
         }
         self.lookup_persistent(id)
@@ -237,7 +241,7 @@ impl Index {
         let compact = self.compact.read();
         ids.iter()
             .map(|id| {
-                if !compact.may_contain(id.short()) {
+                if !compact.may_contain(ShortFp::of(id)) {
                     return Ok(None);
                 }
                 Ok(table
@@ -287,7 +291,7 @@ impl Index {
                     };
                     if take {
                         chunks.insert(id.as_bytes(), loc.encode())?;
-                        added.push(id.short());
+                        added.push(ShortFp::of(id));
                     }
                 }
                 let info = ContainerInfo {

@@ -5,15 +5,27 @@
 //! checksummed footer), the fingerprint index (redb, plus a compact in-RAM set
 //! of 4-byte short fingerprints), named retention roots, the write pipeline
 //! (parallel hashing and compression under a memory budget, one open
-//! container per stream) and integrity checking and index rebuild. Over a
-//! redundancy layer, each stream's containers are stored under the stream's
-//! [`Protection`] (policy and allowed branches), and the index records each
-//! container's policy.
+//! container per stream) and integrity checking and index rebuild. Each
+//! stream's containers are stored under the stream's [`Protection`] (policy
+//! and allowed branches), and the index records each container's policy.
+//! It re-exports the ids and policy types its callers need ([`ChunkId`]
+//! from `ids`; [`Policy`], [`PolicyError`], [`BranchId`] from
+//! `redundancy`), so `fs` depends on neither of those crates.
+//!
+//! **One path into storage.** Every container and root blob is written,
+//! read, listed and deleted through the [`redundancy::Redundant`] layer
+//! (the private `storage` module, where the layer's errors become the
+//! store's, once). A repository without `[[branch]]` entries is `single`
+//! on one branch: [`Store::open`] gives it a layer in the *plain layout*
+//! ([`redundancy::Redundant::plain`]), which stores each container as the
+//! raw blob `containers/<dir>/<id>` it always was, with no shard header, so
+//! existing repositories keep their bytes and nothing is converted. A
+//! container that is gone (on no branch, or its shards lost beyond its
+//! policy) is [`CasError::ContainerLost`] on every path, plain or not.
 //!
 //! **Never:** knows a path or a file name, or how chunks form a file (that is
 //! `recipe`'s and `fs`'s business); chooses a policy (callers do); touches
-//! storage except through a [`branch::Branch`] or the
-//! [`redundancy::Redundant`] layer.
+//! storage except through the redundancy layer.
 //!
 //! **Invariants:**
 //! 1. A chunk's id is the keyed BLAKE3 of its plaintext; every read verifies
@@ -71,11 +83,13 @@ pub mod container;
 mod gc;
 mod id;
 mod index;
+mod le;
 mod protection;
 mod read;
 pub mod region;
 mod salvage;
 mod stall;
+mod storage;
 mod store;
 mod writer;
 
@@ -88,7 +102,7 @@ pub use container::{ChunkLocation, ContainerError};
 pub use gc::{Assessment, Collection, Prepared, Reclaimed};
 pub use id::{ChunkId, ContainerId, RepoKey, ShortFp};
 pub use index::ContainerInfo;
-pub use protection::{needs_restore, Protection};
+pub use protection::{needs_restore, BranchId, Policy, PolicyError, Protection};
 pub use read::Fetched;
 pub use region::{Compression, RegionError};
 pub use store::{Store, StoreSettings, StoreStats, INDEX_FILE, ROOTS_FILE};
@@ -127,8 +141,16 @@ pub enum CasError {
         container: ContainerId,
         reason: String,
     },
-    #[error(transparent)]
-    Branch(#[from] branch::BranchError),
+    /// The container is on no branch, or its shards are lost beyond its
+    /// policy: the same error whether a read, a check, a collection or a
+    /// repair met it, on a plain repository or a redundant one. `source`
+    /// says which ([`CasError::is_not_found`]) and names the faults.
+    #[error("{source}")]
+    ContainerLost {
+        container: ContainerId,
+        #[source]
+        source: Box<redundancy::Error>,
+    },
     #[error(
         "the fingerprint index at {} cannot be opened: {source} \
          (it is derived data: `cairn repair --rebuild-index` recreates it)",
@@ -170,11 +192,6 @@ pub enum CasError {
     /// (repo > fs > cas > redundancy), and each layer would otherwise
     /// carry the sum of the sizes below it in every `Result`.
     Redundancy(Box<redundancy::Error>),
-    #[error(
-        "policy {0} needs a redundancy layer; this repository stores on one plain \
-         branch (configure [[branch]] entries in cairn.toml)"
-    )]
-    NoRedundancy(redundancy::Policy),
     #[error("the index records an unreadable policy for container {container}: {reason}")]
     BadPolicyRow {
         container: ContainerId,
@@ -194,7 +211,6 @@ impl CasError {
     pub fn is_no_space(&self) -> bool {
         match self {
             CasError::NoSpace { .. } => true,
-            CasError::Branch(e) => e.is_no_space(),
             CasError::Redundancy(e) => e.is_no_space(),
             CasError::Index(redb::Error::Io(e)) => branch::is_no_space_io(e),
             _ => false,
@@ -204,12 +220,9 @@ impl CasError {
     /// Whether the error says a blob (a container) is on no branch.
     pub fn is_not_found(&self) -> bool {
         match self {
-            CasError::Redundancy(e) => matches!(**e, redundancy::Error::NotFound(_)),
-            CasError::Branch(branch::BranchError::NotFound { .. }) => true,
-            CasError::Branch(branch::BranchError::Io { source, .. }) => source
-                .get_ref()
-                .and_then(|inner| inner.downcast_ref::<redundancy::Error>())
-                .is_some_and(|e| matches!(e, redundancy::Error::NotFound(_))),
+            CasError::ContainerLost { source, .. } | CasError::Redundancy(source) => {
+                matches!(**source, redundancy::Error::NotFound(_))
+            }
             _ => false,
         }
     }
@@ -228,13 +241,10 @@ impl CasError {
             )
         }
         match self {
-            CasError::CorruptChunk { .. } | CasError::CorruptContainer { .. } => true,
+            CasError::CorruptChunk { .. }
+            | CasError::CorruptContainer { .. }
+            | CasError::ContainerLost { .. } => true,
             CasError::Redundancy(e) => lost(e),
-            CasError::Branch(branch::BranchError::NotFound { .. }) => true,
-            CasError::Branch(branch::BranchError::Io { source, .. }) => source
-                .get_ref()
-                .and_then(|inner| inner.downcast_ref::<redundancy::Error>())
-                .is_some_and(lost),
             _ => false,
         }
     }
@@ -244,9 +254,6 @@ impl CasError {
 /// errors are boxed: large, and rare.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteFailure {
-    /// The plain branch refused the blob.
-    #[error(transparent)]
-    Branch(Box<branch::BranchError>),
     /// The redundancy layer could not place it as its policy asks.
     #[error(transparent)]
     Redundancy(Box<redundancy::Error>),

@@ -1,7 +1,9 @@
 //! How a stream's containers are protected: a redundancy policy and the
-//! branches it may use.
+//! branches it may use. The policy types are the redundancy layer's,
+//! re-exported by the crate so that callers choosing a protection (`fs`)
+//! need not depend on that layer.
 
-use redundancy::{BranchId, Policy};
+pub use redundancy::{BranchId, Policy, PolicyError};
 
 /// The policy a container is stored under and the branches its shards may
 /// go to. A store over one plain branch knows only `single` over branch 0.

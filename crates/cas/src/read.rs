@@ -139,21 +139,15 @@ impl Fetched {
 }
 
 impl Store {
-    pub(crate) fn read_region(&self, loc: &ChunkLocation) -> Result<Bytes> {
-        let stored = self.shared.branch.read_range(
-            &loc.container.blob_key(),
+    /// The decoded region holding `id` at `loc`; a region that does not
+    /// decode is [`CasError::CorruptChunk`] naming `id`.
+    pub(crate) fn read_region(&self, loc: &ChunkLocation, id: &ChunkId) -> Result<Bytes> {
+        let stored = self.shared.read_container_range(
+            loc.container,
             loc.region_offset,
             loc.region_len as usize,
         )?;
-        self.decode_region(loc, stored.into())
-    }
-
-    fn decode_region(&self, loc: &ChunkLocation, stored: Bytes) -> Result<Bytes> {
-        region::decode(stored).map_err(|e| CasError::CorruptChunk {
-            id: ChunkId::from_bytes([0; 32]),
-            container: loc.container,
-            reason: format!("region at offset {}: {e}", loc.region_offset),
-        })
+        decode_region(loc, stored.into()).map_err(|bad| bad.of(id))
     }
 
     /// Cuts a chunk out of its decoded region and verifies its id.
@@ -191,8 +185,7 @@ impl Store {
         moved_retry(|| {
             let loc = self.locate(id)?;
             let read = self
-                .read_region(&loc)
-                .map_err(|e| name_chunk(e, id))
+                .read_region(&loc, id)
                 .and_then(|region| Ok((self.verify(id, &loc, &region)?, region)));
             if let Err(e) = &read {
                 self.note_lost(e, loc.container, &[(*id, loc.container)]);
@@ -301,12 +294,11 @@ impl Store {
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let key = s.container.blob_key();
-                match self
-                    .shared
-                    .branch
-                    .read_range(&key, s.start, (s.end - s.start) as usize)
-                {
+                match self.shared.read_container_range(
+                    s.container,
+                    s.start,
+                    (s.end - s.start) as usize,
+                ) {
                     Ok(b) => Ok(Bytes::from(b)),
                     // The gaps between regions may be what cannot be read
                     // (lost beyond the policy): they were only read to save
@@ -314,7 +306,7 @@ impl Store {
                     Err(_) if span_of.iter().filter(|&&x| x == i).count() > 1 => self
                         .read_span_by_region(s, &regions, &span_of, i)
                         .map_err(|(r, e)| noting(e, s.container, &|x| x == r)),
-                    Err(e) => Err(noting(e.into(), s.container, &|r| span_of[r] == i)),
+                    Err(e) => Err(noting(e, s.container, &|r| span_of[r] == i)),
                 }
             })
             .collect::<Result<Vec<_>>>()?;
@@ -339,14 +331,12 @@ impl Store {
         i: usize,
     ) -> std::result::Result<Bytes, (usize, CasError)> {
         let mut buf = vec![0u8; (span.end - span.start) as usize];
-        let key = span.container.blob_key();
         for (r, _) in span_of.iter().enumerate().filter(|(_, &x)| x == i) {
             let loc = &regions[r];
             let got = self
                 .shared
-                .branch
-                .read_range(&key, loc.region_offset, loc.region_len as usize)
-                .map_err(|e| (r, CasError::from(e)))?;
+                .read_container_range(span.container, loc.region_offset, loc.region_len as usize)
+                .map_err(|e| (r, e))?;
             let at = (loc.region_offset - span.start) as usize;
             buf[at..at + got.len()].copy_from_slice(&got);
         }
@@ -369,14 +359,13 @@ impl Store {
             .zip(members.par_iter().zip(copy.par_iter()))
             .map(|((r, &s), (chunks, &copy))| {
                 let from = (r.region_offset - f.spans[s].start) as usize;
-                let region =
-                    self.decode_region(r, f.bytes[s].slice(from..from + r.region_len as usize));
+                let region = decode_region(r, f.bytes[s].slice(from..from + r.region_len as usize));
                 chunks
                     .iter()
                     .map(|&i| {
                         let result = match &region {
                             Ok(region) => self.verify(&f.ids[i], &f.locs[i], region),
-                            Err(e) => Err(name_chunk(clone_corrupt(e), &f.ids[i])),
+                            Err(bad) => Err(bad.of(&f.ids[i])),
                         };
                         let result = match result {
                             Ok(data) if copy => Ok(Bytes::copy_from_slice(&data)),
@@ -427,31 +416,33 @@ impl Store {
         let (spans, _) = coalesce(&regions);
         for s in spans {
             self.shared
-                .branch
-                .prefetch(&s.container.blob_key(), s.start, s.end - s.start);
+                .prefetch_container(s.container, s.start, s.end - s.start);
         }
     }
 }
 
-/// Region errors are shared by every chunk of the region; each chunk gets its
-/// own copy naming it.
-fn clone_corrupt(e: &CasError) -> CasError {
-    match e {
+/// A region that does not decode: every chunk in it is corrupt, each
+/// error naming its own chunk ([`BadRegion::of`]).
+struct BadRegion {
+    container: ContainerId,
+    reason: String,
+}
+
+impl BadRegion {
+    fn of(&self, id: &ChunkId) -> CasError {
         CasError::CorruptChunk {
-            id,
-            container,
-            reason,
-        } => CasError::CorruptChunk {
             id: *id,
-            container: *container,
-            reason: reason.clone(),
-        },
-        other => CasError::CorruptChunk {
-            id: ChunkId::from_bytes([0; 32]),
-            container: ContainerId(0),
-            reason: other.to_string(),
-        },
+            container: self.container,
+            reason: self.reason.clone(),
+        }
     }
+}
+
+fn decode_region(loc: &ChunkLocation, stored: Bytes) -> std::result::Result<Bytes, BadRegion> {
+    region::decode(stored).map_err(|e| BadRegion {
+        container: loc.container,
+        reason: format!("region at offset {}: {e}", loc.region_offset),
+    })
 }
 
 /// Runs a read once more when its container vanished under it: garbage
@@ -459,21 +450,7 @@ fn clone_corrupt(e: &CasError) -> CasError {
 /// read, and a second lookup finds the copy.
 fn moved_retry<T>(read: impl Fn() -> Result<T>) -> Result<T> {
     match read() {
-        Err(CasError::Branch(branch::BranchError::NotFound { .. })) => read(),
-        other => other,
-    }
-}
-
-/// A region-level error names no chunk; name the one being read.
-pub(crate) fn name_chunk(e: CasError, id: &ChunkId) -> CasError {
-    match e {
-        CasError::CorruptChunk {
-            container, reason, ..
-        } => CasError::CorruptChunk {
-            id: *id,
-            container,
-            reason,
-        },
+        Err(e) if e.is_not_found() => read(),
         other => other,
     }
 }

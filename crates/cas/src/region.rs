@@ -175,8 +175,7 @@ pub fn is_raw(stored: &[u8]) -> bool {
 
 /// The length of a stored region once decoded, as its header says.
 pub fn decoded_len(stored: &[u8]) -> Option<usize> {
-    let len = stored.get(1..HEADER_LEN)?;
-    Some(u32::from_le_bytes(len.try_into().unwrap()) as usize)
+    Some(crate::le::u32_at(stored, 1)? as usize)
 }
 
 /// Decodes a stored region back to its raw bytes (a raw region is not copied).
@@ -184,7 +183,7 @@ pub fn decode(stored: Bytes) -> Result<Bytes, RegionError> {
     if stored.len() < HEADER_LEN {
         return Err(RegionError::Short(stored.len()));
     }
-    let want = u32::from_le_bytes(stored[1..5].try_into().unwrap()) as usize;
+    let want = decoded_len(&stored).ok_or(RegionError::Short(stored.len()))?;
     let payload = &stored[HEADER_LEN..];
     let raw = match stored[0] {
         RAW => stored.slice(HEADER_LEN..),

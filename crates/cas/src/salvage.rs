@@ -106,13 +106,16 @@ impl Store {
         &self,
         container: ContainerId,
     ) -> Result<(u64, Vec<(ChunkId, ChunkLocation)>)> {
-        let branch = &self.shared.branch;
-        let key = container.blob_key();
-        let size = branch.size(&key)?;
-        let tail = branch.read_range(&key, size.saturating_sub(TRAILER_LEN as u64), TRAILER_LEN)?;
+        let shared = &self.shared;
+        let size = shared.container_size(container)?;
+        let tail = shared.read_container_range(
+            container,
+            size.saturating_sub(TRAILER_LEN as u64),
+            TRAILER_LEN,
+        )?;
         let why = match container::parse_trailer(size, &tail) {
             Ok((offset, len, sum)) => {
-                let footer = branch.read_range(&key, offset, len as usize)?;
+                let footer = shared.read_container_range(container, offset, len as usize)?;
                 match container::parse_footer(container, offset, &footer, sum) {
                     Ok(entries) => return Ok((size, entries)),
                     Err(e @ ContainerError::WrongId { .. }) => {
@@ -126,7 +129,7 @@ impl Store {
             }
             Err(e) => e,
         };
-        let bytes = branch.get(&key)?;
+        let bytes = shared.read_container(container)?;
         let mut entries = self.salvage(container, &bytes, &why);
         let known: HashSet<(ChunkId, ChunkLocation)> = entries.iter().copied().collect();
         self.shared.index.for_each_chunk(|id, loc| {

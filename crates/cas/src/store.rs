@@ -6,7 +6,7 @@ use std::thread::JoinHandle;
 
 use branch::Branch;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use redundancy::{Policy, PolicyView, PutRequest, Redundant};
+use redundancy::{Policy, PutRequest, Redundant};
 use serde::{Deserialize, Serialize};
 
 use crate::budget::{Budget, Permit};
@@ -96,11 +96,10 @@ impl BufferPool {
 }
 
 pub(crate) struct Shared {
-    /// Where containers and root blobs are read, listed and deleted; over a
-    /// redundancy layer, a view of it storing under `default`.
-    pub branch: Arc<dyn Branch>,
-    /// The redundancy layer containers are written through, if any.
-    pub layer: Option<Arc<Redundant>>,
+    /// Where every container and root blob is written, read, listed and
+    /// deleted (see [`crate::storage`]); a plain repository's is a layer
+    /// in the plain layout.
+    pub layer: Arc<Redundant>,
     /// The protection of streams that ask for none.
     pub default: RwLock<Protection>,
     /// Chunks in streams' open containers: readable before they are sealed
@@ -208,7 +207,8 @@ pub struct Store {
 
 impl Store {
     /// Opens the store whose containers live on `branch` (each as one
-    /// plain blob, policy `single`) and whose index and roots are
+    /// plain blob, policy `single`: a layer in the plain layout over
+    /// `branch`) and whose index and roots are
     /// `index.redb` and `roots.redb` in `meta_dir` (created if missing).
     pub fn open(
         branch: Arc<dyn Branch>,
@@ -218,8 +218,9 @@ impl Store {
     ) -> Result<Store> {
         let roots_lost = !meta_dir.join(ROOTS_FILE).exists();
         let index = Index::open(&meta_dir.join(INDEX_FILE), &meta_dir.join(ROOTS_FILE))?;
+        let layer = Arc::new(Redundant::plain(branch));
         let plain = Protection::plain();
-        Self::open_with(branch, None, plain, index, roots_lost, key, settings)
+        Self::open_with(layer, plain, index, roots_lost, key, settings)
     }
 
     /// [`Store::open`] with the index and the roots on redb storage
@@ -238,8 +239,9 @@ impl Store {
             source: e.into(),
         })? == 0;
         let index = Index::on_backends(index, roots)?;
+        let layer = Arc::new(Redundant::plain(branch));
         let plain = Protection::plain();
-        Self::open_with(branch, None, plain, index, roots_lost, key, settings)
+        Self::open_with(layer, plain, index, roots_lost, key, settings)
     }
 
     /// Opens a store whose containers are stored through the redundancy
@@ -252,27 +254,14 @@ impl Store {
         key: RepoKey,
         settings: StoreSettings,
     ) -> Result<Store> {
-        let view = PolicyView::new(
-            layer.clone(),
-            default.policy.clone(),
-            default.branches.clone(),
-        )?;
+        layer.validate(&default.policy, &default.branches)?;
         let roots_lost = !meta_dir.join(ROOTS_FILE).exists();
         let index = Index::open(&meta_dir.join(INDEX_FILE), &meta_dir.join(ROOTS_FILE))?;
-        Self::open_with(
-            Arc::new(view),
-            Some(layer),
-            default,
-            index,
-            roots_lost,
-            key,
-            settings,
-        )
+        Self::open_with(layer, default, index, roots_lost, key, settings)
     }
 
     fn open_with(
-        branch: Arc<dyn Branch>,
-        layer: Option<Arc<Redundant>>,
+        layer: Arc<Redundant>,
         default: Protection,
         index: Index,
         roots_lost: bool,
@@ -280,7 +269,6 @@ impl Store {
         settings: StoreSettings,
     ) -> Result<Store> {
         let shared = Arc::new(Shared {
-            branch,
             layer,
             default: RwLock::new(default),
             unsealed: Mutex::new(HashMap::new()),
@@ -350,11 +338,10 @@ impl Store {
 
     /// Whether containers can be stored under `protection` here.
     pub fn check_protection(&self, protection: &Protection) -> Result<()> {
-        match &self.shared.layer {
-            Some(layer) => Ok(layer.validate(&protection.policy, &protection.branches)?),
-            None if *protection == Protection::plain() => Ok(()),
-            None => Err(CasError::NoRedundancy(protection.policy.clone())),
-        }
+        Ok(self
+            .shared
+            .layer
+            .validate(&protection.policy, &protection.branches)?)
     }
 
     /// The protection of streams that ask for none.
@@ -370,22 +357,18 @@ impl Store {
         Ok(())
     }
 
-    /// The redundancy layer containers are stored through; `None` for a
-    /// store on one plain branch.
     /// What the default protection can still store, and could hold in
     /// all, in data bytes; `None` when a branch cannot tell (S3).
     pub fn space(&self) -> Result<Option<branch::Space>> {
-        match &self.shared.layer {
-            Some(layer) => {
-                let p = self.default_protection();
-                Ok(layer.space(&p.policy, &p.branches)?)
-            }
-            None => Ok(self.shared.branch.space()?),
-        }
+        let p = self.default_protection();
+        Ok(self.shared.layer.space(&p.policy, &p.branches)?)
     }
 
-    pub fn layer(&self) -> Option<&Arc<Redundant>> {
-        self.shared.layer.as_ref()
+    /// The redundancy layer containers are stored through; for a store on
+    /// one plain branch, a layer in the plain layout
+    /// ([`Redundant::is_plain`]).
+    pub fn layer(&self) -> &Arc<Redundant> {
+        &self.shared.layer
     }
 
     /// Every container the index knows, in id order.
@@ -438,13 +421,8 @@ impl Store {
 
     /// One past the highest container id on the branch.
     fn next_unused_container(&self) -> Result<u64> {
-        let keys = self.shared.branch.list(ContainerId::list_prefix())?;
-        Ok(keys
-            .iter()
-            .filter_map(ContainerId::from_blob_key)
-            .map(|c| c.0 + 1)
-            .max()
-            .unwrap_or(0))
+        let stored = self.shared.stored_containers()?;
+        Ok(stored.last().map_or(0, |c| c.0 + 1))
     }
 
     /// [`CasError::NoSpace`] naming a container a full branch refused, if
@@ -548,8 +526,8 @@ impl Store {
         check_label(label)?;
         self.locate(id)?;
         let key = root_blob_key(label);
-        self.shared.branch.delete(&key)?;
-        self.shared.branch.put(&key, id.as_bytes())?;
+        self.shared.delete_blob(&key)?;
+        self.shared.put_blob(&key, id.as_bytes())?;
         self.shared.index.put_root(label, id)
     }
 
@@ -562,7 +540,7 @@ impl Store {
 
     pub fn delete_root(&self, label: &str) -> Result<()> {
         if self.shared.index.delete_root(label)? {
-            self.shared.branch.delete(&root_blob_key(label))?;
+            self.shared.delete_blob(&root_blob_key(label))?;
             Ok(())
         } else {
             Err(CasError::NoSuchRoot(label.to_string()))
@@ -572,13 +550,13 @@ impl Store {
     /// Puts back into `roots.redb` every root whose blob is on the branch
     /// (after the metadata files were lost). Returns how many.
     pub fn recover_roots(&self) -> Result<usize> {
-        let keys = self.shared.branch.list(ROOTS_PREFIX)?;
+        let keys = self.shared.list_blobs(ROOTS_PREFIX)?;
         let mut n = 0;
         for key in keys {
             let Some(label) = label_of_root_blob(&key) else {
                 continue;
             };
-            let bytes = self.shared.branch.get(&key)?;
+            let bytes = self.shared.get_blob(&key)?;
             let Ok(id) = <[u8; 32]>::try_from(bytes.as_slice()) else {
                 continue;
             };
@@ -617,7 +595,7 @@ const ROOT_SEGMENT: usize = 200;
 /// key, and the final `r` keeps a short label's blob from colliding with a
 /// longer label's directory.
 fn root_blob_key(label: &str) -> branch::BlobKey {
-    let hex: String = label.bytes().map(|b| format!("{b:02x}")).collect();
+    let hex = hex::encode(label);
     let segments: Vec<&str> = hex
         .as_bytes()
         .chunks(ROOT_SEGMENT)
@@ -634,11 +612,7 @@ fn label_of_root_blob(key: &branch::BlobKey) -> Option<String> {
         .strip_suffix("/r")?
         .split('/')
         .collect();
-    let bytes = (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect::<Option<Vec<u8>>>()?;
-    String::from_utf8(bytes).ok()
+    String::from_utf8(hex::decode(hex).ok()?).ok()
 }
 
 fn check_label(label: &str) -> Result<()> {
@@ -648,10 +622,6 @@ fn check_label(label: &str) -> Result<()> {
     Ok(())
 }
 
-/// Makes sealed containers durable: through the redundancy layer, each
-/// under its own protection, the whole batch at once (shards bound for one
-/// branch are written together and share its directory syncs), else on
-/// the plain branch in one batch.
 /// Why a container could not be stored.
 struct PutFailure {
     /// A branch is full: worth trying again once space is freed.
@@ -659,49 +629,32 @@ struct PutFailure {
     source: WriteFailure,
 }
 
+/// Makes sealed containers durable through the redundancy layer, each
+/// under its own protection, the whole batch at once (shards bound for one
+/// branch are written together and share its directory syncs).
 fn put_containers(shared: &Shared, jobs: &[IoJob]) -> Vec<std::result::Result<(), PutFailure>> {
-    match &shared.layer {
-        Some(layer) => {
-            let keys: Vec<_> = jobs.iter().map(|j| j.sealed.id.blob_key()).collect();
-            let requests: Vec<PutRequest<'_>> = jobs
-                .iter()
-                .zip(&keys)
-                .map(|(j, key)| PutRequest {
-                    key,
-                    data: &j.sealed.bytes,
-                    policy: &j.sealed.protection.policy,
-                    allowed: &j.sealed.protection.branches,
-                })
-                .collect();
-            layer
-                .put_many(&requests)
-                .into_iter()
-                .map(|r| {
-                    r.map(|_| ()).map_err(|e| PutFailure {
-                        no_space: e.is_no_space(),
-                        source: WriteFailure::Redundancy(Box::new(e)),
-                    })
-                })
-                .collect()
-        }
-        None => {
-            let blobs: Vec<_> = jobs
-                .iter()
-                .map(|j| (j.sealed.id.blob_key(), &j.sealed.bytes[..]))
-                .collect();
-            shared
-                .branch
-                .put_many(&blobs)
-                .into_iter()
-                .map(|r| {
-                    r.map_err(|e| PutFailure {
-                        no_space: e.is_no_space(),
-                        source: WriteFailure::Branch(Box::new(e)),
-                    })
-                })
-                .collect()
-        }
-    }
+    let keys: Vec<_> = jobs.iter().map(|j| j.sealed.id.blob_key()).collect();
+    let requests: Vec<PutRequest<'_>> = jobs
+        .iter()
+        .zip(&keys)
+        .map(|(j, key)| PutRequest {
+            key,
+            data: &j.sealed.bytes,
+            policy: &j.sealed.protection.policy,
+            allowed: &j.sealed.protection.branches,
+        })
+        .collect();
+    shared
+        .layer
+        .put_many(&requests)
+        .into_iter()
+        .map(|r| {
+            r.map(|_| ()).map_err(|e| PutFailure {
+                no_space: e.is_no_space(),
+                source: WriteFailure::Redundancy(Box::new(e)),
+            })
+        })
+        .collect()
 }
 
 fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {

@@ -37,7 +37,7 @@ fn flipped_byte_is_detected_by_read_and_check() {
     let report = store.check(&no_progress()).unwrap();
     assert!(!report.is_clean());
     assert!(report.problems.iter().any(|p| matches!(p,
-        Problem::CorruptChunk { chunk, .. } if *chunk == ids[2].to_string())));
+        Problem::CorruptChunk { chunk, .. } if *chunk == ids[2])));
 }
 
 #[test]

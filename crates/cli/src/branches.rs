@@ -193,7 +193,8 @@ pub fn reload(root: &Path, fs: &Fs) -> Result<Applied> {
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
     let config = repo::Config::parse(&text).map_err(|e| anyhow::anyhow!("{CONFIG}: {e}"))?;
-    if let (Some(layer), Some(listed)) = (fs.store().layer(), &config.redundancy) {
+    let layer = fs.store().layer();
+    if let (false, Some(listed)) = (layer.is_plain(), &config.redundancy) {
         let dropped: Vec<String> = layer
             .branch_ids()
             .into_iter()

@@ -38,9 +38,9 @@ pub struct PolicyShow {
     pub containers: Vec<ContainerPlace>,
 }
 
-fn names(layer: Option<&std::sync::Arc<Redundant>>, ids: &[redundancy::BranchId]) -> Vec<String> {
+fn names(layer: &Redundant, ids: &[redundancy::BranchId]) -> Vec<String> {
     ids.iter()
-        .map(|id| match layer.and_then(|l| l.branch_name(*id)) {
+        .map(|id| match layer.branch_name(*id) {
             Some(n) => n.to_string(),
             None => "local".to_string(),
         })
@@ -83,18 +83,13 @@ pub fn policy_show(fs: &Fs, path: &str) -> Result<PolicyShow> {
     let mut containers = Vec::new();
     if let Content::Recipe(root) = inode.content {
         for c in containers_of(store, root)? {
-            let (policy, shards) = match layer {
-                Some(l) => {
-                    let placed = l.locate(&c.blob_key())?;
-                    let shards = placed
-                        .shards
-                        .iter()
-                        .map(|s| names(Some(l), &s.branches))
-                        .collect();
-                    (placed.policy.to_string(), shards)
-                }
-                None => ("single".to_string(), vec![vec!["local".to_string()]]),
-            };
+            let placed = layer.locate(&c.blob_key())?;
+            let shards = placed
+                .shards
+                .iter()
+                .map(|s| names(layer, &s.branches))
+                .collect();
+            let policy = placed.policy.to_string();
             containers.push(ContainerPlace {
                 container: c.to_string(),
                 policy,
@@ -136,7 +131,8 @@ pub struct BranchLine {
 }
 
 pub fn status(store: &Store) -> Result<Vec<BranchLine>> {
-    let Some(layer) = store.layer() else {
+    let layer = store.layer();
+    if layer.is_plain() {
         // The default layout: one plain branch, every container once.
         let s = store.stats()?;
         return Ok(vec![BranchLine {
@@ -151,9 +147,9 @@ pub fn status(store: &Store) -> Result<Vec<BranchLine>> {
             retired: false,
             plain: true,
         }]);
-    };
+    }
     let mut usage: BTreeMap<redundancy::BranchId, (u64, u64)> = BTreeMap::new();
-    for key in layer.list("") {
+    for key in layer.list("")? {
         let Ok(placed) = layer.locate(&key) else {
             continue;
         };
@@ -239,7 +235,8 @@ fn describe(r: &ScrubReport) -> String {
 type LostBytes = HashMap<ContainerId, Option<Vec<Range<u64>>>>;
 
 pub fn scrub(fs: &Fs, progress: &(dyn Fn(Progress) + Sync)) -> Result<ScrubOut> {
-    let Some(layer) = fs.store().layer() else {
+    let layer = fs.store().layer();
+    if layer.is_plain() {
         return Ok(ScrubOut {
             containers: fs.store().stats()?.containers as usize,
             healthy: 0,
@@ -249,7 +246,7 @@ pub fn scrub(fs: &Fs, progress: &(dyn Fn(Progress) + Sync)) -> Result<ScrubOut> 
             affected_files: Vec::new(),
             plain: true,
         });
-    };
+    }
     let summary = layer.scrub_all(|p| {
         progress(Progress {
             what: "scrub".into(),
@@ -292,7 +289,7 @@ pub fn scrub(fs: &Fs, progress: &(dyn Fn(Progress) + Sync)) -> Result<ScrubOut> 
 /// added to `lost` whole.
 fn unplaced(fs: &Fs, layer: &Redundant, lost: &mut LostBytes) -> Result<Vec<String>> {
     let placed: HashSet<ContainerId> = layer
-        .list(ContainerId::list_prefix())
+        .list(ContainerId::list_prefix())?
         .iter()
         .filter_map(ContainerId::from_blob_key)
         .collect();
@@ -569,9 +566,10 @@ pub fn replace(
     new: &str,
     progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<MoveOut> {
-    let Some(layer) = fs.store().layer() else {
+    let layer = fs.store().layer();
+    if layer.is_plain() {
         bail!("this repository stores on one plain branch; it has no branches to replace");
-    };
+    }
     let (from, to) = (branch_id(layer, old)?, branch_id(layer, new)?);
     let mut report = layer.rebuild_onto(from, to, |p| {
         progress(Progress {
@@ -599,9 +597,10 @@ pub fn replace(
 /// Moves every shard off `name` onto the other branches, each shard to a
 /// branch holding no other shard of its container, spread by container.
 pub fn drain(fs: &Fs, name: &str, progress: &(dyn Fn(Progress) + Sync)) -> Result<MoveOut> {
-    let Some(layer) = fs.store().layer() else {
+    let layer = fs.store().layer();
+    if layer.is_plain() {
         bail!("this repository stores on one plain branch; it has no branches to remove");
-    };
+    }
     let from = branch_id(layer, name)?;
     let report = layer.spread_off(from, |p| {
         progress(Progress {
@@ -613,7 +612,7 @@ pub fn drain(fs: &Fs, name: &str, progress: &(dyn Fn(Progress) + Sync)) -> Resul
     let mut out = MoveOut::of(fs, layer, &report)?;
     // A safety net: the branch is retired, so nothing new can be on it.
     let keys = if out.failed.is_empty() {
-        layer.list("")
+        layer.list("")?
     } else {
         Vec::new()
     };

@@ -397,7 +397,9 @@ impl Fs {
         }
         let inode = self.getattr(inode.id)?;
         let content = match (&inode.attr.kind, &inode.content) {
-            (FileKind::Dir, _) => TreeContent::Dir(ChunkId::from_bytes([0; 32])),
+            // No stored listing: `children` reads a live directory's
+            // entries from the namespace, by its kind.
+            (FileKind::Dir, _) => TreeContent::Empty,
             (_, Content::Empty) => TreeContent::Empty,
             (_, Content::Inline(b)) => TreeContent::Inline(b.clone()),
             (_, Content::Recipe(id)) => TreeContent::Recipe(*id),

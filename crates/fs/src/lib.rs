@@ -886,14 +886,11 @@ impl Inner {
     fn xattr_protection(&self, value: &[u8]) -> Result<Protection> {
         let text =
             std::str::from_utf8(value).map_err(|_| FsError::BadPolicy(PolicyProblem::NotUtf8))?;
-        let policy: redundancy::Policy = text
+        let policy: cas::Policy = text
             .trim()
             .parse()
-            .map_err(|e: redundancy::PolicyError| FsError::BadPolicy(e.into()))?;
-        let branches = match self.store.layer() {
-            Some(layer) => layer.branch_ids(),
-            None => Protection::plain().branches,
-        };
+            .map_err(|e: cas::PolicyError| FsError::BadPolicy(e.into()))?;
+        let branches = self.store.layer().branch_ids();
         let protection = Protection { policy, branches };
         self.store
             .check_protection(&protection)

@@ -109,7 +109,7 @@ pub enum PolicyProblem {
     #[error("the policy is not UTF-8 text")]
     NotUtf8,
     #[error(transparent)]
-    Parse(#[from] redundancy::PolicyError),
+    Parse(#[from] cas::PolicyError),
     /// The store cannot keep the policy (a branch it names is missing, too
     /// few branches, no redundancy layer).
     #[error(transparent)]

@@ -177,7 +177,7 @@ impl Rules {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use redundancy::{BranchId, Policy};
+    use cas::{BranchId, Policy};
 
     fn prot(p: &str) -> Protection {
         Protection {

@@ -351,13 +351,11 @@ fn collect(fs: &Fs) -> Result<(), gc::GcError> {
 }
 
 /// Containers whose put the cut tore (only a tearing branch tears them).
-fn torn_containers(outcomes: &[branch::crash::Outcome]) -> HashSet<String> {
+fn torn_containers(outcomes: &[branch::crash::Outcome]) -> HashSet<ContainerId> {
     outcomes
         .iter()
         .filter_map(|o| match (&o.change, o.kept) {
-            (Change::Put { key, .. }, Kept::Prefix(_)) => {
-                ContainerId::from_blob_key(key).map(|c| c.to_string())
-            }
+            (Change::Put { key, .. }, Kept::Prefix(_)) => ContainerId::from_blob_key(key),
             _ => None,
         })
         .collect()
@@ -427,7 +425,7 @@ struct Expected<'a> {
     candidates: &'a [Snapshot],
     roots: &'a BTreeMap<String, Rooted>,
     /// Containers whose put a cut tore.
-    torn: &'a HashSet<String>,
+    torn: &'a HashSet<ContainerId>,
 }
 
 /// Restarts the machine on what the disks kept and checks everything.

@@ -15,7 +15,7 @@
 
 use std::ops::Bound;
 
-use cas::ChunkId;
+use ids::ChunkId;
 use redb::TableDefinition;
 
 use crate::codec::{put_attr, AttrLayout, CodecError, Reader};

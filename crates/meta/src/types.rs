@@ -1,4 +1,4 @@
-use cas::ChunkId;
+use ids::ChunkId;
 
 /// An inode number. Stable across remounts, never reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -3,7 +3,7 @@
 
 mod common;
 
-use cas::ChunkId;
+use ids::ChunkId;
 use common::*;
 use meta::{Content, InodeId, MetaStore, SetAttr, XattrChange, XattrFlags};
 

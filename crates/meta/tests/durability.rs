@@ -3,8 +3,8 @@
 
 mod common;
 
-use cas::ChunkId;
 use common::*;
+use ids::ChunkId;
 use meta::{Content, Counts, FileKind, InodeId, MetaStore, RedbMeta, XattrFlags};
 
 /// A small tree with every kind of record: returns the highest inode

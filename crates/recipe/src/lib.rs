@@ -31,7 +31,10 @@ use cas::ChunkId;
 
 /// A leaf entry with this id is a run of zeros of its length, stored as
 /// nothing: sparse files and truncates that grow a file cost no data. (An
-/// all-zero BLAKE3 output is not a chunk id anyone will meet.)
+/// all-zero BLAKE3 output is not a chunk id anyone will meet.) This is the
+/// node format's encoding of a hole and the all-zero id's only meaning:
+/// nothing uses it for "no id yet"; read an extent's chunk with
+/// [`Extent::chunk`], which gives `None` for a hole.
 pub const HOLE: ChunkId = ChunkId::from_bytes([0; 32]);
 
 #[derive(Debug, thiserror::Error)]

@@ -57,7 +57,8 @@ impl Node {
             return Err(bad(format!("unknown version {}", bytes[4])));
         }
         let level = bytes[5];
-        let count = u32::from_le_bytes(bytes[6..10].try_into().unwrap()) as usize;
+        let count =
+            u32::from_le_bytes(array(bytes, 6).ok_or_else(|| bad("short header".into()))?) as usize;
         let body = &bytes[HEADER_LEN..];
         if body.len() != count * ENTRY_LEN || count > FANOUT {
             return Err(bad(format!("{count} entries in {} bytes", body.len())));
@@ -65,15 +66,22 @@ impl Node {
         let mut entries = Vec::with_capacity(count);
         let mut prev = 0;
         for e in body.chunks_exact(ENTRY_LEN) {
-            let end = u64::from_le_bytes(e[..8].try_into().unwrap());
+            let end = u64::from_le_bytes(array(e, 0).ok_or_else(|| bad("short entry".into()))?);
             if end <= prev {
                 return Err(bad("offsets do not increase".into()));
             }
             prev = end;
-            entries.push((end, ChunkId::from_bytes(e[8..].try_into().unwrap())));
+            let child = array(e, 8).ok_or_else(|| bad("short entry".into()))?;
+            entries.push((end, ChunkId::from_bytes(child)));
         }
         Ok(Node { level, entries })
     }
+}
+
+/// The `N` bytes at `at` of a node, for its little-endian integers and
+/// ids; `None` past the end, so a damaged node is an error, not a panic.
+fn array<const N: usize>(b: &[u8], at: usize) -> Option<[u8; N]> {
+    b.get(at..at.checked_add(N)?)?.try_into().ok()
 }
 
 #[cfg(test)]

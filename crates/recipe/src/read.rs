@@ -23,12 +23,20 @@ const NODE_CACHE: usize = 64;
 /// Bytes fetched per window when streaming a whole file out.
 const WINDOW: u64 = 16 << 20;
 
-/// A data chunk of the file: where it starts, its length and id.
+/// A piece of the file: where it starts, its length and the chunk that
+/// holds it, or [`HOLE`] for a run of zeros stored as nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Extent {
     pub offset: u64,
     pub len: u64,
     pub id: ChunkId,
+}
+
+impl Extent {
+    /// The chunk holding this piece; `None` for a hole.
+    pub fn chunk(&self) -> Option<ChunkId> {
+        (self.id != HOLE).then_some(self.id)
+    }
 }
 
 impl Recipe {
@@ -198,11 +206,7 @@ impl Recipe {
 
 /// The ids of the extents that refer to stored chunks (not holes).
 fn data_ids(extents: &[Extent]) -> Vec<ChunkId> {
-    extents
-        .iter()
-        .filter(|e| e.id != HOLE)
-        .map(|e| e.id)
-        .collect()
+    extents.iter().filter_map(Extent::chunk).collect()
 }
 
 static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
@@ -213,7 +217,7 @@ fn with_holes(extents: &[Extent], chunks: Vec<Bytes>) -> Vec<Bytes> {
     let mut chunks = chunks.into_iter();
     let mut out = Vec::with_capacity(extents.len());
     for e in extents {
-        if e.id == HOLE {
+        if e.chunk().is_none() {
             let mut left = e.len as usize;
             while left > 0 {
                 let n = left.min(ZEROS.len());
@@ -234,7 +238,7 @@ pub(crate) fn copy_range(extents: &[Extent], chunks: Vec<Bytes>, offset: u64, en
     for e in extents {
         let from = offset.saturating_sub(e.offset);
         let to = (end - e.offset).min(e.len);
-        if e.id == HOLE {
+        if e.chunk().is_none() {
             out.resize(out.len() + (to - from) as usize, 0);
         } else {
             let data = chunks.next().expect("one chunk per data extent");
@@ -242,4 +246,29 @@ pub(crate) fn copy_range(extents: &[Extent], chunks: Vec<Bytes>, offset: u64, en
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hole_has_no_chunk_and_data_has_its_own() {
+        let id = ChunkId::from_bytes([5; 32]);
+        let data = Extent {
+            offset: 0,
+            len: 3,
+            id,
+        };
+        let hole = Extent {
+            offset: 3,
+            len: 4,
+            id: HOLE,
+        };
+        assert_eq!(data.chunk(), Some(id));
+        assert_eq!(hole.chunk(), None);
+        assert_eq!(data_ids(&[data, hole, data]), [id, id]);
+        let pieces = with_holes(&[data, hole], vec![Bytes::from_static(b"abc")]);
+        assert_eq!(pieces.concat(), b"abc\0\0\0\0");
+    }
 }

@@ -67,7 +67,11 @@ impl Redundant {
     /// shards' headers say. Reads never list; call this when opening, or
     /// after branches were changed behind this layer's back, with no put
     /// or delete in flight (the map it builds replaces theirs).
+    /// A layer in the plain layout has no map: it finds nothing.
     pub fn discover(&self) -> Discovery {
+        if self.plain.is_some() {
+            return Discovery::default();
+        }
         let mut report = Discovery::default();
         let ids = self.all_ids();
         let listings = fan_out(&ids, |&id| self.member(id).branch.list(""));

@@ -94,6 +94,15 @@ pub enum Error {
         "policy {policy} puts parity on branch {branch:?}, which is not among its allowed branches"
     )]
     ParityBranchNotAllowed { policy: Policy, branch: String },
+    #[error(
+        "policy {0} needs a redundancy layer; this repository stores on one plain \
+         branch (configure [[branch]] entries in cairn.toml)"
+    )]
+    NoRedundancy(Policy),
+    /// Asked of a layer in the plain layout, which has one branch and no
+    /// shards.
+    #[error("this repository stores on one plain branch: it cannot {0}")]
+    Plain(&'static str),
     #[error("container {0} not found")]
     NotFound(BlobKey),
     #[error("container {0} already exists; containers are never replaced")]

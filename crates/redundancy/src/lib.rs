@@ -7,7 +7,12 @@
 //! lost blocks on the fly), and healing: [`Redundant::scrub`] rewrites bad
 //! shards, [`Redundant::rebuild_onto`] refills a replacement branch.
 //! Where every shard lives is kept in memory and can be rebuilt from the
-//! branches alone ([`Redundant::discover`]).
+//! branches alone ([`Redundant::discover`]). It is the only way `cas`
+//! reaches storage: a repository on one plain branch gets a layer in the
+//! *plain layout* ([`Redundant::plain`], the `plain` module), `single` on
+//! that branch with each container its raw blob under its own key (no
+//! shard header), which is how such repositories have always stored
+//! containers, so their bytes do not change.
 //!
 //! **Never:** knows what a chunk, a file or a path is, nor which policy a
 //! file should get (callers choose; this crate provides the mechanism).
@@ -29,6 +34,9 @@
 //! - Scrub and rebuild go on past a lost container and report it; they
 //!   never write a shard they could not rebuild whole.
 //! - The shards of one container are on distinct branches.
+//! - A layer in the plain layout stores only `single` on its one branch,
+//!   writes the bytes it is given as they are, and keeps no map: it reads
+//!   and lists the branch itself.
 //! - Locks are `parking_lot`'s, which do not poison: a panic under a lock
 //!   does not spread to later callers (`docs/engineering.md`).
 //!
@@ -43,13 +51,13 @@ mod map;
 mod members;
 mod parallel;
 mod placement;
+mod plain;
 mod policy;
 mod read;
 mod repair;
 mod rows;
 pub mod shard;
 mod space;
-mod view;
 mod write;
 
 use parking_lot::RwLock;
@@ -64,11 +72,11 @@ pub use map::{parse_shard_key, shard_key, Placement, ShardPlace};
 pub use members::{BranchId, BranchStatus, FaultKind};
 pub use policy::{Count, Policy, PolicyError, PolicyProblem, Strength, MAX_BRANCH_NAME};
 pub use repair::{Progress, RebuildReport, Repair, ScrubReport, ScrubSummary};
-pub use view::PolicyView;
 pub use write::PutRequest;
 
 use map::Map;
 use members::Member;
+use plain::{plain_list, plain_locate, plain_size, plain_validate};
 
 /// Containers stored over a set of branches, each under its own policy.
 /// Share it as an `Arc`; every method takes `&self`.
@@ -89,6 +97,9 @@ pub struct Redundant {
     clock: Arc<dyn branch::Clock>,
     /// What balancing draws its choices from.
     rng: parking_lot::Mutex<rand::rngs::StdRng>,
+    /// The one branch of a layer in the plain layout ([`Redundant::plain`]),
+    /// kept apart so its reads take no lock.
+    plain: Option<Arc<dyn Branch>>,
 }
 
 impl Redundant {
@@ -113,6 +124,7 @@ impl Redundant {
             balancing: AtomicBool::new(true),
             clock: Arc::new(branch::SystemClock::default()),
             rng: parking_lot::Mutex::new(rand::SeedableRng::from_entropy()),
+            plain: None,
         })
     }
 
@@ -124,6 +136,27 @@ impl Redundant {
         self.clock = clock;
         self.rng = parking_lot::Mutex::new(rand::SeedableRng::seed_from_u64(seed));
         self
+    }
+
+    /// A layer over one branch in the plain layout: containers stored
+    /// `single` as raw blobs under their own keys, as a repository without
+    /// `[[branch]]` entries keeps them (see the `plain` module). It takes
+    /// no other policy and no other branch; it needs no discovery.
+    pub fn plain(branch: Arc<dyn Branch>) -> Redundant {
+        Redundant {
+            members: RwLock::new(vec![Arc::new(Member::new(branch.clone()))]),
+            placing: RwLock::new(()),
+            map: Map::default(),
+            balancing: AtomicBool::new(false),
+            clock: Arc::new(branch::SystemClock::default()),
+            rng: parking_lot::Mutex::new(rand::SeedableRng::from_entropy()),
+            plain: Some(branch),
+        }
+    }
+
+    /// Whether this layer keeps the plain layout ([`Redundant::plain`]).
+    pub fn is_plain(&self) -> bool {
+        self.plain.is_some()
     }
 
     /// [`Redundant::new`], then [`Redundant::discover`].
@@ -178,6 +211,9 @@ impl Redundant {
     /// holds are not looked for: [`Redundant::rebuild_onto`] finds them in
     /// place, and the next [`Redundant::discover`] maps them.
     pub fn add_branch(&self, branch: Arc<dyn Branch>) -> Result<BranchId> {
+        if self.plain.is_some() {
+            return Err(Error::Plain("take a second branch"));
+        }
         let mut members = self.members.write();
         let name = branch.name().to_string();
         match members.iter().position(|m| m.name == name) {
@@ -200,6 +236,9 @@ impl Redundant {
     /// `id` is in the map, ready to be moved off with
     /// [`Redundant::rebuild_onto`].
     pub fn retire(&self, id: BranchId, successor: Option<BranchId>) -> Result<()> {
+        if self.plain.is_some() {
+            return Err(Error::Plain("retire its one branch"));
+        }
         if successor == Some(id) {
             return Err(Error::DuplicateBranch(self.member(id).name.clone()));
         }
@@ -221,6 +260,9 @@ impl Redundant {
     /// Checks that a policy can be stored over `allowed`, as
     /// [`Redundant::put`] would.
     pub fn validate(&self, policy: &Policy, allowed: &[BranchId]) -> Result<()> {
+        if self.plain.is_some() {
+            return plain_validate(policy, allowed);
+        }
         placement::validate(policy, allowed, |id| self.branch_name(id))
     }
 
@@ -302,17 +344,27 @@ impl Redundant {
 
     /// Where the shards of `key` are.
     pub fn locate(&self, key: &BlobKey) -> Result<Placement> {
+        if let Some(plain) = &self.plain {
+            return plain_locate(plain, key);
+        }
         let entry = self.entry(key)?;
         Ok(entry.placement(key))
     }
 
-    /// Container keys starting with `prefix`, in order, from memory.
-    pub fn list(&self, prefix: &str) -> Vec<BlobKey> {
-        self.map.keys(prefix)
+    /// Container keys starting with `prefix`, in order, from memory (from
+    /// the branch in the plain layout).
+    pub fn list(&self, prefix: &str) -> Result<Vec<BlobKey>> {
+        if let Some(plain) = &self.plain {
+            return plain_list(plain, prefix);
+        }
+        Ok(self.map.keys(prefix))
     }
 
     /// The container's length in bytes.
     pub fn size(&self, key: &BlobKey) -> Result<u64> {
+        if let Some(plain) = &self.plain {
+            return plain_size(plain, key);
+        }
         Ok(self.entry(key)?.layout.container_len)
     }
 

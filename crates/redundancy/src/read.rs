@@ -16,6 +16,7 @@ use crate::latency::weighted_order;
 use crate::map::{shard_key, Entry};
 use crate::members::{BranchId, FaultKind};
 use crate::parallel::fan_out;
+use crate::plain::{plain_get, plain_read_range};
 use crate::policy::Coding;
 use crate::rows::{self, Span};
 use crate::shard::{self, Layout, BLOCK};
@@ -24,6 +25,9 @@ use crate::Redundant;
 impl Redundant {
     /// The whole container, verified.
     pub fn get(&self, key: &BlobKey) -> Result<Vec<u8>> {
+        if let Some(plain) = &self.plain {
+            return plain_get(plain, key);
+        }
         let entry = self.entry(key)?;
         let layout = &entry.layout;
         let all = 0..layout.blocks();
@@ -46,6 +50,9 @@ impl Redundant {
     /// `len` bytes at `offset` of the container, verified, reading only
     /// the blocks that hold them while their shards are healthy.
     pub fn read_range(&self, key: &BlobKey, offset: u64, len: usize) -> Result<Vec<u8>> {
+        if let Some(plain) = &self.plain {
+            return plain_read_range(plain, key, offset, len);
+        }
         let entry = self.entry(key)?;
         let layout = &entry.layout;
         let end = offset
@@ -84,6 +91,9 @@ impl Redundant {
     /// Hints the branches a read of `len` bytes at `offset` would most
     /// likely use that it is coming. Never fails.
     pub fn prefetch(&self, key: &BlobKey, offset: u64, len: u64) {
+        if let Some(plain) = &self.plain {
+            return plain.prefetch(key, offset, len);
+        }
         let Some(entry) = self.map.get(key) else {
             return;
         };

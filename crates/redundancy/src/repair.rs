@@ -297,7 +297,8 @@ impl Redundant {
         })
     }
 
-    /// Scrubs every container, calling `progress` after each.
+    /// Scrubs every container, calling `progress` after each. A layer in
+    /// the plain layout has no shards to check: it reports none.
     pub fn scrub_all(&self, mut progress: impl FnMut(Progress<'_>)) -> ScrubSummary {
         let all = self.map.snapshot();
         let mut summary = ScrubSummary::default();
@@ -380,6 +381,9 @@ impl Redundant {
         new: Option<BranchId>,
         mut progress: impl FnMut(Progress<'_>),
     ) -> Result<RebuildReport> {
+        if self.plain.is_some() {
+            return Err(Error::Plain("move containers to another branch"));
+        }
         self.branch_name(old).ok_or(Error::UnknownBranch(old))?;
         let all = self.map.snapshot();
         let mut report = RebuildReport::default();

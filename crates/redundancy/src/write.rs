@@ -8,6 +8,7 @@ use crate::map::{shard_key, Entry, Placement};
 use crate::members::{BranchId, FaultKind};
 use crate::parallel::fan_out;
 use crate::placement;
+use crate::plain::{plain_delete, plain_put_many};
 use crate::policy::{Coding, Policy};
 use crate::shard::{self, Layout};
 use crate::Redundant;
@@ -57,6 +58,9 @@ impl Redundant {
     /// ([`branch::Branch::put_many`]), so a local branch syncs its
     /// directory once for all of them instead of once per shard.
     pub fn put_many(&self, requests: &[PutRequest<'_>]) -> Vec<Result<Placement>> {
+        if let Some(plain) = &self.plain {
+            return plain_put_many(plain, requests);
+        }
         let _placing = self.placing.read();
         let prepared = fan_out(requests, |r| self.prepare(r));
         // Every shard of every prepared container: (request, shard index).
@@ -188,6 +192,9 @@ impl Redundant {
     /// an error. Shards whose branch refuses the delete stay in the map and
     /// are named in the error.
     pub fn delete(&self, key: &BlobKey) -> Result<()> {
+        if let Some(plain) = &self.plain {
+            return plain_delete(plain, key);
+        }
         let Some(entry) = self.map.remove(key) else {
             return Ok(());
         };

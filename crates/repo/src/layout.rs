@@ -349,7 +349,7 @@ impl Repo {
         let Some(redundancy) = &config.redundancy else {
             return Ok(());
         };
-        if self.store.layer().is_none() {
+        if self.store.layer().is_plain() {
             refuse_plain_data(&self.root)?;
         }
         let record = Record::load(&self.root)?;

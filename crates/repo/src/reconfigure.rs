@@ -44,8 +44,9 @@ pub fn reconfigure(
     text: &str,
     successors: &[(String, String)],
 ) -> Result<Reconfigured, RepoError> {
-    let (layer, redundancy) = match (store.layer(), &config.redundancy) {
-        (None, None) => {
+    let layer = store.layer();
+    let (layer, redundancy) = match (layer.is_plain(), &config.redundancy) {
+        (true, None) => {
             return Ok(Reconfigured {
                 rules: Rules::new(Vec::new(), Protection::plain()),
                 added: Vec::new(),
@@ -53,8 +54,8 @@ pub fn reconfigure(
                 retired: Vec::new(),
             })
         }
-        (Some(layer), Some(r)) => (layer, r),
-        (None, Some(_)) => {
+        (false, Some(r)) => (layer, r),
+        (true, Some(_)) => {
             return Err(refused(
                 root,
                 "[[branch]] entries were added to a repository opened without them; \
@@ -62,7 +63,7 @@ pub fn reconfigure(
                     .into(),
             ))
         }
-        (Some(_), None) => {
+        (false, None) => {
             return Err(refused(
                 root,
                 "no [[branch]] entry is left; a repository with branches keeps at least one".into(),
