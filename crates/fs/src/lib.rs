@@ -183,6 +183,9 @@ pub enum FsError {
     /// evicted): the kernel looks the name up again.
     #[error("inode {} under .snapshots is no longer known; look it up again", .0.0)]
     Forgotten(InodeId),
+    /// A file would grow past the largest size POSIX offsets can reach.
+    #[error("file too large")]
+    TooBig,
     /// A background worker of the file system is gone (it panicked).
     #[error("the file system's {0} threads stopped (a bug, see the log)")]
     WorkerGone(&'static str),
@@ -225,6 +228,7 @@ impl FsError {
             FsError::NotFoundNamed { .. } => libc::ENOENT,
             FsError::Exists { .. } => libc::EEXIST,
             FsError::SnapshotInodeRange { .. } => libc::EOVERFLOW,
+            FsError::TooBig => libc::EFBIG,
             FsError::Forgotten(_) => libc::ESTALE,
             FsError::Store(_)
             | FsError::WorkerGone(_)
@@ -260,9 +264,6 @@ struct Inner {
     settings: FsSettings,
     /// Swapped whole when the branches are reconfigured while mounted.
     rules: parking_lot::RwLock<Rules>,
-    /// The parent and name each inode was last reached by, so rules can
-    /// match a path (the metadata engine keeps no parent pointers).
-    names: Mutex<lru::LruCache<InodeId, (InodeId, Vec<u8>)>>,
     files: Mutex<HashMap<InodeId, Arc<Mutex<FileState>>>>,
     /// Streams of closed files whose chunks the next commit must flush.
     pending: Mutex<Vec<StreamWriter>>,
@@ -363,9 +364,6 @@ impl Fs {
             cache,
             settings,
             rules: parking_lot::RwLock::new(rules),
-            names: Mutex::new(lru::LruCache::new(
-                std::num::NonZeroUsize::new(NAMES_KEPT).expect("nonzero"),
-            )),
             files: Mutex::new(HashMap::new()),
             pending: Mutex::new(Vec::new()),
             small: Mutex::new(Vec::new()),
@@ -439,14 +437,26 @@ impl Fs {
         }
         let mut inode = self.inner.meta.lookup(parent, name)?;
         self.inner.overlay(&mut inode);
-        self.inner.remember(inode.id, parent, name);
         Ok(inode)
     }
 
-    /// Changes attributes; `size` truncates or extends a regular file.
-    /// The POSIX rules on the mode apply: a chown clears set-id bits, a
-    /// chmod carries into the access ACL.
+    /// Changes attributes as root does; see [`Fs::setattr_as`].
     pub fn setattr(&self, ino: InodeId, changes: &SetAttr, size: Option<u64>) -> Result<Inode> {
+        self.setattr_as(ino, changes, size, &Caller::root())
+    }
+
+    /// Changes attributes for `caller`; `size` truncates or extends a
+    /// regular file. The POSIX rules on the mode apply: a chown clears
+    /// set-id bits, a chmod carries into the access ACL, and a size change
+    /// by anyone but root that sets no mode clears set-id bits as a write
+    /// does, under the file's lock before its size changes.
+    pub fn setattr_as(
+        &self,
+        ino: InodeId,
+        changes: &SetAttr,
+        size: Option<u64>,
+        caller: &Caller,
+    ) -> Result<Inode> {
         writable(ino)?;
         let t = now();
         if changes.mtime.is_some() {
@@ -460,6 +470,9 @@ impl Fs {
             let state = self.inner.state(ino)?;
             let _recording = self.inner.recording.read();
             let mut f = self.inner.lock_settled(&state);
+            if changes.perm.is_none() {
+                self.inner.kill_priv_for(ino, caller)?;
+            }
             let before = f.held();
             let inner = &self.inner;
             let read = |id: &ChunkId| inner.read_one(id);
@@ -490,7 +503,6 @@ impl Fs {
             }
         }
         let inode = self.inner.meta.create(parent, name, new, now())?;
-        self.inner.remember(inode.id, parent, name);
         Ok(inode)
     }
 
@@ -538,10 +550,17 @@ impl Fs {
             &|ino| inner.is_open(ino),
             now(),
         )?;
-        if let Ok(moved) = inner.meta.lookup(new_parent, new_name) {
-            inner.remember(moved.id, new_parent, new_name);
-        }
         Ok(())
+    }
+
+    /// The directory holding directory `dir` (the root's is the root), for
+    /// a listing's `..`. Under `.snapshots` only a snapshot's root knows
+    /// its parent; a directory deeper in one answers itself.
+    pub fn parent(&self, dir: InodeId) -> Result<InodeId> {
+        if is_virtual(dir) {
+            return Ok(self.snap_parent(dir));
+        }
+        Ok(self.inner.meta.parent(dir)?)
     }
 
     pub fn readlink(&self, ino: InodeId) -> Result<Vec<u8>> {
@@ -618,8 +637,8 @@ impl Fs {
     }
 
     /// The protection a regular file's data gets now and why; `path` (from
-    /// the mount root) is used for rules when given, else the name the file
-    /// was last reached by.
+    /// the mount root) is used for rules when given, else the path the
+    /// metadata engine knows for it (the name it was last given).
     pub fn policy_of(&self, ino: InodeId, path: Option<&str>) -> Result<Choice> {
         let inode = self.getattr(ino)?;
         self.inner.choose(&inode, path)
@@ -697,9 +716,16 @@ impl Fs {
         out
     }
 
-    /// Writes at `offset`. Admission control: past the file's or the global
-    /// dirty limit, the writer first writes its own dirty bytes behind.
+    /// Writes at `offset` as root does; see [`Fs::write_as`].
     pub fn write(&self, ino: InodeId, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write_as(ino, offset, data, &Caller::root())
+    }
+
+    /// Writes at `offset` for `caller`. A write by anyone but root clears
+    /// the file's set-id bits, under the file's lock before its bytes are
+    /// taken. Admission control: past the file's or the global dirty limit,
+    /// the writer first writes its own dirty bytes behind.
+    pub fn write_as(&self, ino: InodeId, offset: u64, data: &[u8], caller: &Caller) -> Result<u32> {
         writable(ino)?;
         // Data already accepted waits for space: taking more would only
         // grow what memory holds for a disk that cannot take it.
@@ -709,6 +735,11 @@ impl Fs {
         let state = self.inner.state(ino)?;
         let mut f = state.lock();
         if let Some(e) = f.failed.take() {
+            drop(f);
+            self.inner.release_state(ino, state);
+            return Err(e);
+        }
+        if let Err(e) = self.inner.kill_priv_for(ino, caller) {
             drop(f);
             self.inner.release_state(ino, state);
             return Err(e);
@@ -730,6 +761,42 @@ impl Fs {
         drop(f);
         self.inner.release_state(ino, state);
         result.map(|()| data.len() as u32)
+    }
+
+    /// `fallocate(2)`: plain allocation (`mode` 0) makes the file at least
+    /// `offset + length` bytes long, under the file's lock (space is never
+    /// reserved in a deduplicating store). Every other mode (keeping the
+    /// size, punching or zeroing a range) is not supported; no bytes are
+    /// invalid; an end past `i64::MAX` is too big.
+    pub fn fallocate(&self, ino: InodeId, offset: u64, length: u64, mode: i32) -> Result<()> {
+        writable(ino)?;
+        if mode != 0 {
+            return Err(FsError::NotSupported);
+        }
+        if length == 0 {
+            return Err(MetaError::Invalid("fallocate of no bytes").into());
+        }
+        let end = offset
+            .checked_add(length)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or(FsError::TooBig)?;
+        let state = self.inner.state(ino)?;
+        let recording = self.inner.recording.read();
+        let mut f = self.inner.lock_settled(&state);
+        let result = if end > f.size {
+            let before = f.held();
+            let inner = &self.inner;
+            let read = |id: &ChunkId| inner.read_one(id);
+            let grown = f.truncate(end, now(), &read);
+            inner.account(before, f.held());
+            grown.and_then(|()| inner.finalize(&mut f))
+        } else {
+            Ok(())
+        };
+        drop(f);
+        drop(recording);
+        self.inner.release_state(ino, state);
+        result
     }
 
     /// `flush` (on close of a descriptor): records the content, durable at
@@ -839,45 +906,26 @@ impl Drop for Fs {
     }
 }
 
-/// How many inodes' last names are kept for rule matching.
-const NAMES_KEPT: usize = 1 << 18;
-
-/// Most parent steps followed to build a path; deeper files match rules
-/// by extension, size and owner only.
-const MAX_DEPTH: usize = 256;
-
 impl Inner {
-    fn remember(&self, ino: InodeId, parent: InodeId, name: &[u8]) {
-        self.names.lock().put(ino, (parent, name.to_vec()));
-    }
-
-    /// The path the inode was last reached by, relative to the root.
-    fn path_of(&self, ino: InodeId) -> Option<String> {
-        let names = self.names.lock();
-        let mut parts: Vec<&[u8]> = Vec::new();
-        let mut at = ino;
-        while at != InodeId::ROOT {
-            let (parent, name) = names.peek(&at)?;
-            parts.push(name);
-            at = *parent;
-            if parts.len() > MAX_DEPTH {
-                return None;
-            }
-        }
-        parts.reverse();
-        let joined: Vec<String> = parts
+    /// A path of the inode from the root, from the metadata engine's parent
+    /// pointers; `None` when it has none (see [`MetaStore::path_of`]).
+    fn path_of(&self, ino: InodeId) -> Result<Option<String>> {
+        let Some(names) = self.meta.path_of(ino)? else {
+            return Ok(None);
+        };
+        let names: Vec<String> = names
             .iter()
-            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .map(|n| String::from_utf8_lossy(n).into_owned())
             .collect();
-        Some(joined.join("/"))
+        Ok(Some(names.join("/")))
     }
 
     /// How a log line names a file: its path from the mount root when
     /// known, else its inode number.
     fn describe(&self, ino: InodeId) -> String {
         match self.path_of(ino) {
-            Some(p) => format!("/{p}"),
-            None => format!("inode {}", ino.0),
+            Ok(Some(p)) => format!("/{p}"),
+            _ => format!("inode {}", ino.0),
         }
     }
 
@@ -924,11 +972,14 @@ impl Inner {
             Err(MetaError::NoXattr) => {}
             Err(e) => return Err(e.into()),
         }
+        let rules = self.rules.read();
         let known = match path {
             Some(p) => Some(p.trim_start_matches('/').to_string()),
-            None => self.path_of(inode.id),
+            // A walk up the tree only for rules that look at the path.
+            None if rules.match_paths() => self.path_of(inode.id)?,
+            None => None,
         };
-        Ok(self.rules.read().choose(&FileFacts {
+        Ok(rules.choose(&FileFacts {
             path: known.as_deref(),
             size: inode.attr.size,
             uid: inode.attr.uid,

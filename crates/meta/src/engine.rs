@@ -2,7 +2,7 @@
 //!
 //! Tables:
 //! - `inodes`: inode number -> record (see [`encode`]): the attributes, the
-//!   parent pointer of a directory, and the content.
+//!   parent pointer (see `parents`), and the content.
 //! - `dirents`: 8-byte big-endian parent ++ name -> 8-byte little-endian
 //!   inode number ++ kind byte. Big-endian parents make a directory's
 //!   entries one contiguous key range, in byte order of name.
@@ -71,8 +71,10 @@ fn corrupt(what: String) -> MetaError {
 // Encodings
 // ---------------------------------------------------------------------------
 
-/// An inode as stored: the inode and, for a directory, the directory holding
-/// its name (the root's parent is the root; 0 for non-directories).
+/// An inode as stored: the inode and its parent pointer: for a directory,
+/// the directory holding its name (the root's parent is the root); for a
+/// non-directory, the directory of the name it was last given (0 in
+/// records older than that rule).
 #[derive(Debug, Clone)]
 pub(crate) struct Rec {
     pub inode: Inode,
@@ -978,6 +980,41 @@ impl RedbMeta {
     }
 }
 
+/// Runs a parent walk (`$walk` on a [`crate::parents::Tables`]) from the
+/// open batch when there is one (as [`MetaStore::get`]), else from a read
+/// transaction.
+macro_rules! read_parents {
+    ($self:ident, |$t:ident| $walk:expr) => {{
+        let batch = $self.batch.lock();
+        if let Some(tx) = &batch.tx {
+            let (i, d, m) = (
+                tx.open_table(INODES)?,
+                tx.open_table(DIRENTS)?,
+                tx.open_table(META)?,
+            );
+            let $t = crate::parents::Tables {
+                inodes: &i,
+                dirents: &d,
+                meta: &m,
+            };
+            return $walk;
+        }
+        drop(batch);
+        let tx = $self.db()?.begin_read()?;
+        let (i, d, m) = (
+            tx.open_table(INODES)?,
+            tx.open_table(DIRENTS)?,
+            tx.open_table(META)?,
+        );
+        let $t = crate::parents::Tables {
+            inodes: &i,
+            dirents: &d,
+            meta: &m,
+        };
+        $walk
+    }};
+}
+
 /// Reads both a read transaction and the open batch serve.
 fn get_in(inodes: &impl ReadableTable<u64, &'static [u8]>, ino: InodeId) -> Result<Inode> {
     match inodes.get(ino.0)? {
@@ -1094,7 +1131,7 @@ impl MetaStore for RedbMeta {
                     },
                     content: new.content,
                 },
-                parent: if is_dir { parent.0 } else { 0 },
+                parent: parent.0,
             };
             let out = rec.inode.clone();
             w.put_entry(parent, name, ino, new.kind)?;
@@ -1138,6 +1175,7 @@ impl MetaStore for RedbMeta {
             w.add_nlink(ino, 1)?;
             let rec = w.rec_mut(ino)?;
             rec.inode.attr.ctime = now;
+            rec.parent = new_parent.0;
             Ok(rec.inode.clone())
         })
     }
@@ -1237,8 +1275,11 @@ impl MetaStore for RedbMeta {
                 }
                 w.touch_dir(parent, now)?;
                 w.touch_dir(new_parent, now)?;
-                w.rec_mut(src)?.inode.attr.ctime = now;
-                w.rec_mut(dst)?.inode.attr.ctime = now;
+                for (ino, dir) in [(src, new_parent), (dst, parent)] {
+                    let rec = w.rec_mut(ino)?;
+                    rec.inode.attr.ctime = now;
+                    rec.parent = dir.0;
+                }
                 return Ok(None);
             }
 
@@ -1277,9 +1318,19 @@ impl MetaStore for RedbMeta {
             }
             w.touch_dir(parent, now)?;
             w.touch_dir(new_parent, now)?;
-            w.rec_mut(src)?.inode.attr.ctime = now;
+            let moved = w.rec_mut(src)?;
+            moved.inode.attr.ctime = now;
+            moved.parent = new_parent.0;
             Ok(gone)
         })
+    }
+
+    fn parent(&self, dir: InodeId) -> Result<InodeId> {
+        read_parents!(self, |t| t.parent(dir))
+    }
+
+    fn path_of(&self, ino: InodeId) -> Result<Option<Vec<Vec<u8>>>> {
+        read_parents!(self, |t| t.path_of(ino))
     }
 
     fn readdir(&self, dir: InodeId, after: Option<&[u8]>, limit: usize) -> Result<Vec<DirEntry>> {
