@@ -10,7 +10,8 @@
 //! - `orphans`: inode number -> () for inodes with no name kept for an open
 //!   handle.
 //! - `meta`: `next_ino` (the next inode number to hand out), `files` and
-//!   `dirs` (the counts [`MetaStore::counts`] reports).
+//!   `dirs` (the counts [`MetaStore::counts`] reports), `file_parents`
+//!   (set once non-directories' parent pointers were filled in).
 //!
 //! Every mutation is one write transaction committed with
 //! [`Durability::None`]; [`MetaStore::sync`] commits an empty transaction
@@ -73,8 +74,8 @@ fn corrupt(what: String) -> MetaError {
 
 /// An inode as stored: the inode and its parent pointer: for a directory,
 /// the directory holding its name (the root's parent is the root); for a
-/// non-directory, the directory of the name it was last given (0 in
-/// records older than that rule).
+/// non-directory, the directory of the name it was last given (filled in
+/// on open for records older than that rule: `parents`).
 #[derive(Debug, Clone)]
 pub(crate) struct Rec {
     pub inode: Inode,
@@ -743,6 +744,7 @@ impl RedbMeta {
                     w.meta.insert(NEXT_INO, InodeId::ROOT.0 + 1)?;
                 }
             }
+            crate::parents::fill_file_parents(&mut w.inodes, &w.dirents, &mut w.meta)?;
             w.flush()?;
         }
         tx.commit()?;

@@ -7,8 +7,9 @@
 //! the directory of the name it was last given (create, link, rename); it
 //! may have lost that name since (an unlink of one of several hard links),
 //! so a path is only given when the entry is still there: a path is never
-//! wrong, at worst unknown. Records written before non-directories kept
-//! one hold 0 there (unknown until the file is renamed or linked).
+//! wrong, at worst unknown. A store from before non-directories kept one
+//! has them filled in from their names once, when it is opened
+//! ([`fill_file_parents`]).
 //!
 //! [`MetaStore::parent`]: crate::MetaStore::parent
 //! [`MetaStore::path_of`]: crate::MetaStore::path_of
@@ -96,6 +97,63 @@ where
     }
 }
 
+/// The `meta` key set once every non-directory's parent pointer was
+/// filled in from its names (records written before non-directories kept
+/// one hold 0).
+const FILE_PARENTS: &str = "file_parents";
+/// Entries read per step of that fill, so its memory stays bounded.
+const FILL_STEP: usize = 4096;
+
+/// Gives every non-directory whose parent pointer is 0 the directory of
+/// one of its names, once per store (a walk of every entry, in steps).
+pub(crate) fn fill_file_parents(
+    inodes: &mut redb::Table<'_, u64, &'static [u8]>,
+    dirents: &redb::Table<'_, &'static [u8], [u8; 9]>,
+    meta: &mut redb::Table<'_, &'static str, u64>,
+) -> Result<()> {
+    if meta.get(FILE_PARENTS)?.is_some() {
+        return Ok(());
+    }
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let range = match &after {
+            Some(k) => dirents.range::<&[u8]>((
+                std::ops::Bound::Excluded(k.as_slice()),
+                std::ops::Bound::Unbounded,
+            ))?,
+            None => dirents.range::<&[u8]>(..)?,
+        };
+        let mut step = Vec::with_capacity(FILL_STEP);
+        let mut read = 0;
+        for entry in range.take(FILL_STEP) {
+            read += 1;
+            let (k, v) = entry?;
+            let key = k.value().to_vec();
+            let (ino, kind) = dval_decode(v.value())?;
+            if kind != FileKind::Dir && key.len() >= 8 {
+                let parent = u64::from_be_bytes(key[..8].try_into().expect("8 bytes"));
+                step.push((ino, parent));
+            }
+            after = Some(key);
+        }
+        for (ino, parent) in step {
+            let rec = match inodes.get(ino.0)? {
+                Some(v) => decode(ino.0, v.value())?,
+                None => continue,
+            };
+            if rec.parent == 0 {
+                let rec = Rec { parent, ..rec };
+                inodes.insert(ino.0, crate::engine::encode(&rec).as_slice())?;
+            }
+        }
+        if read < FILL_STEP {
+            break;
+        }
+    }
+    meta.insert(FILE_PARENTS, 1)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use crate::{
@@ -173,6 +231,47 @@ mod tests {
         assert_eq!(path(&m, x.id).as_deref(), Some("a/k.txt"));
         m.unlink(b.id, b"x", true, t).unwrap();
         assert_eq!(path(&m, f.id), None);
+        assert!(m.verify().unwrap().is_empty());
+    }
+
+    /// A store from before non-directories kept a parent pointer: each
+    /// file gets one from its names when the store is opened.
+    #[test]
+    fn an_older_store_gets_its_files_parents_on_open() {
+        use crate::engine::{decode, encode, INODES, META};
+        use redb::ReadableTable;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("fs.redb");
+        let m = RedbMeta::open(&file, 0, 0).unwrap();
+        let t = Timestamp::default();
+        let d = m
+            .create(InodeId::ROOT, b"d", new(FileKind::Dir), t)
+            .unwrap();
+        let f = m.create(d.id, b"f", new(FileKind::File), t).unwrap();
+        m.sync().unwrap();
+        // Made old: the file's pointer 0, the fill not yet run.
+        let db = m.db().unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let mut inodes = tx.open_table(INODES).unwrap();
+            let old = inodes.get(f.id.0).unwrap().unwrap().value().to_vec();
+            let rec = crate::engine::Rec {
+                parent: 0,
+                ..decode(f.id.0, &old).unwrap()
+            };
+            inodes.insert(f.id.0, encode(&rec).as_slice()).unwrap();
+            tx.open_table(META)
+                .unwrap()
+                .remove(super::FILE_PARENTS)
+                .unwrap();
+        }
+        tx.commit().unwrap();
+        drop(db);
+        assert_eq!(path(&m, f.id), None);
+        drop(m);
+
+        let m = RedbMeta::open(&file, 0, 0).unwrap();
+        assert_eq!(path(&m, f.id).as_deref(), Some("d/f"));
         assert!(m.verify().unwrap().is_empty());
     }
 }
