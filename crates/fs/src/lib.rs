@@ -288,8 +288,8 @@ impl Fs {
         })
     }
 
-    /// How a log line names a file: its path from the mount root when it
-    /// was reached by name recently, else its inode number.
+    /// How a log line names a file: its path from the mount root when the
+    /// metadata engine knows one, else its inode number.
     pub fn describe(&self, ino: InodeId) -> String {
         self.inner.describe(ino)
     }
