@@ -12,9 +12,9 @@
 //!    state, never while waiting);
 //! 5. one file's `FileState` (through `lock_settled`: no apply of it in
 //!    flight), never two at once;
-//! 6. the leaves, held briefly and taking nothing else: `modes` (a mode and
-//!    its ACL), `small`, `pending`, `rules`, the chunk cache's and
-//!    `.snapshots`' own, and the metadata engine's.
+//! 6. the leaves, held briefly and taking nothing else but the metadata
+//!    engine's: `modes` (a mode and its ACL), `small`, `pending`, `rules`,
+//!    `names`, the chunk cache's and `.snapshots`' own.
 
 use parking_lot::Mutex;
 use std::sync::Arc;

@@ -39,8 +39,9 @@
 //! - A write or truncate by anyone but root clears the file's set-id bits
 //!   under the file's lock, before any of its bytes are taken: no caller
 //!   reads the mode first.
-//! - No cache of names: a rule by path sees the path the metadata engine
-//!   gives for the file now, whichever names this mount has looked up.
+//! - A rule by path sees the path the metadata engine gives for the file
+//!   now, whichever names this mount has looked up: the names `fs` keeps
+//!   are hints, each checked against the engine before it is used.
 //! - An mtime set explicitly is not overwritten by content written before
 //!   it (it is recorded first).
 //! - Dirty bytes are bounded: a writer past its file's limit hands them to
@@ -195,6 +196,9 @@ struct Inner {
     /// it are read and written, so that a chmod and a setfacl cannot
     /// interleave.
     modes: Mutex<()>,
+    /// The parent and name each inode was last created or looked up by:
+    /// checked hints that spare [`Inner::path_of`] a directory scan.
+    names: Mutex<lru::LruCache<InodeId, (InodeId, Vec<u8>)>>,
     snapshots: snapview::SnapView,
     stop: (Mutex<bool>, Condvar),
 }
@@ -273,6 +277,9 @@ impl Fs {
             clock: parking_lot::RwLock::new(Arc::new(SystemClock)),
             empty_said: AtomicBool::new(false),
             modes: Mutex::new(()),
+            names: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(namespace::NAMES_HINTED).expect("nonzero"),
+            )),
             snapshots: snapview::SnapView::default(),
             stop: (Mutex::new(false), Condvar::new()),
         });
@@ -367,5 +374,38 @@ impl Fs {
             }
         })?;
         Ok(Usage { files, dirs, bytes })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::sync::Arc;
+
+    use cas::{RepoKey, Store, StoreSettings};
+    use chunking::ChunkerParams;
+    use meta::RedbMeta;
+
+    use crate::{Fs, FsSettings};
+
+    /// A file system over a plain local branch and a metadata engine in
+    /// `dir`.
+    pub(crate) fn fs_in(dir: &std::path::Path) -> Fs {
+        let (branch, _) = branch::LocalDir::open("local", dir.join("branch")).unwrap();
+        std::fs::create_dir(dir.join("meta")).unwrap();
+        let store = Store::open(
+            Arc::new(branch),
+            &dir.join("meta"),
+            RepoKey::generate(),
+            StoreSettings::default(),
+        )
+        .unwrap();
+        let meta = RedbMeta::open(&dir.join("fs.redb"), 0, 0).unwrap();
+        Fs::new(
+            Arc::new(meta),
+            store,
+            ChunkerParams::default(),
+            FsSettings::default(),
+        )
+        .unwrap()
     }
 }

@@ -32,6 +32,7 @@ impl Fs {
         }
         let mut inode = self.inner.meta.lookup(parent, name)?;
         self.inner.overlay(&mut inode);
+        self.inner.hint_name(inode.id, parent, name);
         Ok(inode)
     }
 
@@ -98,6 +99,7 @@ impl Fs {
             }
         }
         let inode = self.inner.meta.create(parent, name, new, now())?;
+        self.inner.hint_name(inode.id, parent, name);
         Ok(inode)
     }
 
@@ -256,15 +258,57 @@ impl Fs {
     }
 }
 
+/// Name hints kept for [`Inner::path_of`] (the inodes last created or
+/// looked up): a miss only costs a scan in the metadata engine.
+pub(crate) const NAMES_HINTED: usize = 1 << 16;
+/// Most hinted steps followed up a path before the engine is asked for the
+/// rest.
+const MAX_HINTED_DEPTH: usize = 256;
+
 impl Inner {
-    /// A path of the inode from the root, from the metadata engine's parent
-    /// pointers; `None` when it has none (see [`MetaStore::path_of`]).
+    /// Remembers that `ino` was reached as `name` in `parent`: a hint for
+    /// [`Inner::path_of`], which checks it before use.
+    pub(crate) fn hint_name(&self, ino: InodeId, parent: InodeId, name: &[u8]) {
+        self.names.lock().put(ino, (parent, name.to_vec()));
+    }
+
+    /// A path of the inode from the root, as the metadata engine has it
+    /// now; `None` when it knows none (see [`MetaStore::path_of`]). A name
+    /// hint is used for a step only while the engine still has that entry
+    /// for that inode (one lookup); a step without one asks the engine's
+    /// parent pointers, which scan a directory's entries for the name.
     pub(crate) fn path_of(&self, ino: InodeId) -> Result<Option<String>> {
-        let Some(names) = self.meta.path_of(ino)? else {
-            return Ok(None);
-        };
+        let mut names: Vec<Vec<u8>> = Vec::new();
+        let mut at = ino;
+        while at != InodeId::ROOT {
+            let hint = self.names.lock().get(&at).cloned();
+            let checked = match hint {
+                Some((parent, name)) if names.len() < MAX_HINTED_DEPTH => {
+                    match self.meta.lookup(parent, &name) {
+                        Ok(inode) if inode.id == at => Some((parent, name)),
+                        Ok(_) | Err(MetaError::NotFound | MetaError::NotDir) => None,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                _ => None,
+            };
+            match checked {
+                Some((parent, name)) => {
+                    names.push(name);
+                    at = parent;
+                }
+                None => {
+                    let Some(above) = self.meta.path_of(at)? else {
+                        return Ok(None);
+                    };
+                    names.extend(above.into_iter().rev());
+                    break;
+                }
+            }
+        }
         let names: Vec<String> = names
             .iter()
+            .rev()
             .map(|n| String::from_utf8_lossy(n).into_owned())
             .collect();
         Ok(Some(names.join("/")))
@@ -277,5 +321,46 @@ impl Inner {
             Ok(Some(p)) => format!("/{p}"),
             _ => format!("inode {}", ino.0),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use meta::{Content, FileKind, InodeId, NewInode, RenameFlags};
+
+    use crate::testing::fs_in;
+
+    fn new(kind: FileKind) -> NewInode {
+        NewInode {
+            kind,
+            perm: 0o755,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            content: Content::Empty,
+            xattrs: Vec::new(),
+        }
+    }
+
+    /// Names seen go stale with a rename; the path is still the engine's.
+    #[test]
+    fn a_path_follows_renames_past_stale_name_hints() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = fs_in(dir.path());
+        let root = InodeId::ROOT;
+        let a = fs.create(root, b"a", new(FileKind::Dir)).unwrap();
+        let b = fs.create(root, b"b", new(FileKind::Dir)).unwrap();
+        let f = fs.create(a.id, b"f", new(FileKind::File)).unwrap();
+        assert_eq!(fs.describe(f.id), "/a/f");
+
+        let flags = RenameFlags::default();
+        fs.rename(a.id, b"f", b.id, b"g", flags).unwrap();
+        assert_eq!(fs.describe(f.id), "/b/g", "the file's hint is stale");
+        fs.rename(root, b"b", a.id, b"c", flags).unwrap();
+        assert_eq!(fs.describe(f.id), "/a/c/g", "its directory's is stale");
+        fs.lookup(a.id, b"c").unwrap();
+        fs.unlink(b.id, b"g").unwrap();
+        assert_eq!(fs.describe(f.id), format!("inode {}", f.id.0), "gone");
+        fs.shutdown().unwrap();
     }
 }

@@ -268,14 +268,11 @@ impl Inner {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use cas::{RepoKey, Store, StoreSettings};
-    use chunking::ChunkerParams;
-    use meta::{Content, FileKind, InodeId, NewInode, RedbMeta, SetAttr};
+    use meta::{Content, FileKind, InodeId, NewInode, SetAttr};
 
     use super::{kill_priv, Caller};
-    use crate::{Fs, FsSettings};
+    use crate::testing::fs_in;
+    use crate::Fs;
 
     #[test]
     fn kill_priv_on_write() {
@@ -290,26 +287,6 @@ mod tests {
         assert_eq!(kill_priv(0o6745), Some(0o2745));
         assert_eq!(kill_priv(0o1777), None);
         assert_eq!(kill_priv(0o644), None);
-    }
-
-    fn fs_in(dir: &std::path::Path) -> Fs {
-        let (branch, _) = branch::LocalDir::open("local", dir.join("branch")).unwrap();
-        std::fs::create_dir(dir.join("meta")).unwrap();
-        let store = Store::open(
-            Arc::new(branch),
-            &dir.join("meta"),
-            RepoKey::generate(),
-            StoreSettings::default(),
-        )
-        .unwrap();
-        let meta = RedbMeta::open(&dir.join("fs.redb"), 0, 0).unwrap();
-        Fs::new(
-            Arc::new(meta),
-            store,
-            ChunkerParams::default(),
-            FsSettings::default(),
-        )
-        .unwrap()
     }
 
     fn new(kind: FileKind, perm: u16) -> NewInode {

@@ -56,14 +56,14 @@ impl Inner {
             Err(MetaError::NoXattr) => {}
             Err(e) => return Err(e.into()),
         }
-        let rules = self.rules.read();
         let known = match path {
             Some(p) => Some(p.trim_start_matches('/').to_string()),
-            // A walk up the tree only for rules that look at the path.
-            None if rules.match_paths() => self.path_of(inode.id)?,
+            // A walk up the tree only for rules that look at the path (and
+            // without the rules' lock: `rules` is a leaf).
+            None if self.rules.read().match_paths() => self.path_of(inode.id)?,
             None => None,
         };
-        Ok(rules.choose(&FileFacts {
+        Ok(self.rules.read().choose(&FileFacts {
             path: known.as_deref(),
             size: inode.attr.size,
             uid: inode.attr.uid,

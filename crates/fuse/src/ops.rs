@@ -158,9 +158,9 @@ impl Filesystem for CairnFs {
             InitFlags::FUSE_PARALLEL_DIROPS,
             // A symlink's target never changes.
             InitFlags::FUSE_CACHE_SYMLINKS,
-            // Set-id bits are cleared here (`write`, `setattr`), so the
-            // kernel need not ask for security.capability before every
-            // write: one round trip less per write.
+            // Set-id bits are cleared by `fs` (`write_as`, `setattr_as`),
+            // so the kernel need not ask for security.capability before
+            // every write: one round trip less per write.
             InitFlags::FUSE_HANDLE_KILLPRIV_V2,
             // Shared mappings of a file opened with `DIRECT_IO` (see
             // `open_flags`); without it they fail with ENODEV.
