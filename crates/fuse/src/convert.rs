@@ -47,7 +47,7 @@ pub(crate) fn mknod_kind(mode: u32) -> Option<FileKind> {
     }
 }
 
-pub(crate) fn to_system_time(t: Timestamp) -> SystemTime {
+fn to_system_time(t: Timestamp) -> SystemTime {
     let nanos = Duration::from_nanos(u64::from(t.nanos.min(999_999_999)));
     let base = if t.secs >= 0 {
         UNIX_EPOCH.checked_add(Duration::from_secs(t.secs as u64))
@@ -65,7 +65,7 @@ pub(crate) fn to_system_time(t: Timestamp) -> SystemTime {
 /// before), so that is undone here. (Fixed in fuser after 0.18.0; the
 /// copy-tools mount test sets a pre-1970 time with nanoseconds and would
 /// catch a change.)
-pub(crate) fn from_request_time(t: SystemTime) -> Timestamp {
+fn from_request_time(t: SystemTime) -> Timestamp {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => Timestamp {
             secs: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
@@ -140,7 +140,7 @@ pub(crate) fn xattr_flags(flags: i32) -> Result<XattrFlags, Errno> {
 /// How to answer a `getxattr`/`listxattr` of a `len`-byte value for a
 /// caller's buffer of `size` bytes.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum XattrAnswer {
+enum XattrAnswer {
     /// A size probe (`size == 0`): report the length.
     Size(u32),
     /// The value fits: send it.
@@ -149,7 +149,7 @@ pub(crate) enum XattrAnswer {
     TooSmall,
 }
 
-pub(crate) fn xattr_answer(len: usize, size: u32) -> XattrAnswer {
+fn xattr_answer(len: usize, size: u32) -> XattrAnswer {
     if size == 0 {
         match u32::try_from(len) {
             Ok(n) => XattrAnswer::Size(n),

@@ -20,7 +20,10 @@ use fuser::{
 };
 use meta::{Content, FileKind, InodeId, NewInode, SetAttr, NAME_MAX};
 
-use crate::convert::*;
+use crate::convert::{
+    caller, check_name, empty_attr, file_attr, id, mknod_kind, open_flags, rename_flags,
+    reply_xattr, time_or_now, writer, xattr_flags, xattr_list, BLOCK_SIZE,
+};
 use crate::dir::DirHandle;
 use crate::session::Shared;
 
