@@ -1,7 +1,7 @@
 //! The POSIX rules on modes that the kernel leaves to the file system:
-//! what a new inode's group and permissions are, what a chown clears, and
-//! POSIX ACLs kept in step with the mode (the rules themselves are in
-//! [`crate::acl`]).
+//! what a new inode's group and permissions are, what a chown, a write or a
+//! truncate clears, and POSIX ACLs kept in step with the mode (the rules
+//! themselves are in [`crate::acl`]).
 
 use meta::{
     FileKind, Inode, InodeId, MetaError, NewInode, SetAttr, Timestamp, XattrChange, XattrFlags,
@@ -34,6 +34,24 @@ impl Caller {
     fn keeps_setgid(&self, gid: u32) -> bool {
         self.uid == 0 || self.groups.contains(&gid)
     }
+
+    /// Whether the caller's writes keep a file's set-id bits: root only
+    /// (standing for `CAP_FSETID`).
+    fn keeps_privs(&self) -> bool {
+        self.uid == 0
+    }
+}
+
+/// The permission bits after a write or truncate by a caller without
+/// `CAP_FSETID`: set-user-id goes, and set-group-id when the group may
+/// execute (otherwise it marks mandatory locking and stays). `None` if
+/// nothing changes.
+pub(crate) fn kill_priv(perm: u16) -> Option<u16> {
+    let mut new = perm & !0o4000;
+    if perm & 0o010 != 0 {
+        new &= !0o2000;
+    }
+    (new != perm).then_some(new)
 }
 
 /// The `system.` namespace holds only what the file system implements
@@ -95,6 +113,35 @@ impl Inner {
         t: Timestamp,
     ) -> Result<Inode> {
         let _modes = self.modes.lock();
+        self.set_attr_locked(ino, changes, t)
+    }
+
+    /// Drops the set-id bits a write or truncate by `caller` clears (see
+    /// [`kill_priv`]), carrying the mode into the access ACL. The caller
+    /// holds the file's state lock and calls this before the data changes,
+    /// so no byte of the change is taken while the bits are still set.
+    pub(crate) fn kill_priv_for(&self, ino: InodeId, caller: &Caller) -> Result<()> {
+        if caller.keeps_privs() {
+            return Ok(());
+        }
+        // Most files have no set-id bit: one read, no lock, decides.
+        if kill_priv(self.meta.get(ino)?.attr.perm).is_none() {
+            return Ok(());
+        }
+        let _modes = self.modes.lock();
+        let Some(perm) = kill_priv(self.meta.get(ino)?.attr.perm) else {
+            return Ok(());
+        };
+        let changes = SetAttr {
+            perm: Some(perm),
+            ..SetAttr::default()
+        };
+        self.set_attr_locked(ino, &changes, now())?;
+        Ok(())
+    }
+
+    /// [`Inner::set_attr_posix`] with the modes lock held.
+    fn set_attr_locked(&self, ino: InodeId, changes: &SetAttr, t: Timestamp) -> Result<Inode> {
         let mut changes = changes.clone();
         if changes.uid.is_some() || changes.gid.is_some() {
             let cur = self.meta.get(ino)?;
@@ -216,5 +263,142 @@ impl Inner {
             Err(MetaError::NoXattr) => Ok(None),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use meta::{Content, FileKind, InodeId, NewInode, SetAttr};
+
+    use super::{kill_priv, Caller};
+    use crate::testing::fs_in;
+    use crate::Fs;
+
+    #[test]
+    fn kill_priv_on_write() {
+        assert_eq!(kill_priv(0o4755), Some(0o0755));
+        assert_eq!(
+            kill_priv(0o2755),
+            Some(0o0755),
+            "setgid with group exec goes"
+        );
+        assert_eq!(kill_priv(0o2745), None, "setgid without group exec stays");
+        assert_eq!(kill_priv(0o6775), Some(0o0775));
+        assert_eq!(kill_priv(0o6745), Some(0o2745));
+        assert_eq!(kill_priv(0o1777), None);
+        assert_eq!(kill_priv(0o644), None);
+    }
+
+    fn new(kind: FileKind, perm: u16) -> NewInode {
+        NewInode {
+            kind,
+            perm,
+            uid: 1000,
+            gid: 1000,
+            rdev: 0,
+            content: Content::Empty,
+            xattrs: Vec::new(),
+        }
+    }
+
+    fn user() -> Caller {
+        Caller {
+            uid: 1000,
+            groups: vec![1000],
+        }
+    }
+
+    fn perm(fs: &Fs, ino: InodeId) -> u16 {
+        fs.getattr(ino).unwrap().attr.perm
+    }
+
+    /// The write and the truncate clear the set-id bits themselves: no
+    /// caller reads the mode first.
+    #[test]
+    fn a_write_or_truncate_by_a_user_clears_set_id_bits() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = fs_in(dir.path());
+        let f = fs
+            .create(InodeId::ROOT, b"f", new(FileKind::File, 0o6775))
+            .unwrap();
+        fs.open(f.id).unwrap();
+
+        fs.write_as(f.id, 0, b"by root", &Caller::root()).unwrap();
+        assert_eq!(perm(&fs, f.id), 0o6775, "root keeps them");
+        fs.write_as(f.id, 0, b"by a user", &user()).unwrap();
+        assert_eq!(perm(&fs, f.id), 0o0775);
+
+        // Without group exec the set-group-id bit marks mandatory locking
+        // and stays; a truncate clears set-user-id as a write does.
+        let chmod = SetAttr {
+            perm: Some(0o6745),
+            ..SetAttr::default()
+        };
+        fs.setattr(f.id, &chmod, None).unwrap();
+        fs.setattr_as(f.id, &SetAttr::default(), Some(3), &user())
+            .unwrap();
+        assert_eq!(perm(&fs, f.id), 0o2745);
+        assert_eq!(fs.getattr(f.id).unwrap().attr.size, 3);
+
+        // A truncate that sets a mode keeps the mode it sets.
+        fs.setattr_as(f.id, &chmod, Some(1), &user()).unwrap();
+        assert_eq!(perm(&fs, f.id), 0o6745);
+        fs.release(f.id).unwrap();
+        assert_eq!(fs.read(f.id, 0, 10).unwrap(), b"b");
+        fs.shutdown().unwrap();
+    }
+
+    #[test]
+    fn a_set_group_id_directory_passes_on_its_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = fs_in(dir.path());
+        let mut shared = new(FileKind::Dir, 0o2775);
+        shared.gid = 50;
+        let d = fs.create(InodeId::ROOT, b"shared", shared).unwrap();
+        let sub = fs
+            .create_posix(d.id, b"sub", new(FileKind::Dir, 0o777), 0o022)
+            .unwrap();
+        let file = fs
+            .create_posix(d.id, b"file", new(FileKind::File, 0o666), 0o022)
+            .unwrap();
+        assert_eq!((sub.attr.gid, sub.attr.perm), (50, 0o2755));
+        assert_eq!((file.attr.gid, file.attr.perm), (50, 0o644));
+
+        // Outside such a directory the creator's group and mode stay.
+        let plain = fs
+            .create_posix(InodeId::ROOT, b"plain", new(FileKind::Dir, 0o777), 0o022)
+            .unwrap();
+        assert_eq!((plain.attr.gid, plain.attr.perm), (1000, 0o755));
+        fs.shutdown().unwrap();
+    }
+
+    #[test]
+    fn fallocate_extends_and_refuses_other_modes() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = fs_in(dir.path());
+        let f = fs
+            .create(InodeId::ROOT, b"f", new(FileKind::File, 0o644))
+            .unwrap();
+        fs.open(f.id).unwrap();
+        fs.write(f.id, 0, b"abc").unwrap();
+        fs.fallocate(f.id, 100, 23, 0).unwrap();
+        assert_eq!(fs.getattr(f.id).unwrap().attr.size, 123);
+        fs.fallocate(f.id, 0, 10, 0).unwrap();
+        assert_eq!(fs.getattr(f.id).unwrap().attr.size, 123, "never shrinks");
+        let errno = |r: crate::Result<()>| r.unwrap_err().errno();
+        assert_eq!(
+            errno(fs.fallocate(f.id, 0, 200, libc::FALLOC_FL_KEEP_SIZE)),
+            libc::EOPNOTSUPP
+        );
+        assert_eq!(
+            errno(fs.fallocate(f.id, i64::MAX as u64, 1, 0)),
+            libc::EFBIG
+        );
+        assert_eq!(errno(fs.fallocate(f.id, 0, 0, 0)), libc::EINVAL);
+        fs.release(f.id).unwrap();
+        let mut want = b"abc".to_vec();
+        want.resize(123, 0);
+        assert_eq!(fs.read(f.id, 0, 200).unwrap(), want);
+        fs.shutdown().unwrap();
     }
 }

@@ -2,7 +2,8 @@
 //! the first matching rule of `cairn.toml`, else the default rule.
 //!
 //! Rules match what is known when a file's write stream opens: its path
-//! relative to the mount root (the name it was last reached by), its
+//! relative to the mount root (from the metadata engine's parent pointers:
+//! the name it was last given), its
 //! extension, its size so far and its owner. A directory's xattr is copied
 //! to each child created in it, so inheritance is an xattr like any other.
 
@@ -29,7 +30,7 @@ pub enum MatchError {
 #[derive(Debug, Clone, Copy)]
 pub struct FileFacts<'a> {
     /// Relative to the mount root, without a leading `/`; `None` when the
-    /// file has not been reached by name since the file system opened.
+    /// file has no known name (an orphan, or a hard link's name gone).
     pub path: Option<&'a str>,
     pub size: u64,
     pub uid: u32,
@@ -157,6 +158,13 @@ impl Rules {
     /// The default rule's protection.
     pub fn default_protection(&self) -> &Protection {
         &self.default
+    }
+
+    /// Whether any rule looks at a file's path (a glob or extensions).
+    pub fn match_paths(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.matcher.glob.is_some() || !r.matcher.extensions.is_empty())
     }
 
     /// The first rule matching `facts`, else the default.

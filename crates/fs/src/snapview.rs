@@ -202,6 +202,17 @@ impl Fs {
         Ok(as_inode(ino, self.inner.snapshots.node(ino)?.as_ref()))
     }
 
+    /// See [`Fs::parent`]: stored trees keep no parent pointers.
+    pub(crate) fn snap_parent(&self, dir: InodeId) -> InodeId {
+        if dir == SNAPS {
+            return InodeId::ROOT;
+        }
+        match vino(snapshot_of(dir), InodeId::ROOT) {
+            Ok(root) if root == dir => SNAPS,
+            _ => dir,
+        }
+    }
+
     pub(crate) fn snap_lookup(&self, parent: InodeId, name: &[u8]) -> Result<Inode> {
         if parent == SNAPS {
             return self.snapshot_root(name);

@@ -270,6 +270,7 @@ impl RedbMeta {
                     w.meta.insert(NEXT_INO, InodeId::ROOT.0 + 1)?;
                 }
             }
+            crate::parents::fill_file_parents(&mut w.inodes, &w.dirents, &mut w.meta)?;
             w.flush()?;
         }
         tx.commit()?;
@@ -366,6 +367,41 @@ impl RedbMeta {
         self.settle()?;
         Ok(self.db()?.begin_read()?)
     }
+}
+
+/// Runs a parent walk (`$walk` on a [`crate::parents::Tables`]) from the
+/// open batch when there is one (as [`MetaStore::get`]), else from a read
+/// transaction.
+macro_rules! read_parents {
+    ($self:ident, |$t:ident| $walk:expr) => {{
+        let batch = $self.batch.lock();
+        if let Some(tx) = &batch.tx {
+            let (i, d, m) = (
+                tx.open_table(INODES)?,
+                tx.open_table(DIRENTS)?,
+                tx.open_table(META)?,
+            );
+            let $t = crate::parents::Tables {
+                inodes: &i,
+                dirents: &d,
+                meta: &m,
+            };
+            return $walk;
+        }
+        drop(batch);
+        let tx = $self.db()?.begin_read()?;
+        let (i, d, m) = (
+            tx.open_table(INODES)?,
+            tx.open_table(DIRENTS)?,
+            tx.open_table(META)?,
+        );
+        let $t = crate::parents::Tables {
+            inodes: &i,
+            dirents: &d,
+            meta: &m,
+        };
+        $walk
+    }};
 }
 
 /// Reads both a read transaction and the open batch serve.
@@ -484,7 +520,7 @@ impl MetaStore for RedbMeta {
                     },
                     content: new.content,
                 },
-                parent: is_dir.then_some(parent),
+                parent: Some(parent),
             };
             let out = rec.inode.clone();
             w.put_entry(parent, name, ino, new.kind)?;
@@ -528,6 +564,7 @@ impl MetaStore for RedbMeta {
             w.add_nlink(ino, 1)?;
             let rec = w.rec_mut(ino)?;
             rec.inode.attr.ctime = now;
+            rec.parent = Some(new_parent);
             Ok(rec.inode.clone())
         })
     }
@@ -617,18 +654,19 @@ impl MetaStore for RedbMeta {
                     if src_dir {
                         w.add_nlink(parent, -1)?;
                         w.add_nlink(new_parent, 1)?;
-                        w.rec_mut(src)?.parent = Some(new_parent);
                     }
                     if dst_dir {
                         w.add_nlink(new_parent, -1)?;
                         w.add_nlink(parent, 1)?;
-                        w.rec_mut(dst)?.parent = Some(parent);
                     }
                 }
                 w.touch_dir(parent, now)?;
                 w.touch_dir(new_parent, now)?;
-                w.rec_mut(src)?.inode.attr.ctime = now;
-                w.rec_mut(dst)?.inode.attr.ctime = now;
+                for (ino, dir) in [(src, new_parent), (dst, parent)] {
+                    let rec = w.rec_mut(ino)?;
+                    rec.inode.attr.ctime = now;
+                    rec.parent = Some(dir);
+                }
                 return Ok(None);
             }
 
@@ -663,13 +701,22 @@ impl MetaStore for RedbMeta {
             if src_dir && parent != new_parent {
                 w.add_nlink(parent, -1)?;
                 w.add_nlink(new_parent, 1)?;
-                w.rec_mut(src)?.parent = Some(new_parent);
             }
             w.touch_dir(parent, now)?;
             w.touch_dir(new_parent, now)?;
-            w.rec_mut(src)?.inode.attr.ctime = now;
+            let moved = w.rec_mut(src)?;
+            moved.inode.attr.ctime = now;
+            moved.parent = Some(new_parent);
             Ok(gone)
         })
+    }
+
+    fn parent(&self, dir: InodeId) -> Result<InodeId> {
+        read_parents!(self, |t| t.parent(dir))
+    }
+
+    fn path_of(&self, ino: InodeId) -> Result<Option<Vec<Vec<u8>>>> {
+        read_parents!(self, |t| t.path_of(ino))
     }
 
     fn readdir(&self, dir: InodeId, after: Option<&[u8]>, limit: usize) -> Result<Vec<DirEntry>> {

@@ -22,8 +22,11 @@
 //!   exist. Only non-directories become orphans (their `nlink` is 0);
 //!   a directory is deleted with its last name.
 //! - Every directory but the root has exactly one name, and records the
-//!   directory holding it (its parent pointer; the root's is itself). A
-//!   rename keeps it current, and it is how a rename that would move a
+//!   directory holding it (its parent pointer; the root's is itself;
+//!   [`MetaStore::parent`]). A non-directory records the directory of the
+//!   name it was last given, so any inode's path can be found
+//!   ([`MetaStore::path_of`]): never a wrong one. A rename keeps it current,
+//!   and it is how a rename that would move a
 //!   directory into its own subtree is refused (walked up in a loop, bounded
 //!   by the number of directories: a tree can be any depth). [`RedbMeta::verify`] checks
 //!   this and every other invariant.
@@ -40,6 +43,7 @@
 mod batch;
 pub mod codec;
 mod engine;
+mod parents;
 mod record;
 mod rules;
 mod types;
@@ -193,6 +197,16 @@ pub trait MetaStore: Send + Sync {
         keep_orphan: &dyn Fn(InodeId) -> bool,
         now: Timestamp,
     ) -> Result<Option<Inode>>;
+
+    /// The directory holding directory `dir`'s name (the root's is the
+    /// root). `NotDir` for anything but a directory.
+    fn parent(&self, dir: InodeId) -> Result<InodeId>;
+
+    /// A path from the root to `ino`, one name per step (none for the
+    /// root), found through parent pointers. `None` when no path is known:
+    /// an orphan, or a hard-linked file that lost the name it was last
+    /// given. Never a path that does not name `ino`.
+    fn path_of(&self, ino: InodeId) -> Result<Option<Vec<Vec<u8>>>>;
 
     /// Directory entries of `dir` in name order, starting after `after`
     /// (exclusive), at most `limit` of them. Does not include `.` and `..`.

@@ -2,7 +2,7 @@
 //!
 //! Tables:
 //! - `inodes`: inode number -> record (see [`encode`]): the attributes, the
-//!   parent pointer of a directory, and the content.
+//!   parent pointer (see `parents`), and the content.
 //! - `dirents`: 8-byte big-endian parent ++ name -> 8-byte little-endian
 //!   inode number ++ kind byte. Big-endian parents make a directory's
 //!   entries one contiguous key range, in byte order of name.
@@ -11,7 +11,8 @@
 //!   handle.
 //! - `meta`: `next_ino` (the next inode number to hand out), `files` and
 //!   `dirs` (the counts [`MetaStore::counts`](crate::MetaStore::counts)
-//!   reports).
+//!   reports), `file_parents` (set once non-directories' parent pointers
+//!   were filled in: `parents`).
 
 use std::ops::Bound;
 
@@ -35,9 +36,11 @@ pub(crate) fn corrupt(what: String) -> MetaError {
     MetaError::Store(redb::Error::Corrupted(what))
 }
 
-/// An inode as stored: the inode and, for a directory, the directory holding
-/// its name (the root's parent is the root). Stored as 0 when `None`: no
-/// inode has number 0.
+/// An inode as stored: the inode and its parent pointer: for a directory,
+/// the directory holding its name (the root's parent is the root); for a
+/// non-directory, the directory of the name it was last given. Stored as 0
+/// when `None` (no inode has number 0): a non-directory of a store from
+/// before non-directories kept one, until `parents` fills it in.
 #[derive(Debug, Clone)]
 pub(crate) struct Rec {
     pub inode: Inode,

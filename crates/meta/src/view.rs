@@ -103,8 +103,8 @@ impl RedbMeta {
                 .get(&e.ino.0)
                 .map(|r| r.inode.attr.kind)
                 .ok_or(MetaError::Invalid("an entry names a missing inode"))?;
+            recs.get_mut(&e.ino.0).expect("checked").parent = Some(e.parent);
             if kind == FileKind::Dir {
-                recs.get_mut(&e.ino.0).expect("checked").parent = Some(e.parent);
                 recs.get_mut(&e.parent.0)
                     .ok_or(MetaError::Invalid("an entry's directory is missing"))?
                     .inode

@@ -1,0 +1,153 @@
+//! The committer: data first, then the metadata that reaches it, in
+//! batches on an interval, and at `fsync`, unmount and shutdown.
+//!
+//! **Lock order** (a thread holding one takes only those below it):
+//! 1. `history` (versions and garbage collection's marking, see
+//!    [`crate::history`]);
+//! 2. `commit_lock` (one commit at a time);
+//! 3. `recording`: read while a file's content is recorded (chunks, then
+//!    the metadata pointing at them), write by a commit from its first
+//!    flush to the metadata sync;
+//! 4. `files` (the open-file table: held only to find, add or drop a
+//!    state, never while waiting);
+//! 5. one file's `FileState` (through `lock_settled`: no apply of it in
+//!    flight), never two at once;
+//! 6. the leaves, held briefly and taking nothing else but the metadata
+//!    engine's: `modes` (a mode and its ACL), `small`, `pending`, `rules`,
+//!    `names`, the chunk cache's and `.snapshots`' own.
+
+use parking_lot::Mutex;
+use std::sync::Arc;
+
+use cas::StreamWriter;
+use meta::InodeId;
+
+use crate::file::FileState;
+use crate::{Fs, Inner, Result};
+use std::sync::atomic::Ordering;
+
+impl Fs {
+    /// Records every open file's content and makes everything durable.
+    pub fn sync_all(&self) -> Result<()> {
+        self.inner.sync_all()
+    }
+
+    /// Makes everything durable and stops the committer.
+    pub fn shutdown(&self) -> Result<()> {
+        if self.stopped.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let result = self.inner.sync_all();
+        // A file system that is only ever mounted briefly never reaches the
+        // version timer: unmount leaves a version, so `cairn recover` always
+        // has one to rebuild from (none is written when nothing changed).
+        if result.is_ok() && !self.inner.settings.version_interval.is_zero() {
+            if let Err(e) = self.inner.write_version() {
+                tracing::error!(error = %e, "writing a version of the file system at unmount failed");
+            }
+        }
+        *self.inner.stop.0.lock() = true;
+        self.inner.stop.1.notify_all();
+        if let Some(t) = self.committer.lock().take() {
+            let _ = t.join();
+        }
+        result
+    }
+}
+
+impl Drop for Fs {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+impl Inner {
+    /// Flushes every stream with new chunks, then syncs the metadata: data
+    /// is always durable before the metadata that reaches it.
+    pub(crate) fn commit(&self) -> Result<()> {
+        let _guard = self.commit_lock.lock();
+        let _recording = self.recording.write();
+        let pending: Vec<StreamWriter> = std::mem::take(&mut *self.pending.lock());
+        // Every stream is flushed even after one failed: each flush starts
+        // its containers towards the disk.
+        let mut first_error = None;
+        for mut w in pending {
+            if let Err(e) = w.flush() {
+                first_error.get_or_insert(e);
+            }
+        }
+        // No file is being recorded, so every shared stream is idle here.
+        for w in self.small.lock().iter_mut() {
+            if let Err(e) = w.flush() {
+                first_error.get_or_insert(e);
+            }
+        }
+        let open: Vec<Arc<Mutex<FileState>>> = self.files.lock().values().cloned().collect();
+        // Open files' streams are sealed under their lock and waited for
+        // without it, so a writer goes on while the disk drains.
+        let mut waits = Vec::new();
+        for state in open {
+            if let Some(w) = self.lock_settled(&state).writer.as_mut() {
+                waits.push(w.start_flush()?);
+            }
+        }
+        for durable in waits {
+            if let Err(e) = durable.wait() {
+                first_error.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e.into());
+        }
+        // Metadata recorded since the last sync may point at a container
+        // still waiting for space: none of it is made durable before that
+        // container is. The commit is tried again at the next interval.
+        if let Some(e) = self.store.waiting_for_space() {
+            return Err(e.into());
+        }
+        self.meta.sync()?;
+        Ok(())
+    }
+
+    pub(crate) fn sync_all(&self) -> Result<()> {
+        let open: Vec<(InodeId, Arc<Mutex<FileState>>)> = self
+            .files
+            .lock()
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        for (ino, state) in open {
+            let recording = self.recording.read();
+            let mut f = self.lock_settled(&state);
+            self.finalize(&mut f)?;
+            drop(f);
+            drop(recording);
+            self.release_state(ino, state);
+        }
+        self.commit()
+    }
+
+    pub(crate) fn commit_loop(&self) {
+        let (lock, cv) = &self.stop;
+        let mut last_version = std::time::Instant::now();
+        let mut stopped = lock.lock();
+        while !*stopped {
+            cv.wait_for(&mut stopped, self.settings.commit_interval);
+            if *stopped {
+                break;
+            }
+            drop(stopped);
+            if let Err(e) = self.sync_all() {
+                tracing::error!(error = %e, "the background commit failed; it is retried at the next interval");
+            }
+            let every = self.settings.version_interval;
+            if !every.is_zero() && last_version.elapsed() >= every {
+                last_version = std::time::Instant::now();
+                if let Err(e) = self.write_version() {
+                    tracing::error!(error = %e, "writing a version of the file system failed");
+                }
+            }
+            stopped = lock.lock();
+        }
+    }
+}

@@ -1,0 +1,405 @@
+//! Open files: a file's state while it is open or has bytes to record
+//! (its extent list, dirty runs and write stream), the write path into it
+//! (admission control, write-behind), the read path out of it (read-ahead,
+//! the chunk cache), and recording its content in the metadata engine.
+
+use parking_lot::Mutex;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cas::ChunkId;
+use meta::{Content, FileKind, Inode, InodeId, MetaError};
+use recipe::Recipe;
+
+use crate::file::FileState;
+use crate::snapview::is_virtual;
+use crate::{now, writable, Caller, Fs, FsError, Inner, Result};
+
+/// Files up to this size that have no stream of their own are recorded
+/// through a stream shared with other small files, so many of them fill
+/// one container. Larger files keep their chunks together in their own.
+const SMALL_FILE_MAX: u64 = 1 << 20;
+
+impl Fs {
+    /// Opens a regular file (one more handle on its state).
+    pub fn open(&self, ino: InodeId) -> Result<()> {
+        if is_virtual(ino) {
+            return self.snap_open(ino);
+        }
+        let state = self.inner.state(ino)?;
+        state.lock().handles += 1;
+        Ok(())
+    }
+
+    /// Closes a handle: the last one writes the file behind and records its
+    /// content (durable at the next commit), and deletes it if it was
+    /// unlinked meanwhile.
+    pub fn release(&self, ino: InodeId) -> Result<()> {
+        if is_virtual(ino) {
+            self.snap_release(ino);
+            return Ok(());
+        }
+        let Some(state) = self.inner.files.lock().get(&ino).cloned() else {
+            return Ok(());
+        };
+        let recording = self.inner.recording.read();
+        let mut f = self.inner.lock_settled(&state);
+        f.handles = f.handles.saturating_sub(1);
+        let wrote = f.changed;
+        let result = self
+            .inner
+            .finalize(&mut f)
+            .and_then(|()| self.inner.stored_or_waiting(wrote));
+        drop(f);
+        drop(recording);
+        self.inner.release_state(ino, state);
+        result
+    }
+
+    pub fn read(&self, ino: InodeId, offset: u64, len: u32) -> Result<Vec<u8>> {
+        if is_virtual(ino) {
+            return self.snap_read(ino, offset, len);
+        }
+        let state = self.inner.state(ino)?;
+        let mut f = state.lock();
+        let ahead = self.inner.read_ahead(&mut f, offset, len);
+        let plan = f.read_plan(offset, len as u64);
+        // The chunks are fetched without the file's lock: the kernel's
+        // read-ahead requests for the file are served in parallel.
+        drop(f);
+        self.inner.fetcher.ahead(&ahead);
+        let out = self
+            .inner
+            .fetcher
+            .get_many(&plan.ids())
+            .map(|chunks| plan.assemble(chunks));
+        self.inner.release_state(ino, state);
+        out
+    }
+
+    /// Writes at `offset` as root does; see [`Fs::write_as`].
+    pub fn write(&self, ino: InodeId, offset: u64, data: &[u8]) -> Result<u32> {
+        self.write_as(ino, offset, data, &Caller::root())
+    }
+
+    /// Writes at `offset` for `caller`. A write by anyone but root clears
+    /// the file's set-id bits, under the file's lock before its bytes are
+    /// taken. Admission control: past the file's or the global dirty limit,
+    /// the writer first writes its own dirty bytes behind.
+    pub fn write_as(&self, ino: InodeId, offset: u64, data: &[u8], caller: &Caller) -> Result<u32> {
+        writable(ino)?;
+        // Data already accepted waits for space: taking more would only
+        // grow what memory holds for a disk that cannot take it.
+        if let Some(e) = self.inner.store.waiting_for_space() {
+            return Err(e.into());
+        }
+        let state = self.inner.state(ino)?;
+        let mut f = state.lock();
+        if let Some(e) = f.failed.take() {
+            drop(f);
+            self.inner.release_state(ino, state);
+            return Err(e);
+        }
+        if let Err(e) = self.inner.kill_priv_for(ino, caller) {
+            drop(f);
+            self.inner.release_state(ino, state);
+            return Err(e);
+        }
+        let added = f.write(offset, data, now());
+        self.inner.dirty_total.fetch_add(added, Ordering::Relaxed);
+        let settings = &self.inner.settings;
+        let result = if self.inner.dirty_total.load(Ordering::Relaxed) > settings.total_dirty_max {
+            // Past the global limit the writer waits until its bytes are
+            // stored, so that all files together stay within it.
+            f = self.inner.settle(f);
+            self.inner.apply(&mut f, false)
+        } else if f.dirty_bytes > settings.file_dirty_max {
+            f = self.inner.settle(f);
+            self.inner.apply_behind(&state, &mut f)
+        } else {
+            Ok(())
+        };
+        drop(f);
+        self.inner.release_state(ino, state);
+        result.map(|()| data.len() as u32)
+    }
+
+    /// `fallocate(2)`: plain allocation (`mode` 0) makes the file at least
+    /// `offset + length` bytes long, under the file's lock (space is never
+    /// reserved in a deduplicating store). Every other mode (keeping the
+    /// size, punching or zeroing a range) is not supported; no bytes are
+    /// invalid; an end past `i64::MAX` is too big.
+    pub fn fallocate(&self, ino: InodeId, offset: u64, length: u64, mode: i32) -> Result<()> {
+        writable(ino)?;
+        if mode != 0 {
+            return Err(FsError::NotSupported);
+        }
+        if length == 0 {
+            return Err(MetaError::Invalid("fallocate of no bytes").into());
+        }
+        let end = offset
+            .checked_add(length)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or(FsError::TooBig)?;
+        let state = self.inner.state(ino)?;
+        let recording = self.inner.recording.read();
+        let mut f = self.inner.lock_settled(&state);
+        let result = if end > f.size {
+            let before = f.held();
+            let inner = &self.inner;
+            let read = |id: &ChunkId| inner.read_one(id);
+            let grown = f.truncate(end, now(), &read);
+            inner.account(before, f.held());
+            grown.and_then(|()| inner.finalize(&mut f))
+        } else {
+            Ok(())
+        };
+        drop(f);
+        drop(recording);
+        self.inner.release_state(ino, state);
+        result
+    }
+
+    /// `flush` (on close of a descriptor): records the content, durable at
+    /// the next commit.
+    pub fn flush(&self, ino: InodeId) -> Result<()> {
+        let Some(state) = self.inner.files.lock().get(&ino).cloned() else {
+            return Ok(());
+        };
+        let _recording = self.inner.recording.read();
+        let mut f = self.inner.lock_settled(&state);
+        let wrote = f.changed;
+        self.inner.finalize(&mut f)?;
+        self.inner.stored_or_waiting(wrote)
+    }
+
+    /// Returns when the file's data and metadata are durable.
+    pub fn fsync(&self, ino: InodeId) -> Result<()> {
+        self.flush(ino)?;
+        self.inner.commit()
+    }
+}
+
+impl Inner {
+    pub(crate) fn overlay(&self, inode: &mut Inode) {
+        if let Some(state) = self.files.lock().get(&inode.id) {
+            let f = state.lock();
+            inode.attr.size = f.size;
+            if let Some(t) = f.mtime {
+                inode.attr.mtime = t;
+                inode.attr.ctime = t;
+            }
+        }
+    }
+
+    pub(crate) fn is_open(&self, ino: InodeId) -> bool {
+        self.files
+            .lock()
+            .get(&ino)
+            .is_some_and(|s| s.lock().handles > 0)
+    }
+
+    /// The open state of a regular file, loading its extents on first use.
+    pub(crate) fn state(&self, ino: InodeId) -> Result<Arc<Mutex<FileState>>> {
+        if let Some(s) = self.files.lock().get(&ino) {
+            return Ok(s.clone());
+        }
+        let inode = self.meta.get(ino)?;
+        if inode.attr.kind != FileKind::File {
+            return Err(match inode.attr.kind {
+                FileKind::Dir => MetaError::IsDir.into(),
+                _ => FsError::NotFile,
+            });
+        }
+        let extents = match &inode.content {
+            Content::Recipe(root) => {
+                let r = Recipe::open(&self.store, *root)?;
+                r.extents(0, r.len())?
+            }
+            _ => Vec::new(),
+        };
+        let state = FileState::new(ino, inode.attr.size, inode.content.clone(), extents);
+        let mut files = self.files.lock();
+        Ok(files
+            .entry(ino)
+            .or_insert_with(|| {
+                // An inline file's bytes are held as dirty runs from here
+                // on, counted until the state is forgotten.
+                self.account(0, state.held());
+                Arc::new(Mutex::new(state))
+            })
+            .clone())
+    }
+
+    /// Forgets the state of a file nobody holds open and that has nothing
+    /// left to record; deletes an orphan whose last handle closed.
+    pub(crate) fn release_state(&self, ino: InodeId, state: Arc<Mutex<FileState>>) {
+        let mut files = self.files.lock();
+        let f = state.lock();
+        if f.handles > 0 || f.changed || f.writer.is_some() || f.busy() {
+            return;
+        }
+        // An inline file keeps its recorded bytes as dirty runs while its
+        // state lives; they stop counting with it. (They once stayed
+        // counted, and an inline file reopened was taken off without being
+        // added, so the count drifted past the global limit and every write
+        // stored its bytes at once, in a container per file.)
+        self.account(f.held(), 0);
+        drop(f);
+        files.remove(&ino);
+        drop(files);
+        if let Ok(inode) = self.meta.get(ino) {
+            if inode.attr.nlink == 0 {
+                let _ = self.meta.drop_orphan(ino);
+            }
+        }
+    }
+
+    /// ENOSPC for a close or flush of a file that was written while data
+    /// waits for space: its bytes are kept and stored once space is freed,
+    /// but a writer that never calls fsync (`cp`) must still hear that
+    /// they are not on disk.
+    pub(crate) fn stored_or_waiting(&self, wrote: bool) -> Result<()> {
+        match self.store.waiting_for_space() {
+            Some(e) if wrote => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) fn account(&self, before: usize, after: usize) {
+        if after >= before {
+            self.dirty_total
+                .fetch_add(after - before, Ordering::Relaxed);
+        } else {
+            self.dirty_total
+                .fetch_sub(before - after, Ordering::Relaxed);
+        }
+    }
+
+    /// Writes the file's dirty bytes behind on this thread (no apply may be
+    /// in flight for it).
+    pub(crate) fn apply(&self, f: &mut FileState, whole: bool) -> Result<()> {
+        let before = f.held();
+        let mut writer = match f.writer.take() {
+            Some(w) => w,
+            None => self.open_stream(f)?,
+        };
+        let result = f.apply(whole, self.params, &mut writer, &self.cache);
+        f.writer = Some(writer);
+        self.account(before, f.held());
+        result
+    }
+
+    /// Records the file's current content in the metadata engine (small
+    /// files inline, others as a recipe tree). Durable at the next commit.
+    pub(crate) fn finalize(&self, f: &mut FileState) -> Result<()> {
+        if f.changed {
+            let content = if f.size as usize <= self.settings.inline_max {
+                let bytes = f.read(0, f.size, &|ids| self.read_many(ids))?;
+                let before = f.dirty_bytes;
+                f.dirty.clear();
+                f.dirty_bytes = 0;
+                self.account(before, 0);
+                if bytes.is_empty() {
+                    f.extents.clear();
+                    Content::Empty
+                } else {
+                    f.dirty.insert(0, bytes.clone());
+                    f.dirty_bytes = bytes.len();
+                    self.account(0, bytes.len());
+                    f.extents.clear();
+                    Content::Inline(bytes)
+                }
+            } else {
+                // A small file with no stream of its own writes into a
+                // shared one; it is taken back out below, also on error.
+                if f.writer.is_none() && f.size <= SMALL_FILE_MAX {
+                    f.writer = Some(self.take_small(self.protection_of(f)?)?);
+                    let recorded = self.record_chunks(f);
+                    let shared = f.writer.take().expect("installed above");
+                    self.give_small(shared);
+                    recorded?
+                } else {
+                    self.record_chunks(f)?
+                }
+            };
+            let mtime = f.mtime.unwrap_or_else(now);
+            self.meta
+                .set_content(f.ino, content.clone(), f.size, mtime)?;
+            f.content = content;
+            f.changed = false;
+            // Recorded: the engine's mtime is the file's from here on.
+            f.mtime = None;
+        }
+        if f.handles == 0 {
+            if let Some(mut w) = f.writer.take() {
+                // Sealed now, so a closed file holds no open container; the
+                // next commit waits for it to be durable.
+                w.seal()?;
+                self.pending.lock().push(w);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the file's dirty bytes and its recipe tree through its
+    /// stream (which the caller provides) and returns the content.
+    pub(crate) fn record_chunks(&self, f: &mut FileState) -> Result<Content> {
+        self.apply(f, true)?;
+        // Any failure of an apply in the background is mended now.
+        f.failed = None;
+        if f.extents_end() < f.size {
+            let end = f.extents_end();
+            f.extents.push(recipe::Extent {
+                offset: end,
+                len: f.size - end,
+                id: recipe::HOLE,
+            });
+        }
+        let writer = f.writer.as_mut().expect("apply opened a stream");
+        let root = recipe::store_tree(writer, f.extents.iter().map(|e| (e.len, e.id)))?;
+        Ok(Content::Recipe(root))
+    }
+
+    pub(crate) fn read_one(&self, id: &ChunkId) -> Result<Bytes> {
+        if let Some(b) = self.cache.get(id) {
+            return Ok(b);
+        }
+        let data = self.store.read_chunk(id)?;
+        self.cache.put(*id, data.clone());
+        Ok(data)
+    }
+
+    pub(crate) fn read_many(&self, ids: &[ChunkId]) -> Result<Vec<Bytes>> {
+        self.fetcher.get_many(ids)
+    }
+
+    /// The chunks to fetch so that `readahead` bytes past a sequential
+    /// reader are in the cache; asked for in half-window strides. The
+    /// kernel's own read-ahead sends several requests at once, which arrive
+    /// in any order: one near where the last ended counts as sequential.
+    pub(crate) fn read_ahead(&self, f: &mut FileState, offset: u64, len: u32) -> Vec<ChunkId> {
+        let window = self.settings.readahead;
+        let end = offset + len as u64;
+        let sequential = offset.abs_diff(f.read_next) <= window / 4;
+        f.read_next = if sequential {
+            f.read_next.max(end)
+        } else {
+            end
+        };
+        if !sequential || window == 0 || end + window / 2 < f.read_ahead_until {
+            return Vec::new();
+        }
+        let from = f.read_ahead_until.max(end);
+        let to = (end + window).min(f.extents_end());
+        f.read_ahead_until = end + window;
+        let first = f.extents.partition_point(|e| e.offset + e.len <= from);
+        f.extents[first..]
+            .iter()
+            .take_while(|e| e.offset < to)
+            .filter(|e| e.id != recipe::HOLE)
+            .map(|e| e.id)
+            .collect()
+    }
+}

@@ -1,0 +1,676 @@
+//! The operations: each kernel request becomes one `fs` call, its result
+//! one reply (an errno through [`FsError::errno`]).
+
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fs::{Fs, FsError};
+use fuser::{
+    AccessFlags, Errno, FileHandle, Filesystem, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
+};
+use meta::{Content, FileKind, InodeId, NewInode, SetAttr, NAME_MAX};
+
+use crate::convert::{
+    caller, check_name, empty_attr, file_attr, id, mknod_kind, open_flags, rename_flags,
+    reply_xattr, time_or_now, writer, xattr_flags, xattr_list, BLOCK_SIZE,
+};
+use crate::dir::DirHandle;
+use crate::session::Shared;
+
+/// How long the kernel may cache attributes and directory entries
+/// (including negative ones) before asking again.
+pub(crate) const TTL: Duration = Duration::from_secs(1);
+/// The largest write the kernel is asked to send in one request.
+const MAX_WRITE: u32 = 1 << 20;
+/// A cap on read-ahead so that fuser's page count stays representable.
+const MAX_READAHEAD: u32 = 16 << 20;
+
+/// Free blocks reported by `statfs` when a branch cannot tell (an object
+/// store grows as needed), and free inodes (the namespace has no fixed table).
+const FREE_BLOCKS: u64 = 1 << 40;
+const FREE_FILES: u64 = 1 << 32;
+
+/// The `fuser` file system: `fs` and the open directory listings.
+pub(crate) struct CairnFs {
+    pub(crate) fs: Arc<Fs>,
+    pub(crate) dirs: Mutex<HashMap<u64, Arc<DirHandle>>>,
+    pub(crate) next_fh: AtomicU64,
+    shared: Arc<Shared>,
+    page_cache_max: u64,
+}
+
+impl CairnFs {
+    pub(crate) fn new(fs: Arc<Fs>, shared: Arc<Shared>, page_cache_max: u64) -> CairnFs {
+        CairnFs {
+            fs,
+            dirs: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            shared,
+            page_cache_max,
+        }
+    }
+
+    /// A new inode's description: owned by the caller, with the mode it
+    /// asked for (`fs` applies the directory's ACL or the umask, and a
+    /// set-group-id directory's group).
+    fn new_inode(
+        req: &Request,
+        kind: FileKind,
+        perm: u32,
+        rdev: u32,
+        content: Content,
+    ) -> NewInode {
+        NewInode {
+            kind,
+            perm: (perm & 0o7777) as u16,
+            uid: req.uid(),
+            gid: req.gid(),
+            rdev,
+            content,
+            xattrs: Vec::new(),
+        }
+    }
+
+    fn make(&self, parent: InodeId, name: &[u8], new: NewInode, umask: u32, reply: ReplyEntry) {
+        match self
+            .fs
+            .create_posix(parent, name, new, (umask & 0o777) as u16)
+        {
+            Ok(inode) => reply.entry(&TTL, &file_attr(inode.id, &inode.attr), Generation(0)),
+            Err(e) => reply.error(self.fail("create", parent, &e)),
+        }
+    }
+
+    /// The errno `op` on `ino` answers for `e`. An I/O error reaches a
+    /// caller only here, so it is logged here, once, with the file and the
+    /// whole chain of causes; so is a full disk, which an operator must see.
+    pub(crate) fn fail(&self, op: &'static str, ino: InodeId, e: &FsError) -> Errno {
+        let code = e.errno();
+        if code == libc::EIO || code == libc::ENOSPC {
+            let mut cause = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(s) = source {
+                let text = s.to_string();
+                if !cause.contains(&text) {
+                    cause = format!("{cause}: {text}");
+                }
+                source = s.source();
+            }
+            let file = self.fs.describe(ino);
+            if code == libc::EIO {
+                tracing::error!(op, file = %file, cause = %cause, "I/O error returned to the caller");
+            } else {
+                tracing::warn!(op, file = %file, cause = %cause, "no space left: returned ENOSPC");
+            }
+        }
+        Errno::from_i32(code)
+    }
+
+    /// Answers an operation that returns nothing: ok, or its errno.
+    fn reply_empty(
+        &self,
+        op: &'static str,
+        ino: InodeId,
+        reply: ReplyEmpty,
+        result: fs::Result<()>,
+    ) {
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(self.fail(op, ino, &e)),
+        }
+    }
+
+    fn finish_session(&self, sync: Option<Result<(), FsError>>) {
+        let mut state = self.shared.state.lock();
+        if let Some(Err(e)) = sync {
+            state.sync_error = Some(e);
+        }
+        state.ended = true;
+        self.shared.ended.notify_all();
+    }
+}
+
+impl Drop for CairnFs {
+    fn drop(&mut self) {
+        // `destroy` has normally said so already; this covers a session that
+        // ended some other way.
+        self.finish_session(None);
+    }
+}
+
+impl Filesystem for CairnFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        for flag in [
+            InitFlags::FUSE_ASYNC_READ,
+            InitFlags::FUSE_BIG_WRITES,
+            InitFlags::FUSE_MAX_PAGES,
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            // The engine's operations are atomic: lookups and readdirs of
+            // one directory may run in parallel.
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            // A symlink's target never changes.
+            InitFlags::FUSE_CACHE_SYMLINKS,
+            // Set-id bits are cleared by `fs` (`write_as`, `setattr_as`),
+            // so the kernel need not ask for security.capability before
+            // every write: one round trip less per write.
+            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
+            // Shared mappings of a file opened with `DIRECT_IO` (see
+            // `open_flags`); without it they fail with ENODEV.
+            InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP,
+            // The kernel enforces POSIX ACLs and hands the ACL xattrs to
+            // `fs`, which keeps them in step with the mode.
+            InitFlags::FUSE_POSIX_ACL,
+            // Create modes arrive with the umask not applied: under a
+            // directory with a default ACL the umask must not apply, so
+            // `fs` decides (the kernel would mask them before sending).
+            InitFlags::FUSE_DONT_MASK,
+        ] {
+            // A flag the kernel lacks is simply left off.
+            let _ = config.add_capabilities(flag);
+        }
+        if let Err(max) = config.set_max_write(MAX_WRITE) {
+            let _ = config.set_max_write(max);
+        }
+        // The kernel offers its largest read-ahead; only less can be asked.
+        if let Err(max) = config.set_max_readahead(u32::MAX) {
+            let _ = config.set_max_readahead(max.min(MAX_READAHEAD));
+        }
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        // Unmounted: record every open file's content and make it durable.
+        let result = self.fs.sync_all();
+        self.finish_session(Some(result));
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let name = match check_name(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let parent = id(parent);
+        match self.fs.lookup(parent, name) {
+            Ok(inode) => reply.entry(&TTL, &file_attr(inode.id, &inode.attr), Generation(0)),
+            Err(e) if e.errno() == libc::ENOENT => {
+                // A negative entry: the kernel remembers the name is absent
+                // for TTL (every create goes through the kernel and
+                // replaces it).
+                reply.entry(&TTL, &file_attr(InodeId(0), &empty_attr()), Generation(0));
+            }
+            Err(e) => reply.error(self.fail("lookup", parent, &e)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, _ino: INodeNo, _nlookup: u64) {
+        // Inodes live in the metadata engine; nothing is held per lookup.
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(id(ino)) {
+            Ok(inode) => reply.attr(&TTL, &file_attr(inode.id, &inode.attr)),
+            Err(e) => reply.error(self.fail("getattr", id(ino), &e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        // ctime is the engine's: every change sets it.
+        let changes = SetAttr {
+            perm: mode.map(|m| (m & 0o7777) as u16),
+            uid,
+            gid,
+            atime: atime.map(time_or_now),
+            mtime: mtime.map(time_or_now),
+        };
+        // With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves the set-id bits a
+        // truncate clears to `fs`.
+        match self.fs.setattr_as(id(ino), &changes, size, &writer(req)) {
+            Ok(inode) => reply.attr(&TTL, &file_attr(inode.id, &inode.attr)),
+            Err(e) => reply.error(self.fail("setattr", id(ino), &e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(id(ino)) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(self.fail("readlink", id(ino), &e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let name = match check_name(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let Some(kind) = mknod_kind(mode) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let rdev = match kind {
+            FileKind::CharDevice | FileKind::BlockDevice => rdev,
+            _ => 0,
+        };
+        let new = Self::new_inode(req, kind, mode, rdev, Content::Empty);
+        self.make(id(parent), name, new, umask, reply);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let name = match check_name(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let new = Self::new_inode(req, FileKind::Dir, mode, 0, Content::Empty);
+        self.make(id(parent), name, new, umask, reply);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = match check_name(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        self.reply_empty(
+            "unlink",
+            id(parent),
+            reply,
+            self.fs.unlink(id(parent), name),
+        )
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = match check_name(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        self.reply_empty("rmdir", id(parent), reply, self.fs.rmdir(id(parent), name))
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let name = match check_name(link_name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let target = target.as_os_str().as_bytes().to_vec();
+        let new = Self::new_inode(req, FileKind::Symlink, 0o777, 0, Content::Inline(target));
+        self.make(id(parent), name, new, 0, reply);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let (name, newname) = match (check_name(name), check_name(newname)) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => return reply.error(e),
+        };
+        let flags = match rename_flags(flags) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let (parent, newparent) = (id(parent), id(newparent));
+        self.reply_empty(
+            "rename",
+            parent,
+            reply,
+            self.fs.rename(parent, name, newparent, newname, flags),
+        )
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let name = match check_name(newname) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        match self.fs.link(id(ino), id(newparent), name) {
+            Ok(inode) => reply.entry(&TTL, &file_attr(inode.id, &inode.attr), Generation(0)),
+            Err(e) => reply.error(self.fail("link", id(ino), &e)),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        // Directories arrive as opendir: this is never one.
+        if flags.0 & libc::O_DIRECTORY != 0 {
+            return reply.error(Errno::ENOTDIR);
+        }
+        let ino = id(ino);
+        let opened = self.fs.open(ino).and_then(|()| self.fs.getattr(ino));
+        match opened {
+            Ok(inode) => reply.opened(
+                FileHandle(0),
+                open_flags(flags.0, inode.attr.size, self.page_cache_max),
+            ),
+            Err(e) => reply.error(self.fail("open", ino, &e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.fs.read(id(ino), offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(self.fail("read", id(ino), &e)),
+        }
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        // With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves the set-id bits a
+        // write clears to `fs`.
+        match self.fs.write_as(id(ino), offset, data, &writer(req)) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(self.fail("write", id(ino), &e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        self.reply_empty("flush", id(ino), reply, self.fs.flush(id(ino)))
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.reply_empty("release", id(ino), reply, self.fs.release(id(ino)))
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.reply_empty("fsync", id(ino), reply, self.fs.fsync(id(ino)))
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.open_dir(id(ino), reply)
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectory,
+    ) {
+        self.list(fh, offset, reply)
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        self.list_plus(fh, offset, reply)
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.lock().remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // `fs` offers no narrower commit: entries become durable with
+        // everything else.
+        self.reply_empty("fsyncdir", InodeId::ROOT, reply, self.fs.sync_all())
+    }
+
+    /// The branches' real space: `df` shows what the default policy can
+    /// still store (free space less the metadata reserve, divided by the
+    /// policy's overhead), and blocks used as the store's bytes. Where a
+    /// branch cannot tell (S3), the free figure is a large constant.
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let measured = self.fs.stats().and_then(|s| Ok((s, self.fs.space()?)));
+        match measured {
+            Ok((s, space)) => {
+                let block = u64::from(BLOCK_SIZE);
+                let used = s.stored_bytes.div_ceil(block);
+                let (blocks, free) = match space {
+                    Some(sp) => {
+                        let free = sp.available / block;
+                        ((sp.total / block).max(used + free), free)
+                    }
+                    None => (used + FREE_BLOCKS, FREE_BLOCKS),
+                };
+                let files = s.files + s.dirs;
+                reply.statfs(
+                    blocks,
+                    free,
+                    free,
+                    files + FREE_FILES,
+                    FREE_FILES,
+                    BLOCK_SIZE,
+                    NAME_MAX as u32,
+                    BLOCK_SIZE,
+                );
+            }
+            Err(e) => reply.error(self.fail("statfs", InodeId::ROOT, &e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        if position != 0 {
+            return reply.error(Errno::EINVAL);
+        }
+        let flags = match xattr_flags(flags) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        self.reply_empty(
+            "setxattr",
+            id(ino),
+            reply,
+            self.fs
+                .set_xattr(id(ino), name.as_bytes(), value, flags, &caller(req)),
+        )
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.fs.get_xattr(id(ino), name.as_bytes()) {
+            Ok(value) => reply_xattr(reply, &value, size),
+            Err(e) => reply.error(self.fail("getxattr", id(ino), &e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.fs.list_xattr(id(ino)) {
+            Ok(names) => reply_xattr(reply, &xattr_list(&names), size),
+            Err(e) => reply.error(self.fail("listxattr", id(ino), &e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.reply_empty(
+            "removexattr",
+            id(ino),
+            reply,
+            self.fs.remove_xattr(id(ino), name.as_bytes()),
+        )
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // With default_permissions the kernel checks; only existence here.
+        match self.fs.getattr(id(ino)) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(self.fail("access", id(ino), &e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let name = match check_name(name) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        if flags & libc::O_DIRECTORY != 0 {
+            return reply.error(Errno::EINVAL);
+        }
+        let parent = id(parent);
+        let new = Self::new_inode(req, FileKind::File, mode, 0, Content::Empty);
+        let created = self
+            .fs
+            .create_posix(parent, name, new, (umask & 0o777) as u16)
+            .and_then(|inode| self.fs.open(inode.id).map(|()| inode));
+        match created {
+            Ok(inode) => reply.created(
+                &TTL,
+                &file_attr(inode.id, &inode.attr),
+                Generation(0),
+                FileHandle(0),
+                open_flags(flags, inode.attr.size, self.page_cache_max),
+            ),
+            Err(e) => reply.error(self.fail("create", parent, &e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.reply_empty(
+            "fallocate",
+            id(ino),
+            reply,
+            self.fs.fallocate(id(ino), offset, length, mode),
+        )
+    }
+}
