@@ -56,8 +56,6 @@ pub enum ServiceError {
     NoBranch(String),
     #[error("no [[branch]] named {0:?} in {CONFIG}")]
     NotInConfig(String),
-    #[error("give either --path DIR or both --s3-endpoint and --s3-bucket")]
-    BranchPlace,
     #[error("{CONFIG}: {0}")]
     BadConfig(String),
     #[error("{CONFIG} changed while `branch add` ran; run it again")]
