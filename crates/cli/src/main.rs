@@ -53,7 +53,9 @@ fn main() -> ExitCode {
     match commands::run(args) {
         Ok(code) => code,
         Err(e) => {
-            tracing::debug!(error = %format!("{e:#}"), "command failed");
+            // Logged where the repository log and -v show it; stderr gets
+            // the message below once.
+            tracing::info!(error = %format!("{e:#}"), "command failed");
             say!("cairn: error: {e}");
             // Many errors repeat their source in their own message: print
             // each cause only if nothing printed yet says it already.
