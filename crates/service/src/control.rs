@@ -84,7 +84,8 @@ struct RequestLine {
 #[serde(rename_all = "snake_case")]
 enum Answer {
     Progress(Step),
-    Ok(Reply),
+    /// Boxed: a reply is large beside a progress step.
+    Ok(Box<Reply>),
     Error(String),
 }
 
@@ -301,7 +302,7 @@ fn answer(
             Answer::Error(e)
         }
         Ok(req) => match run(req, stream, &client) {
-            Ok(reply) => Answer::Ok(reply),
+            Ok(reply) => Answer::Ok(Box::new(reply)),
             Err(e) => {
                 let text = e.chain();
                 tracing::error!("{text}");
@@ -428,7 +429,7 @@ fn exchange(
         }
         match parse_answer(&line)? {
             Answer::Progress(p) => progress.step(&p.what, p.done, p.total),
-            Answer::Ok(reply) => return Ok(reply),
+            Answer::Ok(reply) => return Ok(*reply),
             Answer::Error(e) => return Err(ServiceError::Daemon(e)),
         }
     }

@@ -10,19 +10,19 @@ pub(crate) const CONFIG: &str = "cairn.toml";
 #[non_exhaustive]
 pub enum ServiceError {
     #[error(transparent)]
-    Repo(#[from] repo::RepoError),
+    Repo(Box<repo::RepoError>),
     #[error(transparent)]
-    Fs(#[from] fs::FsError),
+    Fs(Box<fs::FsError>),
     #[error(transparent)]
-    Cas(#[from] cas::CasError),
+    Cas(Box<cas::CasError>),
     #[error(transparent)]
-    Recipe(#[from] recipe::RecipeError),
+    Recipe(Box<recipe::RecipeError>),
     #[error(transparent)]
-    Meta(#[from] meta::MetaError),
+    Meta(Box<meta::MetaError>),
     #[error(transparent)]
-    Gc(#[from] gc::GcError),
+    Gc(Box<gc::GcError>),
     #[error(transparent)]
-    Redundancy(#[from] redundancy::Error),
+    Redundancy(Box<redundancy::Error>),
     #[error("cannot {what} {}", path.display())]
     Io {
         what: &'static str,
@@ -46,7 +46,7 @@ pub enum ServiceError {
     NoSnapshot {
         name: String,
         #[source]
-        source: cas::CasError,
+        source: Box<cas::CasError>,
     },
     #[error("the store holds no version of the file system to recover from")]
     NoVersion,
@@ -110,6 +110,28 @@ pub enum ServiceError {
 }
 
 pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
+
+/// `?` on a layer's error boxes it: the layers' errors are large, and a
+/// `Result` carries its error by value.
+macro_rules! boxed_from {
+    ($($variant:ident($t:ty)),* $(,)?) => {
+        $(impl From<$t> for ServiceError {
+            fn from(e: $t) -> Self {
+                ServiceError::$variant(Box::new(e))
+            }
+        })*
+    };
+}
+
+boxed_from! {
+    Repo(repo::RepoError),
+    Fs(fs::FsError),
+    Cas(cas::CasError),
+    Recipe(recipe::RecipeError),
+    Meta(meta::MetaError),
+    Gc(gc::GcError),
+    Redundancy(redundancy::Error),
+}
 
 impl ServiceError {
     /// An I/O error with what was being done and to which path.

@@ -54,7 +54,7 @@ pub fn recover(repo: &Repo, from: &RecoverFrom, progress: &dyn Progress) -> Resu
                 .get_root(&label)
                 .map_err(|source| ServiceError::NoSnapshot {
                     name: name.clone(),
-                    source,
+                    source: Box::new(source),
                 })?;
             (label, id)
         }
