@@ -3,6 +3,7 @@
 //! the daemon, through it) and prints.
 
 use std::fs::File;
+use std::io::{Read, Seek};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -11,7 +12,6 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use cas::Problem;
 use fs::space::SpaceReport;
-use recipe::Recipe;
 use repo::Repo;
 use service::{CheckOut, Repair, Request};
 
@@ -534,11 +534,16 @@ fn demo(root: &Path, file: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
             quiet,
         )?;
     }
-    let repo = ops::open(root, quiet)?;
-    let recipe = Recipe::open(&repo.store, repo.store.get_root(&labels[1])?)?;
+    let mut back_file = tempfile::tempfile().context("cannot create a temporary file")?;
+    let request = Request::Get {
+        label: labels[1].clone(),
+    };
+    ops::call(root, &request, Some(&back_file), quiet, &service::Silent)?.into_get()?;
     let mut back = Vec::new();
-    recipe.write_to(&mut back, &|_| {})?;
-    drop(repo);
+    back_file
+        .seek(std::io::SeekFrom::Start(0))
+        .and_then(|_| back_file.read_to_end(&mut back))
+        .context("cannot read the temporary file back")?;
     let original =
         std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
     if back != original {
