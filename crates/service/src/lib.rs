@@ -21,8 +21,9 @@
 //! - One computation per answer: `stats` is [`fs::space::report`] over the
 //!   live file system's metadata, whether it is mounted (through its
 //!   daemon) or opened here.
-//! - Long operations report through [`Progress`] and stop early when it
-//!   says the caller is gone (where stopping loses nothing).
+//! - Long operations report through [`Progress`]; a `put` whose caller is
+//!   gone ([`Progress::cancelled`]) records no label for what may be a
+//!   stream cut short.
 //! - Every request line on the control socket carries [`control::PROTOCOL`];
 //!   a mismatch is refused with both versions named, never guessed at.
 //! - Errors are typed ([`ServiceError`]); the messages are for people, the
