@@ -167,3 +167,29 @@ impl From<nix::Error> for ServiceError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_says_each_cause_once() {
+        let e = ServiceError::NotAdded {
+            name: "b".into(),
+            source: Box::new(ServiceError::Io {
+                what: "read",
+                path: "/r/cairn.toml".into(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "gone"),
+            }),
+        };
+        assert_eq!(
+            e.chain(),
+            "branch \"b\" was not added: cannot read /r/cairn.toml: gone"
+        );
+        // A source the message already says is not repeated.
+        let e = ServiceError::Cas(Box::new(cas::CasError::UnknownChunk(
+            cas::ChunkId::from_bytes([7; 32]),
+        )));
+        assert_eq!(e.chain(), e.to_string());
+    }
+}

@@ -199,3 +199,42 @@ replies! {
     BranchReplace(MoveOut) => into_branch_replace,
     BranchDrain(MoveOut) => into_branch_drain,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_of_another_kind_is_a_typed_error() {
+        let reply = Reply::Rm(Removed {
+            removed: "x".into(),
+        });
+        match reply.clone().into_put() {
+            Err(ServiceError::UnexpectedReply { expected, got }) => {
+                assert_eq!((expected, got), ("Put", "Rm"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(reply.into_rm().unwrap().removed, "x");
+    }
+
+    #[test]
+    fn replies_and_requests_keep_their_shape_on_the_wire() {
+        let line = serde_json::to_string(&Reply::Rm(Removed {
+            removed: "x".into(),
+        }))
+        .unwrap();
+        assert_eq!(line, r#"{"op":"rm","reply":{"removed":"x"}}"#);
+        let req: Request =
+            serde_json::from_str(r#"{"op":"put","name":"n","replace":true}"#).unwrap();
+        assert_eq!(
+            req,
+            Request::Put {
+                name: "n".into(),
+                replace: true
+            }
+        );
+        assert!(!req.needs_fs());
+        assert!(Request::Scrub.needs_fs());
+    }
+}
