@@ -1,41 +1,35 @@
+//! The commands that are not a group of their own: init, put, get, roots,
+//! rm, stats, check, repair and demo. Each parses, calls the service (or
+//! the daemon, through it) and prints.
+
 use std::fs::File;
+use std::io::{Read, Seek};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use cas::{CheckProgress, Problem, Store};
+use cas::Problem;
 use fs::space::SpaceReport;
-use recipe::Recipe;
-use repo::{Repo, RepoError};
-use serde::{Deserialize, Serialize};
+use repo::Repo;
+use service::{CheckOut, Repair, Request};
 
 use crate::args::{CheckArgs, Cli, Command, GetArgs, PolicyCommand, PutArgs};
-use crate::ops::{self, GetOut, PutOut, Request};
+use crate::ops;
 use crate::ui::{self, out};
-
-/// How long a command waits for the repository's lock (`--lock-wait`).
-static LOCK_WAIT: OnceLock<Duration> = OnceLock::new();
-/// How often a waiting command tries the lock again.
-pub const LOCK_POLL: Duration = Duration::from_millis(50);
-
-pub fn lock_wait() -> Duration {
-    LOCK_WAIT.get().copied().unwrap_or(Duration::ZERO)
-}
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
     let root = cli.repo.clone().unwrap_or_else(repo::default_location);
     let quiet = cli.quiet;
-    let _ = LOCK_WAIT.set(Duration::from_secs(cli.lock_wait));
+    ops::set_lock_wait(Duration::from_secs(cli.lock_wait));
     match cli.command {
         Command::Init => init(&root, quiet),
         Command::Put(args) => put(&root, &args, quiet),
         Command::Get(args) => get(&root, &args, quiet),
         Command::Roots { json } => roots(&root, json, quiet),
         Command::Rm { label } => {
-            ops::call(&root, &Request::Rm { label }, None, quiet, &|_| {})?;
+            ops::call(&root, &Request::Rm { label }, None, quiet, &service::Silent)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Stats { json } => stats(&root, json, quiet),
@@ -60,7 +54,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             overwrite,
         } => crate::history::restore(
             &root,
-            crate::ops::Request::Restore {
+            Request::Restore {
                 name,
                 path,
                 to,
@@ -90,60 +84,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-/// Opens the repository in this process. While another command holds its
-/// lock this waits for it (up to [`lock_wait`]); a mounted repository is
-/// refused at once, with where it is mounted.
-pub fn open(root: &Path, quiet: bool) -> Result<Repo> {
-    let repo = wait_for_lock(|| Repo::open(root))?;
-    crate::log::to_repo(&repo.root);
-    say_discarded(&repo, quiet);
-    Ok(repo)
-}
-
-/// Runs `open` until it is not turned away by a command holding the lock,
-/// or [`lock_wait`] has passed.
-fn wait_for_lock<T>(open: impl Fn() -> Result<T, RepoError>) -> Result<T> {
-    let deadline = Instant::now() + lock_wait();
-    loop {
-        match open() {
-            Err(RepoError::Locked {
-                holder: Some(h), ..
-            }) if h.mountpoint.is_none() && Instant::now() < deadline => {}
-            Err(RepoError::Locked { holder: None, .. }) if Instant::now() < deadline => {}
-            other => return Ok(other?),
-        }
-        std::thread::sleep(LOCK_POLL);
-    }
-}
-
-pub fn say_discarded(repo: &Repo, quiet: bool) {
-    if repo.discarded_partials > 0 && !quiet {
-        say!(
-            "cairn: discarded {} partial container(s) left by an interrupted write",
-            repo.discarded_partials
-        );
-    }
-}
-
-/// Opens a repository whose index may be unreadable: a damaged index file is
-/// moved aside (it is derived data, and only under the repository's lock)
-/// so that a fresh one can be rebuilt.
-pub fn open_for_rebuild(root: &Path, quiet: bool) -> Result<Repo> {
-    let (repo, aside) = wait_for_lock(|| Repo::open_for_rebuild(root))?;
-    crate::log::to_repo(&repo.root);
-    if let Some(a) = aside {
-        say!(
-            "cairn: the index could not be opened ({}); moved it to {} and rebuilding",
-            a.reason,
-            a.aside.display()
-        );
-    }
-    say_discarded(&repo, quiet);
-    Ok(repo)
-}
-
 fn init(root: &Path, quiet: bool) -> Result<ExitCode> {
-    wait_for_lock(|| Repo::init(root))?;
+    service::init(root, ops::lock_wait())?;
     if !quiet {
         say!("created a cairn repository at {}", root.display());
         say!(
@@ -173,11 +115,10 @@ fn put(root: &Path, args: &PutArgs, quiet: bool) -> Result<ExitCode> {
         name: args.name.clone(),
         replace: args.replace,
     };
-    let v = ops::call(root, &request, Some(&input), quiet, &|p| {
-        pb.set_position(p.done)
-    })?;
-    pb.finish_and_clear();
-    let s: PutOut = serde_json::from_value(v)?;
+    let progress = ui::Bytes(pb);
+    let answer = ops::call(root, &request, Some(&input), quiet, &progress);
+    progress.0.finish_and_clear();
+    let s = answer?.into_put()?;
     if !quiet {
         let secs = started.elapsed().as_secs_f64();
         say!(
@@ -227,15 +168,11 @@ fn get(root: &Path, args: &GetArgs, quiet: bool) -> Result<ExitCode> {
     let request = Request::Get {
         label: args.label.clone(),
     };
-    let answer = ops::call(root, &request, Some(&output), quiet, &|p| {
-        if p.total > 0 && pb.length() != Some(p.total) {
-            pb.set_length(p.total);
-        }
-        pb.set_position(p.done)
-    });
-    pb.finish_and_clear();
-    let v = match answer {
-        Ok(v) => v,
+    let progress = ui::Bytes(pb);
+    let answer = ops::call(root, &request, Some(&output), quiet, &progress);
+    progress.0.finish_and_clear();
+    let got = match answer.and_then(|r| Ok(r.into_get()?)) {
+        Ok(got) => got,
         Err(e) => {
             // A file this command created holds nothing worth keeping.
             if let Some(path) = created {
@@ -244,7 +181,6 @@ fn get(root: &Path, args: &GetArgs, quiet: bool) -> Result<ExitCode> {
             return Err(e);
         }
     };
-    let got: GetOut = serde_json::from_value(v)?;
     if !quiet && args.output.is_some() && !got.closed {
         let secs = started.elapsed().as_secs_f64();
         say!(
@@ -257,41 +193,8 @@ fn get(root: &Path, args: &GetArgs, quiet: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-#[derive(Serialize, Deserialize)]
-pub struct RootLine {
-    label: String,
-    root: String,
-    bytes: Option<u64>,
-    error: Option<String>,
-}
-
-pub fn root_lines(store: &Store) -> Result<Vec<RootLine>> {
-    Ok(store
-        .list_roots()?
-        .into_iter()
-        .map(|(label, id)| {
-            let size = if is_history(&label) {
-                fs::tree::read_record(store, &id)
-                    .map(|r| r.logical_bytes)
-                    .map_err(|e| e.to_string())
-            } else {
-                Recipe::open(store, id)
-                    .map(|r| r.len())
-                    .map_err(|e| e.to_string())
-            };
-            RootLine {
-                label,
-                root: id.to_string(),
-                bytes: size.as_ref().ok().copied(),
-                error: size.err(),
-            }
-        })
-        .collect())
-}
-
 fn roots(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
-    let v = ops::call(root, &Request::Roots, None, quiet, &|_| {})?;
-    let lines: Vec<RootLine> = serde_json::from_value(v)?;
+    let lines = ops::call(root, &Request::Roots, None, quiet, &service::Silent)?.into_roots()?;
     for line in lines {
         if json {
             out!("{}", serde_json::to_string(&line)?);
@@ -307,37 +210,9 @@ fn roots(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What holds the space of a repository opened by this process: the
-/// same computation a mount runs ([`fs::Fs::space_report`]), over the
-/// metadata engine opened as a mount would open it (refused the same way).
-pub fn space_unmounted(repo: &Repo) -> Result<SpaceReport> {
-    let has_versions = || -> Result<bool> {
-        Ok(repo
-            .store
-            .list_roots()?
-            .iter()
-            .any(|(l, _)| l.starts_with(fs::history::VERSION_PREFIX)))
-    };
-    // A repository never mounted has no file system; opening one would
-    // create it.
-    if !repo.fs_meta_path().exists() && !has_versions()? {
-        return Ok(fs::space::report(&repo.store, None)?);
-    }
-    use meta::MetaStore;
-    let meta = repo.open_meta(0, 0)?;
-    let view = meta.view()?;
-    Ok(fs::space::report(&repo.store, Some(view.as_ref()))?)
-}
-
-/// Versions and snapshots: their data is the file system's, counted once.
-fn is_history(label: &str) -> bool {
-    label.starts_with(fs::history::VERSION_PREFIX)
-        || label.starts_with(fs::history::SNAPSHOT_PREFIX)
-}
-
 fn stats(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
-    let v = ops::call(root, &Request::Stats, None, quiet, &|_| {})?;
-    print_stats(root, &serde_json::from_value(v)?, json)
+    let report = ops::call(root, &Request::Stats, None, quiet, &service::Silent)?.into_stats()?;
+    print_stats(root, &report, json)
 }
 
 fn print_stats(root: &Path, st: &SpaceReport, json: bool) -> Result<ExitCode> {
@@ -422,179 +297,36 @@ fn print_stats(root: &Path, st: &SpaceReport, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn progress_fn<'a>(steps: &'a ui::Steps, what: &'a str) -> impl Fn(CheckProgress) + Sync + 'a {
-    move |p| steps.update(what, p.containers_done, p.containers_total)
-}
-
-/// Roots whose data is damaged or missing, each with how many of its chunks
-/// (data or recipe) cannot be read.
-fn damaged_roots(
-    store: &Store,
-    known: fs::damage::KnownDamage<'_>,
-) -> Result<Vec<(String, String)>> {
-    let mut out = Vec::new();
-    for (label, id) in store.list_roots()? {
-        if is_history(&label) {
-            if let Err(e) = fs::reach::MarkSet::default().root(store, &id) {
-                out.push((label, format!("tree unreadable: {e}")));
-            }
-            continue;
-        }
-        let verdict = match Recipe::open(store, id) {
-            Err(e) => Some(format!("recipe unreadable: {e}")),
-            Ok(r) => match r.extents(0, r.len()) {
-                Err(e) => Some(format!("recipe unreadable: {e}")),
-                Ok(extents) => {
-                    let mut bad = 0;
-                    for e in &extents {
-                        if known(&e.id).is_some() || !store.contains(&e.id)? {
-                            bad += 1;
-                        }
-                    }
-                    (bad > 0)
-                        .then(|| format!("{bad} of {} chunks damaged or missing", extents.len()))
-                }
-            },
-        };
-        if let Some(v) = verdict {
-            out.push((label, v));
-        }
-    }
-    Ok(out)
-}
-
-/// What `cairn check` found (and, with `--repair`, did): the store's
-/// report and the roots and live files that lose data.
-#[derive(Serialize, serde::Deserialize)]
-pub struct CheckOut {
-    check: cas::CheckReport,
-    /// What `--repair` did, and the store's state after it.
-    repaired: Option<Repaired>,
-    damaged_roots: Vec<(String, String)>,
-    /// Live files that point at chunks the store cannot give back.
-    damaged_files: Vec<fs::damage::DamagedFile>,
-}
-
-#[derive(Serialize, serde::Deserialize)]
-pub struct Repaired {
-    rebuilt: cas::RebuildReport,
-    /// The damaged containers rewritten without what did not verify: with
-    /// `--drop-lost` every damaged one, else those that could be read.
-    dropped: Option<cas::Dropped>,
-    /// Whether unreadable containers were given up too (`--drop-lost`).
-    gave_up_unreadable: bool,
-    /// A check of the store after the repair.
-    after: cas::CheckReport,
-}
-
-impl CheckOut {
-    /// The store as it is now: after the repair when one ran.
-    fn now(&self) -> &cas::CheckReport {
-        self.repaired.as_ref().map_or(&self.check, |r| &r.after)
-    }
-
-    fn is_healthy(&self) -> bool {
-        self.now().is_clean() && self.damaged_files.is_empty() && self.damaged_roots.is_empty()
-    }
-}
-
-/// Roots (label, why) and live files that lose data.
-type Losses = (Vec<(String, String)>, Vec<fs::damage::DamagedFile>);
-
-/// The live files and roots that lose data, given what the check found.
-fn losses(store: &Store, fs: Option<&fs::Fs>, report: &cas::CheckReport) -> Result<Losses> {
-    let known = |id: &cas::ChunkId| report.damage_of(id).map(str::to_string);
-    let roots = damaged_roots(store, &known)?;
-    let files = match fs {
-        Some(fs) => fs.damaged_files(&known)?,
-        None => Vec::new(),
-    };
-    Ok((roots, files))
-}
-
-pub fn check_store(
-    store: &Store,
-    fs: Option<&fs::Fs>,
-    progress: &(dyn Fn(CheckProgress) + Sync),
-) -> Result<CheckOut> {
-    let check = store.check(progress)?;
-    let (damaged_roots, damaged_files) = losses(store, fs, &check)?;
-    Ok(CheckOut {
-        check,
-        repaired: None,
-        damaged_roots,
-        damaged_files,
-    })
-}
-
 fn check(root: &Path, args: &CheckArgs, quiet: bool) -> Result<ExitCode> {
-    let repair = args.repair || args.drop_lost;
+    let repair = match (args.repair, args.drop_lost) {
+        (_, true) => Repair::DropLost,
+        (true, false) => Repair::Rewrite,
+        (false, false) => Repair::No,
+    };
     // A mounted file system owns the index: ask its daemon.
     let steps = ui::Steps::new(quiet);
-    let answer = crate::control::call(root, &Request::Check, None, &|p| {
-        steps.update(&p.what, p.done, p.total)
-    })?;
+    let answer = service::control::call(root, &Request::Check, None, &steps);
     steps.finish();
-    if let Some(v) = answer {
-        let out: CheckOut = serde_json::from_value(v)?;
-        if repair && !out.check.is_clean() {
-            let e = anyhow::anyhow!(
-                "damage found while the file system is mounted; `cairn check --repair` \
-                 changes the index and the containers: unmount, then run it again"
-            );
-            tracing::error!("{e:#}");
-            return Err(e);
+    if let Some(reply) = answer? {
+        let out = reply.into_check()?;
+        if repair != Repair::No && !out.check.is_clean() {
+            let e = service::ServiceError::RepairWhileMounted;
+            tracing::error!("{e}");
+            return Err(e.into());
         }
         return check_print(&out, args.json);
     }
     // An index that does not match the store is what check reports and
     // its repair rebuilds: neither refuses it at open.
-    let repo = if repair {
-        open_for_rebuild(root, quiet)?
+    let repo = if repair != Repair::No {
+        ops::open_for_rebuild(root, quiet)?
     } else {
-        let repo = wait_for_lock(|| Repo::open_to_check(root))?;
-        crate::log::to_repo(&repo.root);
-        say_discarded(&repo, quiet);
-        repo
+        ops::open_to_check(root, quiet)?
     };
-    let store = &repo.store;
     let steps = ui::Steps::new(quiet);
-    let check = store.check(&progress_fn(&steps, "check"))?;
+    let out = service::check_repo(&repo, repair, &steps);
     steps.finish();
-    // The live file system, when the repository has one.
-    let live = if repo.fs_meta_path().exists() {
-        Some(crate::mount::open_fs(&repo)?)
-    } else {
-        None
-    };
-    let mut repaired = None;
-    if repair && !check.is_clean() {
-        let steps = ui::Steps::new(quiet);
-        let rebuilt = store.rebuild_index(&progress_fn(&steps, "rebuild"))?;
-        let give_up = if args.drop_lost {
-            rebuilt.damaged_containers()
-        } else {
-            rebuilt.rewritable_containers()
-        };
-        let dropped = Some(store.drop_damaged(&give_up)?);
-        let after = store.check(&progress_fn(&steps, "check again"))?;
-        steps.finish();
-        repaired = Some(Repaired {
-            rebuilt,
-            dropped,
-            gave_up_unreadable: args.drop_lost,
-            after,
-        });
-    }
-    let now = repaired.as_ref().map_or(&check, |r| &r.after);
-    let (damaged_roots, damaged_files) = losses(store, live.as_deref(), now)?;
-    let out = CheckOut {
-        check,
-        repaired,
-        damaged_roots,
-        damaged_files,
-    };
-    check_print(&out, args.json)
+    check_print(&out?, args.json)
 }
 
 /// Counts of what `report` found, as "2 containers unreadable, 3 chunks
@@ -738,10 +470,11 @@ fn check_print(out: &CheckOut, json: bool) -> Result<ExitCode> {
 }
 
 fn rebuild(root: &Path, quiet: bool) -> Result<ExitCode> {
-    let repo = open_for_rebuild(root, quiet)?;
+    let repo = ops::open_for_rebuild(root, quiet)?;
     let steps = ui::Steps::new(quiet);
-    let r = repo.store.rebuild_index(&progress_fn(&steps, "rebuild"))?;
+    let r = service::rebuild_index(&repo, &steps);
     steps.finish();
+    let r = r?;
     out!(
         "rebuilt the fingerprint index from {} containers: {} chunks indexed",
         r.containers,
@@ -765,7 +498,7 @@ fn rebuild(root: &Path, quiet: bool) -> Result<ExitCode> {
 
 fn demo(root: &Path, file: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
     if !Repo::exists(root) {
-        wait_for_lock(|| Repo::init(root))?;
+        service::init(root, ops::lock_wait())?;
         out!("created a repository at {}", root.display());
     }
     let file = match file {
@@ -801,10 +534,16 @@ fn demo(root: &Path, file: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
             quiet,
         )?;
     }
-    let repo = open(root, quiet)?;
-    let recipe = Recipe::open(&repo.store, repo.store.get_root(&labels[1])?)?;
+    let mut back_file = tempfile::tempfile().context("cannot create a temporary file")?;
+    let request = Request::Get {
+        label: labels[1].clone(),
+    };
+    ops::call(root, &request, Some(&back_file), quiet, &service::Silent)?.into_get()?;
     let mut back = Vec::new();
-    recipe.write_to(&mut back, &|_| {})?;
+    back_file
+        .seek(std::io::SeekFrom::Start(0))
+        .and_then(|_| back_file.read_to_end(&mut back))
+        .context("cannot read the temporary file back")?;
     let original =
         std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
     if back != original {
@@ -819,5 +558,6 @@ fn demo(root: &Path, file: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
         labels[1],
         back.len()
     );
-    print_stats(&repo.root, &space_unmounted(&repo)?, false)
+    let report = ops::call(root, &Request::Stats, None, quiet, &service::Silent)?.into_stats()?;
+    print_stats(root, &report, false)
 }

@@ -1,39 +1,34 @@
-//! `cairn snapshot`, `restore`, `clone`, `version`, `gc` and `recover`.
+//! `cairn snapshot`, `restore`, `clone`, `version`, `gc` and `recover`:
+//! the requests, and their answers printed.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
-use cas::ChunkId;
-use fs::tree::{self, TreeContent, TreeEntry};
-use meta::{ImportEntry, ImportInode, Inode, InodeId};
-use serde_json::Value;
+use anyhow::Result;
+use fs::history::{ChangeKind, CopyReport};
+use service::{RecoverFrom, Request};
 
 use crate::args::SnapshotCommand;
-use crate::ops::{self, Request};
+use crate::ops;
 use crate::ui::{self, out};
-
-fn field(v: &Value, key: &str) -> u64 {
-    v.get(key).and_then(Value::as_u64).unwrap_or(0)
-}
 
 pub fn snapshot(root: &Path, cmd: SnapshotCommand, quiet: bool) -> Result<ExitCode> {
     match cmd {
         SnapshotCommand::Create { name } => {
-            let v = ops::run(root, &Request::SnapshotCreate { name: name.clone() }, quiet)?;
+            let s = ops::run(root, &Request::SnapshotCreate { name: name.clone() }, quiet)?
+                .into_snapshot_create()?;
             out!(
                 "snapshot {name:?}: {} files, {} directories, {}",
-                field(&v, "files"),
-                field(&v, "dirs"),
-                ui::bytes(field(&v, "logical_bytes"))
+                s.files,
+                s.dirs,
+                ui::bytes(s.logical_bytes)
             );
         }
         SnapshotCommand::List { json } => {
-            let v = ops::run(root, &Request::SnapshotList { unique: true }, quiet)?;
-            let list = v.as_array().cloned().unwrap_or_default();
+            let list = ops::run(root, &Request::SnapshotList { unique: true }, quiet)?
+                .into_snapshot_list()?;
             if json {
-                out!("{}", Value::Array(list));
+                out!("{}", ui::json(&list)?);
             } else {
                 out!(
                     "{:<24} {:<20} {:>9} {:>11} {:>11}",
@@ -46,103 +41,98 @@ pub fn snapshot(root: &Path, cmd: SnapshotCommand, quiet: bool) -> Result<ExitCo
                 for s in &list {
                     out!(
                         "{:<24} {:<20} {:>9} {:>11} {:>11}",
-                        s["name"].as_str().unwrap_or("?"),
-                        ui::utc(s["created"].as_i64().unwrap_or(0)),
-                        field(s, "files"),
-                        ui::bytes(field(s, "logical_bytes")),
-                        ui::bytes(field(s, "unique_bytes")),
+                        s.name,
+                        ui::utc(s.created),
+                        s.files,
+                        ui::bytes(s.logical_bytes),
+                        ui::bytes(s.unique_bytes.unwrap_or(0)),
                     );
                 }
             }
         }
         SnapshotCommand::Delete { name } => {
-            ops::run(root, &Request::SnapshotDelete { name: name.clone() }, quiet)?;
+            ops::run(root, &Request::SnapshotDelete { name: name.clone() }, quiet)?
+                .into_snapshot_delete()?;
             if !quiet {
                 say!("deleted snapshot {name:?}; `cairn gc` reclaims its space");
             }
         }
         SnapshotCommand::Diff { a, b } => {
-            let v = ops::run(root, &Request::SnapshotDiff { a, b }, quiet)?;
-            for c in v.as_array().cloned().unwrap_or_default() {
-                let mark = match c["kind"].as_str() {
-                    Some("added") => "+",
-                    Some("removed") => "-",
-                    _ => "M",
+            let changes =
+                ops::run(root, &Request::SnapshotDiff { a, b }, quiet)?.into_snapshot_diff()?;
+            for c in changes {
+                let mark = match c.kind {
+                    ChangeKind::Added => "+",
+                    ChangeKind::Removed => "-",
+                    ChangeKind::Changed => "M",
                 };
-                out!("{mark} {}", c["path"].as_str().unwrap_or("?"));
+                out!("{mark} {}", c.path);
             }
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn copied(v: &Value) -> String {
+fn copied(c: &CopyReport) -> String {
     format!(
         "{} files, {} directories, {}",
-        field(v, "files"),
-        field(v, "dirs"),
-        ui::bytes(field(v, "bytes"))
+        c.files,
+        c.dirs,
+        ui::bytes(c.bytes)
     )
 }
 
 pub fn restore(root: &Path, req: Request, quiet: bool) -> Result<ExitCode> {
-    let v = ops::run(root, &req, quiet)?;
+    let c = ops::run(root, &req, quiet)?.into_restore()?;
     if !quiet {
-        say!("restored {}", copied(&v));
+        say!("restored {}", copied(&c));
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn clone(root: &Path, src: String, dst: String, quiet: bool) -> Result<ExitCode> {
-    let v = ops::run(root, &Request::Clone { src, dst }, quiet)?;
+    let c = ops::run(root, &Request::Clone { src, dst }, quiet)?.into_clone()?;
     if !quiet {
-        say!("cloned {}", copied(&v));
+        say!("cloned {}", copied(&c));
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn version(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
-    let v = ops::run(root, &Request::Version, quiet)?;
+    let v = ops::run(root, &Request::Version, quiet)?.into_version()?;
     if json {
-        out!("{v}");
-    } else if v["written"].as_bool() == Some(true) {
+        out!("{}", ui::json(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if v.written {
         out!(
             "{}: {} files, {} directories; {} listings written, {} new bytes, {:.3} s",
-            v["label"].as_str().unwrap_or("?"),
-            field(&v, "files"),
-            field(&v, "dirs"),
-            field(&v, "dirs_written"),
-            field(&v, "new_bytes"),
-            v["seconds"].as_f64().unwrap_or(0.0)
+            v.label,
+            v.files,
+            v.dirs,
+            v.dirs_written,
+            v.new_bytes,
+            v.seconds
         );
     } else {
-        out!(
-            "nothing changed since {}",
-            v["label"].as_str().unwrap_or("the last version")
-        );
+        out!("nothing changed since {}", v.label);
     }
-    if !json {
-        dropped(&v, "dropped", "retention dropped");
-    }
+    dropped(&v.dropped, "retention dropped");
     Ok(ExitCode::SUCCESS)
 }
 
 /// `retention dropped 3 version(s): version/1, version/2, version/4`,
-/// when the list at `key` is not empty.
-fn dropped(v: &Value, key: &str, what: &str) {
-    let labels: Vec<&str> = v[key]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+/// when `labels` is not empty.
+fn dropped(labels: &[String], what: &str) {
     if !labels.is_empty() {
         out!("{what} {} version(s): {}", labels.len(), labels.join(", "));
     }
 }
 
 pub fn gc(root: &Path, threshold: f64, dry_run: bool, json: bool, quiet: bool) -> Result<ExitCode> {
-    let v = ops::run(root, &Request::Gc { threshold, dry_run }, quiet)?;
+    let r = ops::run(root, &Request::Gc { threshold, dry_run }, quiet)?.into_gc()?;
     if json {
-        out!("{v}");
+        out!("{}", ui::json(&r)?);
         return Ok(ExitCode::SUCCESS);
     }
     let verb = if dry_run {
@@ -155,39 +145,32 @@ pub fn gc(root: &Path, threshold: f64, dry_run: bool, json: bool, quiet: bool) -
     } else {
         "retention dropped"
     };
-    dropped(&v, "dropped_versions", retention);
+    dropped(&r.dropped_versions, retention);
     out!(
         "marked {} chunks in {:.2} s; {verb} {} of {} containers, {} freed ({} chunks copied forward, {} dropped) in {:.2} s",
-        field(&v, "marked_chunks"),
-        v["mark_seconds"].as_f64().unwrap_or(0.0),
-        field(&v, "reclaimed_containers"),
-        field(&v, "candidates"),
-        ui::bytes(field(&v, "freed_bytes")),
-        field(&v, "copied_chunks"),
-        field(&v, "dropped_chunks"),
-        v["sweep_seconds"].as_f64().unwrap_or(0.0),
+        r.marked_chunks,
+        r.mark_seconds,
+        r.reclaimed_containers,
+        r.candidates,
+        ui::bytes(r.freed_bytes),
+        r.copied_chunks,
+        r.dropped_chunks,
+        r.sweep_seconds,
     );
-    if field(&v, "orphans_removed") > 0 {
+    if r.orphans_removed > 0 {
         out!(
             "removed {} orphaned container(s) left by an interrupted write or gc",
-            field(&v, "orphans_removed")
+            r.orphans_removed
         );
     }
-    for s in v["skipped"].as_array().cloned().unwrap_or_default() {
-        out!(
-            "  skipped, cannot be read (`cairn check` says more): {}",
-            s.as_str().unwrap_or("?")
-        );
+    for s in &r.skipped {
+        out!("  skipped, cannot be read (`cairn check` says more): {s}");
     }
-    for r in v["damaged_roots"].as_array().cloned().unwrap_or_default() {
-        out!("  LOST: root {}", r.as_str().unwrap_or("?"));
+    for root in &r.damaged_roots {
+        out!("  LOST: root {root}");
     }
-    for f in v["damaged_files"].as_array().cloned().unwrap_or_default() {
-        out!(
-            "  LOST: file {}: {}",
-            f["path"].as_str().unwrap_or("?"),
-            f["cause"].as_str().unwrap_or("?")
-        );
+    for f in &r.damaged_files {
+        out!("  LOST: file {}: {}", f.path, f.cause);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -200,103 +183,33 @@ pub fn recover(
     quiet: bool,
 ) -> Result<ExitCode> {
     // A mounted repository is refused here, naming its mount point.
-    let repo = crate::commands::open_for_rebuild(root, quiet)?;
-    let store = &repo.store;
+    let repo = ops::open_for_rebuild(root, quiet)?;
+    let from = match (version, snapshot) {
+        (_, Some(name)) => RecoverFrom::Snapshot(name),
+        (Some(n), None) => RecoverFrom::Version(n),
+        (None, None) => RecoverFrom::Newest,
+    };
     let steps = ui::Steps::new(quiet);
-    let rebuilt =
-        store.rebuild_index(&|p| steps.update("index", p.containers_done, p.containers_total))?;
+    let done = service::recover(&repo, &from, &steps);
     steps.finish();
-    let roots = store.recover_roots()?;
+    let r = done?;
     if !quiet {
         say!(
-            "rebuilt the index from {} containers ({} chunks); {roots} roots found on the branch",
-            rebuilt.containers,
-            rebuilt.chunks_indexed
+            "rebuilt the index from {} containers ({} chunks); {} roots found on the branch",
+            r.rebuilt.containers,
+            r.rebuilt.chunks_indexed,
+            r.roots
         );
-    }
-    let (label, id) = match (version, snapshot) {
-        (_, Some(name)) => {
-            let label = format!("{}{name}", fs::history::SNAPSHOT_PREFIX);
-            (
-                label.clone(),
-                store
-                    .get_root(&label)
-                    .with_context(|| format!("no snapshot {name:?}"))?,
-            )
-        }
-        (n, None) => {
-            let mut versions: Vec<(u64, ChunkId)> = store
-                .list_roots()?
-                .into_iter()
-                .filter_map(|(l, id)| {
-                    Some((
-                        l.strip_prefix(fs::history::VERSION_PREFIX)?.parse().ok()?,
-                        id,
-                    ))
-                })
-                .collect();
-            versions.sort();
-            let found = match n {
-                Some(n) => versions.into_iter().find(|(v, _)| *v == n),
-                None => versions.pop(),
-            };
-            let (n, id) =
-                found.context("the store holds no version of the file system to recover from")?;
-            (format!("{}{n}", fs::history::VERSION_PREFIX), id)
-        }
-    };
-    let record = tree::read_record(store, &id)?;
-    let (inodes, entries) = flatten(store, &record.root)?;
-    let path = repo.fs_meta_path();
-    if path.exists() {
-        let aside = path.with_extension("redb.damaged");
-        std::fs::rename(&path, &aside)
-            .with_context(|| format!("cannot move {} aside", path.display()))?;
-        if !quiet {
+        if let Some(aside) = &r.set_aside {
             say!("moved the old metadata engine to {}", aside.display());
         }
     }
-    meta::RedbMeta::import(&path, inodes, entries)?;
     out!(
-        "recovered the file system from {label} ({}): {} files, {} directories",
-        ui::utc(record.created.secs),
-        record.files,
-        record.dirs
+        "recovered the file system from {} ({}): {} files, {} directories",
+        r.label,
+        ui::utc(r.created),
+        r.files,
+        r.dirs
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// Every inode and name of a stored tree, hard links once.
-fn flatten(store: &cas::Store, root: &TreeEntry) -> Result<(Vec<ImportInode>, Vec<ImportEntry>)> {
-    let mut inodes: HashMap<InodeId, ImportInode> = HashMap::new();
-    let mut entries = Vec::new();
-    let mut stack = vec![(InodeId::ROOT, root.clone())];
-    while let Some((parent, e)) = stack.pop() {
-        let ino = if e.ino == InodeId::ROOT || parent == InodeId::ROOT && e.name.is_empty() {
-            InodeId::ROOT
-        } else {
-            e.ino
-        };
-        if !e.name.is_empty() {
-            entries.push(ImportEntry {
-                parent,
-                name: e.name.clone(),
-                ino,
-            });
-        }
-        inodes.entry(ino).or_insert_with(|| ImportInode {
-            inode: Inode {
-                id: ino,
-                attr: e.attr,
-                content: e.meta_content(),
-            },
-            xattrs: e.xattrs.clone(),
-        });
-        if let TreeContent::Dir(listing) = &e.content {
-            for child in tree::read_listing(store, listing)? {
-                stack.push((ino, child));
-            }
-        }
-    }
-    Ok((inodes.into_values().collect(), entries))
 }

@@ -1,11 +1,19 @@
 //! The `cairn` command: the user-facing edge of every layer.
 //!
 //! **Owns:** argument parsing, progress bars, human and JSON output, turning
-//! typed errors from the layers below into messages and exit codes.
+//! typed errors from the layers below into messages and exit codes, and
+//! running the mount in the foreground (`mount`, `serve`).
 //!
-//! **Never:** implements storage logic; every command is a thin call into
-//! `repo`, `recipe`, `cas`, `fs` and `gc`. While the file system is mounted,
-//! commands reach it through the daemon's control socket (`control`).
+//! **Never:** implements an operation: what a command does is the
+//! `service` crate's (the same functions the daemon's control socket runs),
+//! or a single call into `repo` (init, key and config records) or `fuse`.
+//! While the file system is mounted, commands reach it through the daemon's
+//! control socket (`service::control`).
+//!
+//! **Invariants:** modules do not import each other in a circle: `commands`
+//! dispatches to the command groups (`history`, `redundancy`, `branches`,
+//! `records`, `mount`, `bench`), which use only `ops` (reaching the
+//! repository), `ui` and `args`. Every error a user gets is logged.
 
 /// `say!` that does not panic when stderr cannot be written (a full
 /// disk behind a redirect, a closed pipe): a message lost is better than a
@@ -21,7 +29,6 @@ mod args;
 mod bench;
 mod branches;
 mod commands;
-mod control;
 mod history;
 mod log;
 mod mount;
@@ -46,7 +53,9 @@ fn main() -> ExitCode {
     match commands::run(args) {
         Ok(code) => code,
         Err(e) => {
-            tracing::debug!(error = %format!("{e:#}"), "command failed");
+            // Logged where the repository log and -v show it; stderr gets
+            // the message below once.
+            tracing::info!(error = %format!("{e:#}"), "command failed");
             say!("cairn: error: {e}");
             // Many errors repeat their source in their own message: print
             // each cause only if nothing printed yet says it already.

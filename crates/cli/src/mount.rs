@@ -2,20 +2,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command as Process, ExitCode};
-use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use repo::Repo;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::args::MountArgs;
-
-/// Opens the repository's file system, owned by whoever mounts it.
-pub fn open_fs(repo: &Repo) -> Result<Arc<fs::Fs>> {
-    // SAFETY: plain getters without preconditions.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    Ok(Arc::new(repo.open_fs(uid, gid)?))
-}
 
 /// Clears a dead cairn mount at `dir` (left by a daemon that was killed:
 /// nothing there can be read or written any more, so detaching it loses
@@ -40,8 +32,8 @@ fn prepare_mountpoint(dir: &Path, nonempty: bool, quiet: bool) -> Result<()> {
 pub fn mount(root: &Path, args: &MountArgs, quiet: bool) -> Result<ExitCode> {
     fuse::check_fuse_available()?;
     prepare_mountpoint(&args.mountpoint, args.nonempty, quiet)?;
-    let repo = crate::commands::open(root, quiet)?;
-    let fs = open_fs(&repo)?;
+    let repo = crate::ops::open(root, quiet)?;
+    let fs = service::open_fs(&repo)?;
     // SAFETY: a plain getter.
     let is_root = unsafe { libc::geteuid() } == 0;
     let opts = fuse::MountOptions {
@@ -54,9 +46,9 @@ pub fn mount(root: &Path, args: &MountArgs, quiet: bool) -> Result<ExitCode> {
     let mounted = fuse::mount(fs.clone(), &args.mountpoint, &opts)?;
     let mountpoint = mounted.mountpoint().to_path_buf();
     repo.announce_mount(&mountpoint)?;
-    let control = crate::control::serve(
+    let control = service::control::serve(
         &repo.root,
-        crate::control::Served {
+        service::control::Served {
             fs: fs.clone(),
             chunking: repo.config.chunking,
             mountpoint: mountpoint.clone(),

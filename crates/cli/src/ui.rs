@@ -4,6 +4,7 @@ use parking_lot::Mutex;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use service::Progress;
 
 /// A progress bar on stderr, hidden when `quiet` or when stderr is not a
 /// terminal (scripts and CI get clean output).
@@ -90,6 +91,24 @@ impl Steps {
     }
 }
 
+impl Progress for Steps {
+    fn step(&self, what: &str, done: u64, total: u64) {
+        self.update(what, done, total);
+    }
+}
+
+/// A [`bar`] counting bytes, as a [`Progress`]: a `put`'s or `get`'s.
+pub struct Bytes(pub ProgressBar);
+
+impl Progress for Bytes {
+    fn step(&self, _: &str, done: u64, total: u64) {
+        if total > 0 && self.0.length() != Some(total) {
+            self.0.set_length(total);
+        }
+        self.0.set_position(done);
+    }
+}
+
 /// `println!` that survives a closed standard output: when the reader went
 /// away (`cairn roots | head -1`), the command ends quietly with status 0;
 /// any other failure to write is reported (status 1).
@@ -114,19 +133,12 @@ pub fn stdout_failed(e: std::io::Error) -> ! {
     std::process::exit(1);
 }
 
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = n as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.2} {}", UNITS[unit])
-    }
+pub use service::human_bytes as bytes;
+
+/// A reply as one line of JSON, keys in alphabetical order (as `--json`
+/// has always printed them).
+pub fn json<T: serde::Serialize>(reply: &T) -> serde_json::Result<String> {
+    Ok(serde_json::to_value(reply)?.to_string())
 }
 
 pub fn rate(bytes_done: u64, secs: f64) -> String {
@@ -160,13 +172,6 @@ pub fn utc(secs: i64) -> String {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn formats_bytes() {
-        assert_eq!(super::bytes(512), "512 B");
-        assert_eq!(super::bytes(1536), "1.50 KiB");
-        assert_eq!(super::bytes(3 << 30), "3.00 GiB");
-    }
-
     #[test]
     fn utc_dates() {
         assert_eq!(super::utc(0), "1970-01-01 00:00:00");

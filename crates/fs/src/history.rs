@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 
 use cas::{CasError, ChunkId};
 use meta::{Content, FileKind, Inode, InodeId, NewInode, SetAttr, Timestamp, XattrFlags};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::reach::{self, MarkSet};
 use crate::retention::Dated;
@@ -29,7 +29,7 @@ pub const VERSION_PREFIX: &str = "version/";
 pub const SNAPSHOT_PREFIX: &str = "snapshot/";
 
 /// What writing a version did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct VersionReport {
     /// `version/<n>`, or the previous version's label when nothing changed.
     pub label: String,
@@ -45,7 +45,7 @@ pub struct VersionReport {
     pub dropped: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SnapshotInfo {
     pub name: String,
     /// Seconds since the Unix epoch.
@@ -57,7 +57,7 @@ pub struct SnapshotInfo {
     pub unique_bytes: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChangeKind {
     Added,
@@ -65,14 +65,14 @@ pub enum ChangeKind {
     Changed,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
     pub kind: ChangeKind,
     pub path: String,
 }
 
 /// What a clone or restore created.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct CopyReport {
     pub files: u64,
     pub dirs: u64,

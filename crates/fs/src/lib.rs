@@ -94,7 +94,7 @@ use std::time::Duration;
 
 use cas::{Store, StreamWriter};
 use chunking::ChunkerParams;
-use meta::{Counts, FileKind, InodeId, MetaStore, Timestamp};
+use meta::{Counts, InodeId, MetaStore, Timestamp};
 
 pub use cache::ChunkCache;
 pub use error::{FsError, Result};
@@ -145,19 +145,13 @@ impl Default for FsSettings {
     }
 }
 
-/// Counters for `statfs` and `cairn stats`.
+/// Counters for `statfs`, cheap enough for every call: what `cairn stats`
+/// reports is [`space::report`] (one computation, mounted or not).
 #[derive(Debug, Clone, Copy)]
 pub struct FsStats {
     pub files: u64,
     pub dirs: u64,
     pub stored_bytes: u64,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub struct Usage {
-    pub files: u64,
-    pub dirs: u64,
-    pub bytes: u64,
 }
 
 struct Inner {
@@ -361,19 +355,6 @@ impl Fs {
         let _history = self.history_lock();
         let view = self.inner.meta.view()?;
         space::report(&self.inner.store, Some(view.as_ref()))
-    }
-
-    /// Files, directories and bytes of regular files (hard links counted
-    /// once), from one consistent view.
-    pub fn usage(&self) -> Result<Usage> {
-        let Counts { files, dirs } = self.inner.meta.counts()?;
-        let mut bytes = 0;
-        self.inner.meta.view()?.for_each_inode(&mut |i| {
-            if i.attr.kind == FileKind::File {
-                bytes += i.attr.size;
-            }
-        })?;
-        Ok(Usage { files, dirs, bytes })
     }
 }
 

@@ -51,7 +51,7 @@
 use cas::{Assessment, Prepared, Store};
 use fs::reach::MarkSet;
 use fs::Fs;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GcError {
@@ -127,7 +127,7 @@ pub enum GcProgress {
 }
 
 /// What a collection did.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct GcReport {
     pub marked_chunks: u64,
     pub candidates: u64,

@@ -322,8 +322,7 @@ impl Repo {
         let lock = Arc::new(RepoLock::acquire(root)?);
         match Self::open_locked(root, &lock) {
             Err(RepoError::Store(cas::CasError::IndexOpen { path, source })) => {
-                let aside = path.with_extension("redb.damaged");
-                fs::rename(&path, &aside).map_err(io("move the damaged index aside", &path))?;
+                let aside = Self::set_aside(&path)?;
                 let repo = Self::open_locked(root, &lock)?;
                 let set_aside = IndexSetAside {
                     path,
@@ -334,6 +333,16 @@ impl Repo {
             }
             other => Ok((other?, None)),
         }
+    }
+
+    /// Moves a damaged database file (the index, the metadata engine) aside
+    /// as `NAME.redb.damaged`, replacing an older one, so that a fresh one
+    /// can be built in its place; returns where it went. The one way cairn
+    /// sets a file aside: under the repository's lock, never deleting it.
+    pub fn set_aside(path: &Path) -> Result<PathBuf> {
+        let aside = path.with_extension("redb.damaged");
+        fs::rename(path, &aside).map_err(io("move the damaged file aside", path))?;
+        Ok(aside)
     }
 
     /// Records that this process has the file system mounted at

@@ -1,0 +1,195 @@
+//! The one error type of the service: the layers' own errors kept whole,
+//! and the service's refusals as variants with their fields.
+
+use std::path::PathBuf;
+
+/// The configuration file every branch change edits.
+pub(crate) const CONFIG: &str = "cairn.toml";
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServiceError {
+    #[error(transparent)]
+    Repo(Box<repo::RepoError>),
+    #[error(transparent)]
+    Fs(Box<fs::FsError>),
+    #[error(transparent)]
+    Cas(Box<cas::CasError>),
+    #[error(transparent)]
+    Recipe(Box<recipe::RecipeError>),
+    #[error(transparent)]
+    Meta(Box<meta::MetaError>),
+    #[error(transparent)]
+    Gc(Box<gc::GcError>),
+    #[error(transparent)]
+    Redundancy(Box<redundancy::Error>),
+    #[error("cannot {what} {}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("label {0:?} already exists (use --replace to point it at the new data)")]
+    LabelExists(String),
+    #[error("the caller went away before the put finished; label {0:?} not recorded")]
+    CallerGone(String),
+    #[error("a put or get request comes with a file descriptor")]
+    NoStream,
+    #[error("cannot duplicate the data stream")]
+    Duplicate(#[source] std::io::Error),
+    #[error("this request needs the file system, which was not opened")]
+    NoFs,
+    #[error("no file system or repository to add to")]
+    NoRepository,
+    #[error("no snapshot {name:?}")]
+    NoSnapshot {
+        name: String,
+        #[source]
+        source: Box<cas::CasError>,
+    },
+    #[error("the store holds no version of the file system to recover from")]
+    NoVersion,
+    #[error("this repository stores on one plain branch; it has no branches to {0}")]
+    PlainRepository(&'static str),
+    #[error("no branch named {0:?} is configured")]
+    NoBranch(String),
+    #[error("no [[branch]] named {0:?} in {CONFIG}")]
+    NotInConfig(String),
+    #[error("{CONFIG}: {0}")]
+    BadConfig(#[source] repo::ConfigProblem),
+    #[error("{CONFIG} changed while `branch add` ran; run it again")]
+    ConfigChanged,
+    #[error(
+        "{CONFIG} no longer lists branch(es) {}, which hold data: put them back and run \
+         `cairn branch remove NAME` (or `branch replace`) to move the data off first",
+        .0.join(", ")
+    )]
+    BranchesLeftOut(Vec<String>),
+    #[error("branch {name:?} was not added")]
+    NotAdded {
+        name: String,
+        #[source]
+        source: Box<ServiceError>,
+    },
+    #[error(
+        "damage found while the file system is mounted; `cairn check --repair` changes the \
+         index and the containers: unmount, then run it again"
+    )]
+    RepairWhileMounted,
+    #[error(
+        "the mounted daemon speaks control protocol {daemon}, this cairn speaks {client}; \
+         restart the mount"
+    )]
+    ProtocolMismatch { daemon: u32, client: u32 },
+    /// What the daemon answered a request with: its error, as text (errors
+    /// do not travel as types over the socket).
+    #[error("{0}")]
+    Daemon(String),
+    #[error("{what} on the control socket")]
+    Control {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("a request on the control socket is longer than {0} bytes")]
+    RequestTooLong(usize),
+    #[error("malformed answer from the daemon: {line}")]
+    MalformedAnswer {
+        line: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("the daemon answered a {got} request with a {expected} reply")]
+    UnexpectedReply {
+        expected: &'static str,
+        got: &'static str,
+    },
+    #[error("the daemon closed the control socket without an answer")]
+    NoAnswer,
+}
+
+pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
+
+/// `?` on a layer's error boxes it: the layers' errors are large, and a
+/// `Result` carries its error by value.
+macro_rules! boxed_from {
+    ($($variant:ident($t:ty)),* $(,)?) => {
+        $(impl From<$t> for ServiceError {
+            fn from(e: $t) -> Self {
+                ServiceError::$variant(Box::new(e))
+            }
+        })*
+    };
+}
+
+boxed_from! {
+    Repo(repo::RepoError),
+    Fs(fs::FsError),
+    Cas(cas::CasError),
+    Recipe(recipe::RecipeError),
+    Meta(meta::MetaError),
+    Gc(gc::GcError),
+    Redundancy(redundancy::Error),
+}
+
+impl ServiceError {
+    /// An I/O error with what was being done and to which path.
+    pub(crate) fn io(
+        what: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.into();
+        move |source| ServiceError::Io { what, path, source }
+    }
+
+    /// The error and its causes on one line, each cause once (many errors
+    /// repeat their source in their own message): what the daemon sends.
+    pub fn chain(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(s) = source {
+            let cause = s.to_string();
+            if !text.contains(&cause) {
+                text = format!("{text}: {cause}");
+            }
+            source = s.source();
+        }
+        text
+    }
+}
+
+impl From<nix::Error> for ServiceError {
+    fn from(e: nix::Error) -> Self {
+        ServiceError::Control {
+            what: "passing a descriptor",
+            source: e.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_says_each_cause_once() {
+        let e = ServiceError::NotAdded {
+            name: "b".into(),
+            source: Box::new(ServiceError::Io {
+                what: "read",
+                path: "/r/cairn.toml".into(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "gone"),
+            }),
+        };
+        assert_eq!(
+            e.chain(),
+            "branch \"b\" was not added: cannot read /r/cairn.toml: gone"
+        );
+        // A source the message already says is not repeated.
+        let e = ServiceError::Cas(Box::new(cas::CasError::UnknownChunk(
+            cas::ChunkId::from_bytes([7; 32]),
+        )));
+        assert_eq!(e.chain(), e.to_string());
+    }
+}

@@ -1,0 +1,270 @@
+//! Running a [`Request`]: against a file system or a store ([`exec`]), and
+//! through the daemon serving a repository or on the repository opened
+//! here ([`call`]).
+
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fs::Fs;
+use repo::{Repo, RepoError};
+
+use crate::request::{Deleted, GetOut, PutOut, Removed, Reply, Request};
+use crate::{branches, check, control, open, redundancy, Progress, Result, ServiceError};
+
+/// What a request runs against.
+pub struct Target<'a> {
+    pub store: &'a cas::Store,
+    /// The file system, for requests that need it ([`Request::needs_fs`]).
+    pub fs: Option<&'a Fs>,
+    pub chunking: chunking::ChunkerParams,
+    /// The repository's root directory.
+    pub root: &'a Path,
+    /// Where the file system is mounted: absolute paths under it are taken
+    /// relative to it.
+    pub mountpoint: Option<&'a Path>,
+    /// The repository opened by this process (no daemon serves it).
+    pub repo: Option<&'a Repo>,
+}
+
+impl Target<'_> {
+    /// A path inside the file system: as given, or with the mount point
+    /// stripped from an absolute path under it.
+    fn inside(&self, path: &str) -> String {
+        if let Some(m) = self.mountpoint {
+            if let Ok(rest) = Path::new(path).strip_prefix(m) {
+                return format!("/{}", rest.display());
+            }
+        }
+        path.to_string()
+    }
+
+    pub(crate) fn fs(&self) -> Result<&Fs> {
+        self.fs.ok_or(ServiceError::NoFs)
+    }
+}
+
+fn put(
+    t: &Target<'_>,
+    name: &str,
+    replace: bool,
+    input: File,
+    progress: &dyn Progress,
+) -> Result<PutOut> {
+    let store = t.store;
+    if !replace && store.get_root(name).is_ok() {
+        return Err(ServiceError::LabelExists(name.to_string()));
+    }
+    let total = input
+        .metadata()
+        .ok()
+        .filter(|m| m.is_file())
+        .map_or(0, |m| m.len());
+    let report = |done| progress.step("put", done, total);
+    let stored = recipe::store_stream(store, input, t.chunking, &report)?;
+    // A caller that went away (Ctrl-C on `tar c | cairn put -`) may have
+    // cut the stream short: its label is not recorded.
+    if progress.cancelled() {
+        return Err(ServiceError::CallerGone(name.to_string()));
+    }
+    store.put_root(name, &stored.root)?;
+    let s = stored.stats;
+    Ok(PutOut {
+        len: stored.len,
+        chunks: s.chunks,
+        new_chunks: s.new_chunks,
+        new_bytes: s.new_bytes,
+        stored_bytes: s.stored_bytes,
+    })
+}
+
+fn get(t: &Target<'_>, label: &str, mut out: File, progress: &dyn Progress) -> Result<GetOut> {
+    let root = t.store.get_root(label)?;
+    let recipe = recipe::Recipe::open(t.store, root)?;
+    let total = recipe.len();
+    let report = |done| progress.step("get", done, total);
+    // Chunks are tens of KiB: written as they come, no extra buffer copy.
+    match recipe.write_to(&mut out, &report) {
+        Ok(bytes) => Ok(GetOut {
+            bytes,
+            closed: false,
+        }),
+        Err(recipe::RecipeError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            Ok(GetOut {
+                bytes: 0,
+                closed: true,
+            })
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Runs `req` against `t`. `stream` is the file sent with a `put` or
+/// `get`.
+pub fn exec(
+    t: &Target<'_>,
+    req: &Request,
+    stream: Option<File>,
+    progress: &dyn Progress,
+) -> Result<Reply> {
+    let stream = || stream.ok_or(ServiceError::NoStream);
+    Ok(match req {
+        Request::Stats => Reply::Stats(match (t.fs, t.repo) {
+            (Some(fs), _) => fs.space_report()?,
+            (None, Some(repo)) => check::space_unmounted(repo)?,
+            (None, None) => fs::space::report(t.store, None)?,
+        }),
+        Request::Roots => Reply::Roots(check::root_lines(t.store)?),
+        Request::Rm { label } => {
+            t.store.delete_root(label)?;
+            Reply::Rm(Removed {
+                removed: label.clone(),
+            })
+        }
+        Request::Put { name, replace } => Reply::Put(put(t, name, *replace, stream()?, progress)?),
+        Request::Get { label } => Reply::Get(get(t, label, stream()?, progress)?),
+        Request::Check => Reply::Check(check::check_store(t.store, t.fs, &|p| {
+            progress.step("check", p.containers_done, p.containers_total)
+        })?),
+        Request::Version => Reply::Version(t.fs()?.write_version()?),
+        Request::SnapshotCreate { name } => Reply::SnapshotCreate(t.fs()?.snapshot_create(name)?),
+        Request::SnapshotList { unique } => Reply::SnapshotList(t.fs()?.snapshot_list(*unique)?),
+        Request::SnapshotDelete { name } => {
+            t.fs()?.snapshot_delete(name)?;
+            Reply::SnapshotDelete(Deleted {
+                deleted: name.clone(),
+            })
+        }
+        Request::SnapshotDiff { a, b } => Reply::SnapshotDiff(t.fs()?.snapshot_diff(a, b)?),
+        Request::Restore {
+            name,
+            path,
+            to,
+            overwrite,
+        } => {
+            let to = to.as_deref().map(|p| t.inside(p));
+            Reply::Restore(
+                t.fs()?
+                    .restore(name, &t.inside(path), to.as_deref(), *overwrite)?,
+            )
+        }
+        Request::Clone { src, dst } => {
+            Reply::Clone(t.fs()?.clone_path(&t.inside(src), &t.inside(dst))?)
+        }
+        Request::Gc { threshold, dry_run } => {
+            let options = gc::GcOptions {
+                threshold: *threshold,
+                dry_run: *dry_run,
+            };
+            let fs = t.fs()?;
+            Reply::Gc(gc::collect(
+                fs.store(),
+                gc::Live::Mounted(fs),
+                options,
+                &|p| match p {
+                    gc::GcProgress::Marking { chunks } => progress.step("mark", chunks, 0),
+                    gc::GcProgress::Sweeping { done, total } => progress.step("sweep", done, total),
+                },
+            )?)
+        }
+        Request::PolicyShow { path } => {
+            Reply::PolicyShow(redundancy::policy_show(t.fs()?, &t.inside(path))?)
+        }
+        Request::Status => Reply::Status(redundancy::status(t.store)?),
+        Request::Scrub => Reply::Scrub(redundancy::scrub(t.fs()?, progress)?),
+        Request::Reload => Reply::Reload(branches::reload(t.root, t.fs()?)?),
+        Request::BranchAdd { name, base, config } => {
+            Reply::BranchAdd(branches::add(t, name, base, config)?)
+        }
+        Request::BranchReplace { old, new, config } => {
+            let fs = t.fs()?;
+            let successors = [(old.clone(), new.clone())];
+            Reply::BranchReplace(branches::move_off(t.root, fs, config, &successors, || {
+                redundancy::replace(fs, old, new, progress)
+            })?)
+        }
+        Request::BranchDrain { name, config } => {
+            let fs = t.fs()?;
+            Reply::BranchDrain(branches::move_off(t.root, fs, config, &[], || {
+                redundancy::drain(fs, name, progress)
+            })?)
+        }
+    })
+}
+
+/// Who asks, for [`call`].
+pub struct Caller<'a> {
+    /// The repository's root directory.
+    pub root: &'a Path,
+    /// How long to wait for the repository's lock while another command
+    /// holds it.
+    pub lock_wait: Duration,
+    /// Told of the repository when this process opens it itself (no daemon
+    /// serves it): the CLI logs to it and reports what opening it found.
+    pub opened: &'a dyn Fn(&Repo),
+    pub progress: &'a dyn Progress,
+}
+
+/// Runs `req` through the daemon serving `caller.root` if one runs, else on
+/// the repository opened here, sending `stream` with a `put` or `get`.
+///
+/// While another command holds the repository's lock, this waits for it
+/// (up to `caller.lock_wait`), asking the daemon again each time: a mount
+/// that is starting up answers once its socket is up.
+pub fn call(caller: &Caller<'_>, req: &Request, stream: Option<&File>) -> Result<Reply> {
+    let deadline = Instant::now() + caller.lock_wait;
+    loop {
+        let fd = stream.map(|f| f.as_fd());
+        if let Some(reply) = control::call(caller.root, req, fd, caller.progress)? {
+            return Ok(reply);
+        }
+        match Repo::open(caller.root) {
+            Ok(repo) => {
+                (caller.opened)(&repo);
+                return local(&repo, req, stream, caller.progress);
+            }
+            Err(RepoError::Locked { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(open::LOCK_POLL)
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Runs `req` on the repository opened by this process.
+fn local(
+    repo: &Repo,
+    req: &Request,
+    stream: Option<&File>,
+    progress: &dyn Progress,
+) -> Result<Reply> {
+    let stream = stream
+        .map(File::try_clone)
+        .transpose()
+        .map_err(ServiceError::Duplicate)?;
+    let mut target = Target {
+        store: &repo.store,
+        fs: None,
+        chunking: repo.config.chunking,
+        root: &repo.root,
+        mountpoint: None,
+        repo: Some(repo),
+    };
+    if !req.needs_fs() {
+        return exec(&target, req, stream, progress);
+    }
+    let fs = open_fs(repo)?;
+    target.fs = Some(&fs);
+    let out = exec(&target, req, stream, progress);
+    fs.shutdown()?;
+    out
+}
+
+/// Opens the repository's file system, owned by whoever runs this process.
+pub fn open_fs(repo: &Repo) -> Result<Arc<Fs>> {
+    // SAFETY: plain getters without preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    Ok(Arc::new(repo.open_fs(uid, gid)?))
+}

@@ -1,0 +1,55 @@
+//! Every operation a user or operator can ask of a cairn repository:
+//! stats, check and repair, scrub, status, recover, snapshots, restore,
+//! clone, versions, gc, policies, put/get/roots/rm, branch changes and
+//! reload.
+//!
+//! **Owns:** the typed [`Request`] and its typed [`Reply`], their execution
+//! ([`exec`]) against a mounted file system or a repository opened by the
+//! caller, the control socket (server and client, [`control`]) through
+//! which a command reaches a mounted file system, and the work behind each
+//! operation that is not a single call into a lower layer (recover's
+//! import, scrub's reconciliation with the index, the files a loss
+//! touches, per-branch usage, the branch add/replace configuration dance).
+//! The CLI, the daemon's control socket, and the coming gateway and
+//! dashboard call these same functions and get the same types back.
+//!
+//! **Never:** parses command-line arguments, prints, or decides exit codes
+//! (that is the `cli`'s); stores or reads a byte itself (that is `fs`,
+//! `cas`, `recipe` and `redundancy`'s); keeps state between requests.
+//!
+//! **Invariants:**
+//! - One computation per answer: `stats` is [`fs::space::report`] over the
+//!   live file system's metadata, whether it is mounted (through its
+//!   daemon) or opened here.
+//! - Long operations report through [`Progress`]; a `put` whose caller is
+//!   gone ([`Progress::cancelled`]) records no label for what may be a
+//!   stream cut short.
+//! - Every request line on the control socket carries [`control::PROTOCOL`];
+//!   a mismatch is refused with both versions named, never guessed at.
+//! - Errors are typed ([`ServiceError`]); the messages are for people, the
+//!   variants for code.
+
+mod branches;
+mod check;
+pub mod control;
+mod error;
+mod exec;
+mod open;
+mod progress;
+mod recover;
+mod redundancy;
+mod request;
+mod text;
+
+pub use branches::{
+    config_with_branch, config_without_branch, parse_config, Applied, NewBranch, NewPlace,
+};
+pub use check::{check_repo, rebuild_index, CheckOut, Repair, Repaired};
+pub use error::{Result, ServiceError};
+pub use exec::{call, exec, open_fs, Caller, Target};
+pub use open::{init, open, open_for_rebuild, open_to_check};
+pub use progress::{Progress, Silent, Step};
+pub use recover::{recover, RecoverFrom, Recovered};
+pub use redundancy::{BranchLine, ContainerPlace, MoveOut, PolicyShow, ScrubOut};
+pub use request::{Deleted, GetOut, PutOut, Removed, Reply, Request, RootLine};
+pub use text::human_bytes;

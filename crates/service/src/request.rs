@@ -1,0 +1,240 @@
+//! What can be asked ([`Request`]) and what each answer is ([`Reply`]):
+//! plain serde types, the same in this process and over the control socket.
+
+use fs::history::{Change, CopyReport, SnapshotInfo, VersionReport};
+use fs::space::SpaceReport;
+use gc::GcReport;
+use serde::{Deserialize, Serialize};
+
+use crate::{Applied, BranchLine, CheckOut, MoveOut, PolicyShow, Result, ScrubOut, ServiceError};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    Stats,
+    Check,
+    Roots,
+    Rm {
+        label: String,
+    },
+    /// Stores the stream sent with the request under `name`.
+    Put {
+        name: String,
+        replace: bool,
+    },
+    /// Writes what `label` holds to the stream sent with the request.
+    Get {
+        label: String,
+    },
+    Version,
+    SnapshotCreate {
+        name: String,
+    },
+    SnapshotList {
+        unique: bool,
+    },
+    SnapshotDelete {
+        name: String,
+    },
+    SnapshotDiff {
+        a: String,
+        b: String,
+    },
+    Restore {
+        name: String,
+        path: String,
+        to: Option<String>,
+        overwrite: bool,
+    },
+    Clone {
+        src: String,
+        dst: String,
+    },
+    Gc {
+        threshold: f64,
+        dry_run: bool,
+    },
+    PolicyShow {
+        path: String,
+    },
+    Status,
+    Scrub,
+    /// Applies cairn.toml as edited by hand: its rules, and branches added;
+    /// refused if it leaves out a branch in use.
+    Reload,
+    /// Makes `config` (cairn.toml with branch `name` added) the
+    /// configuration and opens the branch; refused if cairn.toml is no
+    /// longer `base`, the text the edit was made from.
+    BranchAdd {
+        name: String,
+        base: String,
+        config: String,
+    },
+    /// Moves the shards of `old` onto `new`, then makes `config` (cairn.toml
+    /// without `old`) the configuration.
+    BranchReplace {
+        old: String,
+        new: String,
+        config: String,
+    },
+    /// Moves the shards of `name` onto the other branches, then makes
+    /// `config` (cairn.toml without `name`) the configuration.
+    BranchDrain {
+        name: String,
+        config: String,
+    },
+}
+
+impl Request {
+    /// Whether the request needs the file system, not just the store.
+    pub fn needs_fs(&self) -> bool {
+        !matches!(
+            self,
+            Request::Stats
+                | Request::Check
+                | Request::Roots
+                | Request::Rm { .. }
+                | Request::Put { .. }
+                | Request::Get { .. }
+                | Request::BranchAdd { .. }
+        )
+    }
+}
+
+/// What `put` reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PutOut {
+    pub len: u64,
+    pub chunks: u64,
+    pub new_chunks: u64,
+    pub new_bytes: u64,
+    pub stored_bytes: u64,
+}
+
+/// What `get` reports: the bytes written, or that the reader went away
+/// (a closed pipe: `cairn get L | head`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GetOut {
+    pub bytes: u64,
+    pub closed: bool,
+}
+
+/// One root: its label, its id, and the size of what it holds (or why
+/// that cannot be read).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootLine {
+    pub label: String,
+    pub root: String,
+    pub bytes: Option<u64>,
+    pub error: Option<String>,
+}
+
+/// The label `rm` removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Removed {
+    pub removed: String,
+}
+
+/// The snapshot `snapshot delete` deleted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deleted {
+    pub deleted: String,
+}
+
+/// Generates [`Reply`], its variant names, and one accessor per variant
+/// that turns a reply of another kind into [`ServiceError::UnexpectedReply`].
+macro_rules! replies {
+    ($($variant:ident($t:ty) => $into:ident),* $(,)?) => {
+        /// The answer to a [`Request`], one variant per operation.
+        #[derive(Debug, Clone, Serialize, Deserialize)]
+        #[serde(tag = "op", content = "reply", rename_all = "snake_case")]
+        pub enum Reply {
+            $($variant($t),)*
+        }
+
+        impl Reply {
+            /// The operation this answers.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(Reply::$variant(_) => stringify!($variant),)*
+                }
+            }
+
+            $(
+                #[doc = concat!("The answer of a `", stringify!($variant), "` request.")]
+                pub fn $into(self) -> Result<$t> {
+                    match self {
+                        Reply::$variant(v) => Ok(v),
+                        other => Err(ServiceError::UnexpectedReply {
+                            expected: stringify!($variant),
+                            got: other.name(),
+                        }),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+replies! {
+    Stats(SpaceReport) => into_stats,
+    Check(CheckOut) => into_check,
+    Roots(Vec<RootLine>) => into_roots,
+    Rm(Removed) => into_rm,
+    Put(PutOut) => into_put,
+    Get(GetOut) => into_get,
+    Version(VersionReport) => into_version,
+    SnapshotCreate(SnapshotInfo) => into_snapshot_create,
+    SnapshotList(Vec<SnapshotInfo>) => into_snapshot_list,
+    SnapshotDelete(Deleted) => into_snapshot_delete,
+    SnapshotDiff(Vec<Change>) => into_snapshot_diff,
+    Restore(CopyReport) => into_restore,
+    Clone(CopyReport) => into_clone,
+    Gc(GcReport) => into_gc,
+    PolicyShow(PolicyShow) => into_policy_show,
+    Status(Vec<BranchLine>) => into_status,
+    Scrub(ScrubOut) => into_scrub,
+    Reload(Applied) => into_reload,
+    BranchAdd(Applied) => into_branch_add,
+    BranchReplace(MoveOut) => into_branch_replace,
+    BranchDrain(MoveOut) => into_branch_drain,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_of_another_kind_is_a_typed_error() {
+        let reply = Reply::Rm(Removed {
+            removed: "x".into(),
+        });
+        match reply.clone().into_put() {
+            Err(ServiceError::UnexpectedReply { expected, got }) => {
+                assert_eq!((expected, got), ("Put", "Rm"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(reply.into_rm().unwrap().removed, "x");
+    }
+
+    #[test]
+    fn replies_and_requests_keep_their_shape_on_the_wire() {
+        let line = serde_json::to_string(&Reply::Rm(Removed {
+            removed: "x".into(),
+        }))
+        .unwrap();
+        assert_eq!(line, r#"{"op":"rm","reply":{"removed":"x"}}"#);
+        let req: Request =
+            serde_json::from_str(r#"{"op":"put","name":"n","replace":true}"#).unwrap();
+        assert_eq!(
+            req,
+            Request::Put {
+                name: "n".into(),
+                replace: true
+            }
+        );
+        assert!(!req.needs_fs());
+        assert!(Request::Scrub.needs_fs());
+    }
+}
