@@ -28,6 +28,10 @@ const FETCHERS: usize = 4;
 /// average); a step ends where a stored region does, so that no two steps
 /// read the same region.
 const STEP: usize = 64;
+/// Steps queued for the fetchers at most (64 MiB at the default sizes):
+/// read-ahead is a hint, so with the queue full a step is dropped, not
+/// waited for, however many files are being read.
+const QUEUED: usize = 4 * FETCHERS;
 
 struct Shared {
     store: Store,
@@ -51,7 +55,7 @@ impl Fetcher {
             pending: Mutex::new(HashSet::new()),
             fetched: Condvar::new(),
         });
-        let (steps, rx) = crossbeam_channel::unbounded::<Vec<ChunkId>>();
+        let (steps, rx) = crossbeam_channel::bounded::<Vec<ChunkId>>(QUEUED);
         for i in 0..FETCHERS {
             let rx = rx.clone();
             let shared = shared.clone();
@@ -74,8 +78,12 @@ impl Fetcher {
     pub(crate) fn ahead(&self, ids: &[ChunkId]) {
         let claimed = self.shared.claim(ids);
         for run in self.shared.store.read_ahead_runs(&claimed, STEP) {
-            // The receivers live as long as `self`.
-            let _ = self.steps.send(claimed[run].to_vec());
+            // The receivers live as long as `self`, so only a full queue
+            // refuses a step: its chunks stop being pending, and a reader
+            // that needs them reads them itself.
+            if let Err(e) = self.steps.try_send(claimed[run].to_vec()) {
+                self.shared.release(&e.into_inner());
+            }
         }
     }
 
@@ -149,6 +157,16 @@ impl Shared {
             .collect()
     }
 
+    /// Claimed chunks stop being pending; their waiters wake.
+    fn release(&self, ids: &[ChunkId]) {
+        let mut pending = self.pending.lock();
+        for id in ids {
+            pending.remove(id);
+        }
+        drop(pending);
+        self.fetched.notify_all();
+    }
+
     /// Reads claimed chunks into the cache and releases them, also when the
     /// read fails.
     fn fetch_claimed(&self, ids: &[ChunkId]) -> Result<Vec<Bytes>> {
@@ -158,12 +176,7 @@ impl Shared {
                 self.cache.put(*id, b.clone());
             }
         }
-        let mut pending = self.pending.lock();
-        for id in ids {
-            pending.remove(id);
-        }
-        drop(pending);
-        self.fetched.notify_all();
+        self.release(ids);
         Ok(result?)
     }
 }
