@@ -13,7 +13,7 @@ use std::collections::HashSet;
 
 use cas::{ChunkId, Store};
 use meta::{Content, FileKind, InodeId, MetaView};
-use recipe::{Recipe, HOLE};
+use recipe::Recipe;
 use serde::{Deserialize, Serialize};
 
 use crate::Result;
@@ -77,26 +77,26 @@ fn unreadable(store: &Store, root: ChunkId, known: KnownDamage<'_>) -> Option<St
         Ok(x) => x,
         Err(e) => return Some(format!("its recipe cannot be read: {e}")),
     };
-    for e in extents.iter().filter(|e| e.id != HOLE) {
-        if let Some(why) = known(&e.id) {
+    for (e, id) in extents.iter().filter_map(|e| Some((e, e.chunk?))) {
+        if let Some(why) = known(&id) {
             return Some(format!(
                 "bytes {}..{} are chunk {}, and {why}",
                 e.offset,
                 e.offset + e.len,
-                e.id
+                id
             ));
         }
-        match store.contains(&e.id) {
+        match store.contains(&id) {
             Ok(true) => {}
             Ok(false) => {
                 return Some(format!(
                     "bytes {}..{} are chunk {}, which is not in the store",
                     e.offset,
                     e.offset + e.len,
-                    e.id
+                    id
                 ))
             }
-            Err(err) => return Some(format!("chunk {} cannot be located: {err}", e.id)),
+            Err(err) => return Some(format!("chunk {} cannot be located: {err}", id)),
         }
     }
     None

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use cas::{ChunkId, Store, StreamWriter};
 use chunking::ChunkerParams;
 use meta::{Content, InodeId, Timestamp};
-use recipe::{Extent, HOLE};
+use recipe::Extent;
 
 use crate::cache::ChunkCache;
 use crate::cut::cut_segments;
@@ -176,15 +176,10 @@ impl FileState {
                 self.extents.truncate(keep);
                 self.end_is_cut = false;
                 if e.offset < size {
-                    if e.id == HOLE {
-                        self.extents.push(Extent {
-                            len: size - e.offset,
-                            ..e
-                        });
-                    } else {
+                    if let Some(id) = e.chunk {
                         // The surviving head of a cut chunk becomes dirty data,
                         // under any newer dirty bytes.
-                        let head = read(&e.id)?;
+                        let head = read(&id)?;
                         let mut base = head[..(size - e.offset) as usize].to_vec();
                         self.overlay_dirty(e.offset, &mut base);
                         self.insert_dirty(e.offset, &base);
@@ -346,7 +341,7 @@ impl FileState {
             self.extents.push(Extent {
                 offset: ext_end,
                 len: last_lo - ext_end,
-                id: HOLE,
+                chunk: None,
             });
             self.end_is_cut = false;
         }
@@ -404,7 +399,11 @@ impl FileState {
         let mut a = self.extents.partition_point(|e| e.offset + e.len <= lo);
         // An append also re-cuts the old last chunk when its end was only
         // the end of the data then, not a content-defined cut.
-        if a == self.extents.len() && a > 0 && self.extents[a - 1].id != HOLE && !self.end_is_cut {
+        if a == self.extents.len()
+            && a > 0
+            && self.extents[a - 1].chunk.is_some()
+            && !self.end_is_cut
+        {
             a -= 1;
         }
         let b = self.extents.partition_point(|e| e.offset < hi).max(a);
@@ -431,7 +430,7 @@ impl FileState {
     ) -> Result<Vec<Bytes>> {
         let a = self.extents.partition_point(|e| e.offset < start);
         let b = self.extents.partition_point(|e| e.offset < old_end);
-        let old_data = self.extents[a..b].iter().any(|e| e.id != HOLE);
+        let old_data = self.extents[a..b].iter().any(|e| e.chunk.is_some());
         if !old_data {
             let mut at = start;
             let tiled = self.dirty.range(start..end).all(|(&s, run)| {
@@ -449,10 +448,10 @@ impl FileState {
         }
         let mut region = vec![0u8; (end - start) as usize];
         for e in &self.extents[a..b] {
-            if e.id != HOLE {
-                let data = match cache.get(&e.id) {
+            if let Some(id) = &e.chunk {
+                let data = match cache.get(id) {
                     Some(d) => d,
-                    None => store.read_chunk(&e.id)?,
+                    None => store.read_chunk(id)?,
                 };
                 let at = (e.offset - start) as usize;
                 region[at..at + data.len()].copy_from_slice(&data);
@@ -508,7 +507,7 @@ impl FileState {
         let Some(e) = self.extents.get(i).copied() else {
             return;
         };
-        if e.id == HOLE && e.offset < at && at < e.offset + e.len {
+        if e.chunk.is_none() && e.offset < at && at < e.offset + e.len {
             self.extents[i] = Extent {
                 len: at - e.offset,
                 ..e
@@ -518,7 +517,7 @@ impl FileState {
                 Extent {
                     offset: at,
                     len: e.offset + e.len - at,
-                    id: HOLE,
+                    chunk: None,
                 },
             );
         }
@@ -537,11 +536,7 @@ pub struct ReadPlan {
 impl ReadPlan {
     /// The chunks the read needs, in order.
     pub fn ids(&self) -> Vec<ChunkId> {
-        self.covering
-            .iter()
-            .filter(|e| e.id != HOLE)
-            .map(|e| e.id)
-            .collect()
+        self.covering.iter().filter_map(|e| e.chunk).collect()
     }
 
     /// The bytes read, given the chunks of [`ReadPlan::ids`].
@@ -553,7 +548,7 @@ impl ReadPlan {
         for e in &self.covering {
             let from = (offset.max(e.offset) - e.offset) as usize;
             let to = (end.min(e.offset + e.len) - e.offset) as usize;
-            if e.id == HOLE {
+            if e.chunk.is_none() {
                 out.resize(out.len() + to - from, 0);
             } else {
                 let bytes = data.next().expect("one chunk per data extent");
@@ -625,7 +620,7 @@ impl Job {
                     let e = Extent {
                         offset,
                         len: chunk.len() as u64,
-                        id,
+                        chunk: Some(id),
                     };
                     offset += e.len;
                     e

@@ -585,7 +585,7 @@ impl Fs {
         let open: Vec<_> = self.inner.files.lock().values().cloned().collect();
         for state in open {
             let f = self.inner.lock_settled(&state);
-            set.chunks(f.extents.iter().map(|e| e.id));
+            set.chunks(f.extents.iter().filter_map(|e| e.chunk));
             if let Content::Recipe(id) = f.content {
                 set.recipe(&self.inner.store, &id)?;
             }

@@ -354,11 +354,11 @@ impl Inner {
             f.extents.push(recipe::Extent {
                 offset: end,
                 len: f.size - end,
-                id: recipe::HOLE,
+                chunk: None,
             });
         }
         let writer = f.writer.as_mut().expect("apply opened a stream");
-        let root = recipe::store_tree(writer, f.extents.iter().map(|e| (e.len, e.id)))?;
+        let root = recipe::store_tree(writer, f.extents.iter().map(|e| (e.len, e.chunk)))?;
         Ok(Content::Recipe(root))
     }
 
@@ -398,8 +398,7 @@ impl Inner {
         f.extents[first..]
             .iter()
             .take_while(|e| e.offset < to)
-            .filter(|e| e.id != recipe::HOLE)
-            .map(|e| e.id)
+            .filter_map(|e| e.chunk)
             .collect()
     }
 }

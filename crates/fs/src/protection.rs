@@ -105,16 +105,12 @@ impl Inner {
             let recipe = Recipe::open(&inner.store, root)?;
             let extents = recipe.extents(0, recipe.len())?;
             let mut writer = inner.store.stream_with(protection)?;
-            let ids: Vec<ChunkId> = extents
-                .iter()
-                .filter(|e| e.id != recipe::HOLE)
-                .map(|e| e.id)
-                .collect();
+            let ids: Vec<ChunkId> = extents.iter().filter_map(|e| e.chunk).collect();
             for batch in ids.chunks(64) {
                 let data = inner.store.read_chunks(batch)?;
                 writer.write_hashed(&data, batch)?;
             }
-            recipe::store_tree(&mut writer, extents.iter().map(|e| (e.len, e.id)))?;
+            recipe::store_tree(&mut writer, extents.iter().map(|e| (e.len, e.chunk)))?;
             writer.flush()?;
             Ok(())
         };

@@ -112,9 +112,7 @@ impl MarkSet {
     /// Marks data chunks known by id (an open file's extents).
     pub fn chunks(&mut self, ids: impl IntoIterator<Item = ChunkId>) {
         for id in ids {
-            if id != HOLE {
-                self.insert(&id);
-            }
+            self.insert(&id);
         }
     }
 }

@@ -426,7 +426,10 @@ impl TreeWriter<'_> {
         let ids = self.writer.write_batch(&chunks)?;
         let root = recipe::store_tree(
             self.writer,
-            chunks.iter().zip(ids).map(|(c, id)| (c.len() as u64, id)),
+            chunks
+                .iter()
+                .zip(ids)
+                .map(|(c, id)| (c.len() as u64, Some(id))),
         )?;
         self.stats.dirs_written += 1;
         self.stats.new_bytes += self.writer.stats().new_bytes - before;

@@ -17,7 +17,10 @@ fn one_container(store: &Store, live: &[u8], dead: &[u8]) -> (ChunkId, ChunkId) 
             .map(bytes::Bytes::copy_from_slice)
             .collect();
         let ids = writer.write_batch(&chunks).unwrap();
-        let children = chunks.iter().map(|c| c.len() as u64).zip(ids);
+        let children = chunks
+            .iter()
+            .map(|c| c.len() as u64)
+            .zip(ids.into_iter().map(Some));
         recipe::store_tree(&mut writer, children).unwrap()
     };
     let roots = (file(live), file(dead));

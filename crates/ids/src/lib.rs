@@ -21,8 +21,8 @@
 //! "no id (yet)" is an `Option<ChunkId>` or a type of its own (a region
 //! that does not decode names no chunk in `cas`), never a made-up value.
 //! The one reserved value is the recipe node format's: `recipe::HOLE`, the
-//! all-zero id, encodes a hole, and `recipe::Extent::chunk` reads it as
-//! `None`.
+//! all-zero id, encodes a hole in a recipe node, and `recipe::Extent`
+//! gives it as a `None` chunk.
 
 use std::fmt;
 

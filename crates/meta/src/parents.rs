@@ -16,8 +16,8 @@
 
 use redb::ReadableTable;
 
-use crate::record::{as_slices, decode, dval_decode, encode, prefix_range, Rec, DIRS};
 use crate::record::corrupt;
+use crate::record::{as_slices, decode, dval_decode, encode, prefix_range, Rec, DIRS};
 use crate::{FileKind, InodeId, MetaError, Result};
 
 /// The tables a parent walk reads, from a read transaction or the open

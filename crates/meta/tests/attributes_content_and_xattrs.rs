@@ -3,8 +3,8 @@
 
 mod common;
 
-use ids::ChunkId;
 use common::*;
+use ids::ChunkId;
 use meta::{Content, InodeId, MetaStore, SetAttr, XattrChange, XattrFlags};
 
 #[test]

@@ -33,8 +33,9 @@ use cas::ChunkId;
 /// nothing: sparse files and truncates that grow a file cost no data. (An
 /// all-zero BLAKE3 output is not a chunk id anyone will meet.) This is the
 /// node format's encoding of a hole and the all-zero id's only meaning:
-/// nothing uses it for "no id yet"; read an extent's chunk with
-/// [`Extent::chunk`], which gives `None` for a hole.
+/// nothing uses it for "no id yet", and above the node format a hole is an
+/// [`Extent`] whose `chunk` is `None`. Only walkers of raw [`Node`]s (gc's
+/// marking) meet this value.
 pub const HOLE: ChunkId = ChunkId::from_bytes([0; 32]);
 
 #[derive(Debug, thiserror::Error)]

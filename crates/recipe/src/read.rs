@@ -24,19 +24,15 @@ const NODE_CACHE: usize = 64;
 const WINDOW: u64 = 16 << 20;
 
 /// A piece of the file: where it starts, its length and the chunk that
-/// holds it, or [`HOLE`] for a run of zeros stored as nothing.
+/// holds it, if any: a hole (a run of zeros stored as nothing) has none.
+/// The recipe format writes a hole as the id [`HOLE`]; above the format it
+/// is only ever `None`, so no id doubles as "no chunk".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Extent {
     pub offset: u64,
     pub len: u64,
-    pub id: ChunkId,
-}
-
-impl Extent {
     /// The chunk holding this piece; `None` for a hole.
-    pub fn chunk(&self) -> Option<ChunkId> {
-        (self.id != HOLE).then_some(self.id)
-    }
+    pub chunk: Option<ChunkId>,
 }
 
 impl Recipe {
@@ -108,7 +104,7 @@ impl Recipe {
                 out.push(Extent {
                     offset: base + child_start,
                     len: child_end - child_start,
-                    id,
+                    chunk: (id != HOLE).then_some(id),
                 });
             } else {
                 let child = self.node(id, node.level - 1)?;
@@ -206,7 +202,7 @@ impl Recipe {
 
 /// The ids of the extents that refer to stored chunks (not holes).
 fn data_ids(extents: &[Extent]) -> Vec<ChunkId> {
-    extents.iter().filter_map(Extent::chunk).collect()
+    extents.iter().filter_map(|e| e.chunk).collect()
 }
 
 static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
@@ -217,7 +213,7 @@ fn with_holes(extents: &[Extent], chunks: Vec<Bytes>) -> Vec<Bytes> {
     let mut chunks = chunks.into_iter();
     let mut out = Vec::with_capacity(extents.len());
     for e in extents {
-        if e.chunk().is_none() {
+        if e.chunk.is_none() {
             let mut left = e.len as usize;
             while left > 0 {
                 let n = left.min(ZEROS.len());
@@ -238,7 +234,7 @@ pub(crate) fn copy_range(extents: &[Extent], chunks: Vec<Bytes>, offset: u64, en
     for e in extents {
         let from = offset.saturating_sub(e.offset);
         let to = (end - e.offset).min(e.len);
-        if e.chunk().is_none() {
+        if e.chunk.is_none() {
             out.resize(out.len() + (to - from) as usize, 0);
         } else {
             let data = chunks.next().expect("one chunk per data extent");
@@ -258,15 +254,13 @@ mod tests {
         let data = Extent {
             offset: 0,
             len: 3,
-            id,
+            chunk: Some(id),
         };
         let hole = Extent {
             offset: 3,
             len: 4,
-            id: HOLE,
+            chunk: None,
         };
-        assert_eq!(data.chunk(), Some(id));
-        assert_eq!(hole.chunk(), None);
         assert_eq!(data_ids(&[data, hole, data]), [id, id]);
         let pieces = with_holes(&[data, hole], vec![Bytes::from_static(b"abc")]);
         assert_eq!(pieces.concat(), b"abc\0\0\0\0");

@@ -72,15 +72,15 @@ pub fn store_stream<R: Read + Send>(
     })
 }
 
-/// Stores a recipe tree over `children` (each a data chunk's length and id,
-/// in file order; [`crate::HOLE`] for a run of zeros) and returns its root.
+/// Stores a recipe tree over `children` (each a piece's length and its
+/// chunk, `None` for a run of zeros, in file order) and returns its root.
 pub fn store_tree(
     writer: &mut StreamWriter,
-    children: impl IntoIterator<Item = (u64, ChunkId)>,
+    children: impl IntoIterator<Item = (u64, Option<ChunkId>)>,
 ) -> Result<ChunkId> {
     let mut tree = TreeBuilder::default();
-    for (len, id) in children {
-        tree.push(writer, 0, len, id)?;
+    for (len, chunk) in children {
+        tree.push(writer, 0, len, chunk.unwrap_or(crate::HOLE))?;
     }
     tree.finish(writer)
 }

@@ -128,7 +128,7 @@ fn holes_read_as_zeros_without_storing_anything() {
     let big_hole = 3 << 20;
     let root = recipe::store_tree(
         &mut w,
-        [(5, a), (7, recipe::HOLE), (5, b), (big_hole, recipe::HOLE)],
+        [(5, Some(a)), (7, None), (5, Some(b)), (big_hole, None)],
     )
     .unwrap();
     w.flush().unwrap();

@@ -82,13 +82,15 @@ fn damaged_roots(
                 Err(e) => Some(format!("recipe unreadable: {e}")),
                 Ok(extents) => {
                     let mut bad = 0;
-                    for e in &extents {
-                        if known(&e.id).is_some() || !store.contains(&e.id)? {
+                    let chunks: Vec<cas::ChunkId> =
+                        extents.iter().filter_map(|e| e.chunk).collect();
+                    for id in &chunks {
+                        if known(id).is_some() || !store.contains(id)? {
                             bad += 1;
                         }
                     }
                     (bad > 0)
-                        .then(|| format!("{bad} of {} chunks damaged or missing", extents.len()))
+                        .then(|| format!("{bad} of {} chunks damaged or missing", chunks.len()))
                 }
             },
         };
@@ -226,4 +228,53 @@ pub fn check_repo(repo: &Repo, repair: Repair, progress: &dyn Progress) -> Resul
 /// from its containers.
 pub fn rebuild_index(repo: &Repo, progress: &dyn Progress) -> Result<cas::RebuildReport> {
     Ok(repo.store.rebuild_index(&steps(progress, "rebuild"))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use cas::{RepoKey, Store, StoreSettings};
+
+    use super::damaged_roots;
+
+    fn store_in(dir: &std::path::Path) -> Store {
+        let (branch, _) = branch::LocalDir::open("local", dir.join("branch")).unwrap();
+        std::fs::create_dir(dir.join("meta")).unwrap();
+        Store::open(
+            Arc::new(branch),
+            &dir.join("meta"),
+            RepoKey::generate(),
+            StoreSettings::default(),
+        )
+        .unwrap()
+    }
+
+    /// A hole is no chunk: a sparse recipe whose data all reads back is
+    /// not damaged, and one whose data chunk is gone counts only that one.
+    #[test]
+    fn holes_are_not_counted_as_missing_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_in(dir.path());
+        let mut writer = store.stream();
+        let data = [bytes::Bytes::from_static(b"some bytes")];
+        let ids = writer.write_batch(&data).unwrap();
+        let sparse =
+            recipe::store_tree(&mut writer, [(10, Some(ids[0])), (1 << 20, None)]).unwrap();
+        let absent = cas::ChunkId::from_bytes([7; 32]);
+        let broken =
+            recipe::store_tree(&mut writer, [(1 << 20, None), (10, Some(absent))]).unwrap();
+        writer.flush().unwrap();
+        store.put_root("sparse", &sparse).unwrap();
+        store.put_root("broken", &broken).unwrap();
+
+        let damaged = damaged_roots(&store, &|_| None).unwrap();
+        assert_eq!(
+            damaged,
+            [(
+                "broken".to_string(),
+                "1 of 1 chunks damaged or missing".to_string()
+            )]
+        );
+    }
 }

@@ -50,7 +50,7 @@ fn file_chunks(store: &Store, root: cas::ChunkId) -> Result<Vec<cas::ChunkId>> {
     let mut ids: Vec<cas::ChunkId> = recipe
         .extents(0, recipe.len())?
         .into_iter()
-        .filter_map(|e| e.chunk())
+        .filter_map(|e| e.chunk)
         .collect();
     ids.push(root);
     Ok(ids)
