@@ -51,7 +51,7 @@ sys.dont_write_bytecode = True  # no bench/__pycache__ from importing ingest.py
 import ingest as common  # noqa: E402  (shared helpers; importing runs nothing)
 from ingest import (BenchError, Runner, du_bytes, files_identical, fmt_table,  # noqa: E402
                     generate_random, log, mem_gib, mib, nb, parse_json_object)
-from fs import Mounts  # noqa: E402
+from common import Mounts  # noqa: E402
 
 GIB = common.GIB
 REPO_ROOT = common.REPO_ROOT
