@@ -607,6 +607,47 @@ pub enum BenchCommand {
     /// a version: runs bench/gc.py (built in) with this binary; arguments
     /// are passed on.
     Gc(ScriptArgs),
+    /// Random I/O on a big file (VM images, databases) with fio: the cairn
+    /// mount against a plain directory and bindfs on the same disk.
+    ///
+    /// Runs bench/random_io.py (built in) with this binary; every argument
+    /// is passed on (`cairn bench random -- --help` lists them: --size,
+    /// --runtime, --cairn-config, --workdir, --json OUT, --keep,
+    /// --step-timeout). Needs root (it mounts, and drops the page cache for
+    /// cold reads), /dev/fuse, python3, and fio and bindfs (installed with
+    /// apt-get when missing).
+    ///
+    /// Each target (a plain directory, bindfs over one, cairn over a fresh
+    /// repository) runs twice, with unique data (fio refill_buffers) and
+    /// with half of the written blocks repeated (dedupe_percentage=50): an
+    /// image of --size (default 4 GiB) written sequentially; then, --runtime
+    /// seconds each (default 30), 4 KiB random reads cold (caches dropped,
+    /// cairn remounted) and warm, 64 KiB random reads, 4 KiB random reads
+    /// while a sequential reader streams a second file, 4 KiB random
+    /// writes, a 70/30 read/write mix, 64 KiB random writes and a
+    /// database-like job (16 KiB, fsync every 32 writes). fio uses psync,
+    /// buffered I/O.
+    ///
+    /// Prints tables to stdout (progress to stderr): IOPS and MB/s per job
+    /// and target with the cairn/bindfs and cairn/ext4 ratios; the drop of
+    /// random-read IOPS under the sequential reader; bytes the repository
+    /// grew per byte written, and its size after `cairn gc` per logical
+    /// byte; the daemon's peak RSS against the budgets in its cairn.toml;
+    /// and a Targets table (every IOPS >= bindfs, growth <= 1.5x written
+    /// before gc and <= 1.1x logical after, drop <= 20%, RSS within
+    /// budget), each MET or NOT MET.
+    ///
+    /// `--cairn-config [LABEL:]SECTION.NAME=VALUE` (repeatable) edits each
+    /// fresh repository's cairn.toml before mounting; a LABEL adds a column
+    /// cairn[LABEL] with those settings, so one run compares settings. The
+    /// benchmark sets fs.version_seconds = 0 (so gc can free overwritten
+    /// data); the report prints each cairn column's settings.
+    ///
+    /// Exit status: 0 when it ran (also with targets NOT MET), 1 when fio,
+    /// a mount or cairn failed (its stderr is printed; every mount is
+    /// unmounted), 2 when a job moved no data. Next: compare with the
+    /// baseline table in bench/README.md.
+    Random(ScriptArgs),
 }
 
 /// Arguments passed on to a bench/ script.

@@ -1,6 +1,6 @@
 //! Measurements the benchmark scripts under `bench/` call, benchmarks that
 //! run whole inside cairn (`bench redundancy`), and those scripts themselves
-//! (`bench fs`, `ingest`, `gc`).
+//! (`bench fs`, `ingest`, `gc`, `random`).
 
 use std::fs::File;
 use std::process::ExitCode;
@@ -40,5 +40,6 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
         BenchCommand::Fs(a) => scripts::run("fs.py", &a.args),
         BenchCommand::Ingest(a) => scripts::run("ingest.py", &a.args),
         BenchCommand::Gc(a) => scripts::run("gc.py", &a.args),
+        BenchCommand::Random(a) => scripts::run("random_io.py", &a.args),
     }
 }

@@ -1,4 +1,4 @@
-//! `cairn bench fs`, `ingest` and `gc`: the benchmark scripts of `bench/`
+//! `cairn bench fs`, `ingest`, `gc` and `random`: the benchmark scripts of `bench/`
 //! (Python, standard library only), built into the binary so an installed
 //! `cairn` runs them without a source tree. They drive real tools (restic,
 //! borg, bindfs, postmark, the mount) from outside, which is why they are
@@ -10,11 +10,14 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result};
 
-/// (name, source); `ingest.py` also holds the helpers the others import.
-const SCRIPTS: [(&str, &str); 3] = [
+/// (name, source); `ingest.py` and `common.py` also hold the helpers the
+/// others import.
+const SCRIPTS: [(&str, &str); 5] = [
     ("ingest.py", include_str!("../../../../bench/ingest.py")),
+    ("common.py", include_str!("../../../../bench/common.py")),
     ("fs.py", include_str!("../../../../bench/fs.py")),
     ("gc.py", include_str!("../../../../bench/gc.py")),
+    ("random_io.py", include_str!("../../../../bench/random_io.py")),
 ];
 
 /// Runs `bench/<script>` with `--cairn <this binary>` and `args`.
