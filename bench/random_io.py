@@ -303,6 +303,21 @@ class Target:
         os.sync()
 
 
+def preflight(ctx: dict, columns: list[dict]) -> None:
+    """Fails before anything is measured when cairn refuses a column's settings (an unknown
+    key, a bad value): `cairn stats` on a fresh repository with them loads its cairn.toml."""
+    for col in columns:
+        repo = os.path.join(ctx["workdir"], "preflight")
+        ctx["cairn"].init(repo)
+        apply_settings(os.path.join(repo, "cairn.toml"), col["settings"])
+        try:
+            ctx["cairn"].stats(repo)
+        except BenchError as e:
+            raise BenchError(f"cairn refuses the settings of column {col['label']} "
+                             f"({', '.join(f'{k} = {v}' for k, v in col['settings'])}):\n{e}")
+        shutil.rmtree(repo)
+
+
 def run_variant(ctx: dict, t: Target, data: dict) -> dict:
     """Steps 1-9 on one target and data variant; see the module doc."""
     a, step, dropper = ctx["args"], ctx["watch"].step, ctx["dropper"]
@@ -419,10 +434,11 @@ def build_report(res: dict) -> tuple[str, list]:
                                       ratio(v, bindfs), TARGETS["iops_vs_bindfs"]))
             rows.append(row)
     out.append(fmt_table(headers, rows))
-    out.append("   mixed jobs, read / write IOPS: " + "; ".join(
-        f"{c['label']} {v} {k}: {f0(r(c, v)['jobs'][k]['read_iops'])} / "
-        f"{f0(r(c, v)['jobs'][k]['write_iops'])}"
-        for k in ("mix4k", "db16k") for v, _ in VARIANTS for c in cols))
+    out.append("   mixed jobs, read / write IOPS:")
+    rows = [[c["label"], v] + [f"{f0(r(c, v)['jobs'][k]['read_iops'])} / "
+                               f"{f0(r(c, v)['jobs'][k]['write_iops'])}" for k in ("mix4k", "db16k")]
+            for v, _ in VARIANTS for c in cols]
+    out.append(fmt_table(["target", "data", "4 KiB 70/30", "database 16 KiB"], rows))
     for c in cairns:
         for variant, _ in VARIANTS:
             targets.append(target(
@@ -590,6 +606,7 @@ def main(argv=None) -> int:
             "cairn_version": ctx["cairn"].version(), "workdir": workdir,
             "workdir_fs": fs_of(workdir), "fio_version": tool_version(["fio", "--version"]),
             "bindfs_version": tool_version(["bindfs", "--version"]), "installed_now": installed}
+        preflight(ctx, [c for c in columns if c["kind"] == "cairn"])
         for col in columns:
             results["runs"][col["key"]] = {}
             for variant, data in VARIANTS:
