@@ -72,6 +72,7 @@ import signal
 import sys
 import tempfile
 import tomllib
+import zlib
 
 sys.dont_write_bytecode = True  # no bench/__pycache__ from importing the helpers
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -210,12 +211,20 @@ def configured_budgets(path: str) -> dict[str, int]:
 
 # --------------------------------------------------------------------------- fio
 
+def seed(variant: str, job: str) -> int:
+    """fio's randseed for one job of one variant: the same on every target, so they all get
+    the same offsets and data, but different between jobs (with fio's one default seed,
+    stream.bin would be a copy of image.img and each write job would repeat the last's
+    data, which cairn would deduplicate)."""
+    return zlib.crc32(f"{variant}/{job}".encode()) + 1
+
+
 def fio_jobfile(path: str, size: int, opts: dict, data: dict, runtime: int | None,
-                stream: str | None = None) -> str:
+                randseed: int, stream: str | None = None) -> str:
     """A fio job file: one job "main" on path (plus "stream", a sequential reader of
     stream, running alongside it, when given)."""
     glob = {"ioengine": "psync", "direct": 0, "refill_buffers": 1, "fallocate": "none",
-            "invalidate": 0, "size": size, **data}
+            "invalidate": 0, "size": size, "randseed": randseed, **data}
     if runtime is not None:
         glob.update({"time_based": 1, "runtime": runtime})
     text = "[global]\n" + "".join(f"{k}={v}\n" for k, v in glob.items())
@@ -330,10 +339,12 @@ def run_variant(ctx: dict, t: Target, data: dict) -> dict:
     t.setup()
     with step(f"{t.key} {t.variant}: sequential image write"):
         log(f"{t.key} {t.variant}: writing {nb(size)} B image sequentially")
-        job = run_fio(ctx, f"{name}-seqwrite", fio_jobfile(image, size, seq, data, None))
+        jf = fio_jobfile(image, size, seq, data, None, seed(t.variant, "image"))
+        job = run_fio(ctx, f"{name}-seqwrite", jf)
         out["seqwrite"] = figures(job["main"], "write")
         log(f"{t.key} {t.variant}: sequential write {out['seqwrite']['mb_s']:.1f} MB/s")
-        run_fio(ctx, f"{name}-streamfile", fio_jobfile(stream, size, seq, data, None))
+        jf = fio_jobfile(stream, size, seq, data, None, seed(t.variant, "stream"))
+        run_fio(ctx, f"{name}-streamfile", jf)
         mrow = t.unmount()
     if mrow:
         out["mounts"].append(mrow)
@@ -343,7 +354,8 @@ def run_variant(ctx: dict, t: Target, data: dict) -> dict:
 
     for key, label, opts, direction in JOBS:
         with step(f"{t.key} {t.variant}: {label}"):
-            jf = fio_jobfile(image, size, opts, data, rt, stream if key == "rr4k_stream" else None)
+            jf = fio_jobfile(image, size, opts, data, rt, seed(t.variant, key),
+                             stream if key == "rr4k_stream" else None)
             job = run_fio(ctx, f"{name}-{key}", jf)
         fig = figures(job["main"], direction)
         if "stream" in job:
