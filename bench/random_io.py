@@ -280,17 +280,15 @@ class Target:
         self.budgets = None
 
     def setup(self) -> None:
-        mounts = self.ctx["mounts"]
+        """A fresh directory or repository (with the column's settings), mounted."""
         if self.kind == "ext4":
             os.makedirs(self.data)
-        elif self.kind == "bindfs":
-            mounts.bindfs_mount(self.data, self.mnt)
-        else:
+        elif self.kind == "cairn":
             self.ctx["cairn"].init(self.data)
             toml = os.path.join(self.data, "cairn.toml")
             apply_settings(toml, self.settings)
             self.budgets = configured_budgets(toml)
-            mounts.cairn_mount(self.data, self.mnt, f"{self.key} {self.variant}")
+        self.mount()
 
     def unmount(self) -> dict | None:
         mounts = self.ctx["mounts"]
