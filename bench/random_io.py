@@ -445,9 +445,13 @@ def build_report(res: dict) -> tuple[str, list]:
             rows.append(row)
     out.append(fmt_table(headers, rows))
     out.append("   mixed jobs, read / write IOPS:")
-    rows = [[c["label"], v] + [f"{f0(r(c, v)['jobs'][k]['read_iops'])} / "
-                               f"{f0(r(c, v)['jobs'][k]['write_iops'])}" for k in ("mix4k", "db16k")]
-            for v, _ in VARIANTS for c in cols]
+    rows = []
+    for v, _ in VARIANTS:
+        for c in cols:
+            jobs = r(c, v)["jobs"]
+            rows.append([c["label"], v] + [f"{f0(jobs[k]['read_iops'])} / "
+                                           f"{f0(jobs[k]['write_iops'])}"
+                                           for k in ("mix4k", "db16k")])
     out.append(fmt_table(["target", "data", "4 KiB 70/30", "database 16 KiB"], rows))
     for c in cairns:
         for variant, _ in VARIANTS:
