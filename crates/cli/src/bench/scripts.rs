@@ -17,7 +17,10 @@ const SCRIPTS: [(&str, &str); 5] = [
     ("common.py", include_str!("../../../../bench/common.py")),
     ("fs.py", include_str!("../../../../bench/fs.py")),
     ("gc.py", include_str!("../../../../bench/gc.py")),
-    ("random_io.py", include_str!("../../../../bench/random_io.py")),
+    (
+        "random_io.py",
+        include_str!("../../../../bench/random_io.py"),
+    ),
 ];
 
 /// Runs `bench/<script>` with `--cairn <this binary>` and `args`.
