@@ -16,7 +16,8 @@
 //! `default_permissions` and POSIX ACLs, `FUSE_POSIX_ACL`), and the rules
 //! the kernel leaves to the file system (the umask, inherited and chmod-ed
 //! ACLs, a set-group-id directory's group, the set-id bits a write or
-//! truncate clears, `fallocate`, a directory's `..`) are `fs`'s. It keeps
+//! truncate clears, `fallocate`, `copy_file_range`'s clones, a directory's
+//! `..`) are `fs`'s. It keeps
 //! no state about inodes: only open directory listings and the session.
 //!
 //! **Invariants:**
