@@ -25,7 +25,7 @@ use crate::convert::{
     reply_xattr, time_or_now, writer, xattr_flags, xattr_list, BLOCK_SIZE,
 };
 use crate::dir::DirHandle;
-use crate::session::Shared;
+use crate::session::{MountOptions, Shared};
 
 /// How long the kernel may cache attributes and directory entries
 /// (including negative ones) before asking again.
@@ -47,16 +47,18 @@ pub(crate) struct CairnFs {
     pub(crate) next_fh: AtomicU64,
     shared: Arc<Shared>,
     page_cache_max: u64,
+    writeback_cache: bool,
 }
 
 impl CairnFs {
-    pub(crate) fn new(fs: Arc<Fs>, shared: Arc<Shared>, page_cache_max: u64) -> CairnFs {
+    pub(crate) fn new(fs: Arc<Fs>, shared: Arc<Shared>, opts: &MountOptions) -> CairnFs {
         CairnFs {
             fs,
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             shared,
-            page_cache_max,
+            page_cache_max: opts.page_cache_max,
+            writeback_cache: opts.writeback_cache,
         }
     }
 
@@ -178,6 +180,13 @@ impl Filesystem for CairnFs {
         ] {
             // A flag the kernel lacks is simply left off.
             let _ = config.add_capabilities(flag);
+        }
+        if self.writeback_cache {
+            // The kernel merges small writes in its page cache and owns the
+            // size and mtime of a file with dirty pages; it writes them
+            // back before a flush, fsync, truncate, fallocate or copy
+            // reaches `fs`, and writes through when set-id bits must go.
+            let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
         }
         if let Err(max) = config.set_max_write(MAX_WRITE) {
             let _ = config.set_max_write(max);
