@@ -21,6 +21,10 @@
 //! no state about inodes: only open directory listings and the session.
 //!
 //! **Invariants:**
+//! - With the writeback cache asked for (`MountOptions::writeback_cache`)
+//!   the kernel writes a file's dirty pages back before it sends a flush,
+//!   fsync, setattr, fallocate or copy for it, so `fs` sees every write
+//!   before the operation that depends on it.
 //! - Every request gets exactly one reply; every failure of `fs` reaches the
 //!   caller as `FsError::errno()`, never as a panic.
 //! - A name longer than [`meta::NAME_MAX`] bytes is refused with
