@@ -40,6 +40,7 @@ pub fn mount(root: &Path, args: &MountArgs, quiet: bool) -> Result<ExitCode> {
         allow_other: args.allow_other || is_root,
         threads: args.threads.max(1),
         page_cache_max: repo.config.page_cache_max,
+        writeback_cache: repo.config.writeback_cache,
         nonempty: args.nonempty,
         ..Default::default()
     };

@@ -17,8 +17,10 @@
 //! leaves to the file system (`posix`, [`acl`]): the umask or an inherited
 //! default ACL on create, a set-group-id directory's group (and bit, on a
 //! new directory), the set-id bits a chown, a write or a truncate clears,
-//! `fallocate`'s modes and sizes, and access ACLs kept in step with the
-//! mode. It writes versions and snapshots of the namespace ([`history`])
+//! `fallocate`'s modes and sizes (a punched or zeroed range becomes holes
+//! in the extent list, `punch`), `copy_file_range` (a whole file onto an
+//! empty one as a recipe clone, `reflink`), and access ACLs kept in step
+//! with the mode. It writes versions and snapshots of the namespace ([`history`])
 //! and drops the versions its retention rule no longer keeps
 //! ([`retention`], on a clock tests can set), and reports what holds the
 //! store's space ([`space`]).
@@ -78,7 +80,9 @@ mod open;
 mod posix;
 pub mod problem;
 mod protection;
+mod punch;
 pub mod reach;
+mod reflink;
 pub mod retention;
 pub mod rules;
 mod snapview;

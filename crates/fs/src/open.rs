@@ -125,16 +125,28 @@ impl Fs {
         result.map(|()| data.len() as u32)
     }
 
-    /// `fallocate(2)`: plain allocation (`mode` 0) makes the file at least
-    /// `offset + length` bytes long, under the file's lock (space is never
-    /// reserved in a deduplicating store). Every other mode (keeping the
-    /// size, punching or zeroing a range) is not supported; no bytes are
-    /// invalid; an end past `i64::MAX` is too big.
+    /// `fallocate(2)`, under the file's lock like a write (space is never
+    /// reserved in a deduplicating store):
+    /// - `0`: the file becomes at least `offset + length` bytes long;
+    /// - `KEEP_SIZE`: nothing changes (there is nothing to allocate);
+    /// - `PUNCH_HOLE | KEEP_SIZE`: the range reads zeros and the chunks
+    ///   wholly inside it leave the file (see [`crate::punch`]);
+    /// - `ZERO_RANGE` (`| KEEP_SIZE`): the range reads zeros, and without
+    ///   `KEEP_SIZE` the file grows to its end as with mode `0`.
+    ///
+    /// Every other mode is not supported; no bytes are invalid; an end
+    /// past `i64::MAX` is too big.
     pub fn fallocate(&self, ino: InodeId, offset: u64, length: u64, mode: i32) -> Result<()> {
+        use libc::FALLOC_FL_ZERO_RANGE as ZERO;
+        use libc::{FALLOC_FL_KEEP_SIZE as KEEP, FALLOC_FL_PUNCH_HOLE as PUNCH};
         writable(ino)?;
-        if mode != 0 {
-            return Err(FsError::NotSupported);
-        }
+        let (zero, grow) = match mode {
+            0 => (false, true),
+            KEEP => (false, false),
+            m if m == PUNCH | KEEP || m == ZERO | KEEP => (true, false),
+            ZERO => (true, true),
+            _ => return Err(FsError::NotSupported),
+        };
         if length == 0 {
             return Err(MetaError::Invalid("fallocate of no bytes").into());
         }
@@ -142,17 +154,30 @@ impl Fs {
             .checked_add(length)
             .filter(|&e| e <= i64::MAX as u64)
             .ok_or(FsError::TooBig)?;
+        if !zero && !grow {
+            return Ok(());
+        }
         let state = self.inner.state(ino)?;
         let recording = self.inner.recording.read();
         let mut f = self.inner.lock_settled(&state);
-        let result = if end > f.size {
-            let before = f.held();
-            let inner = &self.inner;
+        let inner = &self.inner;
+        let before = f.held();
+        let punched = if zero {
+            self.inner.punch(&mut f, offset, end)
+        } else {
+            Ok(())
+        };
+        let result = if punched.is_err() {
+            punched
+        } else if grow && end > f.size {
             let read = |id: &ChunkId| inner.read_one(id);
             let grown = f.truncate(end, now(), &read);
             inner.account(before, f.held());
             grown.and_then(|()| inner.finalize(&mut f))
         } else {
+            // Recorded at the next flush or commit: a guest's discards
+            // must not each store the file's recipe.
+            inner.account(before, f.held());
             Ok(())
         };
         drop(f);
@@ -212,13 +237,7 @@ impl Inner {
                 _ => FsError::NotFile,
             });
         }
-        let extents = match &inode.content {
-            Content::Recipe(root) => {
-                let r = Recipe::open(&self.store, *root)?;
-                r.extents(0, r.len())?
-            }
-            _ => Vec::new(),
-        };
+        let extents = self.extents_of(&inode.content)?;
         let state = FileState::new(ino, inode.attr.size, inode.content.clone(), extents);
         let mut files = self.files.lock();
         Ok(files
@@ -230,6 +249,34 @@ impl Inner {
                 Arc::new(Mutex::new(state))
             })
             .clone())
+    }
+
+    /// Zeroes `lo..hi` of the file (see [`crate::punch`]): an edge chunk
+    /// is rewritten through the file's stream.
+    fn punch(&self, f: &mut FileState, lo: u64, hi: u64) -> Result<()> {
+        let mut writer = match f.writer.take() {
+            Some(w) => w,
+            None => self.open_stream(f)?,
+        };
+        let mut rewrite = |id: &ChunkId, zeroed: std::ops::Range<usize>| -> Result<ChunkId> {
+            let mut bytes = self.read_one(id)?.to_vec();
+            bytes[zeroed].fill(0);
+            Ok(writer.write_batch(&[Bytes::from(bytes)])?[0])
+        };
+        let result = f.punch(lo, hi, now(), &mut rewrite);
+        f.writer = Some(writer);
+        result
+    }
+
+    /// The extents of recorded content (none for inline or empty content).
+    pub(crate) fn extents_of(&self, content: &Content) -> Result<Vec<recipe::Extent>> {
+        Ok(match content {
+            Content::Recipe(root) => {
+                let r = Recipe::open(&self.store, *root)?;
+                r.extents(0, r.len())?
+            }
+            _ => Vec::new(),
+        })
     }
 
     /// Forgets the state of a file nobody holds open and that has nothing

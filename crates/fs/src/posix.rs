@@ -386,9 +386,17 @@ mod tests {
         fs.fallocate(f.id, 0, 10, 0).unwrap();
         assert_eq!(fs.getattr(f.id).unwrap().attr.size, 123, "never shrinks");
         let errno = |r: crate::Result<()>| r.unwrap_err().errno();
+        fs.fallocate(f.id, 0, 200, libc::FALLOC_FL_KEEP_SIZE)
+            .unwrap();
+        assert_eq!(fs.getattr(f.id).unwrap().attr.size, 123, "size kept");
         assert_eq!(
-            errno(fs.fallocate(f.id, 0, 200, libc::FALLOC_FL_KEEP_SIZE)),
+            errno(fs.fallocate(f.id, 0, 200, libc::FALLOC_FL_COLLAPSE_RANGE)),
             libc::EOPNOTSUPP
+        );
+        assert_eq!(
+            errno(fs.fallocate(f.id, 0, 200, libc::FALLOC_FL_PUNCH_HOLE)),
+            libc::EOPNOTSUPP,
+            "a punch must keep the size"
         );
         assert_eq!(
             errno(fs.fallocate(f.id, i64::MAX as u64, 1, 0)),

@@ -16,10 +16,15 @@
 //! `default_permissions` and POSIX ACLs, `FUSE_POSIX_ACL`), and the rules
 //! the kernel leaves to the file system (the umask, inherited and chmod-ed
 //! ACLs, a set-group-id directory's group, the set-id bits a write or
-//! truncate clears, `fallocate`, a directory's `..`) are `fs`'s. It keeps
+//! truncate clears, `fallocate`, `copy_file_range`'s clones, a directory's
+//! `..`) are `fs`'s. It keeps
 //! no state about inodes: only open directory listings and the session.
 //!
 //! **Invariants:**
+//! - With the writeback cache asked for (`MountOptions::writeback_cache`)
+//!   the kernel writes a file's dirty pages back before it sends a flush,
+//!   fsync, setattr, fallocate or copy for it, so `fs` sees every write
+//!   before the operation that depends on it.
 //! - Every request gets exactly one reply; every failure of `fs` reaches the
 //!   caller as `FsError::errno()`, never as a panic.
 //! - A name longer than [`meta::NAME_MAX`] bytes is refused with

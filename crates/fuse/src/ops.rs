@@ -13,10 +13,10 @@ use std::time::{Duration, SystemTime};
 
 use fs::{Fs, FsError};
 use fuser::{
-    AccessFlags, Errno, FileHandle, Filesystem, Generation, INodeNo, InitFlags, KernelConfig,
-    LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
-    WriteFlags,
+    AccessFlags, CopyFileRangeFlags, Errno, FileHandle, Filesystem, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 use meta::{Content, FileKind, InodeId, NewInode, SetAttr, NAME_MAX};
 
@@ -25,7 +25,7 @@ use crate::convert::{
     reply_xattr, time_or_now, writer, xattr_flags, xattr_list, BLOCK_SIZE,
 };
 use crate::dir::DirHandle;
-use crate::session::Shared;
+use crate::session::{MountOptions, Shared};
 
 /// How long the kernel may cache attributes and directory entries
 /// (including negative ones) before asking again.
@@ -47,16 +47,18 @@ pub(crate) struct CairnFs {
     pub(crate) next_fh: AtomicU64,
     shared: Arc<Shared>,
     page_cache_max: u64,
+    writeback_cache: bool,
 }
 
 impl CairnFs {
-    pub(crate) fn new(fs: Arc<Fs>, shared: Arc<Shared>, page_cache_max: u64) -> CairnFs {
+    pub(crate) fn new(fs: Arc<Fs>, shared: Arc<Shared>, opts: &MountOptions) -> CairnFs {
         CairnFs {
             fs,
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             shared,
-            page_cache_max,
+            page_cache_max: opts.page_cache_max,
+            writeback_cache: opts.writeback_cache,
         }
     }
 
@@ -178,6 +180,13 @@ impl Filesystem for CairnFs {
         ] {
             // A flag the kernel lacks is simply left off.
             let _ = config.add_capabilities(flag);
+        }
+        if self.writeback_cache {
+            // The kernel merges small writes in its page cache and owns the
+            // size and mtime of a file with dirty pages; it writes them
+            // back before a flush, fsync, truncate, fallocate or copy
+            // reaches `fs`, and writes through when set-id bits must go.
+            let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
         }
         if let Err(max) = config.set_max_write(MAX_WRITE) {
             let _ = config.set_max_write(max);
@@ -672,5 +681,38 @@ impl Filesystem for CairnFs {
             reply,
             self.fs.fallocate(id(ino), offset, length, mode),
         )
+    }
+
+    /// `copy_file_range`: `fs` clones a whole file onto an empty one (no
+    /// data copied) and copies any other range inside the daemon, so no
+    /// byte passes through the kernel. (`FICLONE` never arrives: the
+    /// kernel refuses it for FUSE, see `docs/file-system.md`.)
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        // The reply counts in 32 bits; the kernel asks for no more.
+        let len = len.min(u32::MAX as u64);
+        let copied = self.fs.copy_range(
+            id(ino_in),
+            offset_in,
+            id(ino_out),
+            offset_out,
+            len,
+            &writer(req),
+        );
+        match copied {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(self.fail("copy_file_range", id(ino_out), &e)),
+        }
     }
 }

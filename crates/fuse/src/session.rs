@@ -37,6 +37,10 @@ pub struct MountOptions {
     /// Files larger than this, opened read-only, are read around the
     /// kernel's page cache (`FOPEN_DIRECT_IO`); see [`open_flags`].
     pub page_cache_max: u64,
+    /// Ask the kernel for its writeback cache (`FUSE_WRITEBACK_CACHE`):
+    /// writes to a cached handle land in the page cache and reach the
+    /// daemon merged, at writeback, fsync or close.
+    pub writeback_cache: bool,
     /// Mount on a directory that is not empty or is itself a mount point
     /// (never on a live cairn mount: see [`check_mountpoint`]).
     pub nonempty: bool,
@@ -49,6 +53,7 @@ impl Default for MountOptions {
             fsname: "cairn".into(),
             threads: 4,
             page_cache_max: 16 << 20,
+            writeback_cache: true,
             nonempty: false,
         }
     }
@@ -370,7 +375,7 @@ pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> Result<Moun
     config.clone_fd = threads > 1;
 
     let shared = Arc::new(Shared::default());
-    let filesystem = CairnFs::new(fs, shared.clone(), opts.page_cache_max);
+    let filesystem = CairnFs::new(fs, shared.clone(), opts);
     let mount_error = |source: io::Error| {
         if source.kind() == io::ErrorKind::NotFound && fusermount_bin().is_none() {
             FuseError::FusermountMissing

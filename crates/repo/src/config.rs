@@ -24,6 +24,9 @@ pub struct Config {
     /// `fs.page_cache_max`: files larger than this are read around the
     /// kernel's page cache (see `fuse::MountOptions::page_cache_max`).
     pub page_cache_max: u64,
+    /// `fs.writeback_cache`: the kernel's writeback cache for the mount
+    /// (see `fuse::MountOptions::writeback_cache`).
+    pub writeback_cache: bool,
     /// The `[[branch]]`, `[[rule]]` and `[default_rule]` sections; `None`
     /// when no branch is configured (one plain local branch, `single`).
     pub redundancy: Option<RedundancyConfig>,
@@ -142,6 +145,7 @@ total_dirty = "256MiB"  # written bytes all files together buffer
 readahead = "32MiB"     # how far ahead of a sequential reader chunks are fetched
 cache = "256MiB"        # DRAM cache of chunks
 page_cache_max = "16MiB" # bigger files are read around the kernel's page cache (one copy less)
+writeback_cache = true  # the kernel merges small writes in its page cache (fsync and close still write through)
 commit_seconds = 5      # written data and metadata become durable at least this often
 version_seconds = 30    # a version of the namespace is written this often (0: never)
 

@@ -56,6 +56,8 @@ pub(super) struct RawFs {
     pub(super) cache: Size,
     #[serde(default = "page_cache_max")]
     pub(super) page_cache_max: Size,
+    #[serde(default = "writeback_cache")]
+    pub(super) writeback_cache: bool,
     #[serde(default = "commit_seconds")]
     pub(super) commit_seconds: Spanned<u64>,
     #[serde(default = "version_seconds")]
@@ -82,6 +84,9 @@ fn cache() -> Size {
 fn page_cache_max() -> Size {
     Size(PAGE_CACHE_MAX)
 }
+fn writeback_cache() -> bool {
+    true
+}
 fn commit_seconds() -> Spanned<u64> {
     absent(FsSettings::default().commit_interval.as_secs())
 }
@@ -98,6 +103,7 @@ impl Default for RawFs {
             readahead: readahead(),
             cache: cache(),
             page_cache_max: page_cache_max(),
+            writeback_cache: writeback_cache(),
             commit_seconds: commit_seconds(),
             version_seconds: version_seconds(),
             versions_keep: None,

@@ -137,6 +137,7 @@ pub(super) fn config(raw: Raw, text: &str) -> Result<Config> {
             retention,
         },
         page_cache_max: f.page_cache_max.0,
+        writeback_cache: f.writeback_cache,
     })
 }
 
