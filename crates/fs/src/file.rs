@@ -7,6 +7,15 @@
 //! re-chunked and written behind to the store, and the extent list is
 //! spliced. Only the chunks around a change are rewritten; an overwrite in
 //! the middle of a 4 GiB file re-stores a few hundred KiB.
+//!
+//! A file in fixed chunking mode ([`Chunking::Fixed`]) re-chunks less: each
+//! dirty run is widened to whole blocks (absolute multiples of the block
+//! size, clipped to the file's size), then only to the edges of the
+//! extents those blocks overlap, and cut at block boundaries, so an aligned
+//! overwrite re-stores exactly the blocks it covers and reads none of them.
+//! Extents cut before a switch to fixed mode (content-defined ones) are
+//! read as they are and replaced block by block as they are overwritten. A
+//! block of zeros is stored as a hole.
 
 use parking_lot::Condvar;
 use std::collections::BTreeMap;
@@ -19,7 +28,8 @@ use meta::{Content, InodeId, Timestamp};
 use recipe::Extent;
 
 use crate::cache::ChunkCache;
-use crate::cut::cut_segments;
+use crate::chunkmode::{BlockSize, Chunking};
+use crate::cut::{cut_fixed, cut_segments};
 use crate::{FsError, Result};
 
 /// Dirty runs closer than this are applied together (re-reading the bytes
@@ -58,6 +68,11 @@ pub struct FileState {
     /// in the metadata engine (it is recorded with it).
     pub mtime: Option<Timestamp>,
     pub handles: u32,
+    /// How changed regions are cut into chunks.
+    pub chunking: Chunking,
+    /// The mode was chosen by nobody (no xattr, no rule): the detector may
+    /// switch the file to fixed chunking.
+    pub chunking_auto: bool,
     /// Where the last read ended and how far read-ahead has been asked for.
     pub read_next: u64,
     pub read_ahead_until: u64,
@@ -80,6 +95,8 @@ impl FileState {
             changed: false,
             mtime: None,
             handles: 0,
+            chunking: Chunking::ContentDefined,
+            chunking_auto: true,
             read_next: 0,
             read_ahead_until: 0,
         };
@@ -262,6 +279,18 @@ impl FileState {
             })
     }
 
+    /// Whether dirty runs cover every byte of `lo..hi`.
+    fn covered(&self, lo: u64, hi: u64) -> bool {
+        let mut at = lo;
+        for (from, part) in self.dirty_in(lo, hi) {
+            if from != at {
+                return false;
+            }
+            at += part.len() as u64;
+        }
+        at == hi
+    }
+
     /// Copies the dirty bytes that fall in `offset..offset+buf.len()` over
     /// `buf`.
     fn overlay_dirty(&self, offset: u64, buf: &mut [u8]) {
@@ -272,11 +301,21 @@ impl FileState {
         }
     }
 
-    /// The clusters of dirty runs, as (start, end) byte ranges.
+    /// The clusters of dirty runs, as (start, end) byte ranges. In fixed
+    /// mode each run is widened to whole blocks and only runs whose blocks
+    /// overlap are clustered: the bytes between two blocks are never read.
     fn clusters(&self) -> Vec<(u64, u64)> {
         let mut out: Vec<(u64, u64)> = Vec::new();
         for (&s, run) in &self.dirty {
             let e = s + run.len() as u64;
+            if let Some(b) = self.chunking.block() {
+                let (s, e) = (b.floor(s), b.ceil(e).min(self.size));
+                match out.last_mut() {
+                    Some(c) if s < c.1 => c.1 = c.1.max(e),
+                    _ => out.push((s, e)),
+                }
+                continue;
+            }
             match out.last_mut() {
                 Some(c) if s <= c.1 + CLUSTER_GAP => c.1 = c.1.max(e),
                 _ => out.push((s, e)),
@@ -356,8 +395,9 @@ impl FileState {
         // Each cluster's region: the extents it overlaps, merged with the
         // next region when they share an extent.
         let mut regions: Vec<(u64, u64, u64)> = Vec::new();
+        let block = self.chunking.block();
         for (lo, hi) in clusters {
-            let (start, old_end) = self.region_of(lo, hi);
+            let (start, old_end) = self.region_of(lo, hi, block.is_none());
             let end = old_end.max(hi);
             match regions.last_mut() {
                 Some(r) if start < r.2 => {
@@ -385,21 +425,25 @@ impl FileState {
             pieces.push(Piece {
                 start,
                 old_end,
-                keep_tail: !whole && end >= self.size,
+                // Fixed blocks need no content-defined cut at the end.
+                keep_tail: !whole && end >= self.size && block.is_none(),
                 segments,
             });
         }
         self.dirty_bytes = self.dirty.values().map(Vec::len).sum();
-        Ok(Some(Job { pieces }))
+        Ok(Some(Job { pieces, block }))
     }
 
     /// Where the region re-chunked for dirty bytes in `lo..hi` starts, and
-    /// where the extents it replaces end.
-    fn region_of(&self, lo: u64, hi: u64) -> (u64, u64) {
+    /// where the extents it replaces end. `recut_end`: an append re-cuts
+    /// the old last chunk (content-defined mode; in fixed mode `lo` is on a
+    /// block boundary already).
+    fn region_of(&self, lo: u64, hi: u64, recut_end: bool) -> (u64, u64) {
         let mut a = self.extents.partition_point(|e| e.offset + e.len <= lo);
         // An append also re-cuts the old last chunk when its end was only
         // the end of the data then, not a content-defined cut.
-        if a == self.extents.len()
+        if recut_end
+            && a == self.extents.len()
             && a > 0
             && self.extents[a - 1].chunk.is_some()
             && !self.end_is_cut
@@ -448,6 +492,10 @@ impl FileState {
         }
         let mut region = vec![0u8; (end - start) as usize];
         for e in &self.extents[a..b] {
+            if self.covered(e.offset, e.offset + e.len) {
+                // Overwritten whole: its old bytes are not needed.
+                continue;
+            }
             if let Some(id) = &e.chunk {
                 let data = match cache.get(id) {
                     Some(d) => d,
@@ -568,6 +616,8 @@ impl ReadPlan {
 /// [`FileState::plan`].
 pub struct Job {
     pieces: Vec<Piece>,
+    /// The file's fixed block size when the job was planned.
+    block: Option<BlockSize>,
 }
 
 struct Piece {
@@ -600,6 +650,10 @@ impl Job {
     pub fn run(self, params: ChunkerParams, writer: &mut StreamWriter) -> Result<Done> {
         let mut pieces = Vec::with_capacity(self.pieces.len());
         for p in self.pieces {
+            if let Some(b) = self.block {
+                pieces.push(store_blocks(p, b, writer)?);
+                continue;
+            }
             let mut chunks = cut_segments(&p.segments, params);
             let len: usize = p.segments.iter().map(Bytes::len).sum();
             // Keep the file's last chunk dirty until the file is flushed: the
@@ -635,6 +689,40 @@ impl Job {
         }
         Ok(Done { pieces })
     }
+}
+
+/// Cuts a fixed-mode region at block boundaries and stores its blocks; a
+/// block of zeros becomes (part of) a hole.
+fn store_blocks(p: Piece, block: BlockSize, writer: &mut StreamWriter) -> Result<Applied> {
+    let chunks = cut_fixed(&p.segments, p.start, block);
+    let zeros: Vec<bool> = chunks.iter().map(|c| c.iter().all(|&x| x == 0)).collect();
+    let data: Vec<Bytes> = chunks
+        .iter()
+        .zip(&zeros)
+        .filter(|(_, &zero)| !zero)
+        .map(|(c, _)| c.clone())
+        .collect();
+    let mut ids = writer.write_batch(&data)?.into_iter();
+    let mut fresh: Vec<Extent> = Vec::with_capacity(chunks.len());
+    let mut offset = p.start;
+    for (c, &zero) in chunks.iter().zip(&zeros) {
+        let len = c.len() as u64;
+        match fresh.last_mut() {
+            Some(hole) if zero && hole.chunk.is_none() => hole.len += len,
+            _ => fresh.push(Extent {
+                offset,
+                len,
+                chunk: if zero { None } else { ids.next() },
+            }),
+        }
+        offset += len;
+    }
+    Ok(Applied {
+        start: p.start,
+        old_end: p.old_end,
+        fresh,
+        tail: None,
+    })
 }
 
 #[cfg(test)]
@@ -674,6 +762,9 @@ mod tests {
             whole: bool,
             fails: bool,
         },
+        /// Switches the chunking mode (fixed blocks of 4 KiB << n, or
+        /// content-defined), as an xattr set on an open file would.
+        Mode(Option<u8>),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -682,6 +773,7 @@ mod tests {
             1 => (0u64..50_000).prop_map(Op::Truncate),
             2 => any::<bool>().prop_map(Op::Apply),
             2 => (any::<bool>(), proptest::bool::weighted(0.25)).prop_map(|(whole, fails)| Op::Behind { whole, fails }),
+            1 => proptest::option::of(0u8..3).prop_map(Op::Mode),
         ]
     }
 
@@ -707,12 +799,18 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
         #[test]
-        fn writes_truncates_and_applies_match_a_byte_model(ops in proptest::collection::vec(op(), 1..40)) {
+        fn writes_truncates_and_applies_match_a_byte_model(
+            ops in proptest::collection::vec(op(), 1..40),
+            fixed_first in any::<bool>(),
+        ) {
             let dir = tempfile::tempdir().unwrap();
             let s = store(dir.path());
             let mut w = s.stream();
             let cache = ChunkCache::new(1 << 20);
             let mut f = FileState::new(InodeId(2), 0, Content::Empty, Vec::new());
+            if fixed_first {
+                f.chunking = Chunking::Fixed(BlockSize::new(4096).unwrap());
+            }
             let mut model: Vec<u8> = Vec::new();
             let mut behind: Option<Option<Done>> = None;
             for op in ops {
@@ -724,6 +822,12 @@ mod tests {
                     }
                 }
                 match op {
+                    Op::Mode(m) => {
+                        f.chunking = match m {
+                            Some(n) => Chunking::Fixed(BlockSize::new(4096 << n).unwrap()),
+                            None => Chunking::ContentDefined,
+                        };
+                    }
                     Op::Behind { whole, fails } => {
                         if let Some(job) = f.plan(whole, w.store(), &cache).unwrap() {
                             prop_assert!(f.busy());
@@ -780,5 +884,126 @@ mod tests {
             added <= 3 * 256 * 1024,
             "re-stored {added} bytes for a 12-byte edit"
         );
+    }
+
+    /// Random bytes that do not deduplicate (no block repeats).
+    fn noise(len: usize, seed: u32) -> Vec<u8> {
+        (0..len as u32)
+            .map(|i| ((i ^ seed.wrapping_mul(0x9e37_79b9)).wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect()
+    }
+
+    /// Whether every data extent of the file lies within one block.
+    fn aligned(f: &FileState, block: u64) -> bool {
+        f.extents
+            .iter()
+            .filter(|e| e.chunk.is_some())
+            .all(|e| e.offset / block == (e.offset + e.len - 1) / block)
+    }
+
+    #[test]
+    fn aligned_overwrites_of_a_fixed_file_store_exactly_the_blocks_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let mut w = s.stream();
+        let cache = ChunkCache::new(0);
+        let block = 16 << 10;
+        let mut f = FileState::new(InodeId(2), 0, Content::Empty, Vec::new());
+        f.chunking = Chunking::Fixed(BlockSize::new(block).unwrap());
+        let mut model = noise(64 * block as usize, 1);
+        f.write(0, &model, Timestamp::default());
+        f.apply(true, ChunkerParams::default(), &mut w, &cache)
+            .unwrap();
+        assert_eq!(f.extents.len(), 64);
+        assert!(aligned(&f, block));
+        let before = w.stats();
+        // Four single blocks and one run of three, each new content.
+        let writes = [(3u64, 1u64), (10, 1), (11, 1), (40, 3), (63, 1)];
+        for (i, &(at, n)) in writes.iter().enumerate() {
+            let data = noise((n * block) as usize, 100 + i as u32);
+            f.write(at * block, &data, Timestamp::default());
+            let from = (at * block) as usize;
+            model[from..from + data.len()].copy_from_slice(&data);
+        }
+        f.apply(true, ChunkerParams::default(), &mut w, &cache)
+            .unwrap();
+        let after = w.stats();
+        assert_eq!(after.new_chunks - before.new_chunks, 7, "blocks re-stored");
+        assert_eq!(after.bytes - before.bytes, 7 * block, "bytes re-chunked");
+        assert_eq!(f.extents.len(), 64);
+        let read = |ids: &[ChunkId]| -> Result<Vec<Bytes>> {
+            ids.iter().map(|id| Ok(s.read_chunk(id)?)).collect()
+        };
+        assert!(f.read(0, f.size, &read).unwrap() == model);
+    }
+
+    #[test]
+    fn a_content_defined_file_switched_to_fixed_reads_back_and_converges_to_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let mut w = s.stream();
+        let cache = ChunkCache::new(0);
+        let mut f = FileState::new(InodeId(2), 0, Content::Empty, Vec::new());
+        let mut model = noise(1_000_000, 7);
+        f.write(0, &model, Timestamp::default());
+        f.apply(true, ChunkerParams::default(), &mut w, &cache)
+            .unwrap();
+        assert!(!aligned(&f, 4096), "content-defined cuts fall anywhere");
+        f.chunking = Chunking::Fixed(BlockSize::new(4096).unwrap());
+        let read = |ids: &[ChunkId]| -> Result<Vec<Bytes>> {
+            ids.iter().map(|id| Ok(s.read_chunk(id)?)).collect()
+        };
+        // An unaligned small write: the old extents it touches are re-cut
+        // into blocks, the others stay.
+        let old = f.extents.clone();
+        f.write(500_001, b"an unaligned edit", Timestamp::default());
+        model[500_001..500_018].copy_from_slice(b"an unaligned edit");
+        f.apply(true, ChunkerParams::default(), &mut w, &cache)
+            .unwrap();
+        assert!(f.read(0, f.size, &read).unwrap() == model);
+        let kept = f.extents.iter().filter(|e| old.contains(e)).count();
+        assert!(
+            kept + 2 >= old.len(),
+            "only the touched extents are replaced"
+        );
+        // Overwriting it all leaves only blocks.
+        model = noise(1_000_000, 8);
+        f.write(0, &model, Timestamp::default());
+        f.apply(true, ChunkerParams::default(), &mut w, &cache)
+            .unwrap();
+        assert!(aligned(&f, 4096));
+        assert!(f.read(0, f.size, &read).unwrap() == model);
+    }
+
+    #[test]
+    fn zero_blocks_of_a_fixed_file_are_holes_and_dedup_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let mut w = s.stream();
+        let cache = ChunkCache::new(0);
+        let mut f = FileState::new(InodeId(2), 0, Content::Empty, Vec::new());
+        f.chunking = Chunking::Fixed(BlockSize::new(4096).unwrap());
+        let a = noise(4096, 3);
+        let mut model = vec![0u8; 40 * 4096];
+        for at in [2usize, 9, 30] {
+            model[at * 4096..(at + 1) * 4096].copy_from_slice(&a);
+        }
+        f.write(0, &model, Timestamp::default());
+        f.apply(true, ChunkerParams::default(), &mut w, &cache)
+            .unwrap();
+        assert_eq!(w.stats().new_chunks, 1, "three equal blocks, stored once");
+        let data = f.extents.iter().filter(|e| e.chunk.is_some()).count();
+        assert_eq!(data, 3);
+        let holes: u64 = f
+            .extents
+            .iter()
+            .filter(|e| e.chunk.is_none())
+            .map(|e| e.len)
+            .sum();
+        assert_eq!(holes, 37 * 4096);
+        let read = |ids: &[ChunkId]| -> Result<Vec<Bytes>> {
+            ids.iter().map(|id| Ok(s.read_chunk(id)?)).collect()
+        };
+        assert!(f.read(0, f.size, &read).unwrap() == model);
     }
 }

@@ -66,6 +66,7 @@ pub mod acl;
 mod ahead;
 mod behind;
 mod cache;
+pub mod chunkmode;
 mod commit;
 mod cut;
 pub mod damage;
@@ -75,6 +76,7 @@ pub mod history;
 mod migrate;
 mod namespace;
 mod open;
+mod pattern;
 mod posix;
 pub mod problem;
 mod protection;
@@ -194,6 +196,8 @@ struct Inner {
     /// checked hints that spare [`Inner::path_of`] a directory scan.
     names: Mutex<lru::LruCache<InodeId, (InodeId, Vec<u8>)>>,
     snapshots: snapview::SnapView,
+    /// How recently written files are being written (see [`pattern`]).
+    patterns: Mutex<pattern::Tracker>,
     stop: (Mutex<bool>, Condvar),
 }
 
@@ -275,6 +279,7 @@ impl Fs {
                 std::num::NonZeroUsize::new(namespace::NAMES_HINTED).expect("nonzero"),
             )),
             snapshots: snapview::SnapView::default(),
+            patterns: Mutex::new(pattern::Tracker::default()),
             stop: (Mutex::new(false), Condvar::new()),
         });
         let bg = inner.clone();

@@ -107,6 +107,9 @@ impl Fs {
             return Err(e);
         }
         let added = f.write(offset, data, now());
+        if f.chunking_auto {
+            self.inner.watch_write(&mut f, offset, data.len() as u64);
+        }
         self.inner.dirty_total.fetch_add(added, Ordering::Relaxed);
         let settings = &self.inner.settings;
         let result = if self.inner.dirty_total.load(Ordering::Relaxed) > settings.total_dirty_max {
@@ -219,7 +222,8 @@ impl Inner {
             }
             _ => Vec::new(),
         };
-        let state = FileState::new(ino, inode.attr.size, inode.content.clone(), extents);
+        let mut state = FileState::new(ino, inode.attr.size, inode.content.clone(), extents);
+        (state.chunking, state.chunking_auto) = self.chunking_of(&inode)?;
         let mut files = self.files.lock();
         Ok(files
             .entry(ino)
