@@ -313,11 +313,13 @@ impl Fs {
     /// Replaces the redundancy rules (and the store's default protection)
     /// after the branches were reconfigured. Streams already open keep
     /// their protection; a retired branch in it is replaced where stored.
+    /// The chunking rules the file system was opened with stay.
     pub fn set_rules(&self, rules: Rules) -> Result<()> {
         self.inner
             .store
             .set_default_protection(rules.default_protection().clone())?;
-        *self.inner.rules.write() = rules;
+        let mut held = self.inner.rules.write();
+        *held = rules.with_chunking(held.chunking_rules().to_vec());
         Ok(())
     }
 

@@ -207,6 +207,10 @@ impl Rules {
             .map(|r| (r.name.as_str(), r.chunking))
     }
 
+    pub fn chunking_rules(&self) -> &[ChunkingRule] {
+        &self.chunking
+    }
+
     /// Whether any chunking rule looks at a file's path.
     pub fn chunking_paths(&self) -> bool {
         self.chunking
