@@ -18,7 +18,7 @@
 //! block of zeros is stored as a hole.
 
 use parking_lot::Condvar;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -407,16 +407,19 @@ impl FileState {
                 _ => regions.push((start, old_end, end)),
             }
         }
+        // The old chunks the regions keep bytes of, fetched together: one
+        // at a time, a thousand scattered small overwrites waited for a
+        // thousand reads in turn.
+        let old = match self.old_chunks(&regions, store, cache) {
+            Ok(old) => old,
+            Err(e) => {
+                self.dirty_bytes = self.dirty.values().map(Vec::len).sum();
+                return Err(e);
+            }
+        };
         let mut pieces = Vec::with_capacity(regions.len());
         for (start, old_end, end) in regions {
-            let segments = match self.take_region(start, old_end, end, store, cache) {
-                Ok(b) => b,
-                Err(e) => {
-                    // The regions taken so far go back to `dirty`.
-                    self.abort();
-                    return Err(e);
-                }
-            };
+            let segments = self.take_region(start, old_end, end, &old);
             let mut at = start;
             for seg in &segments {
                 self.in_flight.push((at, seg.clone()));
@@ -460,18 +463,52 @@ impl FileState {
         (start, old_end)
     }
 
+    /// The chunks of `regions` (start, old end, end) whose bytes are not
+    /// all overwritten by dirty runs, from the cache or else read from the
+    /// store in one batch.
+    fn old_chunks(
+        &self,
+        regions: &[(u64, u64, u64)],
+        store: &Store,
+        cache: &ChunkCache,
+    ) -> Result<HashMap<ChunkId, Bytes>> {
+        let mut found = HashMap::new();
+        let mut missing = Vec::new();
+        for &(start, old_end, _) in regions {
+            let a = self.extents.partition_point(|e| e.offset < start);
+            let b = self.extents.partition_point(|e| e.offset < old_end);
+            for e in &self.extents[a..b] {
+                let Some(id) = e.chunk else { continue };
+                if found.contains_key(&id) || self.covered(e.offset, e.offset + e.len) {
+                    continue;
+                }
+                match cache.get(&id) {
+                    Some(d) => {
+                        found.insert(id, d);
+                    }
+                    None => missing.push(id),
+                }
+            }
+        }
+        missing.sort_unstable();
+        missing.dedup();
+        let data = store.read_chunks(&missing)?;
+        found.extend(missing.into_iter().zip(data));
+        Ok(found)
+    }
+
     /// The bytes of `start..end`, in consecutive segments: the old chunks
-    /// of `start..old_end`, then the dirty runs on top, which leave `dirty`.
-    /// A region of dirty runs end to end and no old data (a stream of
-    /// appends) is moved, not copied.
+    /// of `start..old_end` (from `old`, see [`FileState::old_chunks`]),
+    /// then the dirty runs on top, which leave `dirty`. A region of dirty
+    /// runs end to end and no old data (a stream of appends) is moved, not
+    /// copied.
     fn take_region(
         &mut self,
         start: u64,
         old_end: u64,
         end: u64,
-        store: &Store,
-        cache: &ChunkCache,
-    ) -> Result<Vec<Bytes>> {
+        old: &HashMap<ChunkId, Bytes>,
+    ) -> Vec<Bytes> {
         let a = self.extents.partition_point(|e| e.offset < start);
         let b = self.extents.partition_point(|e| e.offset < old_end);
         let old_data = self.extents[a..b].iter().any(|e| e.chunk.is_some());
@@ -484,23 +521,18 @@ impl FileState {
             }) && at == end;
             if tiled {
                 let keys: Vec<u64> = self.dirty.range(start..end).map(|(&s, _)| s).collect();
-                return Ok(keys
+                return keys
                     .into_iter()
                     .map(|s| Bytes::from(self.dirty.remove(&s).expect("listed")))
-                    .collect());
+                    .collect();
             }
         }
         let mut region = vec![0u8; (end - start) as usize];
         for e in &self.extents[a..b] {
-            if self.covered(e.offset, e.offset + e.len) {
-                // Overwritten whole: its old bytes are not needed.
-                continue;
-            }
             if let Some(id) = &e.chunk {
-                let data = match cache.get(id) {
-                    Some(d) => d,
-                    None => store.read_chunk(id)?,
-                };
+                // A chunk overwritten whole was not fetched: its old bytes
+                // are not needed.
+                let Some(data) = old.get(id) else { continue };
                 let at = (e.offset - start) as usize;
                 region[at..at + data.len()].copy_from_slice(&data);
             }
@@ -511,7 +543,7 @@ impl FileState {
             let at = (s - start) as usize;
             region[at..at + run.len()].copy_from_slice(&run);
         }
-        Ok(vec![Bytes::from(region)])
+        vec![Bytes::from(region)]
     }
 
     /// The second half of an apply: the new extents go in, and the bytes in
