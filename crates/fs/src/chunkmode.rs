@@ -178,7 +178,8 @@ impl Inner {
             .map_err(FsError::BadChunking)?;
         self.meta
             .set_xattr(ino, CHUNKING_XATTR, value, flags, now())?;
-        if let Some(state) = self.files.lock().get(&ino).cloned() {
+        let open = self.files.lock().get(&ino).cloned();
+        if let Some(state) = open {
             let mut f = state.lock();
             f.chunking = mode;
             f.chunking_auto = false;

@@ -13,7 +13,12 @@
 //! opens (`protection`, [`rules`]: the `user.cairn.policy` xattr, inherited
 //! by new children, else `cairn.toml`'s rules matched against the path the
 //! metadata engine's parent pointers give) and re-stores a file's data when
-//! its policy is made stronger. It applies the POSIX rules the kernel
+//! its policy is made stronger. It picks each file's chunking mode when its
+//! state loads (`chunkmode`: content-defined, or fixed blocks from the
+//! `user.cairn.chunking` xattr, inherited like the policy, or a chunking
+//! rule) and switches a large file written at random to fixed blocks, as
+//! the access-pattern detector (`pattern`) sees it, recording the switch
+//! in the xattr. It applies the POSIX rules the kernel
 //! leaves to the file system (`posix`, [`acl`]): the umask or an inherited
 //! default ACL on create, a set-group-id directory's group (and bit, on a
 //! new directory), the set-id bits a chown, a write or a truncate clears,
@@ -44,6 +49,10 @@
 //!   are hints, each checked against the engine before it is used.
 //! - An mtime set explicitly is not overwritten by content written before
 //!   it (it is recorded first).
+//! - A fixed-mode file's new chunks end on absolute multiples of its block
+//!   size (or at the edge of an older extent), so an aligned overwrite
+//!   re-stores exactly the blocks it covers; a mode change never makes
+//!   stored extents unreadable.
 //! - Dirty bytes are bounded: a writer past its file's limit hands them to
 //!   an applier thread once the file's previous apply is done (they count
 //!   as dirty until stored); a writer past the global limit writes its own
