@@ -534,7 +534,7 @@ impl FileState {
                 // are not needed.
                 let Some(data) = old.get(id) else { continue };
                 let at = (e.offset - start) as usize;
-                region[at..at + data.len()].copy_from_slice(&data);
+                region[at..at + data.len()].copy_from_slice(data);
             }
         }
         let runs: Vec<u64> = self.dirty.range(start..end).map(|(&s, _)| s).collect();
