@@ -66,7 +66,7 @@ fn fio_random_writes_verify_and_reverify_after_remount() {
         let x = common::xattrs(&m.path(name));
         assert_eq!(
             x.get(&b"user.cairn.chunking"[..]).map(Vec::as_slice),
-            Some(&b"fixed:16K"[..]),
+            Some(&b"fixed:4K"[..]),
             "{name}: not switched to fixed chunks"
         );
         let args = job(name, direct, true);

@@ -29,7 +29,7 @@ pub const BLOCK_MAX: u64 = 1 << 20;
 
 /// The block size a file switched by the detector gets (measured: see
 /// `docs/file-system.md`, "Chunking modes").
-pub const BLOCK_DEFAULT: BlockSize = BlockSize(16 << 10);
+pub const BLOCK_DEFAULT: BlockSize = BlockSize(4 << 10);
 
 /// Files smaller than this are never switched by the detector: re-cutting
 /// a small file costs little, and its content-defined chunks dedup better.

@@ -680,12 +680,13 @@ impl Job {
     /// Re-chunks each region and stores its chunks: the costly part of an
     /// apply, which needs no lock on the file.
     pub fn run(self, params: ChunkerParams, writer: &mut StreamWriter) -> Result<Done> {
+        if let Some(b) = self.block {
+            return Ok(Done {
+                pieces: store_blocks(self.pieces, b, writer)?,
+            });
+        }
         let mut pieces = Vec::with_capacity(self.pieces.len());
         for p in self.pieces {
-            if let Some(b) = self.block {
-                pieces.push(store_blocks(p, b, writer)?);
-                continue;
-            }
             let mut chunks = cut_segments(&p.segments, params);
             let len: usize = p.segments.iter().map(Bytes::len).sum();
             // Keep the file's last chunk dirty until the file is flushed: the
@@ -723,38 +724,47 @@ impl Job {
     }
 }
 
-/// Cuts a fixed-mode region at block boundaries and stores its blocks; a
-/// block of zeros becomes (part of) a hole.
-fn store_blocks(p: Piece, block: BlockSize, writer: &mut StreamWriter) -> Result<Applied> {
-    let chunks = cut_fixed(&p.segments, p.start, block);
-    let zeros: Vec<bool> = chunks.iter().map(|c| c.iter().all(|&x| x == 0)).collect();
-    let data: Vec<Bytes> = chunks
+/// Cuts fixed-mode regions at block boundaries and stores their blocks in
+/// one batch (thousands of scattered one-block regions then share
+/// compression regions and one pass of hashing on every core, instead of a
+/// region and a pass each); a block of zeros becomes (part of) a hole.
+fn store_blocks(
+    pieces: Vec<Piece>,
+    block: BlockSize,
+    writer: &mut StreamWriter,
+) -> Result<Vec<Applied>> {
+    let cut: Vec<Vec<Bytes>> = pieces
         .iter()
-        .zip(&zeros)
-        .filter(|(_, &zero)| !zero)
-        .map(|(c, _)| c.clone())
+        .map(|p| cut_fixed(&p.segments, p.start, block))
         .collect();
+    let zero = |c: &Bytes| c.iter().all(|&x| x == 0);
+    let data: Vec<Bytes> = cut.iter().flatten().filter(|c| !zero(c)).cloned().collect();
     let mut ids = writer.write_batch(&data)?.into_iter();
-    let mut fresh: Vec<Extent> = Vec::with_capacity(chunks.len());
-    let mut offset = p.start;
-    for (c, &zero) in chunks.iter().zip(&zeros) {
-        let len = c.len() as u64;
-        match fresh.last_mut() {
-            Some(hole) if zero && hole.chunk.is_none() => hole.len += len,
-            _ => fresh.push(Extent {
-                offset,
-                len,
-                chunk: if zero { None } else { ids.next() },
-            }),
+    let mut out = Vec::with_capacity(pieces.len());
+    for (p, chunks) in pieces.into_iter().zip(cut) {
+        let mut fresh: Vec<Extent> = Vec::with_capacity(chunks.len());
+        let mut offset = p.start;
+        for c in &chunks {
+            let len = c.len() as u64;
+            let z = zero(c);
+            match fresh.last_mut() {
+                Some(hole) if z && hole.chunk.is_none() => hole.len += len,
+                _ => fresh.push(Extent {
+                    offset,
+                    len,
+                    chunk: if z { None } else { ids.next() },
+                }),
+            }
+            offset += len;
         }
-        offset += len;
+        out.push(Applied {
+            start: p.start,
+            old_end: p.old_end,
+            fresh,
+            tail: None,
+        });
     }
-    Ok(Applied {
-        start: p.start,
-        old_end: p.old_end,
-        fresh,
-        tail: None,
-    })
+    Ok(out)
 }
 
 #[cfg(test)]

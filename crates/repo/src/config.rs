@@ -157,7 +157,7 @@ max = "256KiB"
 # Per file, a file's user.cairn.chunking xattr ("fixed:16K" or "cdc",
 # inherited by files created in a directory that has one) wins; else the
 # first [[chunking.rule]] that matches (path glob, extension, min_size,
-# max_size); else a file starts content-defined and switches to fixed 16K
+# max_size); else a file starts content-defined and switches to fixed 4K
 # blocks (recorded in its xattr) once it is over 16MiB and written at
 # random. Fixed blocks make an aligned overwrite store only the blocks it
 # covers. Without any [[chunking.rule]], this one applies:
@@ -165,7 +165,7 @@ max = "256KiB"
 # name = "images and databases"
 # extension = ["img", "qcow2", "vmdk", "raw", "vdi", "vhd", "vhdx", "db",
 #              "sqlite", "sqlite3", "mdb", "ibd", "ldb"]
-# mode = "fixed:16K"
+# mode = "fixed:4K"
 
 [compression]
 # "zstd", "lz4" or "none". A region that does not shrink is stored raw.
