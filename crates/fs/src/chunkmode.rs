@@ -130,6 +130,19 @@ impl fmt::Display for Chunking {
 }
 
 impl Inner {
+    /// Looks up the chunking mode of a file whose state does not know it
+    /// yet (with the size it has now, for rules by size).
+    pub(crate) fn know_chunking(&self, f: &mut FileState) -> Result<()> {
+        if f.chunking_known {
+            return Ok(());
+        }
+        let mut inode = self.meta.get(f.ino)?;
+        inode.attr.size = f.size;
+        (f.chunking, f.chunking_auto) = self.chunking_of(&inode)?;
+        f.chunking_known = true;
+        Ok(())
+    }
+
     /// A file's chunking mode, and whether nobody chose it (the detector
     /// may then switch it): its xattr, else the first matching rule, else
     /// content-defined.
@@ -183,6 +196,7 @@ impl Inner {
             let mut f = state.lock();
             f.chunking = mode;
             f.chunking_auto = false;
+            f.chunking_known = true;
         }
         Ok(())
     }

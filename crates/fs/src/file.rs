@@ -73,6 +73,9 @@ pub struct FileState {
     /// The mode was chosen by nobody (no xattr, no rule): the detector may
     /// switch the file to fixed chunking.
     pub chunking_auto: bool,
+    /// `chunking` was looked up (on the first write or apply: a file only
+    /// read never needs it, and the rules may walk its path).
+    pub chunking_known: bool,
     /// Where the last read ended and how far read-ahead has been asked for.
     pub read_next: u64,
     pub read_ahead_until: u64,
@@ -97,6 +100,7 @@ impl FileState {
             handles: 0,
             chunking: Chunking::ContentDefined,
             chunking_auto: true,
+            chunking_known: false,
             read_next: 0,
             read_ahead_until: 0,
         };

@@ -106,6 +106,11 @@ impl Fs {
             self.inner.release_state(ino, state);
             return Err(e);
         }
+        if let Err(e) = self.inner.know_chunking(&mut f) {
+            drop(f);
+            self.inner.release_state(ino, state);
+            return Err(e);
+        }
         let added = f.write(offset, data, now());
         if f.chunking_auto {
             self.inner.watch_write(&mut f, offset, data.len() as u64);
@@ -222,8 +227,7 @@ impl Inner {
             }
             _ => Vec::new(),
         };
-        let mut state = FileState::new(ino, inode.attr.size, inode.content.clone(), extents);
-        (state.chunking, state.chunking_auto) = self.chunking_of(&inode)?;
+        let state = FileState::new(ino, inode.attr.size, inode.content.clone(), extents);
         let mut files = self.files.lock();
         Ok(files
             .entry(ino)
@@ -284,6 +288,7 @@ impl Inner {
     /// Writes the file's dirty bytes behind on this thread (no apply may be
     /// in flight for it).
     pub(crate) fn apply(&self, f: &mut FileState, whole: bool) -> Result<()> {
+        self.know_chunking(f)?;
         let before = f.held();
         let mut writer = match f.writer.take() {
             Some(w) => w,
