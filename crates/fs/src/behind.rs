@@ -79,6 +79,7 @@ impl Inner {
         state: &Arc<Mutex<FileState>>,
         f: &mut FileState,
     ) -> Result<()> {
+        self.know_chunking(f)?;
         let mut writer = match f.writer.take() {
             Some(w) => w,
             None => self.open_stream(f)?,

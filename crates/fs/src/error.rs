@@ -36,6 +36,9 @@ pub enum FsError {
     Malformed { what: &'static str, damage: Damage },
     #[error("{0}")]
     BadPolicy(#[source] PolicyProblem),
+    /// A `user.cairn.chunking` value that does not parse.
+    #[error(transparent)]
+    BadChunking(#[from] crate::chunkmode::ChunkingError),
     /// A directory reached again below itself: only a damaged metadata
     /// engine holds one (directories have one name, and a rename into its
     /// own subtree is refused).
@@ -95,7 +98,10 @@ impl FsError {
                 _ => libc::EIO,
             },
             FsError::Store(e) if e.is_no_space() => libc::ENOSPC,
-            FsError::NotFile | FsError::BadName { .. } | FsError::BadPolicy(_) => libc::EINVAL,
+            FsError::NotFile
+            | FsError::BadName { .. }
+            | FsError::BadPolicy(_)
+            | FsError::BadChunking(_) => libc::EINVAL,
             FsError::NotSupported | FsError::BadAcl(acl::AclError::Version(_)) => libc::EOPNOTSUPP,
             FsError::BadAcl(_) => libc::EINVAL,
             FsError::DefaultAclNotDir => libc::EACCES,

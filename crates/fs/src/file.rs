@@ -7,9 +7,18 @@
 //! re-chunked and written behind to the store, and the extent list is
 //! spliced. Only the chunks around a change are rewritten; an overwrite in
 //! the middle of a 4 GiB file re-stores a few hundred KiB.
+//!
+//! A file in fixed chunking mode ([`Chunking::Fixed`]) re-chunks less: each
+//! dirty run is widened to whole blocks (absolute multiples of the block
+//! size, clipped to the file's size), then only to the edges of the
+//! extents those blocks overlap, and cut at block boundaries, so an aligned
+//! overwrite re-stores exactly the blocks it covers and reads none of them.
+//! Extents cut before a switch to fixed mode (content-defined ones) are
+//! read as they are and replaced block by block as they are overwritten. A
+//! block of zeros is stored as a hole.
 
 use parking_lot::Condvar;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -19,7 +28,8 @@ use meta::{Content, InodeId, Timestamp};
 use recipe::Extent;
 
 use crate::cache::ChunkCache;
-use crate::cut::cut_segments;
+use crate::chunkmode::{BlockSize, Chunking};
+use crate::cut::{cut_fixed, cut_segments};
 use crate::{FsError, Result};
 
 /// Dirty runs closer than this are applied together (re-reading the bytes
@@ -58,6 +68,14 @@ pub struct FileState {
     /// in the metadata engine (it is recorded with it).
     pub mtime: Option<Timestamp>,
     pub handles: u32,
+    /// How changed regions are cut into chunks.
+    pub chunking: Chunking,
+    /// The mode was chosen by nobody (no xattr, no rule): the detector may
+    /// switch the file to fixed chunking.
+    pub chunking_auto: bool,
+    /// `chunking` was looked up (on the first write or apply: a file only
+    /// read never needs it, and the rules may walk its path).
+    pub chunking_known: bool,
     /// Where the last read ended and how far read-ahead has been asked for.
     pub read_next: u64,
     pub read_ahead_until: u64,
@@ -80,6 +98,9 @@ impl FileState {
             changed: false,
             mtime: None,
             handles: 0,
+            chunking: Chunking::ContentDefined,
+            chunking_auto: true,
+            chunking_known: false,
             read_next: 0,
             read_ahead_until: 0,
         };
@@ -262,6 +283,18 @@ impl FileState {
             })
     }
 
+    /// Whether dirty runs cover every byte of `lo..hi`.
+    fn covered(&self, lo: u64, hi: u64) -> bool {
+        let mut at = lo;
+        for (from, part) in self.dirty_in(lo, hi) {
+            if from != at {
+                return false;
+            }
+            at += part.len() as u64;
+        }
+        at == hi
+    }
+
     /// Copies the dirty bytes that fall in `offset..offset+buf.len()` over
     /// `buf`.
     fn overlay_dirty(&self, offset: u64, buf: &mut [u8]) {
@@ -272,11 +305,21 @@ impl FileState {
         }
     }
 
-    /// The clusters of dirty runs, as (start, end) byte ranges.
+    /// The clusters of dirty runs, as (start, end) byte ranges. In fixed
+    /// mode each run is widened to whole blocks and only runs whose blocks
+    /// overlap are clustered: the bytes between two blocks are never read.
     fn clusters(&self) -> Vec<(u64, u64)> {
         let mut out: Vec<(u64, u64)> = Vec::new();
         for (&s, run) in &self.dirty {
             let e = s + run.len() as u64;
+            if let Some(b) = self.chunking.block() {
+                let (s, e) = (b.floor(s), b.ceil(e).min(self.size));
+                match out.last_mut() {
+                    Some(c) if s < c.1 => c.1 = c.1.max(e),
+                    _ => out.push((s, e)),
+                }
+                continue;
+            }
             match out.last_mut() {
                 Some(c) if s <= c.1 + CLUSTER_GAP => c.1 = c.1.max(e),
                 _ => out.push((s, e)),
@@ -356,8 +399,9 @@ impl FileState {
         // Each cluster's region: the extents it overlaps, merged with the
         // next region when they share an extent.
         let mut regions: Vec<(u64, u64, u64)> = Vec::new();
+        let block = self.chunking.block();
         for (lo, hi) in clusters {
-            let (start, old_end) = self.region_of(lo, hi);
+            let (start, old_end) = self.region_of(lo, hi, block.is_none());
             let end = old_end.max(hi);
             match regions.last_mut() {
                 Some(r) if start < r.2 => {
@@ -367,16 +411,19 @@ impl FileState {
                 _ => regions.push((start, old_end, end)),
             }
         }
+        // The old chunks the regions keep bytes of, fetched together: one
+        // at a time, a thousand scattered small overwrites waited for a
+        // thousand reads in turn.
+        let old = match self.old_chunks(&regions, store, cache) {
+            Ok(old) => old,
+            Err(e) => {
+                self.dirty_bytes = self.dirty.values().map(Vec::len).sum();
+                return Err(e);
+            }
+        };
         let mut pieces = Vec::with_capacity(regions.len());
         for (start, old_end, end) in regions {
-            let segments = match self.take_region(start, old_end, end, store, cache) {
-                Ok(b) => b,
-                Err(e) => {
-                    // The regions taken so far go back to `dirty`.
-                    self.abort();
-                    return Err(e);
-                }
-            };
+            let segments = self.take_region(start, old_end, end, &old);
             let mut at = start;
             for seg in &segments {
                 self.in_flight.push((at, seg.clone()));
@@ -385,21 +432,25 @@ impl FileState {
             pieces.push(Piece {
                 start,
                 old_end,
-                keep_tail: !whole && end >= self.size,
+                // Fixed blocks need no content-defined cut at the end.
+                keep_tail: !whole && end >= self.size && block.is_none(),
                 segments,
             });
         }
         self.dirty_bytes = self.dirty.values().map(Vec::len).sum();
-        Ok(Some(Job { pieces }))
+        Ok(Some(Job { pieces, block }))
     }
 
     /// Where the region re-chunked for dirty bytes in `lo..hi` starts, and
-    /// where the extents it replaces end.
-    fn region_of(&self, lo: u64, hi: u64) -> (u64, u64) {
+    /// where the extents it replaces end. `recut_end`: an append re-cuts
+    /// the old last chunk (content-defined mode; in fixed mode `lo` is on a
+    /// block boundary already).
+    fn region_of(&self, lo: u64, hi: u64, recut_end: bool) -> (u64, u64) {
         let mut a = self.extents.partition_point(|e| e.offset + e.len <= lo);
         // An append also re-cuts the old last chunk when its end was only
         // the end of the data then, not a content-defined cut.
-        if a == self.extents.len()
+        if recut_end
+            && a == self.extents.len()
             && a > 0
             && self.extents[a - 1].chunk.is_some()
             && !self.end_is_cut
@@ -416,18 +467,52 @@ impl FileState {
         (start, old_end)
     }
 
+    /// The chunks of `regions` (start, old end, end) whose bytes are not
+    /// all overwritten by dirty runs, from the cache or else read from the
+    /// store in one batch.
+    fn old_chunks(
+        &self,
+        regions: &[(u64, u64, u64)],
+        store: &Store,
+        cache: &ChunkCache,
+    ) -> Result<HashMap<ChunkId, Bytes>> {
+        let mut found = HashMap::new();
+        let mut missing = Vec::new();
+        for &(start, old_end, _) in regions {
+            let a = self.extents.partition_point(|e| e.offset < start);
+            let b = self.extents.partition_point(|e| e.offset < old_end);
+            for e in &self.extents[a..b] {
+                let Some(id) = e.chunk else { continue };
+                if found.contains_key(&id) || self.covered(e.offset, e.offset + e.len) {
+                    continue;
+                }
+                match cache.get(&id) {
+                    Some(d) => {
+                        found.insert(id, d);
+                    }
+                    None => missing.push(id),
+                }
+            }
+        }
+        missing.sort_unstable();
+        missing.dedup();
+        let data = store.read_chunks(&missing)?;
+        found.extend(missing.into_iter().zip(data));
+        Ok(found)
+    }
+
     /// The bytes of `start..end`, in consecutive segments: the old chunks
-    /// of `start..old_end`, then the dirty runs on top, which leave `dirty`.
-    /// A region of dirty runs end to end and no old data (a stream of
-    /// appends) is moved, not copied.
+    /// of `start..old_end` (from `old`, see [`FileState::old_chunks`]),
+    /// then the dirty runs on top, which leave `dirty`. A region of dirty
+    /// runs end to end and no old data (a stream of appends) is moved, not
+    /// copied.
     fn take_region(
         &mut self,
         start: u64,
         old_end: u64,
         end: u64,
-        store: &Store,
-        cache: &ChunkCache,
-    ) -> Result<Vec<Bytes>> {
+        old: &HashMap<ChunkId, Bytes>,
+    ) -> Vec<Bytes> {
         let a = self.extents.partition_point(|e| e.offset < start);
         let b = self.extents.partition_point(|e| e.offset < old_end);
         let old_data = self.extents[a..b].iter().any(|e| e.chunk.is_some());
@@ -440,21 +525,20 @@ impl FileState {
             }) && at == end;
             if tiled {
                 let keys: Vec<u64> = self.dirty.range(start..end).map(|(&s, _)| s).collect();
-                return Ok(keys
+                return keys
                     .into_iter()
                     .map(|s| Bytes::from(self.dirty.remove(&s).expect("listed")))
-                    .collect());
+                    .collect();
             }
         }
         let mut region = vec![0u8; (end - start) as usize];
         for e in &self.extents[a..b] {
             if let Some(id) = &e.chunk {
-                let data = match cache.get(id) {
-                    Some(d) => d,
-                    None => store.read_chunk(id)?,
-                };
+                // A chunk overwritten whole was not fetched: its old bytes
+                // are not needed.
+                let Some(data) = old.get(id) else { continue };
                 let at = (e.offset - start) as usize;
-                region[at..at + data.len()].copy_from_slice(&data);
+                region[at..at + data.len()].copy_from_slice(data);
             }
         }
         let runs: Vec<u64> = self.dirty.range(start..end).map(|(&s, _)| s).collect();
@@ -463,7 +547,7 @@ impl FileState {
             let at = (s - start) as usize;
             region[at..at + run.len()].copy_from_slice(&run);
         }
-        Ok(vec![Bytes::from(region)])
+        vec![Bytes::from(region)]
     }
 
     /// The second half of an apply: the new extents go in, and the bytes in
@@ -568,6 +652,8 @@ impl ReadPlan {
 /// [`FileState::plan`].
 pub struct Job {
     pieces: Vec<Piece>,
+    /// The file's fixed block size when the job was planned.
+    block: Option<BlockSize>,
 }
 
 struct Piece {
@@ -598,6 +684,11 @@ impl Job {
     /// Re-chunks each region and stores its chunks: the costly part of an
     /// apply, which needs no lock on the file.
     pub fn run(self, params: ChunkerParams, writer: &mut StreamWriter) -> Result<Done> {
+        if let Some(b) = self.block {
+            return Ok(Done {
+                pieces: store_blocks(self.pieces, b, writer)?,
+            });
+        }
         let mut pieces = Vec::with_capacity(self.pieces.len());
         for p in self.pieces {
             let mut chunks = cut_segments(&p.segments, params);
@@ -637,6 +728,49 @@ impl Job {
     }
 }
 
+/// Cuts fixed-mode regions at block boundaries and stores their blocks in
+/// one batch (thousands of scattered one-block regions then share
+/// compression regions and one pass of hashing on every core, instead of a
+/// region and a pass each); a block of zeros becomes (part of) a hole.
+fn store_blocks(
+    pieces: Vec<Piece>,
+    block: BlockSize,
+    writer: &mut StreamWriter,
+) -> Result<Vec<Applied>> {
+    let cut: Vec<Vec<Bytes>> = pieces
+        .iter()
+        .map(|p| cut_fixed(&p.segments, p.start, block))
+        .collect();
+    let zero = |c: &Bytes| c.iter().all(|&x| x == 0);
+    let data: Vec<Bytes> = cut.iter().flatten().filter(|c| !zero(c)).cloned().collect();
+    let mut ids = writer.write_batch(&data)?.into_iter();
+    let mut out = Vec::with_capacity(pieces.len());
+    for (p, chunks) in pieces.into_iter().zip(cut) {
+        let mut fresh: Vec<Extent> = Vec::with_capacity(chunks.len());
+        let mut offset = p.start;
+        for c in &chunks {
+            let len = c.len() as u64;
+            let z = zero(c);
+            match fresh.last_mut() {
+                Some(hole) if z && hole.chunk.is_none() => hole.len += len,
+                _ => fresh.push(Extent {
+                    offset,
+                    len,
+                    chunk: if z { None } else { ids.next() },
+                }),
+            }
+            offset += len;
+        }
+        out.push(Applied {
+            start: p.start,
+            old_end: p.old_end,
+            fresh,
+            tail: None,
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -674,6 +808,9 @@ mod tests {
             whole: bool,
             fails: bool,
         },
+        /// Switches the chunking mode (fixed blocks of 4 KiB << n, or
+        /// content-defined), as an xattr set on an open file would.
+        Mode(Option<u8>),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -682,6 +819,7 @@ mod tests {
             1 => (0u64..50_000).prop_map(Op::Truncate),
             2 => any::<bool>().prop_map(Op::Apply),
             2 => (any::<bool>(), proptest::bool::weighted(0.25)).prop_map(|(whole, fails)| Op::Behind { whole, fails }),
+            1 => proptest::option::of(0u8..3).prop_map(Op::Mode),
         ]
     }
 
@@ -707,12 +845,18 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
         #[test]
-        fn writes_truncates_and_applies_match_a_byte_model(ops in proptest::collection::vec(op(), 1..40)) {
+        fn writes_truncates_and_applies_match_a_byte_model(
+            ops in proptest::collection::vec(op(), 1..40),
+            fixed_first in any::<bool>(),
+        ) {
             let dir = tempfile::tempdir().unwrap();
             let s = store(dir.path());
             let mut w = s.stream();
             let cache = ChunkCache::new(1 << 20);
             let mut f = FileState::new(InodeId(2), 0, Content::Empty, Vec::new());
+            if fixed_first {
+                f.chunking = Chunking::Fixed(BlockSize::new(4096).unwrap());
+            }
             let mut model: Vec<u8> = Vec::new();
             let mut behind: Option<Option<Done>> = None;
             for op in ops {
@@ -724,6 +868,12 @@ mod tests {
                     }
                 }
                 match op {
+                    Op::Mode(m) => {
+                        f.chunking = match m {
+                            Some(n) => Chunking::Fixed(BlockSize::new(4096 << n).unwrap()),
+                            None => Chunking::ContentDefined,
+                        };
+                    }
                     Op::Behind { whole, fails } => {
                         if let Some(job) = f.plan(whole, w.store(), &cache).unwrap() {
                             prop_assert!(f.busy());
@@ -780,5 +930,126 @@ mod tests {
             added <= 3 * 256 * 1024,
             "re-stored {added} bytes for a 12-byte edit"
         );
+    }
+
+    /// Random bytes that do not deduplicate (no block repeats).
+    fn noise(len: usize, seed: u32) -> Vec<u8> {
+        (0..len as u32)
+            .map(|i| ((i ^ seed.wrapping_mul(0x9e37_79b9)).wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect()
+    }
+
+    /// Whether every data extent of the file lies within one block.
+    fn aligned(f: &FileState, block: u64) -> bool {
+        f.extents
+            .iter()
+            .filter(|e| e.chunk.is_some())
+            .all(|e| e.offset / block == (e.offset + e.len - 1) / block)
+    }
+
+    #[test]
+    fn aligned_overwrites_of_a_fixed_file_store_exactly_the_blocks_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let mut w = s.stream();
+        let cache = ChunkCache::new(0);
+        let block = 16 << 10;
+        let mut f = FileState::new(InodeId(2), 0, Content::Empty, Vec::new());
+        f.chunking = Chunking::Fixed(BlockSize::new(block).unwrap());
+        let mut model = noise(64 * block as usize, 1);
+        f.write(0, &model, Timestamp::default());
+        f.apply(true, ChunkerParams::default(), &mut w, &cache)
+            .unwrap();
+        assert_eq!(f.extents.len(), 64);
+        assert!(aligned(&f, block));
+        let before = w.stats();
+        // Four single blocks and one run of three, each new content.
+        let writes = [(3u64, 1u64), (10, 1), (11, 1), (40, 3), (63, 1)];
+        for (i, &(at, n)) in writes.iter().enumerate() {
+            let data = noise((n * block) as usize, 100 + i as u32);
+            f.write(at * block, &data, Timestamp::default());
+            let from = (at * block) as usize;
+            model[from..from + data.len()].copy_from_slice(&data);
+        }
+        f.apply(true, ChunkerParams::default(), &mut w, &cache)
+            .unwrap();
+        let after = w.stats();
+        assert_eq!(after.new_chunks - before.new_chunks, 7, "blocks re-stored");
+        assert_eq!(after.bytes - before.bytes, 7 * block, "bytes re-chunked");
+        assert_eq!(f.extents.len(), 64);
+        let read = |ids: &[ChunkId]| -> Result<Vec<Bytes>> {
+            ids.iter().map(|id| Ok(s.read_chunk(id)?)).collect()
+        };
+        assert!(f.read(0, f.size, &read).unwrap() == model);
+    }
+
+    #[test]
+    fn a_content_defined_file_switched_to_fixed_reads_back_and_converges_to_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let mut w = s.stream();
+        let cache = ChunkCache::new(0);
+        let mut f = FileState::new(InodeId(2), 0, Content::Empty, Vec::new());
+        let mut model = noise(1_000_000, 7);
+        f.write(0, &model, Timestamp::default());
+        f.apply(true, ChunkerParams::default(), &mut w, &cache)
+            .unwrap();
+        assert!(!aligned(&f, 4096), "content-defined cuts fall anywhere");
+        f.chunking = Chunking::Fixed(BlockSize::new(4096).unwrap());
+        let read = |ids: &[ChunkId]| -> Result<Vec<Bytes>> {
+            ids.iter().map(|id| Ok(s.read_chunk(id)?)).collect()
+        };
+        // An unaligned small write: the old extents it touches are re-cut
+        // into blocks, the others stay.
+        let old = f.extents.clone();
+        f.write(500_001, b"an unaligned edit", Timestamp::default());
+        model[500_001..500_018].copy_from_slice(b"an unaligned edit");
+        f.apply(true, ChunkerParams::default(), &mut w, &cache)
+            .unwrap();
+        assert!(f.read(0, f.size, &read).unwrap() == model);
+        let kept = f.extents.iter().filter(|e| old.contains(e)).count();
+        assert!(
+            kept + 2 >= old.len(),
+            "only the touched extents are replaced"
+        );
+        // Overwriting it all leaves only blocks.
+        model = noise(1_000_000, 8);
+        f.write(0, &model, Timestamp::default());
+        f.apply(true, ChunkerParams::default(), &mut w, &cache)
+            .unwrap();
+        assert!(aligned(&f, 4096));
+        assert!(f.read(0, f.size, &read).unwrap() == model);
+    }
+
+    #[test]
+    fn zero_blocks_of_a_fixed_file_are_holes_and_dedup_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let mut w = s.stream();
+        let cache = ChunkCache::new(0);
+        let mut f = FileState::new(InodeId(2), 0, Content::Empty, Vec::new());
+        f.chunking = Chunking::Fixed(BlockSize::new(4096).unwrap());
+        let a = noise(4096, 3);
+        let mut model = vec![0u8; 40 * 4096];
+        for at in [2usize, 9, 30] {
+            model[at * 4096..(at + 1) * 4096].copy_from_slice(&a);
+        }
+        f.write(0, &model, Timestamp::default());
+        f.apply(true, ChunkerParams::default(), &mut w, &cache)
+            .unwrap();
+        assert_eq!(w.stats().new_chunks, 1, "three equal blocks, stored once");
+        let data = f.extents.iter().filter(|e| e.chunk.is_some()).count();
+        assert_eq!(data, 3);
+        let holes: u64 = f
+            .extents
+            .iter()
+            .filter(|e| e.chunk.is_none())
+            .map(|e| e.len)
+            .sum();
+        assert_eq!(holes, 37 * 4096);
+        let read = |ids: &[ChunkId]| -> Result<Vec<Bytes>> {
+            ids.iter().map(|id| Ok(s.read_chunk(id)?)).collect()
+        };
+        assert!(f.read(0, f.size, &read).unwrap() == model);
     }
 }

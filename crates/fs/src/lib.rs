@@ -13,7 +13,12 @@
 //! opens (`protection`, [`rules`]: the `user.cairn.policy` xattr, inherited
 //! by new children, else `cairn.toml`'s rules matched against the path the
 //! metadata engine's parent pointers give) and re-stores a file's data when
-//! its policy is made stronger. It applies the POSIX rules the kernel
+//! its policy is made stronger. It picks each file's chunking mode when its
+//! state loads (`chunkmode`: content-defined, or fixed blocks from the
+//! `user.cairn.chunking` xattr, inherited like the policy, or a chunking
+//! rule) and switches a large file written at random to fixed blocks, as
+//! the access-pattern detector (`pattern`) sees it, recording the switch
+//! in the xattr. It applies the POSIX rules the kernel
 //! leaves to the file system (`posix`, [`acl`]): the umask or an inherited
 //! default ACL on create, a set-group-id directory's group (and bit, on a
 //! new directory), the set-id bits a chown, a write or a truncate clears,
@@ -46,6 +51,10 @@
 //!   are hints, each checked against the engine before it is used.
 //! - An mtime set explicitly is not overwritten by content written before
 //!   it (it is recorded first).
+//! - A fixed-mode file's new chunks end on absolute multiples of its block
+//!   size (or at the edge of an older extent), so an aligned overwrite
+//!   re-stores exactly the blocks it covers; a mode change never makes
+//!   stored extents unreadable.
 //! - Dirty bytes are bounded: a writer past its file's limit hands them to
 //!   an applier thread once the file's previous apply is done (they count
 //!   as dirty until stored); a writer past the global limit writes its own
@@ -68,6 +77,7 @@ pub mod acl;
 mod ahead;
 mod behind;
 mod cache;
+pub mod chunkmode;
 mod commit;
 mod cut;
 pub mod damage;
@@ -77,6 +87,7 @@ pub mod history;
 mod migrate;
 mod namespace;
 mod open;
+mod pattern;
 mod posix;
 pub mod problem;
 mod protection;
@@ -198,6 +209,8 @@ struct Inner {
     /// checked hints that spare [`Inner::path_of`] a directory scan.
     names: Mutex<lru::LruCache<InodeId, (InodeId, Vec<u8>)>>,
     snapshots: snapview::SnapView,
+    /// How recently written files are being written (see [`pattern`]).
+    patterns: Mutex<pattern::Tracker>,
     stop: (Mutex<bool>, Condvar),
 }
 
@@ -279,6 +292,7 @@ impl Fs {
                 std::num::NonZeroUsize::new(namespace::NAMES_HINTED).expect("nonzero"),
             )),
             snapshots: snapview::SnapView::default(),
+            patterns: Mutex::new(pattern::Tracker::default()),
             stop: (Mutex::new(false), Condvar::new()),
         });
         let bg = inner.clone();
@@ -312,11 +326,13 @@ impl Fs {
     /// Replaces the redundancy rules (and the store's default protection)
     /// after the branches were reconfigured. Streams already open keep
     /// their protection; a retired branch in it is replaced where stored.
+    /// The chunking rules the file system was opened with stay.
     pub fn set_rules(&self, rules: Rules) -> Result<()> {
         self.inner
             .store
             .set_default_protection(rules.default_protection().clone())?;
-        *self.inner.rules.write() = rules;
+        let mut held = self.inner.rules.write();
+        *held = rules.with_chunking(held.chunking_rules().to_vec());
         Ok(())
     }
 

@@ -8,6 +8,7 @@ use meta::{
     XattrFlags,
 };
 
+use crate::chunkmode::CHUNKING_XATTR;
 use crate::rules::{Choice, POLICY_XATTR};
 use crate::snapview::{is_snapshots_name, is_virtual};
 use crate::{acl, now, snapview, writable, writable_name, Caller, Fs, Inner, Result};
@@ -92,10 +93,12 @@ impl Fs {
             return Err(MetaError::Exists.into());
         }
         if new.kind == FileKind::File || new.kind == FileKind::Dir {
-            match self.inner.meta.get_xattr(parent, POLICY_XATTR) {
-                Ok(policy) => new.xattrs.push((POLICY_XATTR.to_vec(), policy)),
-                Err(MetaError::NoXattr) => {}
-                Err(e) => return Err(e.into()),
+            for name in [POLICY_XATTR, CHUNKING_XATTR] {
+                match self.inner.meta.get_xattr(parent, name) {
+                    Ok(value) => new.xattrs.push((name.to_vec(), value)),
+                    Err(MetaError::NoXattr) => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
         let inode = self.inner.meta.create(parent, name, new, now())?;
@@ -218,6 +221,9 @@ impl Fs {
         self.inner.xattr_supported(ino, name)?;
         if acl::is_acl(name) {
             return self.inner.set_acl(ino, name, value, flags, caller);
+        }
+        if name == CHUNKING_XATTR {
+            return self.inner.set_chunking(ino, value, flags);
         }
         if name != POLICY_XATTR {
             return Ok(self.inner.meta.set_xattr(ino, name, value, flags, now())?);

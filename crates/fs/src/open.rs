@@ -106,7 +106,15 @@ impl Fs {
             self.inner.release_state(ino, state);
             return Err(e);
         }
+        if let Err(e) = self.inner.know_chunking(&mut f) {
+            drop(f);
+            self.inner.release_state(ino, state);
+            return Err(e);
+        }
         let added = f.write(offset, data, now());
+        if f.chunking_auto {
+            self.inner.watch_write(&mut f, offset, data.len() as u64);
+        }
         self.inner.dirty_total.fetch_add(added, Ordering::Relaxed);
         let settings = &self.inner.settings;
         let result = if self.inner.dirty_total.load(Ordering::Relaxed) > settings.total_dirty_max {
@@ -327,6 +335,7 @@ impl Inner {
     /// Writes the file's dirty bytes behind on this thread (no apply may be
     /// in flight for it).
     pub(crate) fn apply(&self, f: &mut FileState, whole: bool) -> Result<()> {
+        self.know_chunking(f)?;
         let before = f.held();
         let mut writer = match f.writer.take() {
             Some(w) => w,

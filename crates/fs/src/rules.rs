@@ -6,8 +6,13 @@
 //! the name it was last given), its
 //! extension, its size so far and its owner. A directory's xattr is copied
 //! to each child created in it, so inheritance is an xattr like any other.
+//!
+//! Chunking rules ([`ChunkingRule`]) choose a file's chunking mode the same
+//! way, after its `user.cairn.chunking` xattr (see [`crate::chunkmode`]).
 
 use cas::Protection;
+
+use crate::chunkmode::{Chunking, BLOCK_DEFAULT};
 use globset::{Glob, GlobBuilder, GlobMatcher};
 
 /// The xattr that overrides the rules for one file or directory.
@@ -143,16 +148,74 @@ pub struct Choice {
     pub protection: Protection,
 }
 
+/// A rule choosing the chunking mode of the files it matches.
+#[derive(Debug, Clone)]
+pub struct ChunkingRule {
+    pub name: String,
+    pub matcher: Match,
+    pub chunking: Chunking,
+}
+
+/// Extensions of files overwritten in place, chunked in fixed blocks when
+/// `cairn.toml` names no chunking rules: disk images and databases.
+pub const FIXED_EXTENSIONS: &[&str] = &[
+    "img", "qcow2", "vmdk", "raw", "vdi", "vhd", "vhdx", "db", "sqlite", "sqlite3", "mdb", "ibd",
+    "ldb",
+];
+
+/// The chunking rules that apply when `cairn.toml` names none: the
+/// [`FIXED_EXTENSIONS`] in blocks of [`BLOCK_DEFAULT`].
+pub fn default_chunking_rules() -> Vec<ChunkingRule> {
+    let extensions: Vec<String> = FIXED_EXTENSIONS.iter().map(|e| e.to_string()).collect();
+    vec![ChunkingRule {
+        name: "images and databases".into(),
+        matcher: Match::new(None, &extensions, None, None, None).expect("no glob, no sizes"),
+        chunking: Chunking::Fixed(BLOCK_DEFAULT),
+    }]
+}
+
 /// The rules, in order, and the default.
 #[derive(Debug, Clone)]
 pub struct Rules {
     rules: Vec<Rule>,
     default: Protection,
+    chunking: Vec<ChunkingRule>,
 }
 
 impl Rules {
+    /// Redundancy rules, with the default chunking rules.
     pub fn new(rules: Vec<Rule>, default: Protection) -> Rules {
-        Rules { rules, default }
+        Rules {
+            rules,
+            default,
+            chunking: default_chunking_rules(),
+        }
+    }
+
+    /// Replaces the chunking rules (an empty list leaves every file's
+    /// mode to its xattr and the detector).
+    pub fn with_chunking(mut self, chunking: Vec<ChunkingRule>) -> Rules {
+        self.chunking = chunking;
+        self
+    }
+
+    /// The mode of the first chunking rule matching `facts`, and its name.
+    pub fn chunking(&self, facts: &FileFacts<'_>) -> Option<(&str, Chunking)> {
+        self.chunking
+            .iter()
+            .find(|r| r.matcher.matches(facts))
+            .map(|r| (r.name.as_str(), r.chunking))
+    }
+
+    pub fn chunking_rules(&self) -> &[ChunkingRule] {
+        &self.chunking
+    }
+
+    /// Whether any chunking rule looks at a file's path.
+    pub fn chunking_paths(&self) -> bool {
+        self.chunking
+            .iter()
+            .any(|r| r.matcher.glob.is_some() || !r.matcher.extensions.is_empty())
     }
 
     /// The default rule's protection.
@@ -185,6 +248,7 @@ impl Rules {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chunkmode::BlockSize;
     use cas::{BranchId, Policy};
 
     fn prot(p: &str) -> Protection {
@@ -247,6 +311,27 @@ mod tests {
         assert_eq!(
             rules.choose(&facts(Some("photos/x.jpg"), 0, 0)).protection,
             prot("mirror:3")
+        );
+    }
+
+    #[test]
+    fn images_and_databases_are_fixed_by_default() {
+        let rules = Rules::new(Vec::new(), prot("single"));
+        let fixed = Some(Chunking::Fixed(BLOCK_DEFAULT));
+        let pick = |p| rules.chunking(&facts(Some(p), 0, 0)).map(|(_, c)| c);
+        assert_eq!(pick("vm/disk.QCOW2"), fixed);
+        assert_eq!(pick("x.sqlite"), fixed);
+        assert_eq!(pick("notes.txt"), None);
+        let mine = ChunkingRule {
+            name: "db".into(),
+            matcher: Match::new(Some("db/**"), &[], None, None, None).unwrap(),
+            chunking: Chunking::Fixed(BlockSize::new(8192).unwrap()),
+        };
+        let rules = rules.with_chunking(vec![mine]);
+        assert_eq!(rules.chunking(&facts(Some("vm/disk.img"), 0, 0)), None);
+        assert_eq!(
+            rules.chunking(&facts(Some("db/a/t"), 0, 0)),
+            Some(("db", Chunking::Fixed(BlockSize::new(8192).unwrap())))
         );
     }
 

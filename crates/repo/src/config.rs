@@ -13,7 +13,7 @@ use chunking::ChunkerParams;
 use fs::FsSettings;
 use redundancy::Policy;
 
-pub use problem::{BranchProblem, ConfigProblem, KeyProblem, RuleProblem};
+pub use problem::{BranchProblem, ChunkingRuleProblem, ConfigProblem, KeyProblem, RuleProblem};
 
 /// The settings of a repository, already validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +30,37 @@ pub struct Config {
     /// The `[[branch]]`, `[[rule]]` and `[default_rule]` sections; `None`
     /// when no branch is configured (one plain local branch, `single`).
     pub redundancy: Option<RedundancyConfig>,
+    /// The `[[chunking.rule]]` sections choosing a file's chunking mode;
+    /// `None` when there are none (the built-in rules apply:
+    /// [`fs::rules::default_chunking_rules`]).
+    pub chunking_rules: Option<Vec<ChunkingRuleSpec>>,
+}
+
+/// One `[[chunking.rule]]`, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChunkingRuleSpec {
+    pub name: String,
+    pub path: Option<String>,
+    pub extensions: Vec<String>,
+    pub min_size: Option<u64>,
+    pub max_size: Option<u64>,
+    pub chunking: fs::chunkmode::Chunking,
+}
+
+impl ChunkingRuleSpec {
+    pub fn rule(&self) -> Result<fs::rules::ChunkingRule, fs::rules::MatchError> {
+        Ok(fs::rules::ChunkingRule {
+            name: self.name.clone(),
+            matcher: fs::rules::Match::new(
+                self.path.as_deref(),
+                &self.extensions,
+                self.min_size,
+                self.max_size,
+                None,
+            )?,
+            chunking: self.chunking,
+        })
+    }
 }
 
 /// Branches and the rules choosing a policy over them, validated: every
@@ -125,6 +156,19 @@ min = "16KiB"
 avg = "64KiB"
 max = "256KiB"
 # size = "64KiB"    # only for mode = "fixed"
+#
+# Per file, a file's user.cairn.chunking xattr ("fixed:16K" or "cdc",
+# inherited by files created in a directory that has one) wins; else the
+# first [[chunking.rule]] that matches (path glob, extension, min_size,
+# max_size); else a file starts content-defined and switches to fixed 4K
+# blocks (recorded in its xattr) once it is over 16MiB and written at
+# random. Fixed blocks make an aligned overwrite store only the blocks it
+# covers. Without any [[chunking.rule]], this one applies:
+# [[chunking.rule]]
+# name = "images and databases"
+# extension = ["img", "qcow2", "vmdk", "raw", "vdi", "vhd", "vhdx", "db",
+#              "sqlite", "sqlite3", "mdb", "ibd", "ldb"]
+# mode = "fixed:4K"
 
 [compression]
 # "zstd", "lz4" or "none". A region that does not shrink is stored raw.
@@ -249,6 +293,31 @@ mod tests {
 
     fn err(text: &str) -> String {
         Config::parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn chunking_rules_parse_and_bad_ones_are_refused() {
+        assert_eq!(Config::parse("").unwrap().chunking_rules, None);
+        assert_eq!(Config::parse(DEFAULT_TOML).unwrap().chunking_rules, None);
+        let c = Config::parse(
+            "[chunking]\nmode = \"cdc\"\n[[chunking.rule]]\nname = \"vm\"\npath = \"vm/**\"\nmode = \"fixed:64K\"\n[[chunking.rule]]\nextension = [\"db\"]\nmode = \"cdc\"\n",
+        )
+        .unwrap();
+        let rules = c.chunking_rules.unwrap();
+        assert_eq!(rules.len(), 2);
+        assert_eq!(rules[0].name, "vm");
+        assert_eq!(rules[0].chunking.to_string(), "fixed:64K");
+        assert_eq!(rules[1].name, "rule 2");
+        assert_eq!(rules[1].chunking, fs::chunkmode::Chunking::ContentDefined);
+        let e = err("[[chunking.rule]]\nname = \"x\"\nmode = \"fixed:5K\"\n");
+        assert!(
+            e.contains("chunking rule \"x\"") && e.contains("power of two"),
+            "{e}"
+        );
+        let e = err("[[chunking.rule]]\npath = \"a/[b\"\nmode = \"cdc\"\n");
+        assert!(e.contains("glob"), "{e}");
+        let e = err("[[chunking.rule]]\nname = \"a\"\nmode = \"cdc\"\n[[chunking.rule]]\nname = \"a\"\nmode = \"cdc\"\n");
+        assert!(e.contains("twice"), "{e}");
     }
 
     #[test]

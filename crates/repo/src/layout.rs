@@ -430,12 +430,20 @@ impl Repo {
     /// [`Repo::open_meta`] refuses.
     pub fn open_fs(&self, uid: u32, gid: u32) -> Result<::fs::Fs> {
         let meta = self.open_meta(uid, gid)?;
+        let mut rules = self.rules.clone();
+        if let Some(specs) = &self.config.chunking_rules {
+            let chunking = specs
+                .iter()
+                .map(|s| s.rule().map_err(|e| refused(&self.root, e.to_string())))
+                .collect::<Result<Vec<_>>>()?;
+            rules = rules.with_chunking(chunking);
+        }
         Ok(::fs::Fs::with_rules(
             Arc::new(meta),
             self.store.clone(),
             self.config.chunking,
             self.config.fs.clone(),
-            self.rules.clone(),
+            rules,
         )?)
     }
 

@@ -40,6 +40,22 @@ pub enum ConfigProblem {
     /// `rule` is `rule "NAME"` or `default_rule`.
     #[error("{rule}: {problem}")]
     Rule { rule: String, problem: RuleProblem },
+    #[error("chunking rule {rule:?}: {problem}")]
+    ChunkingRule {
+        rule: String,
+        problem: ChunkingRuleProblem,
+    },
+    #[error("chunking rule {0:?} is configured twice")]
+    ChunkingRuleTwice(String),
+}
+
+/// Why a `[[chunking.rule]]` was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ChunkingRuleProblem {
+    #[error("mode: {0}")]
+    Mode(#[from] fs::chunkmode::ChunkingError),
+    #[error(transparent)]
+    Match(#[from] fs::rules::MatchError),
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -120,6 +120,23 @@ pub(super) struct RawChunking {
     pub(super) avg: Option<Spanned<Size>>,
     pub(super) max: Option<Spanned<Size>>,
     pub(super) size: Option<Spanned<Size>>,
+    /// `[[chunking.rule]]`: absent, the built-in rules apply; present
+    /// (even empty), they are replaced.
+    pub(super) rule: Option<Vec<RawChunkingRule>>,
+}
+
+/// One `[[chunking.rule]]`: which files, and `mode = "fixed:16K"` or
+/// `"cdc"` (the values of the `user.cairn.chunking` xattr).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawChunkingRule {
+    pub(super) name: Option<String>,
+    pub(super) path: Option<String>,
+    #[serde(default)]
+    pub(super) extension: OneOrMany,
+    pub(super) min_size: Option<Size>,
+    pub(super) max_size: Option<Size>,
+    pub(super) mode: String,
 }
 
 fn cdc() -> Mode {
@@ -134,6 +151,7 @@ impl Default for RawChunking {
             avg: None,
             max: None,
             size: None,
+            rule: None,
         }
     }
 }

@@ -9,11 +9,14 @@ use fs::FsSettings;
 use redundancy::Policy;
 use toml::Spanned;
 
-use super::problem::{BranchProblem, ConfigProblem, KeyProblem, RuleProblem};
+use super::problem::{BranchProblem, ChunkingRuleProblem, ConfigProblem, KeyProblem, RuleProblem};
 use super::schema::{
-    BranchKind, Codec, Mode, Raw, RawBranch, RawDefault, RawRule, RawVersions, Size,
+    BranchKind, Codec, Mode, Raw, RawBranch, RawChunkingRule, RawDefault, RawRule, RawVersions,
+    Size,
 };
-use super::{BranchSpec, Config, Location, RedundancyConfig, RuleSpec, S3Location};
+use super::{
+    BranchSpec, ChunkingRuleSpec, Config, Location, RedundancyConfig, RuleSpec, S3Location,
+};
 
 type Result<T> = std::result::Result<T, ConfigProblem>;
 
@@ -46,8 +49,9 @@ fn u32_size(text: &str, v: &Spanned<Size>, key: &'static str) -> Result<u32> {
     u32::try_from(n).map_err(|_| at(text, v, "chunking", key, KeyProblem::TooLarge(n)))
 }
 
-pub(super) fn config(raw: Raw, text: &str) -> Result<Config> {
+pub(super) fn config(mut raw: Raw, text: &str) -> Result<Config> {
     let chunking = chunking(&raw, text)?;
+    let chunking_rules = raw.chunking.rule.take().map(chunking_rules).transpose()?;
     let c = &raw.compression;
     let compression = match c.codec {
         Codec::Zstd => {
@@ -119,6 +123,7 @@ pub(super) fn config(raw: Raw, text: &str) -> Result<Config> {
     let redundancy = redundancy(raw.branch, raw.rule, raw.default_rule)?;
     Ok(Config {
         redundancy,
+        chunking_rules,
         chunking,
         store: StoreSettings {
             compression,
@@ -139,6 +144,36 @@ pub(super) fn config(raw: Raw, text: &str) -> Result<Config> {
         page_cache_max: f.page_cache_max.0,
         writeback_cache: f.writeback_cache,
     })
+}
+
+/// The `[[chunking.rule]]` sections, each with a unique name and a mode
+/// and match that parse.
+fn chunking_rules(raw: Vec<RawChunkingRule>) -> Result<Vec<ChunkingRuleSpec>> {
+    let mut specs: Vec<ChunkingRuleSpec> = Vec::with_capacity(raw.len());
+    for (i, r) in raw.into_iter().enumerate() {
+        let name = r.name.unwrap_or_else(|| format!("rule {}", i + 1));
+        if specs.iter().any(|s| s.name == name) {
+            return Err(ConfigProblem::ChunkingRuleTwice(name));
+        }
+        let refuse = |problem: ChunkingRuleProblem| ConfigProblem::ChunkingRule {
+            rule: name.clone(),
+            problem,
+        };
+        let spec = ChunkingRuleSpec {
+            chunking: r
+                .mode
+                .parse()
+                .map_err(|e| refuse(ChunkingRuleProblem::Mode(e)))?,
+            path: r.path,
+            extensions: r.extension.into_vec(),
+            min_size: r.min_size.map(|s| s.0),
+            max_size: r.max_size.map(|s| s.0),
+            name: name.clone(),
+        };
+        spec.rule().map_err(|e| refuse(e.into()))?;
+        specs.push(spec);
+    }
+    Ok(specs)
 }
 
 fn out_of_range(value: u64, min: u64, max: u64) -> KeyProblem {
