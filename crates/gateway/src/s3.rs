@@ -1,0 +1,518 @@
+//! The S3 operations, as s3s's [`S3`] trait: each one checks its names,
+//! then does its file-system work on tokio's bounded blocking threads
+//! ([`Tree`]); bodies move in pieces of [`PIECE`] bytes.
+
+use std::sync::Arc;
+
+use base64::Engine;
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use md5::{Digest, Md5};
+use meta::{FileKind, Inode};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use s3s::dto::*;
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
+
+use crate::error::s3_from_join;
+use crate::keys::Keyring;
+use crate::list::{self, Item, Query};
+use crate::names::{self, KeyPath};
+use crate::tree::{Tree, PIECE};
+
+/// What `EncodingType=url` leaves as it is (boto3 asks for it on every
+/// listing and decodes with `unquote_plus`, so `+` must be encoded).
+const URL_KEEP: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'/');
+/// Keys one listing returns at most (S3's limit).
+const MAX_KEYS: i32 = 1000;
+
+pub struct Gateway {
+    tree: Tree,
+    keys: Arc<Keyring>,
+}
+
+impl Gateway {
+    pub fn new(tree: Tree, keys: Arc<Keyring>) -> Gateway {
+        Gateway { tree, keys }
+    }
+}
+
+/// Runs `f` on a blocking thread with a handle on the tree.
+async fn blocking<T: Send + 'static>(
+    tree: &Tree,
+    f: impl FnOnce(&Tree) -> S3Result<T> + Send + 'static,
+) -> S3Result<T> {
+    let tree = tree.clone();
+    tokio::task::spawn_blocking(move || f(&tree))
+        .await
+        .map_err(s3_from_join)?
+}
+
+fn check_bucket(name: &str) -> S3Result<()> {
+    if s3s::path::check_bucket_name(name) {
+        Ok(())
+    } else {
+        Err(S3Error::new(S3ErrorCode::InvalidBucketName))
+    }
+}
+
+/// A key's parts, owned, to move onto a blocking thread.
+fn owned_key(key: &str) -> S3Result<(Vec<String>, bool)> {
+    let k = names::split(key)?;
+    Ok((k.parts.iter().map(|p| p.to_string()).collect(), k.dir))
+}
+
+fn key_path(parts: &[String], dir: bool) -> KeyPath<'_> {
+    KeyPath {
+        parts: parts.iter().map(String::as_str).collect(),
+        dir,
+    }
+}
+
+fn modified(inode: &Inode) -> Timestamp {
+    let t = inode.attr.mtime;
+    let d = std::time::Duration::new(t.secs.max(0) as u64, t.nanos);
+    Timestamp::from(std::time::UNIX_EPOCH + d)
+}
+
+fn encode(s: &str, url: bool) -> String {
+    if url {
+        utf8_percent_encode(s, URL_KEEP).to_string()
+    } else {
+        s.to_string()
+    }
+}
+
+/// The object a GET or HEAD found, with its ETag.
+struct Found {
+    inode: Inode,
+    etag: String,
+}
+
+impl Gateway {
+    async fn find(&self, bucket: &str, key: &str) -> S3Result<Found> {
+        let (parts, dir) = owned_key(key)?;
+        let bucket = bucket.to_string();
+        blocking(&self.tree, move |t| {
+            let inode = t.object(&bucket, &key_path(&parts, dir))?;
+            let etag = if inode.attr.kind == FileKind::Dir {
+                hex::encode(Md5::digest([]))
+            } else {
+                t.etag(&inode)?
+            };
+            Ok(Found { inode, etag })
+        })
+        .await
+    }
+
+    /// Whether `req`'s key may see bucket `name` (keys can be limited to
+    /// some buckets).
+    fn may_see(&self, creds: Option<&s3s::auth::Credentials>, name: &str) -> bool {
+        creds
+            .and_then(|c| self.keys.grant(&c.access_key))
+            .is_some_and(|g| g.buckets.is_empty() || g.buckets.iter().any(|b| b == name))
+    }
+
+    async fn write_body(
+        &self,
+        bucket: String,
+        parts: Vec<String>,
+        mut body: StreamingBlob,
+        length: Option<i64>,
+        content_md5: Option<String>,
+    ) -> S3Result<String> {
+        let up = blocking(&self.tree, {
+            let (bucket, parts) = (bucket.clone(), parts.clone());
+            move |t| t.begin(&bucket, &key_path(&parts, false))
+        })
+        .await?;
+        let up = Arc::new(up);
+        let mut md5 = Md5::new();
+        let mut offset = 0u64;
+        let mut buf = BytesMut::with_capacity(PIECE);
+        let received: S3Result<()> = async {
+            loop {
+                let next = body.next().await;
+                let last = next.is_none();
+                if let Some(piece) = next {
+                    let piece = piece.map_err(|e| {
+                        S3Error::with_message(S3ErrorCode::IncompleteBody, e.to_string())
+                    })?;
+                    md5.update(&piece);
+                    buf.extend_from_slice(&piece);
+                }
+                if buf.len() >= PIECE || (last && !buf.is_empty()) {
+                    let data: Bytes = buf.split().freeze();
+                    let at = offset;
+                    offset += data.len() as u64;
+                    let up = up.clone();
+                    blocking(&self.tree, move |t| t.write(&up, at, &data)).await?;
+                }
+                if last {
+                    return Ok(());
+                }
+            }
+        }
+        .await;
+        let md5 = md5.finalize();
+        let verdict = received.and_then(|()| {
+            if length.is_some_and(|l| l != offset as i64) {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::IncompleteBody,
+                    "the body is not as long as Content-Length says",
+                ));
+            }
+            if let Some(want) = content_md5 {
+                let got = base64::engine::general_purpose::STANDARD.encode(md5);
+                if got != want.trim() {
+                    return Err(S3Error::new(S3ErrorCode::BadDigest));
+                }
+            }
+            Ok(())
+        });
+        let name = parts.last().expect("a key has a name").clone();
+        let etag = hex::encode(md5);
+        let up2 = up.clone();
+        match verdict {
+            Ok(()) => {
+                let etag2 = etag.clone();
+                let done = blocking(&self.tree, move |t| t.finish(&up2, &name, &etag2)).await;
+                if done.is_err() {
+                    blocking(&self.tree, move |t| {
+                        t.abort(&up);
+                        Ok(())
+                    })
+                    .await?;
+                }
+                done.map(|()| etag)
+            }
+            Err(e) => {
+                blocking(&self.tree, move |t| {
+                    t.abort(&up2);
+                    Ok(())
+                })
+                .await?;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// A body read from an open file in pieces, each on a blocking thread;
+/// the file is released when the body ends or the client goes away.
+struct Reader {
+    tree: Tree,
+    ino: meta::InodeId,
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.tree.release(self.ino);
+    }
+}
+
+fn body(tree: Tree, ino: meta::InodeId, start: u64, end: u64) -> StreamingBlob {
+    let reader = Arc::new(Reader { tree, ino });
+    let stream = futures_util::stream::unfold(start, move |at| {
+        let reader = reader.clone();
+        async move {
+            if at >= end {
+                return None;
+            }
+            let len = (end - at).min(PIECE as u64) as u32;
+            let got = tokio::task::spawn_blocking(move || reader.tree.read(reader.ino, at, len))
+                .await
+                .map_err(std::io::Error::other)
+                .and_then(|r| r.map_err(std::io::Error::other));
+            match got {
+                Ok(b) if b.is_empty() => Some((
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the object got shorter while it was read",
+                    )),
+                    end,
+                )),
+                Ok(b) => {
+                    let next = at + b.len() as u64;
+                    Some((Ok(Bytes::from(b)), next))
+                }
+                Err(e) => {
+                    tracing::error!(inode = ino.0, error = %e, "reading an object for a GET failed");
+                    Some((Err(e), end))
+                }
+            }
+        }
+    });
+    StreamingBlob::wrap(sync_wrapper::SyncStream::new(stream))
+}
+
+#[async_trait::async_trait]
+impl S3 for Gateway {
+    async fn list_buckets(
+        &self,
+        req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        let all = blocking(&self.tree, |t| t.buckets()).await?;
+        let buckets = all
+            .into_iter()
+            .filter(|(name, _)| self.may_see(req.credentials.as_ref(), name))
+            .map(|(name, inode)| Bucket {
+                creation_date: Some(modified(&inode)),
+                name: Some(name),
+                bucket_region: None,
+            })
+            .collect();
+        Ok(S3Response::new(ListBucketsOutput {
+            buckets: Some(buckets),
+            ..Default::default()
+        }))
+    }
+
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        let name = req.input.bucket;
+        check_bucket(&name)?;
+        let location = format!("/{name}");
+        blocking(&self.tree, move |t| t.create_bucket(&name)).await?;
+        Ok(S3Response::new(CreateBucketOutput {
+            location: Some(location),
+            ..Default::default()
+        }))
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        let name = req.input.bucket;
+        blocking(&self.tree, move |t| t.delete_bucket(&name)).await?;
+        Ok(S3Response::new(DeleteBucketOutput {}))
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        let name = req.input.bucket;
+        blocking(&self.tree, move |t| t.bucket(&name)).await?;
+        Ok(S3Response::new(HeadBucketOutput::default()))
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        let name = req.input.bucket;
+        blocking(&self.tree, move |t| t.bucket(&name)).await?;
+        Ok(S3Response::new(GetBucketLocationOutput::default()))
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let input = req.input;
+        let (parts, dir) = owned_key(&input.key)?;
+        let bucket = input.bucket;
+        if dir {
+            if input.content_length.is_some_and(|l| l > 0) {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::InvalidArgument,
+                    "a key ending in / is a directory: it holds no bytes",
+                ));
+            }
+            blocking(&self.tree, move |t| {
+                t.put_dir(&bucket, &key_path(&parts, true))
+            })
+            .await?;
+            return Ok(S3Response::new(PutObjectOutput {
+                e_tag: Some(ETag::Strong(hex::encode(Md5::digest([])))),
+                ..Default::default()
+            }));
+        }
+        let body = input.body.unwrap_or_else(|| {
+            StreamingBlob::wrap(futures_util::stream::empty::<Result<Bytes, std::io::Error>>())
+        });
+        let etag = self
+            .write_body(bucket, parts, body, input.content_length, input.content_md5)
+            .await?;
+        Ok(S3Response::new(PutObjectOutput {
+            e_tag: Some(ETag::Strong(etag)),
+            ..Default::default()
+        }))
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let found = self.find(&req.input.bucket, &req.input.key).await?;
+        Ok(S3Response::new(HeadObjectOutput {
+            content_length: Some(found.inode.attr.size as i64),
+            last_modified: Some(modified(&found.inode)),
+            e_tag: Some(ETag::Strong(found.etag)),
+            ..Default::default()
+        }))
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        let input = req.input;
+        let found = self.find(&input.bucket, &input.key).await?;
+        let size = if found.inode.attr.kind == FileKind::Dir {
+            0
+        } else {
+            found.inode.attr.size
+        };
+        let (range, content_range) = match input.range {
+            None => (0..size, None),
+            Some(r) => {
+                let range = r
+                    .check(size)
+                    .map_err(|_| S3Error::new(S3ErrorCode::InvalidRange))?;
+                let header = format!("bytes {}-{}/{size}", range.start, range.end - 1);
+                (range, Some(header))
+            }
+        };
+        let ino = found.inode.id;
+        if range.end > range.start {
+            blocking(&self.tree, move |t| t.open(ino)).await?;
+        }
+        let blob = if range.end > range.start {
+            body(self.tree.clone(), ino, range.start, range.end)
+        } else {
+            StreamingBlob::wrap(futures_util::stream::empty::<Result<Bytes, std::io::Error>>())
+        };
+        Ok(S3Response::new(GetObjectOutput {
+            body: Some(blob),
+            content_length: Some((range.end - range.start) as i64),
+            content_range,
+            last_modified: Some(modified(&found.inode)),
+            e_tag: Some(ETag::Strong(found.etag)),
+            ..Default::default()
+        }))
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        let (parts, dir) = owned_key(&req.input.key)?;
+        let bucket = req.input.bucket;
+        blocking(&self.tree, move |t| {
+            t.delete(&bucket, &key_path(&parts, dir))
+        })
+        .await?;
+        Ok(S3Response::new(DeleteObjectOutput::default()))
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let input = req.input;
+        let url = input
+            .encoding_type
+            .as_ref()
+            .is_some_and(|e| e.as_str() == EncodingType::URL);
+        let max = input.max_keys.unwrap_or(MAX_KEYS).clamp(0, MAX_KEYS);
+        let token = match &input.continuation_token {
+            Some(t) => Some(
+                hex::decode(t)
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .ok_or_else(|| {
+                        S3Error::with_message(
+                            S3ErrorCode::InvalidArgument,
+                            "the continuation token is not one this gateway gave",
+                        )
+                    })?,
+            ),
+            None => None,
+        };
+        let start = match (token, input.start_after.clone()) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let delimiter = input.delimiter.clone();
+        let bucket = input.bucket.clone();
+        let listing = blocking(&self.tree, move |t| {
+            let root = t.bucket(&bucket)?;
+            let q = Query {
+                prefix: &prefix,
+                delimiter: delimiter.as_deref(),
+                start: start.as_deref(),
+                max: max as usize,
+            };
+            let listing = list::list(t, root, &q)?;
+            // ETags cost a read of any file the gateway has not seen:
+            // a listing shows only those known without one.
+            let etags: Vec<Option<String>> = listing
+                .items
+                .iter()
+                .map(|i| match i {
+                    Item::Key { inode, .. } if inode.attr.kind == FileKind::File => {
+                        t.known_etag(inode)
+                    }
+                    Item::Key { .. } => Some(hex::encode(Md5::digest([]))),
+                    Item::Prefix(_) => None,
+                })
+                .collect();
+            Ok((listing, etags))
+        })
+        .await?;
+        let (listing, etags) = listing;
+        let next = listing
+            .truncated
+            .then(|| listing.items.last().map(|i| hex::encode(i.name())))
+            .flatten();
+        let mut contents = Vec::new();
+        let mut prefixes = Vec::new();
+        for (item, etag) in listing.items.into_iter().zip(etags) {
+            match item {
+                Item::Key { key, inode } => contents.push(Object {
+                    key: Some(encode(&key, url)),
+                    size: Some(if inode.attr.kind == FileKind::Dir {
+                        0
+                    } else {
+                        inode.attr.size as i64
+                    }),
+                    last_modified: Some(modified(&inode)),
+                    e_tag: etag.map(ETag::Strong),
+                    storage_class: Some(ObjectStorageClass::from_static(
+                        ObjectStorageClass::STANDARD,
+                    )),
+                    ..Default::default()
+                }),
+                Item::Prefix(p) => prefixes.push(CommonPrefix {
+                    prefix: Some(encode(&p, url)),
+                }),
+            }
+        }
+        let count = (contents.len() + prefixes.len()) as i32;
+        Ok(S3Response::new(ListObjectsV2Output {
+            name: Some(input.bucket),
+            prefix: Some(encode(input.prefix.as_deref().unwrap_or(""), url)),
+            delimiter: input.delimiter.map(|d| encode(&d, url)),
+            start_after: input.start_after.map(|s| encode(&s, url)),
+            encoding_type: input.encoding_type,
+            max_keys: Some(max),
+            key_count: Some(count),
+            continuation_token: input.continuation_token,
+            is_truncated: Some(next.is_some()),
+            next_continuation_token: next,
+            contents: Some(contents),
+            common_prefixes: Some(prefixes),
+            ..Default::default()
+        }))
+    }
+}
