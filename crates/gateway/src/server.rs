@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder as ConnBuilder;
-use s3s::service::S3ServiceBuilder;
+use s3s::service::{S3Service, S3ServiceBuilder};
 use tokio::sync::oneshot;
 
 use crate::auth::Auth;
@@ -36,6 +37,37 @@ impl Options {
             listen,
             blocking_threads: 16,
         }
+    }
+}
+
+/// s3s's service, closing the connection after a refused request with a
+/// body: a request refused before its body was read (a key too long, a bad
+/// signature) leaves that body on the connection, where the client's next
+/// request would be read after it as garbage (a bare 400).
+#[derive(Clone)]
+struct CloseAfterRefusal(S3Service);
+
+impl hyper::service::Service<http::Request<hyper::body::Incoming>> for CloseAfterRefusal {
+    type Response = s3s::HttpResponse;
+    type Error = s3s::HttpError;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn call(&self, req: http::Request<hyper::body::Incoming>) -> Self::Future {
+        let h = req.headers();
+        let has_body = h.contains_key(http::header::TRANSFER_ENCODING)
+            || h.get(http::header::CONTENT_LENGTH)
+                .is_some_and(|v| v.as_bytes() != b"0");
+        let fut = hyper::service::Service::call(&self.0, req);
+        Box::pin(async move {
+            let mut resp = fut.await?;
+            if has_body && !resp.status().is_success() {
+                resp.headers_mut().insert(
+                    http::header::CONNECTION,
+                    http::HeaderValue::from_static("close"),
+                );
+            }
+            Ok(resp)
+        })
     }
 }
 
@@ -104,7 +136,7 @@ pub fn start(fs: Arc<fs::Fs>, repo_root: &Path, opts: &Options) -> Result<Runnin
         let mut b = S3ServiceBuilder::new(Gateway::new(Tree::new(fs), keys.clone()));
         b.set_auth(Auth::new(keys.clone()));
         b.set_access(Auth::new(keys));
-        b.build()
+        CloseAfterRefusal(b.build())
     };
     let (tx, rx) = oneshot::channel();
     let thread = std::thread::Builder::new()
