@@ -17,7 +17,7 @@ use crate::error::s3_from_join;
 use crate::keys::Keyring;
 use crate::list::{self, Item, Query};
 use crate::names::{self, KeyPath};
-use crate::tree::{Tree, PIECE};
+use crate::tree::{Attrs, Tree, PIECE};
 
 /// What `EncodingType=url` leaves as it is (boto3 asks for it on every
 /// listing and decodes with `unquote_plus`, so `+` must be encoded).
@@ -91,6 +91,52 @@ fn encode(s: &str, url: bool) -> String {
 struct Found {
     inode: Inode,
     etag: String,
+    attrs: Attrs,
+}
+
+/// The conditional headers of a GET or HEAD.
+struct Conditions {
+    if_match: Option<ETagCondition>,
+    if_none_match: Option<ETagCondition>,
+    if_modified_since: Option<Timestamp>,
+    if_unmodified_since: Option<Timestamp>,
+}
+
+fn matches(cond: &ETagCondition, etag: &str) -> bool {
+    match cond {
+        ETagCondition::Any => true,
+        ETagCondition::ETag(e) => e.value() == etag,
+    }
+}
+
+fn unix_secs(t: Timestamp) -> i64 {
+    time::OffsetDateTime::from(t).unix_timestamp()
+}
+
+impl Conditions {
+    /// RFC 9110's order: If-Match, else If-Unmodified-Since (412); then
+    /// If-None-Match, else If-Modified-Since (304). HTTP dates have whole
+    /// seconds, so the object's mtime is compared in whole seconds.
+    fn check(self, found: &Found) -> S3Result<()> {
+        let mtime = found.inode.attr.mtime.secs;
+        let failed = match (&self.if_match, self.if_unmodified_since) {
+            (Some(c), _) => !matches(c, &found.etag),
+            (None, Some(t)) => mtime > unix_secs(t),
+            (None, None) => false,
+        };
+        if failed {
+            return Err(S3Error::new(S3ErrorCode::PreconditionFailed));
+        }
+        let unchanged = match (&self.if_none_match, self.if_modified_since) {
+            (Some(c), _) => matches(c, &found.etag),
+            (None, Some(t)) => mtime <= unix_secs(t),
+            (None, None) => false,
+        };
+        if unchanged {
+            return Err(S3Error::new(S3ErrorCode::NotModified));
+        }
+        Ok(())
+    }
 }
 
 impl Gateway {
@@ -104,7 +150,8 @@ impl Gateway {
             } else {
                 t.etag(&inode)?
             };
-            Ok(Found { inode, etag })
+            let attrs = t.attrs(inode.id)?;
+            Ok(Found { inode, etag, attrs })
         })
         .await
     }
@@ -124,6 +171,7 @@ impl Gateway {
         mut body: StreamingBlob,
         length: Option<i64>,
         content_md5: Option<String>,
+        attrs: Attrs,
     ) -> S3Result<String> {
         let up = blocking(&self.tree, {
             let (bucket, parts) = (bucket.clone(), parts.clone());
@@ -180,7 +228,11 @@ impl Gateway {
         match verdict {
             Ok(()) => {
                 let etag2 = etag.clone();
-                let done = blocking(&self.tree, move |t| t.finish(&up2, &name, &etag2)).await;
+                let done = blocking(&self.tree, move |t| {
+                    t.set_attrs(up2.ino, &attrs)?;
+                    t.finish(&up2, &name, &etag2)
+                })
+                .await;
                 if done.is_err() {
                     blocking(&self.tree, move |t| {
                         t.abort(&up);
@@ -199,6 +251,92 @@ impl Gateway {
                 Err(e)
             }
         }
+    }
+}
+
+fn wants_url(e: Option<&EncodingType>) -> bool {
+    e.is_some_and(|e| e.as_str() == EncodingType::URL)
+}
+
+/// One page of a listing, as S3 shows it.
+struct Page {
+    contents: Vec<Object>,
+    prefixes: Vec<CommonPrefix>,
+    max: i32,
+    /// The last name shown, if the listing goes on after it.
+    last: Option<String>,
+}
+
+impl Gateway {
+    async fn page(
+        &self,
+        bucket: &str,
+        prefix: String,
+        delimiter: Option<String>,
+        start: Option<String>,
+        max_keys: Option<i32>,
+        url: bool,
+    ) -> S3Result<Page> {
+        let max = max_keys.unwrap_or(MAX_KEYS).clamp(0, MAX_KEYS);
+        let bucket = bucket.to_string();
+        let (listing, etags) = blocking(&self.tree, move |t| {
+            let root = t.bucket(&bucket)?;
+            let q = Query {
+                prefix: &prefix,
+                delimiter: delimiter.as_deref(),
+                start: start.as_deref(),
+                max: max as usize,
+            };
+            let listing = list::list(t, root, &q)?;
+            // ETags cost a read of any file the gateway has not seen:
+            // a listing shows only those known without one.
+            let etags: Vec<Option<String>> = listing
+                .items
+                .iter()
+                .map(|i| match i {
+                    Item::Key { inode, .. } if inode.attr.kind == FileKind::File => {
+                        t.known_etag(inode)
+                    }
+                    Item::Key { .. } => Some(hex::encode(Md5::digest([]))),
+                    Item::Prefix(_) => None,
+                })
+                .collect();
+            Ok((listing, etags))
+        })
+        .await?;
+        let last = listing
+            .truncated
+            .then(|| listing.items.last().map(|i| i.name().to_string()))
+            .flatten();
+        let mut contents = Vec::new();
+        let mut prefixes = Vec::new();
+        for (item, etag) in listing.items.into_iter().zip(etags) {
+            match item {
+                Item::Key { key, inode } => contents.push(Object {
+                    key: Some(encode(&key, url)),
+                    size: Some(if inode.attr.kind == FileKind::Dir {
+                        0
+                    } else {
+                        inode.attr.size as i64
+                    }),
+                    last_modified: Some(modified(&inode)),
+                    e_tag: etag.map(ETag::Strong),
+                    storage_class: Some(ObjectStorageClass::from_static(
+                        ObjectStorageClass::STANDARD,
+                    )),
+                    ..Default::default()
+                }),
+                Item::Prefix(p) => prefixes.push(CommonPrefix {
+                    prefix: Some(encode(&p, url)),
+                }),
+            }
+        }
+        Ok(Page {
+            contents,
+            prefixes,
+            max,
+            last,
+        })
     }
 }
 
@@ -339,8 +477,19 @@ impl S3 for Gateway {
         let body = input.body.unwrap_or_else(|| {
             StreamingBlob::wrap(futures_util::stream::empty::<Result<Bytes, std::io::Error>>())
         });
+        let attrs = Attrs {
+            content_type: input.content_type,
+            meta: input.metadata.unwrap_or_default().into_iter().collect(),
+        };
         let etag = self
-            .write_body(bucket, parts, body, input.content_length, input.content_md5)
+            .write_body(
+                bucket,
+                parts,
+                body,
+                input.content_length,
+                input.content_md5,
+                attrs,
+            )
             .await?;
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(ETag::Strong(etag)),
@@ -352,11 +501,21 @@ impl S3 for Gateway {
         &self,
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
-        let found = self.find(&req.input.bucket, &req.input.key).await?;
+        let input = req.input;
+        let found = self.find(&input.bucket, &input.key).await?;
+        Conditions {
+            if_match: input.if_match,
+            if_none_match: input.if_none_match,
+            if_modified_since: input.if_modified_since,
+            if_unmodified_since: input.if_unmodified_since,
+        }
+        .check(&found)?;
         Ok(S3Response::new(HeadObjectOutput {
             content_length: Some(found.inode.attr.size as i64),
             last_modified: Some(modified(&found.inode)),
             e_tag: Some(ETag::Strong(found.etag)),
+            content_type: found.attrs.content_type,
+            metadata: Some(found.attrs.meta.into_iter().collect()),
             ..Default::default()
         }))
     }
@@ -367,6 +526,13 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let input = req.input;
         let found = self.find(&input.bucket, &input.key).await?;
+        Conditions {
+            if_match: input.if_match,
+            if_none_match: input.if_none_match,
+            if_modified_since: input.if_modified_since,
+            if_unmodified_since: input.if_unmodified_since,
+        }
+        .check(&found)?;
         let size = if found.inode.attr.kind == FileKind::Dir {
             0
         } else {
@@ -397,6 +563,8 @@ impl S3 for Gateway {
             content_range,
             last_modified: Some(modified(&found.inode)),
             e_tag: Some(ETag::Strong(found.etag)),
+            content_type: found.attrs.content_type,
+            metadata: Some(found.attrs.meta.into_iter().collect()),
             ..Default::default()
         }))
     }
@@ -419,11 +587,7 @@ impl S3 for Gateway {
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
         let input = req.input;
-        let url = input
-            .encoding_type
-            .as_ref()
-            .is_some_and(|e| e.as_str() == EncodingType::URL);
-        let max = input.max_keys.unwrap_or(MAX_KEYS).clamp(0, MAX_KEYS);
+        let url = wants_url(input.encoding_type.as_ref());
         let token = match &input.continuation_token {
             Some(t) => Some(
                 hex::decode(t)
@@ -442,76 +606,165 @@ impl S3 for Gateway {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         };
-        let prefix = input.prefix.clone().unwrap_or_default();
-        let delimiter = input.delimiter.clone();
-        let bucket = input.bucket.clone();
-        let listing = blocking(&self.tree, move |t| {
-            let root = t.bucket(&bucket)?;
-            let q = Query {
-                prefix: &prefix,
-                delimiter: delimiter.as_deref(),
-                start: start.as_deref(),
-                max: max as usize,
-            };
-            let listing = list::list(t, root, &q)?;
-            // ETags cost a read of any file the gateway has not seen:
-            // a listing shows only those known without one.
-            let etags: Vec<Option<String>> = listing
-                .items
-                .iter()
-                .map(|i| match i {
-                    Item::Key { inode, .. } if inode.attr.kind == FileKind::File => {
-                        t.known_etag(inode)
-                    }
-                    Item::Key { .. } => Some(hex::encode(Md5::digest([]))),
-                    Item::Prefix(_) => None,
-                })
-                .collect();
-            Ok((listing, etags))
-        })
-        .await?;
-        let (listing, etags) = listing;
-        let next = listing
-            .truncated
-            .then(|| listing.items.last().map(|i| hex::encode(i.name())))
-            .flatten();
-        let mut contents = Vec::new();
-        let mut prefixes = Vec::new();
-        for (item, etag) in listing.items.into_iter().zip(etags) {
-            match item {
-                Item::Key { key, inode } => contents.push(Object {
-                    key: Some(encode(&key, url)),
-                    size: Some(if inode.attr.kind == FileKind::Dir {
-                        0
-                    } else {
-                        inode.attr.size as i64
-                    }),
-                    last_modified: Some(modified(&inode)),
-                    e_tag: etag.map(ETag::Strong),
-                    storage_class: Some(ObjectStorageClass::from_static(
-                        ObjectStorageClass::STANDARD,
-                    )),
-                    ..Default::default()
-                }),
-                Item::Prefix(p) => prefixes.push(CommonPrefix {
-                    prefix: Some(encode(&p, url)),
-                }),
-            }
-        }
-        let count = (contents.len() + prefixes.len()) as i32;
+        let page = self
+            .page(
+                &input.bucket,
+                input.prefix.clone().unwrap_or_default(),
+                input.delimiter.clone(),
+                start,
+                input.max_keys,
+                url,
+            )
+            .await?;
+        let next = page.last.as_deref().map(hex::encode);
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(input.bucket),
             prefix: Some(encode(input.prefix.as_deref().unwrap_or(""), url)),
             delimiter: input.delimiter.map(|d| encode(&d, url)),
             start_after: input.start_after.map(|s| encode(&s, url)),
             encoding_type: input.encoding_type,
-            max_keys: Some(max),
-            key_count: Some(count),
+            max_keys: Some(page.max),
+            key_count: Some((page.contents.len() + page.prefixes.len()) as i32),
             continuation_token: input.continuation_token,
             is_truncated: Some(next.is_some()),
             next_continuation_token: next,
-            contents: Some(contents),
-            common_prefixes: Some(prefixes),
+            contents: Some(page.contents),
+            common_prefixes: Some(page.prefixes),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        let input = req.input;
+        let url = wants_url(input.encoding_type.as_ref());
+        let page = self
+            .page(
+                &input.bucket,
+                input.prefix.clone().unwrap_or_default(),
+                input.delimiter.clone(),
+                input.marker.clone(),
+                input.max_keys,
+                url,
+            )
+            .await?;
+        Ok(S3Response::new(ListObjectsOutput {
+            name: Some(input.bucket),
+            prefix: Some(encode(input.prefix.as_deref().unwrap_or(""), url)),
+            delimiter: input.delimiter.map(|d| encode(&d, url)),
+            marker: Some(encode(input.marker.as_deref().unwrap_or(""), url)),
+            encoding_type: input.encoding_type,
+            max_keys: Some(page.max),
+            is_truncated: Some(page.last.is_some()),
+            next_marker: page.last.map(|l| encode(&l, url)),
+            contents: Some(page.contents),
+            common_prefixes: Some(page.prefixes),
+            ..Default::default()
+        }))
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let input = req.input;
+        let quiet = input.delete.quiet.unwrap_or(false);
+        let keys: Vec<String> = input.delete.objects.into_iter().map(|o| o.key).collect();
+        if keys.len() > MAX_KEYS as usize {
+            return Err(S3Error::with_message(
+                S3ErrorCode::MalformedXML,
+                "DeleteObjects takes at most 1,000 keys",
+            ));
+        }
+        let bucket = input.bucket;
+        let results = blocking(&self.tree, move |t| {
+            t.bucket(&bucket)?;
+            Ok(keys
+                .into_iter()
+                .map(|key| {
+                    let r = names::split(&key).and_then(|k| t.delete(&bucket, &k));
+                    (key, r)
+                })
+                .collect::<Vec<_>>())
+        })
+        .await?;
+        let mut deleted = Vec::new();
+        let mut errors = Vec::new();
+        for (key, r) in results {
+            match r {
+                Ok(()) if !quiet => deleted.push(DeletedObject {
+                    key: Some(key),
+                    ..Default::default()
+                }),
+                Ok(()) => {}
+                Err(e) => errors.push(Error {
+                    code: Some(e.code().as_str().to_string()),
+                    key: Some(key),
+                    message: e.message().map(str::to_string),
+                    version_id: None,
+                }),
+            }
+        }
+        Ok(S3Response::new(DeleteObjectsOutput {
+            deleted: Some(deleted),
+            errors: Some(errors),
+            ..Default::default()
+        }))
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        let input = req.input;
+        let CopySource::Bucket {
+            bucket: src_bucket,
+            key: src_key,
+            ..
+        } = input.copy_source
+        else {
+            return Err(S3Error::with_message(
+                S3ErrorCode::NotImplemented,
+                "copies from access points are not supported",
+            ));
+        };
+        let (src_parts, src_dir) = owned_key(&src_key)?;
+        let (dst_parts, dst_dir) = owned_key(&input.key)?;
+        if src_dir || dst_dir {
+            return Err(S3Error::with_message(
+                S3ErrorCode::InvalidArgument,
+                "a directory marker cannot be copied",
+            ));
+        }
+        let replace = input
+            .metadata_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+        let attrs = replace.then(|| Attrs {
+            content_type: input.content_type,
+            meta: input.metadata.unwrap_or_default().into_iter().collect(),
+        });
+        let bucket = input.bucket;
+        let (inode, etag) = blocking(&self.tree, move |t| {
+            let inode = t.copy(
+                &src_bucket,
+                &key_path(&src_parts, false),
+                &bucket,
+                &key_path(&dst_parts, false),
+                attrs.as_ref(),
+            )?;
+            let etag = t.etag(&inode)?;
+            Ok((inode, etag))
+        })
+        .await?;
+        Ok(S3Response::new(CopyObjectOutput {
+            copy_object_result: Some(CopyObjectResult {
+                e_tag: Some(ETag::Strong(etag)),
+                last_modified: Some(modified(&inode)),
+                ..Default::default()
+            }),
             ..Default::default()
         }))
     }

@@ -15,6 +15,10 @@ use crate::names::{KeyPath, UPLOAD_PREFIX};
 /// Where the MD5 of a file's bytes is cached, with the content it was
 /// computed for (see [`identity`]).
 const ETAG_XATTR: &[u8] = b"user.cairn.etag";
+/// An object's Content-Type, as an xattr.
+const TYPE_XATTR: &str = "user.cairn.s3.content-type";
+/// An object's user metadata `x-amz-meta-NAME`, as xattrs of this prefix.
+const META_XATTR: &str = "user.cairn.s3.meta.";
 /// Bytes one blocking read or write handles.
 pub const PIECE: usize = 1 << 20;
 
@@ -61,6 +65,14 @@ pub struct Upload {
     pub dir: InodeId,
     pub tmp: String,
     pub ino: InodeId,
+}
+
+/// What an object carries besides its bytes.
+#[derive(Debug, Default, Clone)]
+pub struct Attrs {
+    pub content_type: Option<String>,
+    /// `x-amz-meta-*` names (without the prefix) and values.
+    pub meta: Vec<(String, String)>,
 }
 
 #[derive(Clone)]
@@ -355,14 +367,20 @@ impl Tree {
     }
 
     /// Deletes an object; a missing one is not an error (S3's answer). A
-    /// directory marker removes the directory only if it is empty.
+    /// directory marker removes the directory only if it is empty. The
+    /// directories above that are left empty are removed as well.
     pub fn delete(&self, bucket: &str, key: &KeyPath<'_>) -> S3Result<()> {
         let root = self.bucket(bucket)?;
         let (name, above) = key.parts.split_last().expect("a key has a name");
         let mut dir = root;
+        // The directories on the way, each with the one holding it.
+        let mut way = Vec::with_capacity(above.len());
         for part in above {
             match self.fs.lookup(dir, part.as_bytes()) {
-                Ok(i) if i.attr.kind == FileKind::Dir => dir = i.id,
+                Ok(i) if i.attr.kind == FileKind::Dir => {
+                    way.push((dir, *part));
+                    dir = i.id;
+                }
                 Ok(_) => return Ok(()),
                 Err(e) if e.errno() == libc::ENOENT => return Ok(()),
                 Err(e) => return Err(s3_from_fs(e, S3ErrorCode::InternalError, part)),
@@ -382,6 +400,13 @@ impl Tree {
             _ => self.fs.unlink(dir, name.as_bytes()),
         };
         gone.map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, name))?;
+        // Directories left empty go too, up to the bucket: in S3 a
+        // "folder" is only the keys below it.
+        for (parent, part) in way.iter().rev() {
+            if self.fs.rmdir(*parent, part.as_bytes()).is_err() {
+                break;
+            }
+        }
         self.fs
             .sync_all()
             .map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, name))
@@ -398,5 +423,118 @@ impl Tree {
 
     pub fn getattr(&self, ino: InodeId) -> Result<Inode, FsError> {
         self.fs.getattr(ino)
+    }
+
+    /// Sets an object's Content-Type and user metadata, replacing what it
+    /// had.
+    pub fn set_attrs(&self, ino: InodeId, attrs: &Attrs) -> S3Result<()> {
+        let fail = |e: FsError| s3_from_fs(e, S3ErrorCode::InternalError, "an object");
+        for name in self.fs.list_xattr(ino).map_err(fail)? {
+            if name.starts_with(META_XATTR.as_bytes()) || name == TYPE_XATTR.as_bytes() {
+                self.fs.remove_xattr(ino, &name).map_err(fail)?;
+            }
+        }
+        let set = |name: &[u8], value: &str| {
+            self.fs
+                .set_xattr(
+                    ino,
+                    name,
+                    value.as_bytes(),
+                    XattrFlags::Either,
+                    &Caller::root(),
+                )
+                .map_err(fail)
+        };
+        if let Some(t) = &attrs.content_type {
+            set(TYPE_XATTR.as_bytes(), t)?;
+        }
+        for (k, v) in &attrs.meta {
+            set(
+                format!("{META_XATTR}{}", k.to_ascii_lowercase()).as_bytes(),
+                v,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// An object's Content-Type and user metadata.
+    pub fn attrs(&self, ino: InodeId) -> S3Result<Attrs> {
+        let fail = |e: FsError| s3_from_fs(e, S3ErrorCode::InternalError, "an object");
+        let mut attrs = Attrs::default();
+        for name in self.fs.list_xattr(ino).map_err(fail)? {
+            let Ok(text) = std::str::from_utf8(&name) else {
+                continue;
+            };
+            let value = || -> S3Result<String> {
+                let v = self.fs.get_xattr(ino, &name).map_err(fail)?;
+                Ok(String::from_utf8_lossy(&v).into_owned())
+            };
+            if text == TYPE_XATTR {
+                attrs.content_type = Some(value()?);
+            } else if let Some(k) = text.strip_prefix(META_XATTR) {
+                attrs.meta.push((k.to_string(), value()?));
+            }
+        }
+        Ok(attrs)
+    }
+
+    /// Copies object `src` to key `dst` as a clone (the recipe is shared,
+    /// no data is copied), through a temporary name renamed over the key.
+    /// With `attrs`, the copy gets those instead of the source's.
+    pub fn copy(
+        &self,
+        src_bucket: &str,
+        src: &KeyPath<'_>,
+        dst_bucket: &str,
+        dst: &KeyPath<'_>,
+        attrs: Option<&Attrs>,
+    ) -> S3Result<Inode> {
+        let from = self.object(src_bucket, src)?;
+        if from.attr.kind != FileKind::File {
+            return Err(S3Error::with_message(
+                S3ErrorCode::InvalidArgument,
+                "only an object (a file) can be copied",
+            ));
+        }
+        let root = self.bucket(dst_bucket)?;
+        let (name, above) = dst.parts.split_last().expect("a key has a name");
+        let dir = self.make_dirs(root, above)?;
+        let tmp = format!("{UPLOAD_PREFIX}{:016x}", rand::random::<u64>());
+        let src_path = format!("{src_bucket}/{}", src.parts.join("/"));
+        let mut tmp_path = format!("{dst_bucket}/");
+        for p in above {
+            tmp_path.push_str(p);
+            tmp_path.push('/');
+        }
+        tmp_path.push_str(&tmp);
+        let fail = |e: FsError| s3_from_fs(e, S3ErrorCode::InternalError, name);
+        self.fs.clone_path(&src_path, &tmp_path).map_err(fail)?;
+        let done = (|| {
+            let copy = self.fs.lookup(dir, tmp.as_bytes()).map_err(fail)?;
+            if let Some(a) = attrs {
+                self.set_attrs(copy.id, a)?;
+            }
+            match self.fs.rename(
+                dir,
+                tmp.as_bytes(),
+                dir,
+                name.as_bytes(),
+                RenameFlags::default(),
+            ) {
+                Ok(()) => {}
+                Err(e) if matches!(e.errno(), libc::EISDIR | libc::ENOTEMPTY | libc::ENOTDIR) => {
+                    return Err(conflict(&format!(
+                        "{name:?} is a directory holding other keys; it cannot be an object too"
+                    )))
+                }
+                Err(e) => return Err(fail(e)),
+            }
+            self.fs.fsync(copy.id).map_err(fail)?;
+            self.fs.getattr(copy.id).map_err(fail)
+        })();
+        if done.is_err() {
+            let _ = self.fs.unlink(dir, tmp.as_bytes());
+        }
+        done
     }
 }
