@@ -420,7 +420,6 @@ impl S3 for Gateway {
         blocking(&self.tree, move |t| t.create_bucket(&name)).await?;
         Ok(S3Response::new(CreateBucketOutput {
             location: Some(location),
-            ..Default::default()
         }))
     }
 
