@@ -17,7 +17,7 @@ use crate::error::s3_from_join;
 use crate::keys::Keyring;
 use crate::list::{self, Item, Query};
 use crate::names::{self, KeyPath};
-use crate::tree::{Attrs, Tree, PIECE};
+use crate::tree::{Attrs, Tree, Upload, PIECE};
 
 /// What `EncodingType=url` leaves as it is (boto3 asks for it on every
 /// listing and decodes with `unquote_plus`, so `+` must be encoded).
@@ -179,6 +179,10 @@ impl Gateway {
         })
         .await?;
         let up = Arc::new(up);
+        let pending = Pending {
+            tree: self.tree.clone(),
+            up: Some(up.clone()),
+        };
         let mut md5 = Md5::new();
         let mut offset = 0u64;
         let mut buf = BytesMut::with_capacity(PIECE);
@@ -224,32 +228,42 @@ impl Gateway {
         });
         let name = parts.last().expect("a key has a name").clone();
         let etag = hex::encode(md5);
+        verdict?;
+        let etag2 = etag.clone();
         let up2 = up.clone();
-        match verdict {
-            Ok(()) => {
-                let etag2 = etag.clone();
-                let done = blocking(&self.tree, move |t| {
-                    t.set_attrs(up2.ino, &attrs)?;
-                    t.finish(&up2, &name, &etag2)
-                })
-                .await;
-                if done.is_err() {
-                    blocking(&self.tree, move |t| {
-                        t.abort(&up);
-                        Ok(())
-                    })
-                    .await?;
-                }
-                done.map(|()| etag)
+        blocking(&self.tree, move |t| {
+            t.set_attrs(up2.ino, &attrs)?;
+            t.finish(&up2, &name, &etag2)
+        })
+        .await?;
+        pending.done();
+        Ok(etag)
+    }
+}
+
+/// A PUT's temporary file until the PUT completes: dropped before (an
+/// error, or the request's future dropped when the client went away), it
+/// removes the file on a blocking thread.
+struct Pending {
+    tree: Tree,
+    up: Option<Arc<Upload>>,
+}
+
+impl Pending {
+    fn done(mut self) {
+        self.up = None;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let Some(up) = self.up.take() else { return };
+        let tree = self.tree.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn_blocking(move || tree.abort(&up));
             }
-            Err(e) => {
-                blocking(&self.tree, move |t| {
-                    t.abort(&up2);
-                    Ok(())
-                })
-                .await?;
-                Err(e)
-            }
+            Err(_) => tree.abort(&up),
         }
     }
 }

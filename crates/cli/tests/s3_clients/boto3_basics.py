@@ -21,7 +21,8 @@ from botocore.exceptions import ClientError
 ENDPOINT = os.environ["ENDPOINT"]
 MOUNT = os.environ["MOUNT"]
 EXPECTED = os.environ["EXPECTED"]
-CFG = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1})
+CFG = Config(signature_version="s3v4", s3={"addressing_style": "path"},
+             retries={"max_attempts": 1})
 
 
 def client(key_id, secret, **kw):
@@ -173,7 +174,39 @@ assert ro.get_object(Bucket="photos", Key=key)["Body"].read() == big
 assert code(lambda: ro.put_object(Bucket="photos", Key="ro", Body=b"r"))[0] == "AccessDenied"
 assert code(lambda: ro.delete_object(Bucket="photos", Key="empty"))[0] == "AccessDenied"
 
-for k in ["bad-md5", "forged", "unknown", "anon", "ro", "a", "empty/below"]:
+# A presigned URL works; a body cut off before Content-Length stores
+# nothing and leaves no temporary file behind.
+import http.client
+import urllib.parse
+import urllib.request
+
+url = s3.generate_presigned_url("put_object", Params={"Bucket": "photos", "Key": "presigned"})
+urllib.request.urlopen(urllib.request.Request(url, data=b"signed", method="PUT")).read()
+assert s3.get_object(Bucket="photos", Key="presigned")["Body"].read() == b"signed"
+expect("presigned", b"signed")
+url = urllib.parse.urlsplit(
+    s3.generate_presigned_url("put_object", Params={"Bucket": "photos", "Key": "cut"}))
+conn = http.client.HTTPConnection(url.hostname, url.port)
+conn.putrequest("PUT", url.path + "?" + url.query)
+conn.putheader("Content-Length", str(3 << 20))
+conn.endheaders()
+conn.send(rng.randbytes(2 << 20))
+conn.sock.shutdown(2)
+conn.close()
+deadline = time.monotonic() + 10
+while any(n.startswith(".cairn-put.") for n in os.listdir(os.path.join(MOUNT, "photos"))):
+    assert time.monotonic() < deadline, os.listdir(os.path.join(MOUNT, "photos"))
+    time.sleep(0.05)
+expired = s3.generate_presigned_url("get_object", Params={"Bucket": "photos", "Key": "presigned"},
+                                    ExpiresIn=1)
+time.sleep(2)
+try:
+    urllib.request.urlopen(expired)
+    raise AssertionError("an expired URL was served")
+except urllib.error.HTTPError as e:
+    assert e.code == 403, e.code
+
+for k in ["bad-md5", "forged", "unknown", "anon", "ro", "a", "empty/below", "cut"]:
     assert code(lambda: s3.head_object(Bucket="photos", Key=k))[1] == 404, k
 leftovers = [n for _, _, files in os.walk(os.path.join(MOUNT, "photos"))
              for n in files if n.startswith(".cairn-put.")]
