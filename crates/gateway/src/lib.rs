@@ -29,6 +29,7 @@ mod auth;
 mod error;
 pub mod keys;
 mod list;
+mod multipart;
 mod names;
 mod s3;
 mod server;

@@ -16,6 +16,7 @@ use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
 use crate::error::s3_from_join;
 use crate::keys::Keyring;
 use crate::list::{self, Item, Query};
+use crate::multipart;
 use crate::names::{self, KeyPath};
 use crate::tree::{Attrs, Tree, Upload, PIECE};
 
@@ -778,6 +779,186 @@ impl S3 for Gateway {
                 last_modified: Some(modified(&inode)),
                 ..Default::default()
             }),
+            ..Default::default()
+        }))
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let input = req.input;
+        let (_, dir) = owned_key(&input.key)?;
+        if dir {
+            return Err(S3Error::with_message(
+                S3ErrorCode::InvalidArgument,
+                "a key ending in / is a directory: it holds no bytes",
+            ));
+        }
+        let attrs = Attrs {
+            content_type: input.content_type,
+            meta: input.metadata.unwrap_or_default().into_iter().collect(),
+        };
+        let (bucket, key) = (input.bucket.clone(), input.key.clone());
+        let id = blocking(&self.tree, move |t| {
+            multipart::create(t, &bucket, &key, &attrs)
+        })
+        .await?;
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            upload_id: Some(id),
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let input = req.input;
+        let part = multipart::part_name(input.part_number)?;
+        let (bucket, key, id) = (input.bucket.clone(), input.key.clone(), input.upload_id);
+        let dir = blocking(&self.tree, move |t| {
+            multipart::find(t, &bucket, &key, &id)?;
+            Ok(multipart::dir_name(&id))
+        })
+        .await?;
+        let body = input.body.unwrap_or_else(|| {
+            StreamingBlob::wrap(futures_util::stream::empty::<Result<Bytes, std::io::Error>>())
+        });
+        let etag = self
+            .write_body(
+                input.bucket,
+                vec![dir, part],
+                body,
+                input.content_length,
+                input.content_md5,
+                Attrs::default(),
+            )
+            .await?;
+        Ok(S3Response::new(UploadPartOutput {
+            e_tag: Some(ETag::Strong(etag)),
+            ..Default::default()
+        }))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let input = req.input;
+        let (parts, dir) = owned_key(&input.key)?;
+        let wanted: Vec<(i32, String)> = input
+            .multipart_upload
+            .and_then(|m| m.parts)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| {
+                (
+                    p.part_number.unwrap_or(0),
+                    p.e_tag.map(|e| e.value().to_string()).unwrap_or_default(),
+                )
+            })
+            .collect();
+        let (bucket, key, id) = (input.bucket.clone(), input.key.clone(), input.upload_id);
+        let etag = blocking(&self.tree, move |t| {
+            let updir = multipart::find(t, &bucket, &key, &id)?;
+            multipart::complete(t, &bucket, &key_path(&parts, dir), updir, &id, &wanted)
+        })
+        .await?;
+        Ok(S3Response::new(CompleteMultipartUploadOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            e_tag: Some(ETag::Strong(etag)),
+            ..Default::default()
+        }))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let input = req.input;
+        blocking(&self.tree, move |t| {
+            let dir = multipart::find(t, &input.bucket, &input.key, &input.upload_id)?;
+            multipart::abort(t, &input.bucket, dir, &input.upload_id)
+        })
+        .await?;
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        let input = req.input;
+        let (bucket, key, id) = (
+            input.bucket.clone(),
+            input.key.clone(),
+            input.upload_id.clone(),
+        );
+        let after = input.part_number_marker.unwrap_or(0);
+        let max = input.max_parts.unwrap_or(MAX_KEYS).clamp(1, MAX_KEYS) as usize;
+        let (parts, more) = blocking(&self.tree, move |t| {
+            let dir = multipart::find(t, &bucket, &key, &id)?;
+            let all: Vec<_> = multipart::parts(t, dir)?
+                .into_iter()
+                .filter(|(n, _)| *n > after)
+                .collect();
+            let more = all.len() > max;
+            let mut out = Vec::new();
+            for (n, inode) in all.into_iter().take(max) {
+                out.push(Part {
+                    part_number: Some(n),
+                    size: Some(inode.attr.size as i64),
+                    last_modified: Some(modified(&inode)),
+                    e_tag: Some(ETag::Strong(t.etag(&inode)?)),
+                    ..Default::default()
+                });
+            }
+            Ok((out, more))
+        })
+        .await?;
+        let next = more
+            .then(|| parts.last().and_then(|p| p.part_number))
+            .flatten();
+        Ok(S3Response::new(ListPartsOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            upload_id: Some(input.upload_id),
+            is_truncated: Some(next.is_some()),
+            next_part_number_marker: next,
+            max_parts: Some(max as i32),
+            parts: Some(parts),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        let input = req.input;
+        let bucket = input.bucket.clone();
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let uploads = blocking(&self.tree, move |t| multipart::uploads(t, &bucket)).await?;
+        let uploads = uploads
+            .into_iter()
+            .filter(|(key, _, _)| key.starts_with(&prefix))
+            .take(MAX_KEYS as usize)
+            .map(|(key, id, inode)| MultipartUpload {
+                key: Some(key),
+                upload_id: Some(id),
+                initiated: Some(modified(&inode)),
+                ..Default::default()
+            })
+            .collect();
+        Ok(S3Response::new(ListMultipartUploadsOutput {
+            bucket: Some(input.bucket),
+            prefix: input.prefix,
+            is_truncated: Some(false),
+            uploads: Some(uploads),
             ..Default::default()
         }))
     }

@@ -85,6 +85,10 @@ impl Tree {
         Tree { fs }
     }
 
+    pub fn fs(&self) -> &Fs {
+        &self.fs
+    }
+
     /// The directory of bucket `name`.
     pub fn bucket(&self, name: &str) -> S3Result<InodeId> {
         match self.fs.lookup(InodeId::ROOT, name.as_bytes()) {
@@ -177,7 +181,7 @@ impl Tree {
 
     /// The directories of `parts`, below the bucket, made where missing. A
     /// file on the way is an S3 error (a key `a/b` when `a` is an object).
-    fn make_dirs(&self, mut at: InodeId, parts: &[&str]) -> S3Result<InodeId> {
+    pub fn make_dirs(&self, mut at: InodeId, parts: &[&str]) -> S3Result<InodeId> {
         for part in parts {
             at = match self.fs.lookup(at, part.as_bytes()) {
                 Ok(i) if i.attr.kind == FileKind::Dir => i.id,

@@ -212,6 +212,41 @@ leftovers = [n for _, _, files in os.walk(os.path.join(MOUNT, "photos"))
              for n in files if n.startswith(".cairn-put.")]
 assert leftovers == [], leftovers
 
+# Multipart: boto3's transfer manager splits a large object into parts;
+# the ETag is the MD5 of the parts' MD5s with their count.
+from boto3.s3.transfer import TransferConfig
+import io
+
+large = rng.randbytes(11 << 20)
+s3.upload_fileobj(io.BytesIO(large), "photos", "multi/large.bin",
+                  Config=TransferConfig(multipart_threshold=5 << 20, multipart_chunksize=5 << 20))
+head = s3.head_object(Bucket="photos", Key="multi/large.bin")
+md5s = b"".join(hashlib.md5(large[i:i + (5 << 20)]).digest() for i in range(0, len(large), 5 << 20))
+assert head["ETag"] == '"%s-3"' % hashlib.md5(md5s).hexdigest(), head["ETag"]
+with open(os.path.join(MOUNT, "photos", "multi", "large.bin"), "rb") as f:
+    assert f.read() == large
+expect("multi/large.bin", large)
+up = s3.create_multipart_upload(Bucket="photos", Key="multi/aborted")["UploadId"]
+e1 = s3.upload_part(Bucket="photos", Key="multi/aborted", UploadId=up, PartNumber=1,
+                    Body=b"p" * (5 << 20))["ETag"]
+s3.upload_part(Bucket="photos", Key="multi/aborted", UploadId=up, PartNumber=2, Body=b"q")
+parts = s3.list_parts(Bucket="photos", Key="multi/aborted", UploadId=up)["Parts"]
+assert [(p["PartNumber"], p["Size"]) for p in parts] == [(1, 5 << 20), (2, 1)], parts
+assert parts[0]["ETag"] == e1
+ups = s3.list_multipart_uploads(Bucket="photos")["Uploads"]
+assert [(u["Key"], u["UploadId"]) for u in ups] == [("multi/aborted", up)], ups
+listed = [o["Key"] for o in s3.list_objects_v2(Bucket="photos", Prefix="multi/")["Contents"]]
+assert listed == ["multi/large.bin"], listed
+assert not any(".cairn-put" in o["Key"] for o in s3.list_objects_v2(Bucket="photos")["Contents"])
+bad = code(lambda: s3.complete_multipart_upload(
+    Bucket="photos", Key="multi/aborted", UploadId=up,
+    MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": '"00000000000000000000000000000000"'}]}))
+assert bad[0] == "InvalidPart", bad
+s3.abort_multipart_upload(Bucket="photos", Key="multi/aborted", UploadId=up)
+assert code(lambda: s3.list_parts(Bucket="photos", Key="multi/aborted", UploadId=up))[0] == "NoSuchUpload"
+assert s3.list_multipart_uploads(Bucket="photos").get("Uploads", []) == []
+assert code(lambda: s3.head_object(Bucket="photos", Key="multi/aborted"))[1] == 404
+
 # Delete: gone from the mount; a bucket with objects is not deleted.
 s3.put_object(Bucket="photos", Key="doomed", Body=b"d")
 s3.delete_object(Bucket="photos", Key="doomed")
