@@ -2,9 +2,10 @@
 //!
 //! **Owns:** the mapping between S3 and the namespace (a bucket is a
 //! directory under the root, an object key a path below it; see
-//! `docs/gateway.md`), the S3 operations ([`s3`], on s3s's `S3` trait,
+//! `docs/gateway.md`), the S3 operations (`s3`, on s3s's `S3` trait,
 //! which parses requests, checks SigV4 signatures and decodes aws-chunked
-//! bodies), the HTTP server ([`start`]) and the repository's S3 access
+//! bodies), multipart uploads (`multipart`: a hidden directory per
+//! upload in the bucket), the HTTP server ([`start`]) and the repository's S3 access
 //! keys ([`keys`], in `REPO/gateway/keys.toml`).
 //!
 //! **Never:** reaches below `fs` (no chunk store, no metadata engine of its
@@ -20,6 +21,9 @@
 //! - An ETag shown is the MD5 of the bytes the object holds now: a cached
 //!   MD5 is kept with the content (recipe, size, mtime) it was computed
 //!   for and used only while the file still has that content.
+//! - Names starting `.cairn-put.` (a PUT's temporary file, an upload's
+//!   directory) are never keys: listings leave them out and keys holding
+//!   one are refused.
 //! - Every file-system call runs on a bounded pool of blocking threads;
 //!   bodies move in pieces of at most 1 MiB, never whole in memory.
 //! - An unsigned request, a bad signature, an unknown or revoked key, or a
