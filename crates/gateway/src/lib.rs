@@ -30,6 +30,7 @@
 //!   key without the right to the bucket or the operation, changes nothing.
 
 mod auth;
+mod checksum;
 mod error;
 pub mod keys;
 mod list;

@@ -13,6 +13,7 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
 
+use crate::checksum::Declared;
 use crate::error::s3_from_join;
 use crate::keys::Keyring;
 use crate::list::{self, Item, Query};
@@ -173,6 +174,7 @@ impl Gateway {
         length: Option<i64>,
         content_md5: Option<String>,
         attrs: Attrs,
+        mut declared: Declared,
     ) -> S3Result<String> {
         let up = blocking(&self.tree, {
             let (bucket, parts) = (bucket.clone(), parts.clone());
@@ -196,6 +198,7 @@ impl Gateway {
                         S3Error::with_message(S3ErrorCode::IncompleteBody, e.to_string())
                     })?;
                     md5.update(&piece);
+                    declared.update(&piece);
                     buf.extend_from_slice(&piece);
                 }
                 if buf.len() >= PIECE || (last && !buf.is_empty()) {
@@ -212,7 +215,7 @@ impl Gateway {
         }
         .await;
         let md5 = md5.finalize();
-        let verdict = received.and_then(|()| {
+        let verdict = received.and_then(|()| declared.verify()).and_then(|()| {
             if length.is_some_and(|l| l != offset as i64) {
                 return Err(S3Error::with_message(
                     S3ErrorCode::IncompleteBody,
@@ -470,6 +473,19 @@ impl S3 for Gateway {
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let input = req.input;
+        let declared = Declared::new(
+            Checksum {
+                checksum_crc32: input.checksum_crc32.clone(),
+                checksum_crc32c: input.checksum_crc32c.clone(),
+                checksum_sha1: input.checksum_sha1.clone(),
+                checksum_sha256: input.checksum_sha256.clone(),
+                checksum_crc64nvme: input.checksum_crc64nvme.clone(),
+                ..Default::default()
+            },
+            input.checksum_algorithm.as_ref(),
+            &req.headers,
+            req.trailing_headers,
+        );
         let (parts, dir) = owned_key(&input.key)?;
         let bucket = input.bucket;
         if dir {
@@ -503,6 +519,7 @@ impl S3 for Gateway {
                 input.content_length,
                 input.content_md5,
                 attrs,
+                declared,
             )
             .await?;
         Ok(S3Response::new(PutObjectOutput {
@@ -817,6 +834,19 @@ impl S3 for Gateway {
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
         let input = req.input;
+        let declared = Declared::new(
+            Checksum {
+                checksum_crc32: input.checksum_crc32.clone(),
+                checksum_crc32c: input.checksum_crc32c.clone(),
+                checksum_sha1: input.checksum_sha1.clone(),
+                checksum_sha256: input.checksum_sha256.clone(),
+                checksum_crc64nvme: input.checksum_crc64nvme.clone(),
+                ..Default::default()
+            },
+            input.checksum_algorithm.as_ref(),
+            &req.headers,
+            req.trailing_headers,
+        );
         let part = multipart::part_name(input.part_number)?;
         let (bucket, key, id) = (input.bucket.clone(), input.key.clone(), input.upload_id);
         let dir = blocking(&self.tree, move |t| {
@@ -835,6 +865,7 @@ impl S3 for Gateway {
                 input.content_length,
                 input.content_md5,
                 Attrs::default(),
+                declared,
             )
             .await?;
         Ok(S3Response::new(UploadPartOutput {

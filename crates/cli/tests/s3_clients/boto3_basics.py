@@ -158,6 +158,14 @@ assert "marker/" in [o["Key"] for o in s3.list_objects_v2(Bucket="photos")["Cont
 assert code(lambda: s3.put_object(Bucket="photos", Key="bad-md5", Body=b"abc",
                                   ContentMD5="1B2M2Y8AsgTpgAmY7PhCfg=="))[0] == "BadDigest"
 
+# Checksums boto3 computes are verified; a wrong one stores nothing.
+for alg in ["CRC32", "SHA1", "SHA256"]:  # CRC32C needs awscrt in boto3
+    s3.put_object(Bucket="photos", Key="summed-" + alg, Body=b"summed", ChecksumAlgorithm=alg)
+    expect("summed-" + alg, b"summed")
+got = code(lambda: s3.put_object(Bucket="photos", Key="bad-crc", Body=b"abc",
+                                 ChecksumCRC32="AAAAAA=="))
+assert got[0] == "BadDigest", got
+
 # Forged signature, unknown key, unsigned: 403 and nothing stored.
 forged = client(os.environ["KEY_ID"], "not-the-secret-" + "x" * 25)
 assert code(lambda: forged.put_object(Bucket="photos", Key="forged", Body=b"f"))[1] == 403
@@ -206,7 +214,7 @@ try:
 except urllib.error.HTTPError as e:
     assert e.code == 403, e.code
 
-for k in ["bad-md5", "forged", "unknown", "anon", "ro", "a", "empty/below", "cut"]:
+for k in ["bad-md5", "bad-crc", "forged", "unknown", "anon", "ro", "a", "empty/below", "cut"]:
     assert code(lambda: s3.head_object(Bucket="photos", Key=k))[1] == 404, k
 leftovers = [n for _, _, files in os.walk(os.path.join(MOUNT, "photos"))
              for n in files if n.startswith(".cairn-put.")]
