@@ -166,16 +166,20 @@ impl Gateway {
             .is_some_and(|g| g.buckets.is_empty() || g.buckets.iter().any(|b| b == name))
     }
 
+    /// Stores `body` at `parts` of `bucket`, all or nothing; its MD5.
     async fn write_body(
         &self,
         bucket: String,
         parts: Vec<String>,
-        mut body: StreamingBlob,
-        length: Option<i64>,
-        content_md5: Option<String>,
+        body: Incoming,
         attrs: Attrs,
-        mut declared: Declared,
     ) -> S3Result<String> {
+        let Incoming {
+            blob: mut body,
+            length,
+            content_md5,
+            mut declared,
+        } = body;
         let up = blocking(&self.tree, {
             let (bucket, parts) = (bucket.clone(), parts.clone());
             move |t| t.begin(&bucket, &key_path(&parts, false))
@@ -243,6 +247,14 @@ impl Gateway {
         pending.done();
         Ok(etag)
     }
+}
+
+/// A request body with what it must be checked against.
+struct Incoming {
+    blob: StreamingBlob,
+    length: Option<i64>,
+    content_md5: Option<String>,
+    declared: Declared,
 }
 
 /// A PUT's temporary file until the PUT completes: dropped before (an
@@ -515,11 +527,13 @@ impl S3 for Gateway {
             .write_body(
                 bucket,
                 parts,
-                body,
-                input.content_length,
-                input.content_md5,
+                Incoming {
+                    blob: body,
+                    length: input.content_length,
+                    content_md5: input.content_md5,
+                    declared,
+                },
                 attrs,
-                declared,
             )
             .await?;
         Ok(S3Response::new(PutObjectOutput {
@@ -861,11 +875,13 @@ impl S3 for Gateway {
             .write_body(
                 input.bucket,
                 vec![dir, part],
-                body,
-                input.content_length,
-                input.content_md5,
+                Incoming {
+                    blob: body,
+                    length: input.content_length,
+                    content_md5: input.content_md5,
+                    declared,
+                },
                 Attrs::default(),
-                declared,
             )
             .await?;
         Ok(S3Response::new(UploadPartOutput {
