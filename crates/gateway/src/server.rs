@@ -40,8 +40,9 @@ impl Options {
     }
 }
 
-/// s3s's service, closing the connection after a refused request with a
-/// body: a request refused before its body was read (a key too long, a bad
+/// s3s's service, logging every refused request (at info: they are the
+/// client's errors; the gateway's own are logged where they happen) and
+/// closing the connection after a refused request with a body: a request refused before its body was read (a key too long, a bad
 /// signature) leaves that body on the connection, where the client's next
 /// request would be read after it as garbage (a bare 400).
 #[derive(Clone)]
@@ -57,9 +58,13 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for CloseAfte
         let has_body = h.contains_key(http::header::TRANSFER_ENCODING)
             || h.get(http::header::CONTENT_LENGTH)
                 .is_some_and(|v| v.as_bytes() != b"0");
+        let (method, path) = (req.method().clone(), req.uri().path().to_string());
         let fut = hyper::service::Service::call(&self.0, req);
         Box::pin(async move {
             let mut resp = fut.await?;
+            if !resp.status().is_success() {
+                tracing::info!(%method, %path, status = resp.status().as_u16(), "the gateway refused a request");
+            }
             if has_body && !resp.status().is_success() {
                 resp.headers_mut().insert(
                     http::header::CONNECTION,
