@@ -84,6 +84,15 @@ fn boto3_and_the_mount_share_one_namespace() {
         .map(|a| format!("http://{a}"))
         .unwrap();
 
+    // A second gateway on the mounted repository is refused, naming the
+    // mount.
+    let second = common::cairn(&repo, &["gateway", "--listen", "127.0.0.1:0"]);
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        !second.status.success() && said.contains("mounted"),
+        "{said}"
+    );
+
     // Keys made while the gateway runs count at once; secrets are shown
     // by `create` only.
     let ro = ok(&repo, &["access-key", "create", "--read-only"])
