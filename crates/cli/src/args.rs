@@ -1,3 +1,4 @@
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -152,17 +153,49 @@ pub enum Command {
         mountpoint: PathBuf,
     },
 
-    /// The main job: create the repository if needed and mount it.
+    /// The main job: create the repository if needed, mount it and serve
+    /// it over S3.
     ///
     /// Mounts at MOUNTPOINT, by default ~/cairn (created if missing), and
-    /// prints where; runs in the foreground until Ctrl-C or SIGTERM.
+    /// serves the same files over the S3 API at --listen (a bucket is a
+    /// directory of the mount, an object a file below it; see
+    /// docs/gateway.md). Prints where; the first start also creates an
+    /// access key and prints its secret, once, as lines for
+    /// ~/.aws/credentials. Runs in the foreground until Ctrl-C or SIGTERM,
+    /// which stop both and make everything written durable. Exit status 1
+    /// if the mount point or the address cannot be used.
     Serve {
         /// Where to mount [default: ~/cairn].
         mountpoint: Option<PathBuf>,
         /// Mount even if the directory is not empty (see `mount --nonempty`).
         #[arg(long)]
         nonempty: bool,
+        /// Where the S3 gateway listens (port 0: any free port, printed).
+        #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+        listen: SocketAddr,
     },
+
+    /// Serve the repository over S3 without mounting it (in the
+    /// foreground).
+    ///
+    /// The same gateway as `cairn serve`, for a machine without FUSE. A
+    /// repository mounted by another process is refused (stop that one and
+    /// use `cairn serve`). Prints the endpoint, and on the first start an
+    /// access key and its secret (once). Ctrl-C or SIGTERM stops it after
+    /// making everything written durable.
+    Gateway {
+        /// Where to listen (port 0: any free port, printed).
+        #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+        listen: SocketAddr,
+    },
+
+    /// Create, list and revoke the S3 gateway's access keys.
+    ///
+    /// Keys are kept in the repository (REPO/gateway/keys.toml, readable by
+    /// you only) and count at once, also for a gateway already running.
+    /// Not `cairn key`, which backs up the repository's encryption key.
+    #[command(subcommand, name = "access-key")]
+    AccessKey(AccessKeyCommand),
 
     /// Show the built-in tour: store a file twice, read it back, show stats.
     ///
@@ -368,6 +401,34 @@ pub enum ConfigCommand {
         /// Replace an existing cairn.toml (kept as cairn.toml.old).
         #[arg(long)]
         force: bool,
+    },
+}
+
+/// Where `serve` and `gateway` listen unless told.
+const DEFAULT_LISTEN: &str = "127.0.0.1:8333";
+
+#[derive(Subcommand, Debug)]
+pub enum AccessKeyCommand {
+    /// Create an access key and print it with its secret (shown only this
+    /// once) as lines for ~/.aws/credentials.
+    ///
+    /// The key reaches every bucket unless --bucket names some; it reads
+    /// and writes unless --read-only.
+    Create {
+        /// Only GET and HEAD requests (read objects, list).
+        #[arg(long)]
+        read_only: bool,
+        /// Limit the key to this bucket (repeat for more).
+        #[arg(long = "bucket", value_name = "BUCKET")]
+        buckets: Vec<String>,
+    },
+    /// List the access keys and what each may do (never the secrets).
+    List,
+    /// Revoke an access key: requests signed with it get 403 from then on.
+    /// Exit status 1 if there is no such key.
+    Revoke {
+        /// The access key id (as `list` shows it).
+        id: String,
     },
 }
 

@@ -39,12 +39,15 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             rebuild(&root, quiet)
         }
         Command::Demo { file } => demo(&root, file, quiet),
-        Command::Mount(args) => crate::mount::mount(&root, &args, quiet),
+        Command::Mount(args) => crate::mount::mount(&root, &args, None, quiet),
         Command::Umount { mountpoint } => crate::mount::umount(&mountpoint),
         Command::Serve {
             mountpoint,
             nonempty,
-        } => crate::mount::serve(&root, mountpoint, nonempty, quiet),
+            listen,
+        } => crate::mount::serve(&root, mountpoint, nonempty, listen, quiet),
+        Command::Gateway { listen } => crate::gateway::gateway(&root, listen, quiet),
+        Command::AccessKey(cmd) => crate::gateway::access_key(&root, cmd),
         Command::Bench(cmd) => crate::bench::run(cmd),
         Command::Snapshot(cmd) => crate::history::snapshot(&root, cmd, quiet),
         Command::Restore {

@@ -39,9 +39,11 @@ pub fn path(root: &Path) -> PathBuf {
 
 /// Installs the subscriber; `verbose` is the number of `-v` flags.
 pub fn init(verbose: u8) {
+    // s3s logs every S3 error answer (a 404 included) as an error; the
+    // gateway logs the answers it gives itself (see `gateway::start`).
     let level = match verbose {
-        0 => "warn",
-        1 => "info",
+        0 => "warn,s3s=off",
+        1 => "info,s3s=off",
         _ => "debug",
     };
     let from_env = std::env::var("RUST_LOG").ok().filter(|s| !s.is_empty());
@@ -58,7 +60,7 @@ pub fn init(verbose: u8) {
     let file = tracing_subscriber::fmt::layer()
         .with_writer(RepoLog)
         .with_ansi(false)
-        .with_filter(filter("info"));
+        .with_filter(filter("info,s3s=off"));
     // Only fails if a subscriber is installed already: then that one logs.
     let _ = tracing_subscriber::registry()
         .with(stderr)

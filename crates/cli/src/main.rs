@@ -29,6 +29,7 @@ mod args;
 mod bench;
 mod branches;
 mod commands;
+mod gateway;
 mod history;
 mod log;
 mod mount;

@@ -1,5 +1,7 @@
-//! `cairn mount`, `umount` and `serve`: the file system in the foreground.
+//! `cairn mount`, `umount` and `serve`: the file system in the foreground
+//! (with `serve`, the S3 gateway on the same file system).
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command as Process, ExitCode};
 
@@ -29,11 +31,29 @@ fn prepare_mountpoint(dir: &Path, nonempty: bool, quiet: bool) -> Result<()> {
     Ok(())
 }
 
-pub fn mount(root: &Path, args: &MountArgs, quiet: bool) -> Result<ExitCode> {
+/// Mounts `root` at `args.mountpoint` in the foreground; with `gateway`,
+/// serves the same file system over S3 there too until the unmount.
+pub fn mount(
+    root: &Path,
+    args: &MountArgs,
+    gateway: Option<SocketAddr>,
+    quiet: bool,
+) -> Result<ExitCode> {
     fuse::check_fuse_available()?;
     prepare_mountpoint(&args.mountpoint, args.nonempty, quiet)?;
     let repo = crate::ops::open(root, quiet)?;
     let fs = service::open_fs(&repo)?;
+    // Listening first: an address in use is refused before anything is
+    // mounted.
+    let served = match gateway {
+        Some(listen) => Some(crate::gateway::start(
+            fs.clone(),
+            &repo.root,
+            listen,
+            quiet,
+        )?),
+        None => None,
+    };
     // SAFETY: a plain getter.
     let is_root = unsafe { libc::geteuid() } == 0;
     let opts = fuse::MountOptions {
@@ -79,6 +99,9 @@ pub fn mount(root: &Path, args: &MountArgs, quiet: bool) -> Result<ExitCode> {
     mounted.wait();
     handle.close();
     let _ = watcher.join();
+    if let Some(g) = served {
+        g.stop();
+    }
     drop(mounted);
     drop(control);
     if let Err(e) = fs.shutdown() {
@@ -151,6 +174,7 @@ pub fn serve(
     root: &Path,
     mountpoint: Option<PathBuf>,
     nonempty: bool,
+    listen: SocketAddr,
     quiet: bool,
 ) -> Result<ExitCode> {
     let mountpoint = match mountpoint {
@@ -176,5 +200,5 @@ pub fn serve(
         allow_other: false,
         threads: 4,
     };
-    mount(root, &args, quiet)
+    mount(root, &args, Some(listen), quiet)
 }

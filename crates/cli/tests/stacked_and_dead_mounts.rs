@@ -136,7 +136,7 @@ fn stacked_nonempty_and_dead_mount_points() {
     assert_eq!(fs::read(m.path("a")).unwrap(), b"lower");
     // And `serve` does the same.
     let (repo, dir) = kill_leaving_dead_mount(m);
-    let m = Mount::start_cmd(repo, dir, &["serve"]);
+    let m = Mount::start_cmd(repo, dir, &["serve", "--listen", "127.0.0.1:0"]);
     assert_eq!(fs::read(m.path("synced")).unwrap(), b"durable");
     m.unmount();
 }

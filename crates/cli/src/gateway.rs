@@ -1,0 +1,109 @@
+//! `cairn gateway` and `cairn access-key`: the S3 gateway alone, and its
+//! keys. What they do is the `gateway` crate's; this prints.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{bail, Result};
+use repo::Repo;
+use signal_hook::consts::{SIGINT, SIGTERM};
+
+use crate::args::AccessKeyCommand;
+use crate::ui::out;
+
+fn scope(info: &gateway::keys::KeyInfo) -> String {
+    let access = if info.read_only {
+        "read-only"
+    } else {
+        "read-write"
+    };
+    if info.buckets.is_empty() {
+        format!("{access}, every bucket")
+    } else {
+        format!("{access}, buckets {}", info.buckets.join(", "))
+    }
+}
+
+/// A new key and its secret, the one time it is shown, as lines for
+/// ~/.aws/credentials.
+fn print_new_key(key: &gateway::keys::NewKey, endpoint: Option<SocketAddr>) {
+    out!(
+        "cairn: access key {} ({}); its secret is shown only now.",
+        key.info.id,
+        scope(&key.info)
+    );
+    out!("Add to ~/.aws/credentials:");
+    out!("[cairn]");
+    out!("aws_access_key_id = {}", key.info.id);
+    out!("aws_secret_access_key = {}", key.secret);
+    if let Some(addr) = endpoint {
+        out!("then: aws --profile cairn --endpoint-url http://{addr} s3 ls");
+    }
+}
+
+/// Starts the gateway on `fs` and says where; on the first start it makes
+/// an access key and prints it.
+pub fn start(
+    fs: std::sync::Arc<fs::Fs>,
+    root: &Path,
+    listen: SocketAddr,
+    quiet: bool,
+) -> Result<gateway::Running> {
+    let first = gateway::keys::ensure_one(root)?;
+    let running = gateway::start(fs, root, &gateway::Options::new(listen))?;
+    let addr = running.addr();
+    if !quiet {
+        say!("cairn: S3 gateway at http://{addr}");
+    }
+    if let Some(key) = first {
+        print_new_key(&key, Some(addr));
+    }
+    Ok(running)
+}
+
+pub fn gateway(root: &Path, listen: SocketAddr, quiet: bool) -> Result<ExitCode> {
+    let repo = crate::ops::open(root, quiet)?;
+    let fs = service::open_fs(&repo)?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+    let running = start(fs.clone(), &repo.root, listen, quiet)?;
+    if !quiet {
+        say!("cairn: serving {} (Ctrl-C to stop)", repo.root.display());
+    }
+    let _ = signals.forever().next();
+    running.stop();
+    if let Err(e) = fs.shutdown() {
+        tracing::error!(error = %e, "making written data durable when the gateway stopped failed");
+        return Err(anyhow::Error::new(e).context("making written data durable"));
+    }
+    tracing::info!("the S3 gateway stopped");
+    if !quiet {
+        say!("cairn: gateway stopped");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn access_key(root: &Path, cmd: AccessKeyCommand) -> Result<ExitCode> {
+    if !Repo::exists(root) {
+        bail!(
+            "no repository at {} (create one with `cairn init` or `cairn serve`)",
+            root.display()
+        );
+    }
+    match cmd {
+        AccessKeyCommand::Create { read_only, buckets } => {
+            let key = gateway::keys::create(root, read_only, buckets)?;
+            print_new_key(&key, None);
+        }
+        AccessKeyCommand::List => {
+            for k in gateway::keys::list(root)? {
+                out!("{}  {}", k.id, scope(&k));
+            }
+        }
+        AccessKeyCommand::Revoke { id } => {
+            gateway::keys::revoke(root, &id)?;
+            out!("cairn: revoked access key {id}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,44 @@
+//! The S3 gateway: cairn's file system served over the S3 REST API.
+//!
+//! **Owns:** the mapping between S3 and the namespace (a bucket is a
+//! directory under the root, an object key a path below it; see
+//! `docs/gateway.md`), the S3 operations (`s3`, on s3s's `S3` trait,
+//! which parses requests, checks SigV4 signatures and decodes aws-chunked
+//! bodies), multipart uploads (`multipart`: a hidden directory per
+//! upload in the bucket), the HTTP server ([`start`]) and the repository's S3 access
+//! keys ([`keys`], in `REPO/gateway/keys.toml`).
+//!
+//! **Never:** reaches below `fs` (no chunk store, no metadata engine of its
+//! own): it is a client of [`fs::Fs`] like the FUSE mount, and may share
+//! the mount's instance. Never logs, prints or returns a secret except
+//! once, from [`keys::create`].
+//!
+//! **Invariants:**
+//! - A PUT is all or nothing: the body goes to a temporary file in the
+//!   key's directory, renamed over the key only once the body is whole and
+//!   its length and Content-MD5 checked, and made durable before the reply.
+//!   A PUT that fails or is cut off leaves no object and no temporary file.
+//! - An ETag shown is the MD5 of the bytes the object holds now: a cached
+//!   MD5 is kept with the content (recipe, size, mtime) it was computed
+//!   for and used only while the file still has that content.
+//! - Names starting `.cairn-put.` (a PUT's temporary file, an upload's
+//!   directory) are never keys: listings leave them out and keys holding
+//!   one are refused.
+//! - Every file-system call runs on a bounded pool of blocking threads;
+//!   bodies move in pieces of at most 1 MiB, never whole in memory.
+//! - An unsigned request, a bad signature, an unknown or revoked key, or a
+//!   key without the right to the bucket or the operation, changes nothing.
+
+mod auth;
+mod checksum;
+mod error;
+pub mod keys;
+mod list;
+mod multipart;
+mod names;
+mod s3;
+mod server;
+mod tree;
+
+pub use error::{GatewayError, Result};
+pub use server::{start, Options, Running};

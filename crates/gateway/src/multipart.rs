@@ -1,0 +1,227 @@
+//! Multipart uploads: each upload is a hidden directory
+//! `.cairn-put.upload.ID` in the bucket (never listed, never a key), its
+//! parts files `00001` ... stored like any PUT (deduplicated like any
+//! data). Completing streams the parts, in order, into a temporary file
+//! renamed over the key: every byte is read once more (no splicing of
+//! recipes yet).
+
+use md5::{Digest, Md5};
+use meta::{FileKind, Inode, InodeId, XattrFlags};
+use s3s::{S3Error, S3ErrorCode, S3Result};
+
+use crate::error::s3_from_fs;
+use crate::names::{KeyPath, UPLOAD_PREFIX};
+use crate::tree::{Attrs, Tree, PIECE};
+
+/// The xattr of an upload's directory naming its key.
+const KEY_XATTR: &[u8] = b"user.cairn.s3.upload-key";
+/// Highest part number S3 allows.
+pub const MAX_PART: i32 = 10_000;
+
+pub fn dir_name(id: &str) -> String {
+    format!("{UPLOAD_PREFIX}upload.{id}")
+}
+
+fn no_upload() -> S3Error {
+    S3Error::new(S3ErrorCode::NoSuchUpload)
+}
+
+/// Starts an upload of `key`; its id.
+pub fn create(tree: &Tree, bucket: &str, key: &str, attrs: &Attrs) -> S3Result<String> {
+    let root = tree.bucket(bucket)?;
+    let id = format!("{:032x}", rand::random::<u128>());
+    let dir = tree.make_dirs(root, &[&dir_name(&id)])?;
+    let fail = |e| s3_from_fs(e, S3ErrorCode::InternalError, key);
+    tree.fs()
+        .set_xattr(
+            dir,
+            KEY_XATTR,
+            key.as_bytes(),
+            XattrFlags::Either,
+            &fs::Caller::root(),
+        )
+        .map_err(fail)?;
+    tree.set_attrs(dir, attrs)?;
+    Ok(id)
+}
+
+/// The directory of upload `id` of `key`.
+pub fn find(tree: &Tree, bucket: &str, key: &str, id: &str) -> S3Result<InodeId> {
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(no_upload());
+    }
+    let root = tree.bucket(bucket)?;
+    let dir = tree
+        .fs()
+        .lookup(root, dir_name(id).as_bytes())
+        .map_err(|_| no_upload())?;
+    let owner = tree
+        .fs()
+        .get_xattr(dir.id, KEY_XATTR)
+        .map_err(|_| no_upload())?;
+    if owner != key.as_bytes() {
+        return Err(no_upload());
+    }
+    Ok(dir.id)
+}
+
+pub fn part_name(n: i32) -> S3Result<String> {
+    if !(1..=MAX_PART).contains(&n) {
+        return Err(S3Error::with_message(
+            S3ErrorCode::InvalidArgument,
+            "part numbers go from 1 to 10,000",
+        ));
+    }
+    Ok(format!("{n:05}"))
+}
+
+/// The parts stored so far, in order: number and inode.
+pub fn parts(tree: &Tree, dir: InodeId) -> S3Result<Vec<(i32, Inode)>> {
+    let fail = |e| s3_from_fs(e, S3ErrorCode::InternalError, "an upload");
+    let mut out = Vec::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = tree
+            .fs()
+            .readdir(dir, after.as_deref(), 1024)
+            .map_err(fail)?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.name.clone());
+        for e in page {
+            let n = std::str::from_utf8(&e.name)
+                .ok()
+                .and_then(|n| n.parse::<i32>().ok());
+            if let (Some(n), FileKind::File) = (n, e.kind) {
+                out.push((n, tree.fs().getattr(e.ino).map_err(fail)?));
+            }
+        }
+    }
+    out.sort_by_key(|(n, _)| *n);
+    Ok(out)
+}
+
+/// Drops an upload and its parts.
+pub fn abort(tree: &Tree, bucket: &str, dir: InodeId, id: &str) -> S3Result<()> {
+    let fail = |e| s3_from_fs(e, S3ErrorCode::InternalError, "an upload");
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = tree
+            .fs()
+            .readdir(dir, after.as_deref(), 1024)
+            .map_err(fail)?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.name.clone());
+        for e in page {
+            tree.fs().unlink(dir, &e.name).map_err(fail)?;
+        }
+    }
+    let root = tree.bucket(bucket)?;
+    tree.fs()
+        .rmdir(root, dir_name(id).as_bytes())
+        .map_err(fail)?;
+    tree.fs().sync_all().map_err(fail)
+}
+
+/// Joins the listed parts into the object `key`: checks each is stored
+/// with the ETag the client has, streams them into a new file, and
+/// answers the multipart ETag (the MD5 of the parts' MD5s, `-N`).
+pub fn complete(
+    tree: &Tree,
+    bucket: &str,
+    key: &KeyPath<'_>,
+    dir: InodeId,
+    id: &str,
+    wanted: &[(i32, String)],
+) -> S3Result<String> {
+    if wanted.is_empty() {
+        return Err(S3Error::new(S3ErrorCode::MalformedXML));
+    }
+    if wanted.windows(2).any(|w| w[0].0 >= w[1].0) {
+        return Err(S3Error::new(S3ErrorCode::InvalidPartOrder));
+    }
+    let stored = parts(tree, dir)?;
+    let mut chosen = Vec::with_capacity(wanted.len());
+    let mut md5s = Md5::new();
+    for (n, etag) in wanted {
+        let Some((_, inode)) = stored.iter().find(|(m, _)| m == n) else {
+            return Err(S3Error::new(S3ErrorCode::InvalidPart));
+        };
+        let md5 = tree.etag(inode)?;
+        if md5 != etag.trim_matches('"') {
+            return Err(S3Error::new(S3ErrorCode::InvalidPart));
+        }
+        md5s.update(hex::decode(&md5).map_err(|_| S3Error::new(S3ErrorCode::InvalidPart))?);
+        chosen.push(inode.clone());
+    }
+    let etag = format!("{}-{}", hex::encode(md5s.finalize()), wanted.len());
+    let fail = |e| s3_from_fs(e, S3ErrorCode::InternalError, "an upload");
+    let attrs = tree.attrs(dir)?;
+    let up = tree.begin(bucket, key)?;
+    let joined = (|| {
+        let mut at = 0u64;
+        for part in &chosen {
+            tree.open(part.id)?;
+            let mut offset = 0;
+            let copied = loop {
+                match tree.read(part.id, offset, PIECE as u32) {
+                    Ok(b) if b.is_empty() => break Ok(()),
+                    Ok(b) => {
+                        if let Err(e) = tree.write(&up, at, &b) {
+                            break Err(e);
+                        }
+                        offset += b.len() as u64;
+                        at += b.len() as u64;
+                    }
+                    Err(e) => break Err(fail(e)),
+                }
+            };
+            tree.release(part.id);
+            copied?;
+        }
+        tree.set_attrs(up.ino, &attrs)?;
+        let name = key.parts.last().expect("a key has a name");
+        tree.finish(&up, name, &etag)
+    })();
+    if let Err(e) = joined {
+        tree.abort(&up);
+        return Err(e);
+    }
+    abort(tree, bucket, dir, id)?;
+    Ok(etag)
+}
+
+/// Every upload in progress in the bucket: key and id.
+pub fn uploads(tree: &Tree, bucket: &str) -> S3Result<Vec<(String, String, Inode)>> {
+    let root = tree.bucket(bucket)?;
+    let fail = |e| s3_from_fs(e, S3ErrorCode::InternalError, bucket);
+    let prefix = dir_name("");
+    let mut out = Vec::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = tree
+            .fs()
+            .readdir(root, after.as_deref(), 1024)
+            .map_err(fail)?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.name.clone());
+        for e in page {
+            let Some(id) = std::str::from_utf8(&e.name)
+                .ok()
+                .and_then(|n| n.strip_prefix(prefix.as_str()))
+            else {
+                continue;
+            };
+            let Ok(key) = tree.fs().get_xattr(e.ino, KEY_XATTR) else {
+                continue;
+            };
+            let inode = tree.fs().getattr(e.ino).map_err(fail)?;
+            out.push((
+                String::from_utf8_lossy(&key).into_owned(),
+                id.to_string(),
+                inode,
+            ));
+        }
+    }
+    out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    Ok(out)
+}

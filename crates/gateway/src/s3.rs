@@ -1,0 +1,1012 @@
+//! The S3 operations, as s3s's [`S3`] trait: each one checks its names,
+//! then does its file-system work on tokio's bounded blocking threads
+//! ([`Tree`]); bodies move in pieces of [`PIECE`] bytes.
+
+use std::sync::Arc;
+
+use base64::Engine;
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use md5::{Digest, Md5};
+use meta::{FileKind, Inode};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use s3s::dto::*;
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
+
+use crate::checksum::Declared;
+use crate::error::s3_from_join;
+use crate::keys::Keyring;
+use crate::list::{self, Item, Query};
+use crate::multipart;
+use crate::names::{self, KeyPath};
+use crate::tree::{Attrs, Tree, Upload, PIECE};
+
+/// What `EncodingType=url` leaves as it is (boto3 asks for it on every
+/// listing and decodes with `unquote_plus`, so `+` must be encoded).
+const URL_KEEP: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'/');
+/// Keys one listing returns at most (S3's limit).
+const MAX_KEYS: i32 = 1000;
+
+pub struct Gateway {
+    tree: Tree,
+    keys: Arc<Keyring>,
+}
+
+impl Gateway {
+    pub fn new(tree: Tree, keys: Arc<Keyring>) -> Gateway {
+        Gateway { tree, keys }
+    }
+}
+
+/// Runs `f` on a blocking thread with a handle on the tree.
+async fn blocking<T: Send + 'static>(
+    tree: &Tree,
+    f: impl FnOnce(&Tree) -> S3Result<T> + Send + 'static,
+) -> S3Result<T> {
+    let tree = tree.clone();
+    tokio::task::spawn_blocking(move || f(&tree))
+        .await
+        .map_err(s3_from_join)?
+}
+
+fn check_bucket(name: &str) -> S3Result<()> {
+    if s3s::path::check_bucket_name(name) {
+        Ok(())
+    } else {
+        Err(S3Error::new(S3ErrorCode::InvalidBucketName))
+    }
+}
+
+/// A key's parts, owned, to move onto a blocking thread.
+fn owned_key(key: &str) -> S3Result<(Vec<String>, bool)> {
+    let k = names::split(key)?;
+    Ok((k.parts.iter().map(|p| p.to_string()).collect(), k.dir))
+}
+
+fn key_path(parts: &[String], dir: bool) -> KeyPath<'_> {
+    KeyPath {
+        parts: parts.iter().map(String::as_str).collect(),
+        dir,
+    }
+}
+
+fn modified(inode: &Inode) -> Timestamp {
+    let t = inode.attr.mtime;
+    let d = std::time::Duration::new(t.secs.max(0) as u64, t.nanos);
+    Timestamp::from(std::time::UNIX_EPOCH + d)
+}
+
+fn encode(s: &str, url: bool) -> String {
+    if url {
+        utf8_percent_encode(s, URL_KEEP).to_string()
+    } else {
+        s.to_string()
+    }
+}
+
+/// The object a GET or HEAD found, with its ETag.
+struct Found {
+    inode: Inode,
+    etag: String,
+    attrs: Attrs,
+}
+
+/// The conditional headers of a GET or HEAD.
+struct Conditions {
+    if_match: Option<ETagCondition>,
+    if_none_match: Option<ETagCondition>,
+    if_modified_since: Option<Timestamp>,
+    if_unmodified_since: Option<Timestamp>,
+}
+
+fn matches(cond: &ETagCondition, etag: &str) -> bool {
+    match cond {
+        ETagCondition::Any => true,
+        ETagCondition::ETag(e) => e.value() == etag,
+    }
+}
+
+fn unix_secs(t: Timestamp) -> i64 {
+    time::OffsetDateTime::from(t).unix_timestamp()
+}
+
+impl Conditions {
+    /// RFC 9110's order: If-Match, else If-Unmodified-Since (412); then
+    /// If-None-Match, else If-Modified-Since (304). HTTP dates have whole
+    /// seconds, so the object's mtime is compared in whole seconds.
+    fn check(self, found: &Found) -> S3Result<()> {
+        let mtime = found.inode.attr.mtime.secs;
+        let failed = match (&self.if_match, self.if_unmodified_since) {
+            (Some(c), _) => !matches(c, &found.etag),
+            (None, Some(t)) => mtime > unix_secs(t),
+            (None, None) => false,
+        };
+        if failed {
+            return Err(S3Error::new(S3ErrorCode::PreconditionFailed));
+        }
+        let unchanged = match (&self.if_none_match, self.if_modified_since) {
+            (Some(c), _) => matches(c, &found.etag),
+            (None, Some(t)) => mtime <= unix_secs(t),
+            (None, None) => false,
+        };
+        if unchanged {
+            return Err(S3Error::new(S3ErrorCode::NotModified));
+        }
+        Ok(())
+    }
+}
+
+impl Gateway {
+    async fn find(&self, bucket: &str, key: &str) -> S3Result<Found> {
+        let (parts, dir) = owned_key(key)?;
+        let bucket = bucket.to_string();
+        blocking(&self.tree, move |t| {
+            let inode = t.object(&bucket, &key_path(&parts, dir))?;
+            let etag = if inode.attr.kind == FileKind::Dir {
+                hex::encode(Md5::digest([]))
+            } else {
+                t.etag(&inode)?
+            };
+            let attrs = t.attrs(inode.id)?;
+            Ok(Found { inode, etag, attrs })
+        })
+        .await
+    }
+
+    /// Whether `req`'s key may see bucket `name` (keys can be limited to
+    /// some buckets).
+    fn may_see(&self, creds: Option<&s3s::auth::Credentials>, name: &str) -> bool {
+        creds
+            .and_then(|c| self.keys.grant(&c.access_key))
+            .is_some_and(|g| g.buckets.is_empty() || g.buckets.iter().any(|b| b == name))
+    }
+
+    /// Stores `body` at `parts` of `bucket`, all or nothing; its MD5.
+    async fn write_body(
+        &self,
+        bucket: String,
+        parts: Vec<String>,
+        body: Incoming,
+        attrs: Attrs,
+    ) -> S3Result<String> {
+        let Incoming {
+            blob: mut body,
+            length,
+            content_md5,
+            mut declared,
+        } = body;
+        let up = blocking(&self.tree, {
+            let (bucket, parts) = (bucket.clone(), parts.clone());
+            move |t| t.begin(&bucket, &key_path(&parts, false))
+        })
+        .await?;
+        let up = Arc::new(up);
+        let pending = Pending {
+            tree: self.tree.clone(),
+            up: Some(up.clone()),
+        };
+        let mut md5 = Md5::new();
+        let mut offset = 0u64;
+        let mut buf = BytesMut::with_capacity(PIECE);
+        let received: S3Result<()> = async {
+            loop {
+                let next = body.next().await;
+                let last = next.is_none();
+                if let Some(piece) = next {
+                    let piece = piece.map_err(|e| {
+                        S3Error::with_message(S3ErrorCode::IncompleteBody, e.to_string())
+                    })?;
+                    md5.update(&piece);
+                    declared.update(&piece);
+                    buf.extend_from_slice(&piece);
+                }
+                if buf.len() >= PIECE || (last && !buf.is_empty()) {
+                    let data: Bytes = buf.split().freeze();
+                    let at = offset;
+                    offset += data.len() as u64;
+                    let up = up.clone();
+                    blocking(&self.tree, move |t| t.write(&up, at, &data)).await?;
+                }
+                if last {
+                    return Ok(());
+                }
+            }
+        }
+        .await;
+        let md5 = md5.finalize();
+        let verdict = received.and_then(|()| declared.verify()).and_then(|()| {
+            if length.is_some_and(|l| l != offset as i64) {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::IncompleteBody,
+                    "the body is not as long as Content-Length says",
+                ));
+            }
+            if let Some(want) = content_md5 {
+                let got = base64::engine::general_purpose::STANDARD.encode(md5);
+                if got != want.trim() {
+                    return Err(S3Error::new(S3ErrorCode::BadDigest));
+                }
+            }
+            Ok(())
+        });
+        let name = parts.last().expect("a key has a name").clone();
+        let etag = hex::encode(md5);
+        verdict?;
+        let etag2 = etag.clone();
+        let up2 = up.clone();
+        blocking(&self.tree, move |t| {
+            t.set_attrs(up2.ino, &attrs)?;
+            t.finish(&up2, &name, &etag2)
+        })
+        .await?;
+        pending.done();
+        Ok(etag)
+    }
+}
+
+/// A request body with what it must be checked against.
+struct Incoming {
+    blob: StreamingBlob,
+    length: Option<i64>,
+    content_md5: Option<String>,
+    declared: Declared,
+}
+
+/// A PUT's temporary file until the PUT completes: dropped before (an
+/// error, or the request's future dropped when the client went away), it
+/// removes the file on a blocking thread.
+struct Pending {
+    tree: Tree,
+    up: Option<Arc<Upload>>,
+}
+
+impl Pending {
+    fn done(mut self) {
+        self.up = None;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let Some(up) = self.up.take() else { return };
+        let tree = self.tree.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn_blocking(move || tree.abort(&up));
+            }
+            Err(_) => tree.abort(&up),
+        }
+    }
+}
+
+fn wants_url(e: Option<&EncodingType>) -> bool {
+    e.is_some_and(|e| e.as_str() == EncodingType::URL)
+}
+
+/// One page of a listing, as S3 shows it.
+struct Page {
+    contents: Vec<Object>,
+    prefixes: Vec<CommonPrefix>,
+    max: i32,
+    /// The last name shown, if the listing goes on after it.
+    last: Option<String>,
+}
+
+impl Gateway {
+    async fn page(
+        &self,
+        bucket: &str,
+        prefix: String,
+        delimiter: Option<String>,
+        start: Option<String>,
+        max_keys: Option<i32>,
+        url: bool,
+    ) -> S3Result<Page> {
+        let max = max_keys.unwrap_or(MAX_KEYS).clamp(0, MAX_KEYS);
+        let bucket = bucket.to_string();
+        let (listing, etags) = blocking(&self.tree, move |t| {
+            let root = t.bucket(&bucket)?;
+            let q = Query {
+                prefix: &prefix,
+                delimiter: delimiter.as_deref(),
+                start: start.as_deref(),
+                max: max as usize,
+            };
+            let listing = list::list(t, root, &q)?;
+            // ETags cost a read of any file the gateway has not seen:
+            // a listing shows only those known without one.
+            let etags: Vec<Option<String>> = listing
+                .items
+                .iter()
+                .map(|i| match i {
+                    Item::Key { inode, .. } if inode.attr.kind == FileKind::File => {
+                        t.known_etag(inode)
+                    }
+                    Item::Key { .. } => Some(hex::encode(Md5::digest([]))),
+                    Item::Prefix(_) => None,
+                })
+                .collect();
+            Ok((listing, etags))
+        })
+        .await?;
+        let last = listing
+            .truncated
+            .then(|| listing.items.last().map(|i| i.name().to_string()))
+            .flatten();
+        let mut contents = Vec::new();
+        let mut prefixes = Vec::new();
+        for (item, etag) in listing.items.into_iter().zip(etags) {
+            match item {
+                Item::Key { key, inode } => contents.push(Object {
+                    key: Some(encode(&key, url)),
+                    size: Some(if inode.attr.kind == FileKind::Dir {
+                        0
+                    } else {
+                        inode.attr.size as i64
+                    }),
+                    last_modified: Some(modified(&inode)),
+                    e_tag: etag.map(ETag::Strong),
+                    storage_class: Some(ObjectStorageClass::from_static(
+                        ObjectStorageClass::STANDARD,
+                    )),
+                    ..Default::default()
+                }),
+                Item::Prefix(p) => prefixes.push(CommonPrefix {
+                    prefix: Some(encode(&p, url)),
+                }),
+            }
+        }
+        Ok(Page {
+            contents,
+            prefixes,
+            max,
+            last,
+        })
+    }
+}
+
+/// A body read from an open file in pieces, each on a blocking thread;
+/// the file is released when the body ends or the client goes away.
+struct Reader {
+    tree: Tree,
+    ino: meta::InodeId,
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.tree.release(self.ino);
+    }
+}
+
+fn body(tree: Tree, ino: meta::InodeId, start: u64, end: u64) -> StreamingBlob {
+    let reader = Arc::new(Reader { tree, ino });
+    let stream = futures_util::stream::unfold(start, move |at| {
+        let reader = reader.clone();
+        async move {
+            if at >= end {
+                return None;
+            }
+            let len = (end - at).min(PIECE as u64) as u32;
+            let got = tokio::task::spawn_blocking(move || reader.tree.read(reader.ino, at, len))
+                .await
+                .map_err(std::io::Error::other)
+                .and_then(|r| r.map_err(std::io::Error::other));
+            match got {
+                Ok(b) if b.is_empty() => Some((
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the object got shorter while it was read",
+                    )),
+                    end,
+                )),
+                Ok(b) => {
+                    let next = at + b.len() as u64;
+                    Some((Ok(Bytes::from(b)), next))
+                }
+                Err(e) => {
+                    tracing::error!(inode = ino.0, error = %e, "reading an object for a GET failed");
+                    Some((Err(e), end))
+                }
+            }
+        }
+    });
+    StreamingBlob::wrap(sync_wrapper::SyncStream::new(stream))
+}
+
+#[async_trait::async_trait]
+impl S3 for Gateway {
+    async fn list_buckets(
+        &self,
+        req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        let all = blocking(&self.tree, |t| t.buckets()).await?;
+        let buckets = all
+            .into_iter()
+            .filter(|(name, _)| self.may_see(req.credentials.as_ref(), name))
+            .map(|(name, inode)| Bucket {
+                creation_date: Some(modified(&inode)),
+                name: Some(name),
+                bucket_region: None,
+            })
+            .collect();
+        Ok(S3Response::new(ListBucketsOutput {
+            buckets: Some(buckets),
+            ..Default::default()
+        }))
+    }
+
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        let name = req.input.bucket;
+        check_bucket(&name)?;
+        let location = format!("/{name}");
+        blocking(&self.tree, move |t| t.create_bucket(&name)).await?;
+        Ok(S3Response::new(CreateBucketOutput {
+            location: Some(location),
+        }))
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        let name = req.input.bucket;
+        blocking(&self.tree, move |t| t.delete_bucket(&name)).await?;
+        Ok(S3Response::new(DeleteBucketOutput {}))
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        let name = req.input.bucket;
+        blocking(&self.tree, move |t| t.bucket(&name)).await?;
+        Ok(S3Response::new(HeadBucketOutput::default()))
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        let name = req.input.bucket;
+        blocking(&self.tree, move |t| t.bucket(&name)).await?;
+        Ok(S3Response::new(GetBucketLocationOutput::default()))
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let input = req.input;
+        let declared = Declared::new(
+            Checksum {
+                checksum_crc32: input.checksum_crc32.clone(),
+                checksum_crc32c: input.checksum_crc32c.clone(),
+                checksum_sha1: input.checksum_sha1.clone(),
+                checksum_sha256: input.checksum_sha256.clone(),
+                checksum_crc64nvme: input.checksum_crc64nvme.clone(),
+                ..Default::default()
+            },
+            input.checksum_algorithm.as_ref(),
+            &req.headers,
+            req.trailing_headers,
+        );
+        let (parts, dir) = owned_key(&input.key)?;
+        let bucket = input.bucket;
+        if dir {
+            if input.content_length.is_some_and(|l| l > 0) {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::InvalidArgument,
+                    "a key ending in / is a directory: it holds no bytes",
+                ));
+            }
+            blocking(&self.tree, move |t| {
+                t.put_dir(&bucket, &key_path(&parts, true))
+            })
+            .await?;
+            return Ok(S3Response::new(PutObjectOutput {
+                e_tag: Some(ETag::Strong(hex::encode(Md5::digest([])))),
+                ..Default::default()
+            }));
+        }
+        let body = input.body.unwrap_or_else(|| {
+            StreamingBlob::wrap(futures_util::stream::empty::<Result<Bytes, std::io::Error>>())
+        });
+        let attrs = Attrs {
+            content_type: input.content_type,
+            meta: input.metadata.unwrap_or_default().into_iter().collect(),
+        };
+        let etag = self
+            .write_body(
+                bucket,
+                parts,
+                Incoming {
+                    blob: body,
+                    length: input.content_length,
+                    content_md5: input.content_md5,
+                    declared,
+                },
+                attrs,
+            )
+            .await?;
+        Ok(S3Response::new(PutObjectOutput {
+            e_tag: Some(ETag::Strong(etag)),
+            ..Default::default()
+        }))
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let input = req.input;
+        let found = self.find(&input.bucket, &input.key).await?;
+        Conditions {
+            if_match: input.if_match,
+            if_none_match: input.if_none_match,
+            if_modified_since: input.if_modified_since,
+            if_unmodified_since: input.if_unmodified_since,
+        }
+        .check(&found)?;
+        Ok(S3Response::new(HeadObjectOutput {
+            content_length: Some(found.inode.attr.size as i64),
+            last_modified: Some(modified(&found.inode)),
+            e_tag: Some(ETag::Strong(found.etag)),
+            content_type: found.attrs.content_type,
+            metadata: Some(found.attrs.meta.into_iter().collect()),
+            ..Default::default()
+        }))
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        let input = req.input;
+        let found = self.find(&input.bucket, &input.key).await?;
+        Conditions {
+            if_match: input.if_match,
+            if_none_match: input.if_none_match,
+            if_modified_since: input.if_modified_since,
+            if_unmodified_since: input.if_unmodified_since,
+        }
+        .check(&found)?;
+        let size = if found.inode.attr.kind == FileKind::Dir {
+            0
+        } else {
+            found.inode.attr.size
+        };
+        let (range, content_range) = match input.range {
+            None => (0..size, None),
+            Some(r) => {
+                let range = r
+                    .check(size)
+                    .map_err(|_| S3Error::new(S3ErrorCode::InvalidRange))?;
+                let header = format!("bytes {}-{}/{size}", range.start, range.end - 1);
+                (range, Some(header))
+            }
+        };
+        let ino = found.inode.id;
+        if range.end > range.start {
+            blocking(&self.tree, move |t| t.open(ino)).await?;
+        }
+        let blob = if range.end > range.start {
+            body(self.tree.clone(), ino, range.start, range.end)
+        } else {
+            StreamingBlob::wrap(futures_util::stream::empty::<Result<Bytes, std::io::Error>>())
+        };
+        Ok(S3Response::new(GetObjectOutput {
+            body: Some(blob),
+            content_length: Some((range.end - range.start) as i64),
+            content_range,
+            last_modified: Some(modified(&found.inode)),
+            e_tag: Some(ETag::Strong(found.etag)),
+            content_type: found.attrs.content_type,
+            metadata: Some(found.attrs.meta.into_iter().collect()),
+            ..Default::default()
+        }))
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        let (parts, dir) = owned_key(&req.input.key)?;
+        let bucket = req.input.bucket;
+        blocking(&self.tree, move |t| {
+            t.delete(&bucket, &key_path(&parts, dir))
+        })
+        .await?;
+        Ok(S3Response::new(DeleteObjectOutput::default()))
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let input = req.input;
+        let url = wants_url(input.encoding_type.as_ref());
+        let token = match &input.continuation_token {
+            Some(t) => Some(
+                hex::decode(t)
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .ok_or_else(|| {
+                        S3Error::with_message(
+                            S3ErrorCode::InvalidArgument,
+                            "the continuation token is not one this gateway gave",
+                        )
+                    })?,
+            ),
+            None => None,
+        };
+        let start = match (token, input.start_after.clone()) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        let page = self
+            .page(
+                &input.bucket,
+                input.prefix.clone().unwrap_or_default(),
+                input.delimiter.clone(),
+                start,
+                input.max_keys,
+                url,
+            )
+            .await?;
+        let next = page.last.as_deref().map(hex::encode);
+        Ok(S3Response::new(ListObjectsV2Output {
+            name: Some(input.bucket),
+            prefix: Some(encode(input.prefix.as_deref().unwrap_or(""), url)),
+            delimiter: input.delimiter.map(|d| encode(&d, url)),
+            start_after: input.start_after.map(|s| encode(&s, url)),
+            encoding_type: input.encoding_type,
+            max_keys: Some(page.max),
+            key_count: Some((page.contents.len() + page.prefixes.len()) as i32),
+            continuation_token: input.continuation_token,
+            is_truncated: Some(next.is_some()),
+            next_continuation_token: next,
+            contents: Some(page.contents),
+            common_prefixes: Some(page.prefixes),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        let input = req.input;
+        let url = wants_url(input.encoding_type.as_ref());
+        let page = self
+            .page(
+                &input.bucket,
+                input.prefix.clone().unwrap_or_default(),
+                input.delimiter.clone(),
+                input.marker.clone(),
+                input.max_keys,
+                url,
+            )
+            .await?;
+        Ok(S3Response::new(ListObjectsOutput {
+            name: Some(input.bucket),
+            prefix: Some(encode(input.prefix.as_deref().unwrap_or(""), url)),
+            delimiter: input.delimiter.map(|d| encode(&d, url)),
+            marker: Some(encode(input.marker.as_deref().unwrap_or(""), url)),
+            encoding_type: input.encoding_type,
+            max_keys: Some(page.max),
+            is_truncated: Some(page.last.is_some()),
+            next_marker: page.last.map(|l| encode(&l, url)),
+            contents: Some(page.contents),
+            common_prefixes: Some(page.prefixes),
+            ..Default::default()
+        }))
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let input = req.input;
+        let quiet = input.delete.quiet.unwrap_or(false);
+        let keys: Vec<String> = input.delete.objects.into_iter().map(|o| o.key).collect();
+        if keys.len() > MAX_KEYS as usize {
+            return Err(S3Error::with_message(
+                S3ErrorCode::MalformedXML,
+                "DeleteObjects takes at most 1,000 keys",
+            ));
+        }
+        let bucket = input.bucket;
+        let results = blocking(&self.tree, move |t| {
+            t.bucket(&bucket)?;
+            Ok(keys
+                .into_iter()
+                .map(|key| {
+                    let r = names::split(&key).and_then(|k| t.delete(&bucket, &k));
+                    (key, r)
+                })
+                .collect::<Vec<_>>())
+        })
+        .await?;
+        let mut deleted = Vec::new();
+        let mut errors = Vec::new();
+        for (key, r) in results {
+            match r {
+                Ok(()) if !quiet => deleted.push(DeletedObject {
+                    key: Some(key),
+                    ..Default::default()
+                }),
+                Ok(()) => {}
+                Err(e) => errors.push(Error {
+                    code: Some(e.code().as_str().to_string()),
+                    key: Some(key),
+                    message: e.message().map(str::to_string),
+                    version_id: None,
+                }),
+            }
+        }
+        Ok(S3Response::new(DeleteObjectsOutput {
+            deleted: Some(deleted),
+            errors: Some(errors),
+            ..Default::default()
+        }))
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        let input = req.input;
+        let CopySource::Bucket {
+            bucket: src_bucket,
+            key: src_key,
+            ..
+        } = input.copy_source
+        else {
+            return Err(S3Error::with_message(
+                S3ErrorCode::NotImplemented,
+                "copies from access points are not supported",
+            ));
+        };
+        let (src_parts, src_dir) = owned_key(&src_key)?;
+        let (dst_parts, dst_dir) = owned_key(&input.key)?;
+        if src_dir || dst_dir {
+            return Err(S3Error::with_message(
+                S3ErrorCode::InvalidArgument,
+                "a directory marker cannot be copied",
+            ));
+        }
+        let replace = input
+            .metadata_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+        let attrs = replace.then(|| Attrs {
+            content_type: input.content_type,
+            meta: input.metadata.unwrap_or_default().into_iter().collect(),
+        });
+        let bucket = input.bucket;
+        let (inode, etag) = blocking(&self.tree, move |t| {
+            let inode = t.copy(
+                &src_bucket,
+                &key_path(&src_parts, false),
+                &bucket,
+                &key_path(&dst_parts, false),
+                attrs.as_ref(),
+            )?;
+            let etag = t.etag(&inode)?;
+            Ok((inode, etag))
+        })
+        .await?;
+        Ok(S3Response::new(CopyObjectOutput {
+            copy_object_result: Some(CopyObjectResult {
+                e_tag: Some(ETag::Strong(etag)),
+                last_modified: Some(modified(&inode)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let input = req.input;
+        let (_, dir) = owned_key(&input.key)?;
+        if dir {
+            return Err(S3Error::with_message(
+                S3ErrorCode::InvalidArgument,
+                "a key ending in / is a directory: it holds no bytes",
+            ));
+        }
+        let attrs = Attrs {
+            content_type: input.content_type,
+            meta: input.metadata.unwrap_or_default().into_iter().collect(),
+        };
+        let (bucket, key) = (input.bucket.clone(), input.key.clone());
+        let id = blocking(&self.tree, move |t| {
+            multipart::create(t, &bucket, &key, &attrs)
+        })
+        .await?;
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            upload_id: Some(id),
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let input = req.input;
+        let declared = Declared::new(
+            Checksum {
+                checksum_crc32: input.checksum_crc32.clone(),
+                checksum_crc32c: input.checksum_crc32c.clone(),
+                checksum_sha1: input.checksum_sha1.clone(),
+                checksum_sha256: input.checksum_sha256.clone(),
+                checksum_crc64nvme: input.checksum_crc64nvme.clone(),
+                ..Default::default()
+            },
+            input.checksum_algorithm.as_ref(),
+            &req.headers,
+            req.trailing_headers,
+        );
+        let part = multipart::part_name(input.part_number)?;
+        let (bucket, key, id) = (input.bucket.clone(), input.key.clone(), input.upload_id);
+        let dir = blocking(&self.tree, move |t| {
+            multipart::find(t, &bucket, &key, &id)?;
+            Ok(multipart::dir_name(&id))
+        })
+        .await?;
+        let body = input.body.unwrap_or_else(|| {
+            StreamingBlob::wrap(futures_util::stream::empty::<Result<Bytes, std::io::Error>>())
+        });
+        let etag = self
+            .write_body(
+                input.bucket,
+                vec![dir, part],
+                Incoming {
+                    blob: body,
+                    length: input.content_length,
+                    content_md5: input.content_md5,
+                    declared,
+                },
+                Attrs::default(),
+            )
+            .await?;
+        Ok(S3Response::new(UploadPartOutput {
+            e_tag: Some(ETag::Strong(etag)),
+            ..Default::default()
+        }))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let input = req.input;
+        let (parts, dir) = owned_key(&input.key)?;
+        let wanted: Vec<(i32, String)> = input
+            .multipart_upload
+            .and_then(|m| m.parts)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| {
+                (
+                    p.part_number.unwrap_or(0),
+                    p.e_tag.map(|e| e.value().to_string()).unwrap_or_default(),
+                )
+            })
+            .collect();
+        let (bucket, key, id) = (input.bucket.clone(), input.key.clone(), input.upload_id);
+        let etag = blocking(&self.tree, move |t| {
+            let updir = multipart::find(t, &bucket, &key, &id)?;
+            multipart::complete(t, &bucket, &key_path(&parts, dir), updir, &id, &wanted)
+        })
+        .await?;
+        Ok(S3Response::new(CompleteMultipartUploadOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            e_tag: Some(ETag::Strong(etag)),
+            ..Default::default()
+        }))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let input = req.input;
+        blocking(&self.tree, move |t| {
+            let dir = multipart::find(t, &input.bucket, &input.key, &input.upload_id)?;
+            multipart::abort(t, &input.bucket, dir, &input.upload_id)
+        })
+        .await?;
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        let input = req.input;
+        let (bucket, key, id) = (
+            input.bucket.clone(),
+            input.key.clone(),
+            input.upload_id.clone(),
+        );
+        let after = input.part_number_marker.unwrap_or(0);
+        let max = input.max_parts.unwrap_or(MAX_KEYS).clamp(1, MAX_KEYS) as usize;
+        let (parts, more) = blocking(&self.tree, move |t| {
+            let dir = multipart::find(t, &bucket, &key, &id)?;
+            let all: Vec<_> = multipart::parts(t, dir)?
+                .into_iter()
+                .filter(|(n, _)| *n > after)
+                .collect();
+            let more = all.len() > max;
+            let mut out = Vec::new();
+            for (n, inode) in all.into_iter().take(max) {
+                out.push(Part {
+                    part_number: Some(n),
+                    size: Some(inode.attr.size as i64),
+                    last_modified: Some(modified(&inode)),
+                    e_tag: Some(ETag::Strong(t.etag(&inode)?)),
+                    ..Default::default()
+                });
+            }
+            Ok((out, more))
+        })
+        .await?;
+        let next = more
+            .then(|| parts.last().and_then(|p| p.part_number))
+            .flatten();
+        Ok(S3Response::new(ListPartsOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            upload_id: Some(input.upload_id),
+            is_truncated: Some(next.is_some()),
+            next_part_number_marker: next,
+            max_parts: Some(max as i32),
+            parts: Some(parts),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        let input = req.input;
+        let bucket = input.bucket.clone();
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let uploads = blocking(&self.tree, move |t| multipart::uploads(t, &bucket)).await?;
+        let uploads = uploads
+            .into_iter()
+            .filter(|(key, _, _)| key.starts_with(&prefix))
+            .take(MAX_KEYS as usize)
+            .map(|(key, id, inode)| MultipartUpload {
+                key: Some(key),
+                upload_id: Some(id),
+                initiated: Some(modified(&inode)),
+                ..Default::default()
+            })
+            .collect();
+        Ok(S3Response::new(ListMultipartUploadsOutput {
+            bucket: Some(input.bucket),
+            prefix: input.prefix,
+            is_truncated: Some(false),
+            uploads: Some(uploads),
+            ..Default::default()
+        }))
+    }
+}

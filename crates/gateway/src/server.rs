@@ -1,0 +1,196 @@
+//! The HTTP server: s3s's service on hyper, on a tokio runtime of its own
+//! with a bounded number of blocking threads (where every file-system call
+//! runs), stopped gracefully.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder as ConnBuilder;
+use s3s::service::{S3Service, S3ServiceBuilder};
+use tokio::sync::oneshot;
+
+use crate::auth::Auth;
+use crate::error::{GatewayError, Result};
+use crate::keys::Keyring;
+use crate::s3::Gateway;
+use crate::tree::Tree;
+
+/// How long a stop waits for requests in flight before it drops them.
+const DRAIN: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub listen: SocketAddr,
+    /// Threads that run file-system calls at once (reads and writes of
+    /// bodies, lookups, listings).
+    pub blocking_threads: usize,
+}
+
+impl Options {
+    pub fn new(listen: SocketAddr) -> Options {
+        Options {
+            listen,
+            blocking_threads: 16,
+        }
+    }
+}
+
+/// s3s's service, logging every refused request (at info: they are the
+/// client's errors; the gateway's own are logged where they happen) and
+/// closing the connection after a refused request with a body: a request refused before its body was read (a key too long, a bad
+/// signature) leaves that body on the connection, where the client's next
+/// request would be read after it as garbage (a bare 400).
+#[derive(Clone)]
+struct CloseAfterRefusal(S3Service);
+
+impl hyper::service::Service<http::Request<hyper::body::Incoming>> for CloseAfterRefusal {
+    type Response = s3s::HttpResponse;
+    type Error = s3s::HttpError;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn call(&self, req: http::Request<hyper::body::Incoming>) -> Self::Future {
+        let h = req.headers();
+        let has_body = h.contains_key(http::header::TRANSFER_ENCODING)
+            || h.get(http::header::CONTENT_LENGTH)
+                .is_some_and(|v| v.as_bytes() != b"0");
+        let (method, path) = (req.method().clone(), req.uri().path().to_string());
+        let fut = hyper::service::Service::call(&self.0, req);
+        Box::pin(async move {
+            let mut resp = fut.await?;
+            if !resp.status().is_success() {
+                tracing::info!(%method, %path, status = resp.status().as_u16(), "the gateway refused a request");
+            }
+            if has_body && !resp.status().is_success() {
+                resp.headers_mut().insert(
+                    http::header::CONNECTION,
+                    http::HeaderValue::from_static("close"),
+                );
+            }
+            Ok(resp)
+        })
+    }
+}
+
+/// A gateway serving requests; [`Running::stop`] ends it.
+pub struct Running {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Where it listens (the port chosen, if `:0` was asked for).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, lets requests in flight finish (up to a bound),
+    /// and returns when the server's threads have ended. A PUT cut off
+    /// here leaves no object (its temporary file is removed).
+    pub fn stop(mut self) {
+        self.shut();
+    }
+
+    fn shut(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.shut();
+    }
+}
+
+/// Serves `fs` over S3 at `opts.listen`, checking requests against the
+/// access keys kept in the repository at `repo_root`.
+pub fn start(fs: Arc<fs::Fs>, repo_root: &Path, opts: &Options) -> Result<Running> {
+    let listener =
+        std::net::TcpListener::bind(opts.listen).map_err(|source| GatewayError::Listen {
+            addr: opts.listen,
+            source,
+        })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| GatewayError::Listen {
+            addr: opts.listen,
+            source,
+        })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|source| GatewayError::Listen { addr, source })?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(opts.blocking_threads.max(1))
+        .thread_name("cairn-gateway")
+        .enable_all()
+        .build()
+        .map_err(GatewayError::Runtime)?;
+    let keys = Arc::new(Keyring::new(repo_root));
+    let service = {
+        let mut b = S3ServiceBuilder::new(Gateway::new(Tree::new(fs), keys.clone()));
+        b.set_auth(Auth::new(keys.clone()));
+        b.set_access(Auth::new(keys));
+        CloseAfterRefusal(b.build())
+    };
+    let (tx, rx) = oneshot::channel();
+    let thread = std::thread::Builder::new()
+        .name("cairn-gateway".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let listener = match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::error!(error = %e, "the gateway cannot use its socket");
+                        return;
+                    }
+                };
+                let http = ConnBuilder::new(TokioExecutor::new());
+                let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+                let mut rx = std::pin::pin!(rx);
+                loop {
+                    let socket = tokio::select! {
+                        r = listener.accept() => match r {
+                            Ok((s, _)) => s,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "the gateway could not accept a connection");
+                                continue;
+                            }
+                        },
+                        _ = rx.as_mut() => break,
+                    };
+                    let conn = http.serve_connection(TokioIo::new(socket), service.clone());
+                    let conn = graceful.watch(conn.into_owned());
+                    tokio::spawn(async move {
+                        let _ = conn.await;
+                    });
+                }
+                tokio::select! {
+                    () = graceful.shutdown() => {}
+                    () = tokio::time::sleep(DRAIN) => {
+                        tracing::warn!("the gateway stopped with requests still in flight");
+                    }
+                }
+            });
+            // Blocking tasks still running (a slow read) are waited for
+            // only up to the same bound.
+            runtime.shutdown_timeout(DRAIN);
+        })
+        .map_err(GatewayError::Runtime)?;
+    tracing::info!(%addr, "the S3 gateway listens");
+    Ok(Running {
+        addr,
+        stop: Some(tx),
+        thread: Some(thread),
+    })
+}

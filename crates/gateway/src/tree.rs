@@ -1,0 +1,544 @@
+//! The namespace as buckets and objects: blocking calls on [`fs::Fs`],
+//! run on tokio's bounded blocking threads by [`crate::s3`]. A bucket is a
+//! directory under the root, a key a path below it ([`crate::names`]).
+
+use std::sync::Arc;
+
+use fs::{Caller, Fs, FsError};
+use md5::{Digest, Md5};
+use meta::{Content, FileKind, Inode, InodeId, NewInode, RenameFlags, XattrFlags};
+use s3s::{S3Error, S3ErrorCode, S3Result};
+
+use crate::error::s3_from_fs;
+use crate::names::{KeyPath, UPLOAD_PREFIX};
+
+/// Where the MD5 of a file's bytes is cached, with the content it was
+/// computed for (see [`identity`]).
+const ETAG_XATTR: &[u8] = b"user.cairn.etag";
+/// An object's Content-Type, as an xattr.
+const TYPE_XATTR: &str = "user.cairn.s3.content-type";
+/// An object's user metadata `x-amz-meta-NAME`, as xattrs of this prefix.
+const META_XATTR: &str = "user.cairn.s3.meta.";
+/// Bytes one blocking read or write handles.
+pub const PIECE: usize = 1 << 20;
+
+fn conflict(msg: &str) -> S3Error {
+    let mut e = S3Error::with_message(S3ErrorCode::InvalidArgument, msg.to_string());
+    e.set_status_code(http::StatusCode::CONFLICT);
+    e
+}
+
+/// A new inode as the process that runs the gateway would create it.
+fn new_inode(kind: FileKind, perm: u16) -> NewInode {
+    // SAFETY: plain getters without preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    NewInode {
+        kind,
+        perm,
+        uid,
+        gid,
+        rdev: 0,
+        content: Content::Empty,
+        xattrs: Vec::new(),
+    }
+}
+
+/// What the cached ETag of a file stored in the chunk store was computed
+/// for: its recipe, size and mtime. A change through the mount changes at
+/// least one, so a stale ETag is never shown. Inline and empty files have
+/// none: their MD5 is computed from the inode's bytes each time.
+fn identity(inode: &Inode) -> Option<String> {
+    match &inode.content {
+        Content::Recipe(root) => Some(format!(
+            "{} {} {}.{}",
+            root.to_hex(),
+            inode.attr.size,
+            inode.attr.mtime.secs,
+            inode.attr.mtime.nanos
+        )),
+        _ => None,
+    }
+}
+
+/// A PUT in progress: a temporary file in the key's directory.
+pub struct Upload {
+    pub dir: InodeId,
+    pub tmp: String,
+    pub ino: InodeId,
+}
+
+/// What an object carries besides its bytes.
+#[derive(Debug, Default, Clone)]
+pub struct Attrs {
+    pub content_type: Option<String>,
+    /// `x-amz-meta-*` names (without the prefix) and values.
+    pub meta: Vec<(String, String)>,
+}
+
+#[derive(Clone)]
+pub struct Tree {
+    fs: Arc<Fs>,
+}
+
+impl Tree {
+    pub fn new(fs: Arc<Fs>) -> Tree {
+        Tree { fs }
+    }
+
+    pub fn fs(&self) -> &Fs {
+        &self.fs
+    }
+
+    /// The directory of bucket `name`.
+    pub fn bucket(&self, name: &str) -> S3Result<InodeId> {
+        match self.fs.lookup(InodeId::ROOT, name.as_bytes()) {
+            Ok(i) if i.attr.kind == FileKind::Dir => Ok(i.id),
+            Ok(_) => Err(S3Error::new(S3ErrorCode::NoSuchBucket)),
+            Err(e) => Err(s3_from_fs(e, S3ErrorCode::NoSuchBucket, name)),
+        }
+    }
+
+    /// Every top-level directory whose name is a valid bucket name.
+    pub fn buckets(&self) -> S3Result<Vec<(String, Inode)>> {
+        let mut out = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = self
+                .fs
+                .readdir(InodeId::ROOT, after.as_deref(), 1024)
+                .map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, "/"))?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.name.clone());
+            for entry in page {
+                let Ok(name) = String::from_utf8(entry.name) else {
+                    continue;
+                };
+                if entry.kind != FileKind::Dir || !s3s::path::check_bucket_name(&name) {
+                    continue;
+                }
+                if let Ok(inode) = self.fs.getattr(entry.ino) {
+                    out.push((name, inode));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn create_bucket(&self, name: &str) -> S3Result<()> {
+        match self.fs.create(
+            InodeId::ROOT,
+            name.as_bytes(),
+            new_inode(FileKind::Dir, 0o755),
+        ) {
+            Ok(_) => Ok(()),
+            Err(e) if e.errno() == libc::EEXIST => {
+                Err(S3Error::new(S3ErrorCode::BucketAlreadyOwnedByYou))
+            }
+            Err(e) => Err(s3_from_fs(e, S3ErrorCode::InternalError, name)),
+        }?;
+        self.fs
+            .sync_all()
+            .map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, name))
+    }
+
+    pub fn delete_bucket(&self, name: &str) -> S3Result<()> {
+        self.bucket(name)?;
+        match self.fs.rmdir(InodeId::ROOT, name.as_bytes()) {
+            Ok(()) => {}
+            Err(e) if e.errno() == libc::ENOTEMPTY => {
+                return Err(S3Error::new(S3ErrorCode::BucketNotEmpty))
+            }
+            Err(e) => return Err(s3_from_fs(e, S3ErrorCode::NoSuchBucket, name)),
+        }
+        self.fs
+            .sync_all()
+            .map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, name))
+    }
+
+    /// The inode a key names: a file, or with a trailing `/` a directory.
+    pub fn object(&self, bucket: &str, key: &KeyPath<'_>) -> S3Result<Inode> {
+        let mut at = self.bucket(bucket)?;
+        let mut inode = None;
+        for part in &key.parts {
+            let found = self
+                .fs
+                .lookup(at, part.as_bytes())
+                .map_err(|e| s3_from_fs(e, S3ErrorCode::NoSuchKey, part))?;
+            at = found.id;
+            inode = Some(found);
+        }
+        let inode = inode.ok_or_else(|| S3Error::new(S3ErrorCode::NoSuchKey))?;
+        let wanted = if key.dir {
+            FileKind::Dir
+        } else {
+            FileKind::File
+        };
+        if inode.attr.kind != wanted {
+            return Err(S3Error::new(S3ErrorCode::NoSuchKey));
+        }
+        Ok(inode)
+    }
+
+    /// The directories of `parts`, below the bucket, made where missing. A
+    /// file on the way is an S3 error (a key `a/b` when `a` is an object).
+    pub fn make_dirs(&self, mut at: InodeId, parts: &[&str]) -> S3Result<InodeId> {
+        for part in parts {
+            at = match self.fs.lookup(at, part.as_bytes()) {
+                Ok(i) if i.attr.kind == FileKind::Dir => i.id,
+                Ok(_) => {
+                    return Err(conflict(&format!(
+                        "{part:?} is an object (a file), so no key can go below it"
+                    )))
+                }
+                Err(e) if e.errno() == libc::ENOENT => {
+                    match self
+                        .fs
+                        .create(at, part.as_bytes(), new_inode(FileKind::Dir, 0o755))
+                    {
+                        Ok(i) => i.id,
+                        // Made by another request meanwhile.
+                        Err(e) if e.errno() == libc::EEXIST => {
+                            self.fs
+                                .lookup(at, part.as_bytes())
+                                .map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, part))?
+                                .id
+                        }
+                        Err(e) => return Err(s3_from_fs(e, S3ErrorCode::InternalError, part)),
+                    }
+                }
+                Err(e) => return Err(s3_from_fs(e, S3ErrorCode::InternalError, part)),
+            };
+        }
+        Ok(at)
+    }
+
+    /// A directory marker (`key/`): the directory, made with its parents.
+    pub fn put_dir(&self, bucket: &str, key: &KeyPath<'_>) -> S3Result<()> {
+        let root = self.bucket(bucket)?;
+        self.make_dirs(root, &key.parts)?;
+        self.fs
+            .sync_all()
+            .map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, bucket))
+    }
+
+    /// Starts a PUT: the key's directories, and an open temporary file
+    /// beside where the object will be.
+    pub fn begin(&self, bucket: &str, key: &KeyPath<'_>) -> S3Result<Upload> {
+        let root = self.bucket(bucket)?;
+        let (name, above) = key.parts.split_last().expect("a key has a name");
+        let dir = self.make_dirs(root, above)?;
+        if let Ok(i) = self.fs.lookup(dir, name.as_bytes()) {
+            if i.attr.kind == FileKind::Dir {
+                return Err(conflict(&format!(
+                    "{name:?} is a directory holding other keys; it cannot be an object too"
+                )));
+            }
+        }
+        let tmp = format!("{UPLOAD_PREFIX}{:016x}", rand::random::<u64>());
+        let inode = self
+            .fs
+            .create(dir, tmp.as_bytes(), new_inode(FileKind::File, 0o644))
+            .map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, &tmp))?;
+        self.fs
+            .open(inode.id)
+            .map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, &tmp))?;
+        Ok(Upload {
+            dir,
+            tmp,
+            ino: inode.id,
+        })
+    }
+
+    pub fn write(&self, up: &Upload, offset: u64, data: &[u8]) -> S3Result<()> {
+        let mut done = 0;
+        while done < data.len() {
+            let n = self
+                .fs
+                .write(up.ino, offset + done as u64, &data[done..])
+                .map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, &up.tmp))?;
+            done += n as usize;
+        }
+        Ok(())
+    }
+
+    /// Drops a PUT that did not complete: nothing of it stays.
+    pub fn abort(&self, up: &Upload) {
+        let _ = self.fs.release(up.ino);
+        if let Err(e) = self.fs.unlink(up.dir, up.tmp.as_bytes()) {
+            tracing::warn!(file = %up.tmp, error = %e, "cannot remove an aborted upload's temporary file");
+        }
+    }
+
+    /// Completes a PUT whose body was whole and verified: the temporary
+    /// file takes the key's name and is made durable; its MD5 is cached.
+    pub fn finish(&self, up: &Upload, name: &str, md5: &str) -> S3Result<()> {
+        let fail = |e: FsError| s3_from_fs(e, S3ErrorCode::InternalError, name);
+        self.fs.release(up.ino).map_err(fail)?;
+        match self.fs.rename(
+            up.dir,
+            up.tmp.as_bytes(),
+            up.dir,
+            name.as_bytes(),
+            RenameFlags::default(),
+        ) {
+            Ok(()) => {}
+            Err(e) if matches!(e.errno(), libc::EISDIR | libc::ENOTEMPTY | libc::ENOTDIR) => {
+                return Err(conflict(&format!(
+                    "{name:?} is a directory holding other keys; it cannot be an object too"
+                )))
+            }
+            Err(e) => return Err(fail(e)),
+        }
+        self.fs.fsync(up.ino).map_err(fail)?;
+        let inode = self.fs.getattr(up.ino).map_err(fail)?;
+        self.cache_etag(&inode, md5);
+        Ok(())
+    }
+
+    fn cache_etag(&self, inode: &Inode, md5: &str) {
+        let Some(id) = identity(inode) else { return };
+        let value = format!("{id} {md5}");
+        if let Err(e) = self.fs.set_xattr(
+            inode.id,
+            ETAG_XATTR,
+            value.as_bytes(),
+            XattrFlags::Either,
+            &Caller::root(),
+        ) {
+            tracing::warn!(inode = inode.id.0, error = %e, "cannot cache an object's ETag");
+        }
+    }
+
+    /// The MD5 of a file's bytes (hex) if it is known without reading the
+    /// file: an inline or empty file's, or one cached for its content now.
+    pub fn known_etag(&self, inode: &Inode) -> Option<String> {
+        match &inode.content {
+            Content::Inline(bytes) if inode.attr.size == bytes.len() as u64 => {
+                return Some(hex::encode(Md5::digest(bytes)))
+            }
+            Content::Empty if inode.attr.size == 0 => return Some(hex::encode(Md5::digest([]))),
+            _ => {}
+        }
+        let id = identity(inode)?;
+        let v = self.fs.get_xattr(inode.id, ETAG_XATTR).ok()?;
+        let md5 = std::str::from_utf8(&v)
+            .ok()?
+            .strip_prefix(id.as_str())?
+            .strip_prefix(' ')?;
+        Some(md5.to_string())
+    }
+
+    /// The MD5 of a file's bytes (hex): [`Tree::known_etag`], else computed
+    /// by reading the file (one written through the mount, on its first
+    /// GET or HEAD) and cached.
+    pub fn etag(&self, inode: &Inode) -> S3Result<String> {
+        if let Some(md5) = self.known_etag(inode) {
+            return Ok(md5);
+        }
+        let fail = |e: FsError| s3_from_fs(e, S3ErrorCode::InternalError, "an object");
+        let mut hasher = Md5::new();
+        self.fs.open(inode.id).map_err(fail)?;
+        let mut offset = 0;
+        let read = loop {
+            match self.fs.read(inode.id, offset, PIECE as u32) {
+                Ok(b) if b.is_empty() => break Ok(()),
+                Ok(b) => {
+                    hasher.update(&b);
+                    offset += b.len() as u64;
+                }
+                Err(e) => break Err(fail(e)),
+            }
+        };
+        let _ = self.fs.release(inode.id);
+        read?;
+        let md5 = hex::encode(hasher.finalize());
+        self.cache_etag(inode, &md5);
+        Ok(md5)
+    }
+
+    pub fn open(&self, ino: InodeId) -> S3Result<()> {
+        self.fs
+            .open(ino)
+            .map_err(|e| s3_from_fs(e, S3ErrorCode::NoSuchKey, "an object"))
+    }
+
+    pub fn read(&self, ino: InodeId, offset: u64, len: u32) -> Result<Vec<u8>, FsError> {
+        self.fs.read(ino, offset, len)
+    }
+
+    pub fn release(&self, ino: InodeId) {
+        let _ = self.fs.release(ino);
+    }
+
+    /// Deletes an object; a missing one is not an error (S3's answer). A
+    /// directory marker removes the directory only if it is empty. The
+    /// directories above that are left empty are removed as well.
+    pub fn delete(&self, bucket: &str, key: &KeyPath<'_>) -> S3Result<()> {
+        let root = self.bucket(bucket)?;
+        let (name, above) = key.parts.split_last().expect("a key has a name");
+        let mut dir = root;
+        // The directories on the way, each with the one holding it.
+        let mut way = Vec::with_capacity(above.len());
+        for part in above {
+            match self.fs.lookup(dir, part.as_bytes()) {
+                Ok(i) if i.attr.kind == FileKind::Dir => {
+                    way.push((dir, *part));
+                    dir = i.id;
+                }
+                Ok(_) => return Ok(()),
+                Err(e) if e.errno() == libc::ENOENT => return Ok(()),
+                Err(e) => return Err(s3_from_fs(e, S3ErrorCode::InternalError, part)),
+            }
+        }
+        let found = match self.fs.lookup(dir, name.as_bytes()) {
+            Ok(i) => i,
+            Err(e) if e.errno() == libc::ENOENT => return Ok(()),
+            Err(e) => return Err(s3_from_fs(e, S3ErrorCode::InternalError, name)),
+        };
+        let gone = match (found.attr.kind, key.dir) {
+            (FileKind::Dir, true) => match self.fs.rmdir(dir, name.as_bytes()) {
+                Err(e) if e.errno() == libc::ENOTEMPTY => Ok(()),
+                other => other,
+            },
+            (FileKind::Dir, false) | (_, true) => return Ok(()),
+            _ => self.fs.unlink(dir, name.as_bytes()),
+        };
+        gone.map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, name))?;
+        // Directories left empty go too, up to the bucket: in S3 a
+        // "folder" is only the keys below it.
+        for (parent, part) in way.iter().rev() {
+            if self.fs.rmdir(*parent, part.as_bytes()).is_err() {
+                break;
+            }
+        }
+        self.fs
+            .sync_all()
+            .map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, name))
+    }
+
+    pub fn readdir(
+        &self,
+        dir: InodeId,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<meta::DirEntry>, FsError> {
+        self.fs.readdir(dir, after, limit)
+    }
+
+    pub fn getattr(&self, ino: InodeId) -> Result<Inode, FsError> {
+        self.fs.getattr(ino)
+    }
+
+    /// Sets an object's Content-Type and user metadata, replacing what it
+    /// had.
+    pub fn set_attrs(&self, ino: InodeId, attrs: &Attrs) -> S3Result<()> {
+        let fail = |e: FsError| s3_from_fs(e, S3ErrorCode::InternalError, "an object");
+        for name in self.fs.list_xattr(ino).map_err(fail)? {
+            if name.starts_with(META_XATTR.as_bytes()) || name == TYPE_XATTR.as_bytes() {
+                self.fs.remove_xattr(ino, &name).map_err(fail)?;
+            }
+        }
+        let set = |name: &[u8], value: &str| {
+            self.fs
+                .set_xattr(
+                    ino,
+                    name,
+                    value.as_bytes(),
+                    XattrFlags::Either,
+                    &Caller::root(),
+                )
+                .map_err(fail)
+        };
+        if let Some(t) = &attrs.content_type {
+            set(TYPE_XATTR.as_bytes(), t)?;
+        }
+        for (k, v) in &attrs.meta {
+            set(
+                format!("{META_XATTR}{}", k.to_ascii_lowercase()).as_bytes(),
+                v,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// An object's Content-Type and user metadata.
+    pub fn attrs(&self, ino: InodeId) -> S3Result<Attrs> {
+        let fail = |e: FsError| s3_from_fs(e, S3ErrorCode::InternalError, "an object");
+        let mut attrs = Attrs::default();
+        for name in self.fs.list_xattr(ino).map_err(fail)? {
+            let Ok(text) = std::str::from_utf8(&name) else {
+                continue;
+            };
+            let value = || -> S3Result<String> {
+                let v = self.fs.get_xattr(ino, &name).map_err(fail)?;
+                Ok(String::from_utf8_lossy(&v).into_owned())
+            };
+            if text == TYPE_XATTR {
+                attrs.content_type = Some(value()?);
+            } else if let Some(k) = text.strip_prefix(META_XATTR) {
+                attrs.meta.push((k.to_string(), value()?));
+            }
+        }
+        Ok(attrs)
+    }
+
+    /// Copies object `src` to key `dst` as a clone (the recipe is shared,
+    /// no data is copied), through a temporary name renamed over the key.
+    /// With `attrs`, the copy gets those instead of the source's.
+    pub fn copy(
+        &self,
+        src_bucket: &str,
+        src: &KeyPath<'_>,
+        dst_bucket: &str,
+        dst: &KeyPath<'_>,
+        attrs: Option<&Attrs>,
+    ) -> S3Result<Inode> {
+        let from = self.object(src_bucket, src)?;
+        if from.attr.kind != FileKind::File {
+            return Err(S3Error::with_message(
+                S3ErrorCode::InvalidArgument,
+                "only an object (a file) can be copied",
+            ));
+        }
+        let root = self.bucket(dst_bucket)?;
+        let (name, above) = dst.parts.split_last().expect("a key has a name");
+        let dir = self.make_dirs(root, above)?;
+        let tmp = format!("{UPLOAD_PREFIX}{:016x}", rand::random::<u64>());
+        let src_path = format!("{src_bucket}/{}", src.parts.join("/"));
+        let mut tmp_path = format!("{dst_bucket}/");
+        for p in above {
+            tmp_path.push_str(p);
+            tmp_path.push('/');
+        }
+        tmp_path.push_str(&tmp);
+        let fail = |e: FsError| s3_from_fs(e, S3ErrorCode::InternalError, name);
+        self.fs.clone_path(&src_path, &tmp_path).map_err(fail)?;
+        let done = (|| {
+            let copy = self.fs.lookup(dir, tmp.as_bytes()).map_err(fail)?;
+            if let Some(a) = attrs {
+                self.set_attrs(copy.id, a)?;
+            }
+            match self.fs.rename(
+                dir,
+                tmp.as_bytes(),
+                dir,
+                name.as_bytes(),
+                RenameFlags::default(),
+            ) {
+                Ok(()) => {}
+                Err(e) if matches!(e.errno(), libc::EISDIR | libc::ENOTEMPTY | libc::ENOTDIR) => {
+                    return Err(conflict(&format!(
+                        "{name:?} is a directory holding other keys; it cannot be an object too"
+                    )))
+                }
+                Err(e) => return Err(fail(e)),
+            }
+            self.fs.fsync(copy.id).map_err(fail)?;
+            self.fs.getattr(copy.id).map_err(fail)
+        })();
+        if done.is_err() {
+            let _ = self.fs.unlink(dir, tmp.as_bytes());
+        }
+        done
+    }
+}
