@@ -30,14 +30,8 @@ fn a_copied_file_is_a_clone_that_stores_no_chunks() {
     fs::create_dir_all(&dir).unwrap();
     ok(&repo, &["init"]);
     // No version may be written between the counts below.
+    common::no_versions(&repo);
     let toml = repo.join("cairn.toml");
-    let text = fs::read_to_string(&toml).unwrap();
-    assert!(text.contains("version_seconds = 30"));
-    fs::write(
-        &toml,
-        text.replace("version_seconds = 30", "version_seconds = 0"),
-    )
-    .unwrap();
 
     let m = Mount::start(repo.clone(), dir);
     let a = random(4 << 20, 21);

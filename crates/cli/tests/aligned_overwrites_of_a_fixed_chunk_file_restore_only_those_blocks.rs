@@ -50,13 +50,7 @@ fn aligned_overwrites_of_a_fixed_chunk_file_restore_only_those_blocks() {
     fs::create_dir_all(&dir).unwrap();
     ok(&repo, &["init"]);
     // No versions: only the file's own chunks and recipe change.
-    let toml = repo.join("cairn.toml");
-    let text = fs::read_to_string(&toml).unwrap();
-    fs::write(
-        &toml,
-        text.replace("version_seconds = 30", "version_seconds = 0"),
-    )
-    .unwrap();
+    common::no_versions(&repo);
 
     let m = Mount::start(repo.clone(), dir);
     fs::create_dir(m.path("vm")).unwrap();

@@ -16,13 +16,7 @@ fn gc_refuses_while_a_lost_recipe_is_indexed_and_goes_on_once_dropped() {
     let base = tempfile::tempdir().unwrap();
     let repo = base.path().join("repo");
     ok(&repo, &["init"]);
-    let config = repo.join("cairn.toml");
-    let text = fs::read_to_string(&config).unwrap();
-    fs::write(
-        &config,
-        text.replace("version_seconds = 30", "version_seconds = 0"),
-    )
-    .unwrap();
+    common::no_versions(&repo);
     let mnt = base.path().join("mnt");
     fs::create_dir_all(&mnt).unwrap();
     let m = Mount::start(repo.clone(), mnt);

@@ -26,14 +26,7 @@ fn stats_json_is_the_same_mounted_and_unmounted() {
     fs::create_dir_all(&dir).unwrap();
     ok(&repo, &["init"]);
     // No version timer: unmounting must change nothing the answers count.
-    let toml = repo.join("cairn.toml");
-    let text = fs::read_to_string(&toml).unwrap();
-    assert!(text.contains("version_seconds = 30"));
-    fs::write(
-        &toml,
-        text.replace("version_seconds = 30", "version_seconds = 0"),
-    )
-    .unwrap();
+    common::no_versions(&repo);
 
     let m = Mount::start(repo.clone(), dir);
     let mut files = Vec::new();

@@ -22,14 +22,7 @@ fn dedup_ratio_counts_inline_copies_and_is_the_same_unmounted() {
     fs::create_dir_all(&dir).unwrap();
     ok(&repo, &["init"]);
     // No versions: unmounting must change nothing the two answers count.
-    let toml = repo.join("cairn.toml");
-    let text = fs::read_to_string(&toml).unwrap();
-    assert!(text.contains("version_seconds = 30"));
-    fs::write(
-        &toml,
-        text.replace("version_seconds = 30", "version_seconds = 0"),
-    )
-    .unwrap();
+    common::no_versions(&repo);
 
     let m = Mount::start(repo.clone(), dir);
     let mut small_bytes = 0u64;

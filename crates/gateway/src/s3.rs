@@ -418,6 +418,26 @@ fn body(tree: Tree, ino: meta::InodeId, start: u64, end: u64) -> StreamingBlob {
     StreamingBlob::wrap(sync_wrapper::SyncStream::new(stream))
 }
 
+/// The checksums a PutObject or UploadPart input declares (the two s3s
+/// input types carry the same fields under the same names).
+macro_rules! declared {
+    ($input:ident, $req:ident) => {
+        Declared::new(
+            Checksum {
+                checksum_crc32: $input.checksum_crc32.clone(),
+                checksum_crc32c: $input.checksum_crc32c.clone(),
+                checksum_sha1: $input.checksum_sha1.clone(),
+                checksum_sha256: $input.checksum_sha256.clone(),
+                checksum_crc64nvme: $input.checksum_crc64nvme.clone(),
+                ..Default::default()
+            },
+            $input.checksum_algorithm.as_ref(),
+            &$req.headers,
+            $req.trailing_headers,
+        )
+    };
+}
+
 #[async_trait::async_trait]
 impl S3 for Gateway {
     async fn list_buckets(
@@ -485,19 +505,7 @@ impl S3 for Gateway {
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let input = req.input;
-        let declared = Declared::new(
-            Checksum {
-                checksum_crc32: input.checksum_crc32.clone(),
-                checksum_crc32c: input.checksum_crc32c.clone(),
-                checksum_sha1: input.checksum_sha1.clone(),
-                checksum_sha256: input.checksum_sha256.clone(),
-                checksum_crc64nvme: input.checksum_crc64nvme.clone(),
-                ..Default::default()
-            },
-            input.checksum_algorithm.as_ref(),
-            &req.headers,
-            req.trailing_headers,
-        );
+        let declared = declared!(input, req);
         let (parts, dir) = owned_key(&input.key)?;
         let bucket = input.bucket;
         if dir {
@@ -848,19 +856,7 @@ impl S3 for Gateway {
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
         let input = req.input;
-        let declared = Declared::new(
-            Checksum {
-                checksum_crc32: input.checksum_crc32.clone(),
-                checksum_crc32c: input.checksum_crc32c.clone(),
-                checksum_sha1: input.checksum_sha1.clone(),
-                checksum_sha256: input.checksum_sha256.clone(),
-                checksum_crc64nvme: input.checksum_crc64nvme.clone(),
-                ..Default::default()
-            },
-            input.checksum_algorithm.as_ref(),
-            &req.headers,
-            req.trailing_headers,
-        );
+        let declared = declared!(input, req);
         let part = multipart::part_name(input.part_number)?;
         let (bucket, key, id) = (input.bucket.clone(), input.key.clone(), input.upload_id);
         let dir = blocking(&self.tree, move |t| {

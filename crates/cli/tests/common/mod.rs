@@ -296,3 +296,20 @@ pub fn plain_containers(repo: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// Turns off the version timer in `repo`'s cairn.toml, so that nothing a
+/// test counts changes when a version would have been written.
+#[allow(dead_code)]
+pub fn no_versions(repo: &Path) {
+    let toml = repo.join("cairn.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    assert!(
+        text.contains("version_seconds = 30"),
+        "cairn.toml has no version_seconds = 30"
+    );
+    std::fs::write(
+        &toml,
+        text.replace("version_seconds = 30", "version_seconds = 0"),
+    )
+    .unwrap();
+}
