@@ -271,8 +271,9 @@ pub enum Command {
     /// every chunk reachable from roots (versions, snapshots, stored
     /// files) and from the live file system, including data written but not
     /// yet committed, then rewrites containers whose live fraction is under
-    /// the threshold: their live chunks are copied forward and the containers
-    /// deleted. Safe while the file system is mounted and busy: a chunk that
+    /// the threshold, and after them the sparsest others until the garbage
+    /// left is at most --max-garbage of what stays stored: their live chunks
+    /// are copied forward and the containers deleted. Safe while the file system is mounted and busy: a chunk that
     /// a concurrent write deduplicates against is never lost.
     ///
     /// A container that cannot be read is skipped (printed as `skipped`,
@@ -285,6 +286,11 @@ pub enum Command {
         /// Reclaim containers whose live fraction is below this (0..1).
         #[arg(long, default_value_t = 0.5)]
         threshold: f64,
+        /// The garbage the collection may leave, as a fraction (0..1) of the
+        /// bytes that stay stored; 1 turns this off (only --threshold
+        /// counts). Lower means a smaller repository and more copying.
+        #[arg(long, default_value_t = service::GC_MAX_GARBAGE)]
+        max_garbage: f64,
         /// Only report what would be reclaimed.
         #[arg(long)]
         dry_run: bool,
@@ -709,6 +715,27 @@ pub enum BenchCommand {
     /// unmounted), 2 when a job moved no data. Next: compare with the
     /// baseline table in bench/README.md.
     Random(ScriptArgs),
+    /// The S3 gateway on many small objects and on large ones, against nginx
+    /// (bench/gateway.py; needs root).
+    ///
+    /// Puts a deep file set (100 entries per directory, depth 4 to 6) of
+    /// 4-20 KiB objects through `cairn serve` with parallel clients (PUT/s),
+    /// writes the same files into a plain ext4 directory, then GETs them,
+    /// uniform and Zipf, cold (page cache dropped, cairn restarted) and warm,
+    /// from the gateway, from nginx on the ext4 directory and from nginx on
+    /// cairn's FUSE mount (the directory-walk path): GET/s, MB/s, p50 and p99
+    /// latency. Counts the metadata and branch reads per cold GET (exact
+    /// counters of the daemon, `cairn stats --counters`), and times a large
+    /// object's PUT and GET against `cairn put` and `cairn get`. Prints the
+    /// issue's targets MET or NOT MET.
+    ///
+    /// Options (after `--`): --objects N (default 1,000,000: hours; 20000
+    /// takes minutes), --gets N per run, --clients N, --zipf-theta T,
+    /// --large-size SIZE, --scratch DIR, --json FILE, --keep.
+    ///
+    /// Exit status: 0 when it ran (also with targets NOT MET), 1 when a
+    /// command or request failed or an object came back with other bytes.
+    Gateway(ScriptArgs),
 }
 
 /// Arguments passed on to a bench/ script.

@@ -169,6 +169,12 @@ pub fn start(fs: Arc<fs::Fs>, repo_root: &Path, opts: &Options) -> Result<Runnin
                         },
                         _ = rx.as_mut() => break,
                     };
+                    // A reply's head and body leave in separate writes; with
+                    // Nagle on, the body waits for the client's delayed ACK
+                    // (40 ms on Linux) on every small GET.
+                    if let Err(e) = socket.set_nodelay(true) {
+                        tracing::warn!(error = %e, "the gateway could not set TCP_NODELAY");
+                    }
                     let conn = http.serve_connection(TokioIo::new(socket), service.clone());
                     let conn = graceful.watch(conn.into_owned());
                     tokio::spawn(async move {

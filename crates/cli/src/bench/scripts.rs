@@ -1,4 +1,4 @@
-//! `cairn bench fs`, `ingest`, `gc` and `random`: the benchmark scripts of `bench/`
+//! `cairn bench fs`, `ingest`, `gc`, `random` and `gateway`: the benchmark scripts of `bench/`
 //! (Python, standard library only), built into the binary so an installed
 //! `cairn` runs them without a source tree. They drive real tools (restic,
 //! borg, bindfs, postmark, the mount) from outside, which is why they are
@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 
 /// (name, source); `ingest.py` and `common.py` also hold the helpers the
 /// others import.
-const SCRIPTS: [(&str, &str); 5] = [
+const SCRIPTS: [(&str, &str); 6] = [
     ("ingest.py", include_str!("../../../../bench/ingest.py")),
     ("common.py", include_str!("../../../../bench/common.py")),
     ("fs.py", include_str!("../../../../bench/fs.py")),
@@ -21,6 +21,7 @@ const SCRIPTS: [(&str, &str); 5] = [
         "random_io.py",
         include_str!("../../../../bench/random_io.py"),
     ),
+    ("gateway.py", include_str!("../../../../bench/gateway.py")),
 ];
 
 /// Runs `bench/<script>` with `--cairn <this binary>` and `args`.

@@ -1,0 +1,647 @@
+#!/usr/bin/env python3
+"""The S3 gateway on many small objects (hashFS) and on large ones: cairn serve against nginx.
+
+Everything is measured in one run, on one machine, on the same disk:
+
+ * "cairn S3": `cairn serve` of a fresh repository; objects PUT and GET over S3 (SigV4,
+   path-style, UNSIGNED-PAYLOAD bodies) by --clients parallel client processes, each on
+   one keep-alive connection.
+ * "nginx ext4": nginx serving the same file set from a plain directory on the same disk
+   (the baseline the issue names).
+ * "nginx FUSE": nginx serving cairn's FUSE mount of the same repository: the same objects
+   found by the kernel's directory walk, one lookup per path component.
+
+The file set: --objects objects (default 1,000,000) of 4-20 KiB of random data under one
+bucket, 100 entries per directory, each object at depth 4 to 6 (the leaf directory's
+index in base 100 makes the first two levels, one to three fixed levels follow). Objects
+up to the repository's fs.inline_max (16 KiB) are stored inline in their inode.
+
+Phases, in order:
+ 1. PUT every object through the gateway (PUT/s). The same files are written into the
+    ext4 directory (untimed).
+ 2. GET --gets requests per pattern, uniform and Zipf (theta --zipf-theta over the
+    objects), each cold (page cache dropped; cairn restarted, so its caches are empty)
+    and then warm (the same requests at once): GET/s, p50 and p99 latency, for each of
+    the three targets. Before the timed GETs, --verify objects are fetched from each
+    target and compared byte for byte (a wrong byte fails the run).
+ 3. Storage reads per cold GET: `cairn stats --counters --json` before and after a cold
+    uniform GET run over inline objects only, and one over chunked objects only; the
+    metadata engine's reads of its file (`meta_reads`) and the branches' reads
+    (`branch_reads`) are exact counts, divided by the GETs. Reported "n/a" when this
+    cairn does not report the counters.
+ 4. Large objects: a --large-size object PUT and GET through the gateway against `cairn
+    put` / `cairn get` of the same file on the stopped repository (the raw store).
+
+Targets (the issue's): storage reads per cold GET <= 1.0 for inline objects and <= 2.0
+for the others; cold GET/s >= nginx-on-ext4's; warm GET/s >= 0.5 x nginx-on-ext4's;
+large-object PUT and GET throughput >= 0.8 x the raw store's. Each is printed MET or NOT
+MET; this is a benchmark, not a test: the exit status is 0 when every command succeeded,
+1 when one failed (its stderr is printed).
+
+Usage (as root, from the repository root, after `cargo build --release`):
+
+    cairn bench gateway                                  # 1,000,000 objects: hours
+    cairn bench gateway -- --objects 20000 --gets 5000   # a few minutes
+    python3 bench/gateway.py --cairn target/release/cairn --objects 20000 --json out.json
+
+nginx is installed with apt-get when missing. Progress goes to stderr, the tables to
+stdout. Standard library only (Python 3.11).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import hmac
+import http.client
+import json
+import multiprocessing
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+
+sys.dont_write_bytecode = True  # no bench/__pycache__ from importing the helpers
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ingest import BenchError, CacheDropper, Runner, fmt_table, log  # noqa: E402
+import common  # noqa: E402
+
+BUCKET = "bench"
+FANOUT = 100
+REGION = "us-east-1"
+PIECE = 1 << 20
+
+
+# --------------------------------------------------------------------------- the file set
+
+def key_of(i: int) -> str:
+    """Object i's key: leaf directory i // 100 spelled in base 100, then 1-3 fixed levels
+    (the leaf's depth picked by its index), then the file."""
+    leaf, name = divmod(i, FANOUT)
+    hi, lo = divmod(leaf, FANOUT)
+    extra = ["p", "q", "r"][: 1 + (leaf * 2654435761 >> 7) % 3]
+    return "/".join([f"d{hi:02d}", f"d{lo:02d}", *extra, f"f{name:02d}.bin"])
+
+
+def body_of(i: int, seed: int) -> bytes:
+    rng = random.Random(seed * 1_000_003 + i)
+    return rng.randbytes(rng.randint(4 << 10, 20 << 10))
+
+
+def zipf_sample(n: int, count: int, theta: float, seed: int) -> list[int]:
+    """count indexes in [0, n) drawn with P(k) ~ 1 / (k+1)^theta, ranks shuffled over the
+    objects so that popular objects are spread over the tree."""
+    rng = random.Random(seed)
+    weights = [1.0 / (k + 1) ** theta for k in range(n)]
+    ranks = rng.choices(range(n), weights=weights, k=count)
+    perm = list(range(n))
+    rng.shuffle(perm)
+    return [perm[r] for r in ranks]
+
+
+# --------------------------------------------------------------------------- SigV4
+
+def _hmac(key: bytes, msg: str) -> bytes:
+    return hmac.new(key, msg.encode(), hashlib.sha256).digest()
+
+
+def quote_path(path: str) -> str:
+    return urllib.parse.quote(path, safe="/-_.~")
+
+
+def sign(method: str, host: str, path: str, key_id: str, secret: str,
+         extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Headers of a SigV4-signed request with an unsigned payload (path-style, no query)."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    amz_date = now.strftime("%Y%m%dT%H%M%SZ")
+    day = amz_date[:8]
+    headers = {"host": host, "x-amz-content-sha256": "UNSIGNED-PAYLOAD",
+               "x-amz-date": amz_date}
+    for k, v in (extra or {}).items():
+        headers[k.lower()] = v
+    names = sorted(headers)
+    canonical = "\n".join([
+        method, quote_path(path), "",
+        "".join(f"{n}:{headers[n].strip()}\n" for n in names),
+        ";".join(names), "UNSIGNED-PAYLOAD"])
+    scope = f"{day}/{REGION}/s3/aws4_request"
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope,
+                         hashlib.sha256(canonical.encode()).hexdigest()])
+    k = _hmac(("AWS4" + secret).encode(), day)
+    for part in (REGION, "s3", "aws4_request"):
+        k = _hmac(k, part)
+    signature = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
+    headers["authorization"] = (f"AWS4-HMAC-SHA256 Credential={key_id}/{scope}, "
+                                f"SignedHeaders={';'.join(names)}, Signature={signature}")
+    return headers
+
+
+# --------------------------------------------------------------------------- clients
+
+class Target:
+    """Where requests go: an address, a URL prefix, and credentials when signed."""
+
+    def __init__(self, name: str, addr: tuple[str, int], prefix: str,
+                 key: tuple[str, str] | None):
+        self.name, self.addr, self.prefix, self.key = name, addr, prefix, key
+
+    def spec(self) -> tuple:
+        return (self.addr, self.prefix, self.key)
+
+
+_conn: http.client.HTTPConnection | None = None
+
+
+def _connection(addr) -> http.client.HTTPConnection:
+    global _conn
+    if _conn is None or (_conn.host, _conn.port) != addr:
+        _conn = http.client.HTTPConnection(*addr, timeout=120)
+    return _conn
+
+
+def request(spec, method: str, key: str, body: bytes | None = None) -> tuple[int, bytes]:
+    """One request on this process's keep-alive connection (reconnecting once)."""
+    addr, prefix, cred = spec
+    path = f"{prefix}/{key}"
+    host = f"{addr[0]}:{addr[1]}"
+    headers = {"host": host}
+    if cred:
+        extra = {"content-length": str(len(body))} if body is not None else None
+        headers = sign(method, host, path, cred[0], cred[1], extra)
+    for attempt in (0, 1):
+        conn = _connection(addr)
+        try:
+            conn.request(method, quote_path(path), body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+            return resp.status, data
+        except (ConnectionError, http.client.HTTPException, socket.timeout):
+            conn.close()
+            if attempt:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _put_worker(args):
+    spec, seed, idxs = args
+    for i in idxs:
+        status, data = request(spec, "PUT", key_of(i), body_of(i, seed))
+        if status != 200:
+            return f"PUT {key_of(i)}: HTTP {status}: {data[:300]!r}"
+    return None
+
+
+def _get_worker(args):
+    spec, idxs = args
+    lat = []
+    nbytes = 0
+    for i in idxs:
+        t0 = time.perf_counter()
+        status, data = request(spec, "GET", key_of(i))
+        lat.append(time.perf_counter() - t0)
+        if status != 200:
+            return f"GET {key_of(i)}: HTTP {status}: {data[:300]!r}", lat, nbytes
+        nbytes += len(data)
+    return None, lat, nbytes
+
+
+def _verify_worker(args):
+    spec, seed, idxs = args
+    for i in idxs:
+        status, data = request(spec, "GET", key_of(i))
+        if status != 200 or data != body_of(i, seed):
+            return f"GET {key_of(i)}: HTTP {status}, {len(data)} bytes, not the object's bytes"
+    return None
+
+
+def split(items: list, parts: int) -> list[list]:
+    return [items[k::parts] for k in range(parts)]
+
+
+def run_puts(pool, target: Target, n: int, seed: int, clients: int) -> dict:
+    t0 = time.monotonic()
+    for err in pool.imap_unordered(_put_worker, [(target.spec(), seed, part)
+                                                 for part in split(list(range(n)), clients * 4)]):
+        if err:
+            raise BenchError(err)
+    secs = time.monotonic() - t0
+    return {"objects": n, "seconds": secs, "per_s": n / secs}
+
+
+def run_gets(pool, target: Target, idxs: list[int], clients: int) -> dict:
+    t0 = time.monotonic()
+    lat: list[float] = []
+    nbytes = 0
+    for err, part_lat, part_bytes in pool.imap_unordered(
+            _get_worker, [(target.spec(), part) for part in split(idxs, clients)]):
+        if err:
+            raise BenchError(f"{target.name}: {err}")
+        lat += part_lat
+        nbytes += part_bytes
+    secs = time.monotonic() - t0
+    lat.sort()
+    return {"gets": len(idxs), "seconds": secs, "per_s": len(idxs) / secs,
+            "mb_s": nbytes / secs / 1e6,
+            "p50_ms": lat[len(lat) // 2] * 1e3, "p99_ms": lat[int(len(lat) * 0.99)] * 1e3}
+
+
+def verify(pool, target: Target, idxs: list[int], seed: int, clients: int) -> None:
+    for err in pool.imap_unordered(_verify_worker, [(target.spec(), seed, part)
+                                                    for part in split(idxs, clients)]):
+        if err:
+            raise BenchError(f"{target.name}: {err}")
+
+
+# --------------------------------------------------------------------------- servers
+
+class Serve:
+    """`cairn serve` of one repository at one mount point, restartable."""
+
+    def __init__(self, binary: str, repo: str, mnt: str, logdir: str):
+        self.bin, self.repo, self.mnt, self.logdir = binary, repo, mnt, logdir
+        self.proc: subprocess.Popen | None = None
+        self.addr: tuple[str, int] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        err_path = os.path.join(self.logdir, f"serve-{self.starts}.err")
+        self.err = open(err_path, "w+")
+        self.proc = subprocess.Popen(
+            [self.bin, "--repo", self.repo, "serve", self.mnt, "--listen", "127.0.0.1:0"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.err)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            self.err.seek(0)
+            text = self.err.read()
+            m = re.search(r"S3 gateway at http://([0-9.]+):(\d+)", text)
+            if m and common.is_mounted(self.mnt):
+                self.addr = (m.group(1), int(m.group(2)))
+                return
+            if self.proc.poll() is not None:
+                raise BenchError(f"cairn serve exited with status {self.proc.returncode}\n"
+                                 f"--- stderr ---\n{text}\n--- end stderr ---")
+            time.sleep(0.05)
+        raise BenchError(f"cairn serve: no endpoint and mount after 60 s; see {err_path}")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            subprocess.run(["fusermount3", "-uz", self.mnt], check=False)
+        self.proc = None
+        if self.proc is None and common.is_mounted(self.mnt):
+            subprocess.run(["fusermount3", "-uz", self.mnt], check=False)
+
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Nginx:
+    def __init__(self, root: str, workdir: str, name: str):
+        self.port = free_port()
+        self.conf = os.path.join(workdir, f"nginx-{name}.conf")
+        os.makedirs(os.path.join(workdir, f"nginx-{name}"), exist_ok=True)
+        tmp = os.path.join(workdir, f"nginx-{name}")
+        with open(self.conf, "w") as f:
+            f.write(f"""user root;
+worker_processes 2;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  sendfile on;
+  keepalive_requests 1000000;
+  client_body_temp_path {tmp}/body;
+  proxy_temp_path {tmp}/proxy;
+  fastcgi_temp_path {tmp}/fastcgi;
+  uwsgi_temp_path {tmp}/uwsgi;
+  scgi_temp_path {tmp}/scgi;
+  server {{
+    listen 127.0.0.1:{self.port};
+    root {root};
+    location / {{ }}
+  }}
+}}
+""")
+        self.proc = subprocess.Popen(["nginx", "-c", self.conf], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise BenchError(f"nginx exited: {self.proc.stderr.read().decode()}")
+                time.sleep(0.05)
+        raise BenchError("nginx did not start listening within 30 s")
+
+    def target(self, name: str) -> Target:
+        return Target(name, ("127.0.0.1", self.port), f"/{BUCKET}", None)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+# --------------------------------------------------------------------------- counters
+
+def counters(binary: str, repo: str) -> dict | None:
+    """The metadata engine's and branches' read counts from the running daemon, or None
+    when this cairn does not report them."""
+    out = subprocess.run([binary, "--repo", repo, "stats", "--counters", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        return None
+    try:
+        doc = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(doc, dict) or "meta_reads" not in doc:
+        return None
+    return doc
+
+
+def reads_per_get(before: dict | None, after: dict | None, gets: int) -> dict | None:
+    if before is None or after is None or gets == 0:
+        return None
+    out = {}
+    for k in ("meta_reads", "branch_reads"):
+        if k in before and k in after:
+            out[k] = (after[k] - before[k]) / gets
+    out["total"] = sum(out.values())
+    return out
+
+
+# --------------------------------------------------------------------------- main
+
+def parse_size(s: str) -> int:
+    m = re.fullmatch(r"(\d+)\s*([KMG]?)(i?B)?", s.strip(), re.I)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {s!r} (e.g. 512M, 1G)")
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2).upper()]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cairn", default="target/release/cairn", help="the cairn binary")
+    p.add_argument("--objects", type=int, default=1_000_000)
+    p.add_argument("--gets", type=int, default=50_000, help="GET requests per timed run")
+    p.add_argument("--clients", type=int, default=8, help="parallel client processes")
+    p.add_argument("--zipf-theta", type=float, default=1.0)
+    p.add_argument("--verify", type=int, default=500, help="objects compared byte for byte")
+    p.add_argument("--large-size", type=parse_size, default=1 << 30)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--scratch", help="directory for everything (default: a temporary one)")
+    p.add_argument("--json", help="also write the results here")
+    p.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    return p.parse_args(argv)
+
+
+def large_phase(args, serve: Serve, cairn_bin: str, repo: str, scratch: str,
+                runner: Runner, dropper: CacheDropper) -> dict:
+    path = os.path.join(scratch, "large.bin")
+    log(f"large object: writing {args.large_size >> 20} MiB of random data")
+    with open(path, "wb") as f:
+        left = args.large_size
+        while left:
+            n = min(left, 8 << 20)
+            f.write(os.urandom(n))
+            left -= n
+    host = f"{serve.addr[0]}:{serve.addr[1]}"
+    key = f"/{BUCKET}/large.bin"
+    cred = serve.key
+    dropper.drop()
+    t0 = time.monotonic()
+    conn = http.client.HTTPConnection(*serve.addr, timeout=600)
+    headers = sign("PUT", host, key, *cred, {"content-length": str(args.large_size)})
+    with open(path, "rb") as f:
+        conn.request("PUT", key, body=f, headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+    put_s = time.monotonic() - t0
+    if resp.status != 200:
+        raise BenchError(f"PUT of the large object: HTTP {resp.status}")
+    dropper.drop()
+    out = os.path.join(scratch, "large.out")
+    t0 = time.monotonic()
+    conn.request("GET", key, headers=sign("GET", host, key, *cred))
+    resp = conn.getresponse()
+    digest = hashlib.sha256()
+    with open(out, "wb") as f:
+        while piece := resp.read(PIECE):
+            f.write(piece)
+            digest.update(piece)
+    get_s = time.monotonic() - t0
+    conn.close()
+    want = hashlib.sha256()
+    with open(path, "rb") as f:
+        while piece := f.read(PIECE):
+            want.update(piece)
+    if resp.status != 200 or digest.digest() != want.digest():
+        raise BenchError("GET of the large object returned other bytes")
+    os.unlink(out)
+    serve.stop()
+    dropper.drop()
+    put = runner.run([cairn_bin, "--repo", repo, "-q", "put", path, "--name", "large"],
+                     name="cairn-put-large")
+    dropper.drop()
+    get = runner.run([cairn_bin, "--repo", repo, "-q", "get", "large", "-o", out, "--force"],
+                     name="cairn-get-large")
+    os.unlink(out)
+    os.unlink(path)
+    mb = args.large_size / 1e6
+    return {"bytes": args.large_size,
+            "s3_put_mb_s": mb / put_s, "s3_get_mb_s": mb / get_s,
+            "store_put_mb_s": mb / put["wall_s"], "store_get_mb_s": mb / get["wall_s"]}
+
+
+def create_key(binary: str, repo: str) -> tuple[str, str]:
+    out = subprocess.run([binary, "--repo", repo, "access-key", "create"],
+                         capture_output=True, text=True, timeout=60)
+    key_id = re.search(r"aws_access_key_id = (\S+)", out.stdout)
+    secret = re.search(r"aws_secret_access_key = (\S+)", out.stdout)
+    if out.returncode != 0 or not key_id or not secret:
+        raise BenchError(f"cairn access-key create failed:\n{out.stderr}")
+    return key_id.group(1), secret.group(1)
+
+
+def write_ext4(root: str, n: int, seed: int) -> None:
+    made = set()
+    for i in range(n):
+        path = os.path.join(root, BUCKET, key_of(i))
+        d = os.path.dirname(path)
+        if d not in made:
+            os.makedirs(d, exist_ok=True)
+            made.add(d)
+        with open(path, "wb") as f:
+            f.write(body_of(i, seed))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if os.geteuid() != 0:
+        raise BenchError("run as root (FUSE mounts, dropping the page cache, nginx)")
+    cairn_bin = os.path.abspath(args.cairn)
+    common.ensure_tools({"nginx": "nginx", "fusermount3": "fuse3"})
+    scratch = args.scratch or tempfile.mkdtemp(prefix="cairn-bench-gateway-")
+    os.makedirs(scratch, exist_ok=True)
+    runner = Runner(os.path.join(scratch, "logs"))
+    dropper = CacheDropper()
+    repo, mnt, ext4 = (os.path.join(scratch, d) for d in ("repo", "mnt", "ext4"))
+    os.makedirs(mnt, exist_ok=True)
+    runner.run([cairn_bin, "--repo", repo, "init"], name="cairn-init")
+    serve = Serve(cairn_bin, repo, mnt, runner.logdir)
+    serve.key = create_key(cairn_bin, repo)
+    nginxes: list[Nginx] = []
+    results: dict = {"objects": args.objects, "clients": args.clients, "gets": args.gets,
+                     "cairn": common.tool_version([cairn_bin, "--version"]),
+                     "nginx": common.tool_version(["nginx", "-v"])}
+    pool = multiprocessing.get_context("fork").Pool(args.clients)
+    try:
+        serve.start()
+        s3 = Target("cairn S3", serve.addr, f"/{BUCKET}", serve.key)
+        status, body = request(s3.spec(), "PUT", "")  # CreateBucket
+        if status != 200:
+            raise BenchError(f"CreateBucket: HTTP {status}: {body[:300]!r}")
+        log(f"PUT {args.objects:,} objects through the gateway ({args.clients} clients)")
+        results["put"] = run_puts(pool, s3, args.objects, args.seed, args.clients)
+        log(f"  {results['put']['per_s']:,.0f} PUT/s")
+        log("writing the same objects into the ext4 directory")
+        write_ext4(ext4, args.objects, args.seed)
+        nginx_ext4 = Nginx(ext4, scratch, "ext4")
+        nginxes.append(nginx_ext4)
+        nginx_fuse = Nginx(mnt, scratch, "fuse")
+        nginxes.append(nginx_fuse)
+        rng = random.Random(args.seed)
+        patterns = {
+            "uniform": [rng.randrange(args.objects) for _ in range(args.gets)],
+            "zipf": zipf_sample(args.objects, args.gets, args.zipf_theta, args.seed + 1),
+        }
+        sample = rng.sample(range(args.objects), min(args.verify, args.objects))
+        targets = {"cairn S3": lambda: Target("cairn S3", serve.addr, f"/{BUCKET}", serve.key),
+                   "nginx ext4": lambda: nginx_ext4.target("nginx ext4"),
+                   "nginx FUSE": lambda: nginx_fuse.target("nginx FUSE")}
+        for name, make in targets.items():
+            log(f"{name}: comparing {len(sample)} objects byte for byte")
+            verify(pool, make(), sample, args.seed, args.clients)
+        runs = results["get"] = {}
+        for pattern, idxs in patterns.items():
+            for name, make in targets.items():
+                serve.stop()
+                dropper.drop()
+                serve.start()
+                cold = run_gets(pool, make(), idxs, args.clients)
+                warm = run_gets(pool, make(), idxs, args.clients)
+                runs[f"{pattern} {name}"] = {"cold": cold, "warm": warm}
+                log(f"{pattern:8} {name:10}: cold {cold['per_s']:,.0f} GET/s, "
+                    f"warm {warm['per_s']:,.0f} GET/s")
+        inline_max = 16 << 10
+        kinds = {"inline": [], "chunked": []}
+        for i in range(min(args.objects, 200_000)):
+            kinds["inline" if len(body_of(i, args.seed)) <= inline_max else "chunked"].append(i)
+        reads = results["reads_per_cold_get"] = {}
+        for kind, idxs in kinds.items():
+            idxs = [rng.choice(idxs) for _ in range(min(args.gets, 5000))] if idxs else []
+            serve.stop()
+            dropper.drop()
+            serve.start()
+            before = counters(cairn_bin, repo)
+            run_gets(pool, targets["cairn S3"](), idxs, args.clients)
+            reads[kind] = reads_per_get(before, counters(cairn_bin, repo), len(idxs))
+        results["large"] = large_phase(args, serve, cairn_bin, repo, scratch, runner, dropper)
+        results["page_cache_dropped"] = dropper.ok
+    finally:
+        pool.terminate()
+        for n in nginxes:
+            n.stop()
+        serve.stop()
+        if not args.keep and not args.scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    report(results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+def report(r: dict) -> None:
+    print(f"\ncairn bench gateway: {r['objects']:,} objects of 4-20 KiB, {r['clients']} "
+          f"clients, {r['gets']:,} GETs per run; {r['cairn']}; nginx {r['nginx']}")
+    if not r.get("page_cache_dropped", True):
+        print("WARNING: the page cache could not be dropped: cold figures are warm")
+    print(f"\nPUT through the gateway: {r['put']['per_s']:,.0f} objects/s "
+          f"({r['put']['seconds']:.1f} s)\n")
+    rows = []
+    for label, run in r["get"].items():
+        for temp in ("cold", "warm"):
+            g = run[temp]
+            rows.append([f"{label} {temp}", f"{g['per_s']:,.0f}", f"{g['mb_s']:.1f}",
+                         f"{g['p50_ms']:.2f}", f"{g['p99_ms']:.2f}"])
+    print(fmt_table(["GET run", "GET/s", "MB/s", "p50 ms", "p99 ms"], rows))
+    print()
+    rows = []
+    for kind, v in r["reads_per_cold_get"].items():
+        if v is None:
+            rows.append([kind, "n/a", "n/a", "n/a"])
+        else:
+            rows.append([kind, f"{v.get('meta_reads', 0):.2f}", f"{v.get('branch_reads', 0):.2f}",
+                         f"{v['total']:.2f}"])
+    print(fmt_table(["storage reads per cold GET", "metadata", "branches", "total"], rows))
+    lg = r["large"]
+    print(f"\nlarge object ({lg['bytes'] >> 20} MiB): S3 PUT {lg['s3_put_mb_s']:.0f} MB/s, "
+          f"GET {lg['s3_get_mb_s']:.0f} MB/s; cairn put {lg['store_put_mb_s']:.0f} MB/s, "
+          f"get {lg['store_get_mb_s']:.0f} MB/s\n")
+    targets = []
+    for kind, goal in (("inline", 1.0), ("chunked", 2.0)):
+        v = r["reads_per_cold_get"].get(kind)
+        targets.append(common.target(f"storage reads per cold GET, {kind}",
+                                     v["total"] if v else None, goal, "le"))
+    for pattern in ("uniform", "zipf"):
+        s3 = r["get"][f"{pattern} cairn S3"]
+        ng = r["get"][f"{pattern} nginx ext4"]
+        targets.append(common.target(f"cold GET/s, {pattern}, x nginx ext4",
+                                     s3["cold"]["per_s"] / ng["cold"]["per_s"], 1.0))
+        targets.append(common.target(f"warm GET/s, {pattern}, x nginx ext4",
+                                     s3["warm"]["per_s"] / ng["warm"]["per_s"], 0.5))
+    targets.append(common.target("large PUT, x cairn put",
+                                 lg["s3_put_mb_s"] / lg["store_put_mb_s"], 0.8))
+    targets.append(common.target("large GET, x cairn get",
+                                 lg["s3_get_mb_s"] / lg["store_get_mb_s"], 0.8))
+    rows = [[t["name"], "-" if t["value"] is None else f"{t['value']:.2f}",
+             f"{'<=' if t.get('kind') == 'le' else '>='} {t['target']}", t["status"]]
+            for t in targets]
+    print(fmt_table(["Targets", "value", "goal", "status"], rows))
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BenchError as e:
+        print(f"\nFAILED: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        sys.exit(1)
