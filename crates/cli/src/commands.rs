@@ -69,9 +69,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Version { json } => crate::history::version(&root, json, quiet),
         Command::Gc {
             threshold,
+            max_garbage,
             dry_run,
             json,
-        } => crate::history::gc(&root, threshold, dry_run, json, quiet),
+        } => crate::history::gc(&root, threshold, max_garbage, dry_run, json, quiet),
         Command::Recover { version, snapshot } => {
             crate::history::recover(&root, version, snapshot, quiet)
         }

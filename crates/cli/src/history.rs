@@ -129,8 +129,20 @@ fn dropped(labels: &[String], what: &str) {
     }
 }
 
-pub fn gc(root: &Path, threshold: f64, dry_run: bool, json: bool, quiet: bool) -> Result<ExitCode> {
-    let r = ops::run(root, &Request::Gc { threshold, dry_run }, quiet)?.into_gc()?;
+pub fn gc(
+    root: &Path,
+    threshold: f64,
+    max_garbage: f64,
+    dry_run: bool,
+    json: bool,
+    quiet: bool,
+) -> Result<ExitCode> {
+    let request = Request::Gc {
+        threshold,
+        max_garbage,
+        dry_run,
+    };
+    let r = ops::run(root, &request, quiet)?.into_gc()?;
     if json {
         out!("{}", ui::json(&r)?);
         return Ok(ExitCode::SUCCESS);

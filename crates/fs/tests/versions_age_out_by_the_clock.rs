@@ -64,6 +64,7 @@ fn gc(fs: &Fs) -> gc::GcReport {
     let options = gc::GcOptions {
         threshold: 1.0,
         dry_run: false,
+        max_garbage: 1.0,
     };
     gc::collect(fs.store(), gc::Live::Mounted(fs), options, &|_| {}).unwrap()
 }

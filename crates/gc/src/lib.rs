@@ -2,9 +2,10 @@
 //!
 //! **Owns:** the order of a collection — apply the file system's version
 //! retention, start the store's retained-set recording, mark from every root (versions, snapshots, stored files) and
-//! from the live file system, choose the containers whose live fraction is
-//! under a threshold, and have the store copy their live chunks forward and
-//! delete them.
+//! from the live file system, choose the containers to rewrite (`choose`:
+//! those whose live fraction is under a threshold, then the sparsest others
+//! until the garbage left is under a fraction of what stays stored), and
+//! have the store copy their live chunks forward and delete them.
 //!
 //! **Never:** decides what a chunk holds (the file system's `reach` module
 //! walks recipes and listings) nor how a container is rewritten (that is
@@ -48,7 +49,10 @@
 //! stack on the heap (`fs::reach`), never a call per level, so a deep tree
 //! cannot overflow the daemon's stack while it collects.
 
-use cas::{Assessment, Prepared, Store};
+mod choose;
+
+use cas::{Prepared, Store};
+use choose::choose;
 use fs::reach::MarkSet;
 use fs::Fs;
 use serde::{Deserialize, Serialize};
@@ -61,6 +65,8 @@ pub enum GcError {
     Fs(#[from] fs::FsError),
     #[error("the live fraction threshold must be between 0 and 1, not {0}")]
     BadThreshold(f64),
+    #[error("the garbage fraction left must be between 0 and 1, not {0}")]
+    BadMaxGarbage(f64),
     /// Marking met files or roots whose content the store cannot give
     /// back: what they still use cannot be told from garbage, so nothing is
     /// reclaimed.
@@ -93,12 +99,23 @@ fn list(what: &str, items: impl Iterator<Item = String>) -> String {
     }
 }
 
+/// The default [`GcOptions::max_garbage`]: a repository is at most about a
+/// tenth larger than its live data after a collection.
+pub const MAX_GARBAGE: f64 = 0.1;
+
 /// How a collection runs.
 #[derive(Debug, Clone, Copy)]
 pub struct GcOptions {
     /// Containers whose live fraction (live raw bytes / raw bytes) is below
     /// this are reclaimed. 1.0 reclaims every container with any garbage.
     pub threshold: f64,
+    /// The garbage a collection may leave, as a fraction of the raw bytes
+    /// that stay stored: past the threshold's choice, the sparsest
+    /// containers are rewritten too until the rest holds at most this
+    /// much. Bounds space amplification where overwrites scatter garbage
+    /// thinly over many containers (random writes into an image), at the
+    /// cost of copying their live chunks. 1.0 turns it off.
+    pub max_garbage: f64,
     /// Only report what would be reclaimed.
     pub dry_run: bool,
 }
@@ -107,6 +124,7 @@ impl Default for GcOptions {
     fn default() -> Self {
         GcOptions {
             threshold: 0.5,
+            max_garbage: MAX_GARBAGE,
             dry_run: false,
         }
     }
@@ -178,6 +196,9 @@ pub fn collect(
     if !(0.0..=1.0).contains(&options.threshold) {
         return Err(GcError::BadThreshold(options.threshold));
     }
+    if !(0.0..=1.0).contains(&options.max_garbage) {
+        return Err(GcError::BadMaxGarbage(options.max_garbage));
+    }
     let mut report = GcReport::default();
     let started = std::time::Instant::now();
     // Versions retention no longer keeps go first, so that what only they
@@ -245,10 +266,7 @@ pub fn collect(
     let marked = |id: &cas::ChunkId| marks.contains(id);
     let assessed = collection.assess(&marked)?;
     report.candidates = assessed.len() as u64;
-    let chosen: Vec<&Assessment> = assessed
-        .iter()
-        .filter(|a| a.live_fraction() < options.threshold || a.live_chunks == 0 || a.damaged)
-        .collect();
+    let chosen = choose(&assessed, &options);
     report.kept_with_garbage = assessed
         .iter()
         .filter(|a| a.live_raw_bytes < a.info.raw_bytes)

@@ -34,6 +34,7 @@ fn a_chunk_deduplicated_during_a_collection_is_kept() {
     let options = GcOptions {
         threshold: 1.0,
         dry_run: false,
+        max_garbage: 1.0,
     };
     gc::collect(&store, Live::StoreOnly, options, &progress).unwrap();
 

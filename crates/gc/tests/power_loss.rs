@@ -346,6 +346,7 @@ fn collect(fs: &Fs) -> Result<(), gc::GcError> {
     let options = GcOptions {
         threshold: 1.0,
         dry_run: false,
+        max_garbage: 1.0,
     };
     gc::collect(fs.store(), Live::Mounted(fs), options, &|_| {}).map(drop)
 }

@@ -54,6 +54,7 @@ fn collect_mounted(fs: &Fs) -> gc::GcReport {
     let options = GcOptions {
         threshold: 1.0,
         dry_run: false,
+        max_garbage: 1.0,
     };
     gc::collect(fs.store(), Live::Mounted(fs), options, &|_| {}).unwrap()
 }

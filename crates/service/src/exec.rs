@@ -153,9 +153,14 @@ pub fn exec(
         Request::Clone { src, dst } => {
             Reply::Clone(t.fs()?.clone_path(&t.inside(src), &t.inside(dst))?)
         }
-        Request::Gc { threshold, dry_run } => {
+        Request::Gc {
+            threshold,
+            max_garbage,
+            dry_run,
+        } => {
             let options = gc::GcOptions {
                 threshold: *threshold,
+                max_garbage: *max_garbage,
                 dry_run: *dry_run,
             };
             let fs = t.fs()?;

@@ -47,6 +47,8 @@ pub use branches::{
 pub use check::{check_repo, rebuild_index, CheckOut, Repair, Repaired};
 pub use error::{Result, ServiceError};
 pub use exec::{call, exec, open_fs, Caller, Target};
+/// The garbage `cairn gc` leaves at most by default (see `gc::GcOptions`).
+pub use gc::MAX_GARBAGE as GC_MAX_GARBAGE;
 pub use open::{init, open, open_for_rebuild, open_to_check};
 pub use progress::{Progress, Silent, Step};
 pub use recover::{recover, RecoverFrom, Recovered};

@@ -52,6 +52,9 @@ pub enum Request {
     },
     Gc {
         threshold: f64,
+        /// Absent from a client of an older cairn: the default then.
+        #[serde(default = "default_max_garbage")]
+        max_garbage: f64,
         dry_run: bool,
     },
     PolicyShow {
@@ -198,6 +201,10 @@ replies! {
     BranchAdd(Applied) => into_branch_add,
     BranchReplace(MoveOut) => into_branch_replace,
     BranchDrain(MoveOut) => into_branch_drain,
+}
+
+fn default_max_garbage() -> f64 {
+    gc::MAX_GARBAGE
 }
 
 #[cfg(test)]

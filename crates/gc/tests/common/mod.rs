@@ -76,7 +76,11 @@ pub fn data_chunks(data: &[u8], store: &Store) -> Vec<ChunkId> {
 
 /// One collection of a store without a file system.
 pub fn collect(store: &Store, threshold: f64, dry_run: bool) -> GcReport {
-    let options = GcOptions { threshold, dry_run };
+    let options = GcOptions {
+        threshold,
+        max_garbage: 1.0,
+        dry_run,
+    };
     gc::collect(store, Live::StoreOnly, options, &|_| {}).unwrap()
 }
 
