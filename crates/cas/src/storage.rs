@@ -6,6 +6,8 @@
 //! ([`redundancy::Redundant::plain`]), which keeps its containers as the
 //! raw blobs they always were; so there is no second path for it.
 
+use std::sync::atomic::Ordering;
+
 use branch::BlobKey;
 use redundancy::PutRequest;
 
@@ -21,12 +23,14 @@ impl Shared {
         offset: u64,
         len: usize,
     ) -> Result<Vec<u8>> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
         self.layer
             .read_range(&c.blob_key(), offset, len)
             .map_err(|e| container_error(c, e))
     }
 
     pub(crate) fn read_container(&self, c: ContainerId) -> Result<Vec<u8>> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
         self.layer
             .get(&c.blob_key())
             .map_err(|e| container_error(c, e))
@@ -72,6 +76,7 @@ impl Shared {
     }
 
     pub(crate) fn get_blob(&self, key: &BlobKey) -> Result<Vec<u8>> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
         Ok(self.layer.get(key)?)
     }
 

@@ -120,6 +120,9 @@ pub(crate) struct Shared {
     /// While a garbage collection runs, the chunks writers deduplicated
     /// against (see the `gc` module for the protocol).
     pub retained: RwLock<Option<Mutex<HashSet<ChunkId>>>>,
+    /// Reads of containers and root blobs asked of the layer since the
+    /// store opened (see [`Store::storage_reads`]).
+    pub reads: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -282,6 +285,7 @@ impl Store {
             parked_jobs: Mutex::new(Vec::new()),
             ids: Mutex::new((0, 0)),
             retained: RwLock::new(None),
+            reads: std::sync::atomic::AtomicU64::new(0),
         });
         let (tx, rx) = crossbeam_channel::unbounded();
         let io_shared = shared.clone();
@@ -570,6 +574,14 @@ impl Store {
 
     pub fn list_roots(&self) -> Result<Vec<(String, ChunkId)>> {
         self.shared.index.list_roots()
+    }
+
+    /// Reads of containers and root blobs asked of storage since the store
+    /// opened: an exact count (one per request to the redundancy layer,
+    /// however many branches serve it), for benchmarks that report storage
+    /// reads per operation.
+    pub fn storage_reads(&self) -> u64 {
+        self.shared.reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn stats(&self) -> Result<StoreStats> {

@@ -158,3 +158,26 @@ fn chunks_share_a_buffer_only_when_they_use_most_of_it() {
     assert_eq!(two, texts[3..5]);
     assert!(!adjacent(&two[0], &two[1]));
 }
+
+#[test]
+fn storage_reads_count_each_request_to_the_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = RepoKey::generate();
+    let (store, _) = open(dir.path(), &key);
+    let chunks: Vec<Bytes> = (0..4).map(|_| random(30_000)).collect();
+    let mut w = store.stream();
+    let ids = w.write_batch(&chunks).unwrap();
+    w.flush().unwrap();
+    drop(w);
+    let before = store.storage_reads();
+    assert_eq!(store.read_chunk(&ids[0]).unwrap(), chunks[0]);
+    let one = store.storage_reads() - before;
+    assert_eq!(one, 1, "one chunk of a sealed container is one read");
+    let before = store.storage_reads();
+    assert_eq!(store.read_chunks(&ids).unwrap(), chunks);
+    assert_eq!(
+        store.storage_reads() - before,
+        1,
+        "neighbouring regions of one container are read together"
+    );
+}
