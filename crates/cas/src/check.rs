@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::container::{self, ChunkLocation};
 use crate::id::{as_text, ChunkId, ContainerId};
 use crate::index::ContainerInfo;
+use crate::qos::{self, IoClass};
 use crate::store::Store;
 use crate::{region, CasError, RegionError, Result};
 
@@ -560,7 +561,8 @@ impl Store {
         });
         ids.par_iter()
             .map(|&id| {
-                let s = self.scan_one(id)?;
+                // Reading every container is maintenance, whoever asked.
+                let s = qos::with_class(IoClass::Background, || self.scan_one(id))?;
                 progress(CheckProgress {
                     containers_done: done.fetch_add(1, Ordering::Relaxed) + 1,
                     containers_total: total,

@@ -85,6 +85,7 @@ mod id;
 mod index;
 mod le;
 mod protection;
+pub mod qos;
 mod read;
 pub mod region;
 mod salvage;

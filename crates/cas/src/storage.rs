@@ -24,6 +24,7 @@ impl Shared {
         len: usize,
     ) -> Result<Vec<u8>> {
         self.reads.fetch_add(1, Ordering::Relaxed);
+        let _slot = self.qos.admit();
         self.layer
             .read_range(&c.blob_key(), offset, len)
             .map_err(|e| container_error(c, e))
@@ -31,6 +32,7 @@ impl Shared {
 
     pub(crate) fn read_container(&self, c: ContainerId) -> Result<Vec<u8>> {
         self.reads.fetch_add(1, Ordering::Relaxed);
+        let _slot = self.qos.admit();
         self.layer
             .get(&c.blob_key())
             .map_err(|e| container_error(c, e))

@@ -33,6 +33,10 @@ pub struct StoreSettings {
     /// counted: a writer blocked on the budget must never hold what the
     /// budget waits for.)
     pub memory_budget: usize,
+    /// How storage reads are shared between random readers, streams and
+    /// background work.
+    #[serde(default)]
+    pub qos: crate::qos::QosSettings,
 }
 
 impl Default for StoreSettings {
@@ -42,6 +46,7 @@ impl Default for StoreSettings {
             container_size: 4 << 20,
             region_size: 1 << 20,
             memory_budget: 256 << 20,
+            qos: crate::qos::QosSettings::default(),
         }
     }
 }
@@ -123,6 +128,8 @@ pub(crate) struct Shared {
     /// Reads of containers and root blobs asked of the layer since the
     /// store opened (see [`Store::storage_reads`]).
     pub reads: std::sync::atomic::AtomicU64,
+    /// The gate every storage read passes (see [`crate::qos`]).
+    pub qos: crate::qos::Scheduler,
 }
 
 impl Shared {
@@ -286,6 +293,10 @@ impl Store {
             ids: Mutex::new((0, 0)),
             retained: RwLock::new(None),
             reads: std::sync::atomic::AtomicU64::new(0),
+            qos: crate::qos::Scheduler::new(
+                settings.qos,
+                std::sync::Arc::new(branch::SystemClock::default()),
+            ),
         });
         let (tx, rx) = crossbeam_channel::unbounded();
         let io_shared = shared.clone();

@@ -193,6 +193,18 @@ pub fn collect(
     options: GcOptions,
     progress: &dyn Fn(GcProgress),
 ) -> Result<GcReport> {
+    // A collection's reads are background work: they yield to readers.
+    cas::qos::with_class(cas::qos::IoClass::Background, || {
+        collect_inner(store, live, options, progress)
+    })
+}
+
+fn collect_inner(
+    store: &Store,
+    live: Live<'_>,
+    options: GcOptions,
+    progress: &dyn Fn(GcProgress),
+) -> Result<GcReport> {
     if !(0.0..=1.0).contains(&options.threshold) {
         return Err(GcError::BadThreshold(options.threshold));
     }

@@ -182,6 +182,15 @@ size = "4MiB"       # containers are sealed and written at about this size
 [memory]
 budget = "256MiB"   # data in flight (chunked, compressing, unwritten) at once
 
+[qos]
+# Storage reads in flight at once, and each kind's weight while kinds
+# compete: a random reader's misses, sequential streams (with their
+# read-ahead), background work (gc, check). A kind alone uses every read.
+reads = 8
+random = 8
+sequential = 2
+background = 1
+
 [fs]
 inline_max = "16KiB"    # files up to this size live in their inode (one read, no container)
 file_dirty = "32MiB"    # written bytes one file buffers before writing them behind
@@ -464,5 +473,9 @@ policy = \"rs:2+1\"
         assert!(e.contains("line 3") && e.contains("memory.budget"), "{e}");
         let e = err("[chunking\nmode = 1");
         assert!(e.contains("line 1"), "{e}");
+        let e = err("[qos]\nrandom = 8\nreads = 0\n");
+        assert!(e.contains("line 3") && e.contains("qos.reads"), "{e}");
+        let e = err("[qos]\nbackground = 1000\n");
+        assert!(e.contains("qos.background"), "{e}");
     }
 }

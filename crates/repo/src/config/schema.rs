@@ -30,6 +30,30 @@ pub(super) struct Raw {
     pub(super) fs: RawFs,
     #[serde(default)]
     pub(super) versions: RawVersions,
+    #[serde(default)]
+    pub(super) qos: RawQos,
+}
+
+/// `[qos]`: how storage reads are shared (see `cas::qos`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawQos {
+    pub(super) reads: Spanned<u32>,
+    pub(super) random: Spanned<u32>,
+    pub(super) sequential: Spanned<u32>,
+    pub(super) background: Spanned<u32>,
+}
+
+impl Default for RawQos {
+    fn default() -> Self {
+        let d = cas::qos::QosSettings::default();
+        RawQos {
+            reads: absent(d.reads as u32),
+            random: absent(d.random),
+            sequential: absent(d.sequential),
+            background: absent(d.background),
+        }
+    }
 }
 
 #[derive(Deserialize, Default)]

@@ -11,8 +11,8 @@ use toml::Spanned;
 
 use super::problem::{BranchProblem, ChunkingRuleProblem, ConfigProblem, KeyProblem, RuleProblem};
 use super::schema::{
-    BranchKind, Codec, Mode, Raw, RawBranch, RawChunkingRule, RawDefault, RawRule, RawVersions,
-    Size,
+    BranchKind, Codec, Mode, Raw, RawBranch, RawChunkingRule, RawDefault, RawQos, RawRule,
+    RawVersions, Size,
 };
 use super::{
     BranchSpec, ChunkingRuleSpec, Config, Location, RedundancyConfig, RuleSpec, S3Location,
@@ -120,6 +120,7 @@ pub(super) fn config(mut raw: Raw, text: &str) -> Result<Config> {
         ));
     }
     let retention = retention(text, &raw.versions, f.versions_keep.as_ref())?;
+    let qos = qos(text, &raw.qos)?;
     let redundancy = redundancy(raw.branch, raw.rule, raw.default_rule)?;
     Ok(Config {
         redundancy,
@@ -130,6 +131,7 @@ pub(super) fn config(mut raw: Raw, text: &str) -> Result<Config> {
             container_size: container as usize,
             region_size: region as usize,
             memory_budget: budget.get_ref().0 as usize,
+            qos,
         },
         fs: FsSettings {
             inline_max: inline_max as usize,
@@ -143,6 +145,30 @@ pub(super) fn config(mut raw: Raw, text: &str) -> Result<Config> {
         },
         page_cache_max: f.page_cache_max.0,
         writeback_cache: f.writeback_cache,
+    })
+}
+
+/// `[qos]`: at most 256 reads in flight, weights 1 to 100.
+fn qos(text: &str, q: &RawQos) -> Result<cas::qos::QosSettings> {
+    let check = |key: &'static str, v: &toml::Spanned<u32>, max: u32| {
+        let value = *v.get_ref();
+        if (1..=max).contains(&value) {
+            Ok(value)
+        } else {
+            Err(at(
+                text,
+                v,
+                "qos",
+                key,
+                out_of_range(value.into(), 1, max.into()),
+            ))
+        }
+    };
+    Ok(cas::qos::QosSettings {
+        reads: check("reads", &q.reads, 256)? as usize,
+        random: check("random", &q.random, 100)?,
+        sequential: check("sequential", &q.sequential, 100)?,
+        background: check("background", &q.background, 100)?,
     })
 }
 
