@@ -170,9 +170,8 @@ pub enum Command {
         /// Mount even if the directory is not empty (see `mount --nonempty`).
         #[arg(long)]
         nonempty: bool,
-        /// Where the S3 gateway listens (port 0: any free port, printed).
-        #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
-        listen: SocketAddr,
+        #[command(flatten)]
+        gateway: GatewayArgs,
     },
 
     /// Serve the repository over S3 without mounting it (in the
@@ -184,9 +183,8 @@ pub enum Command {
     /// access key and its secret (once). Ctrl-C or SIGTERM stops it after
     /// making everything written durable.
     Gateway {
-        /// Where to listen (port 0: any free port, printed).
-        #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
-        listen: SocketAddr,
+        #[command(flatten)]
+        gateway: GatewayArgs,
     },
 
     /// Create, list and revoke the S3 gateway's access keys.
@@ -406,6 +404,24 @@ pub enum ConfigCommand {
 
 /// Where `serve` and `gateway` listen unless told.
 const DEFAULT_LISTEN: &str = "127.0.0.1:8333";
+
+/// How `serve` and `gateway` serve S3.
+#[derive(Args, Debug, Clone)]
+pub struct GatewayArgs {
+    /// Where the S3 gateway listens (port 0: any free port, printed).
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+    /// Largest body of one PUT or one multipart part, in bytes (S3's
+    /// 5 GiB by default). A larger Content-Length is refused before the
+    /// body is read (EntityTooLarge, nothing stored).
+    #[arg(long, value_name = "BYTES", default_value_t = 5 << 30)]
+    pub max_put_size: u64,
+    /// Largest object completed from parts, in bytes (S3's 5 TiB by
+    /// default); a larger CompleteMultipartUpload is refused
+    /// (EntityTooLarge; the parts stay until the upload is aborted).
+    #[arg(long, value_name = "BYTES", default_value_t = 5 << 40)]
+    pub max_object_size: u64,
+}
 
 #[derive(Subcommand, Debug)]
 pub enum AccessKeyCommand {

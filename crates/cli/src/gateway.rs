@@ -9,7 +9,7 @@ use anyhow::{bail, Result};
 use repo::Repo;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-use crate::args::AccessKeyCommand;
+use crate::args::{AccessKeyCommand, GatewayArgs};
 use crate::ui::out;
 
 fn scope(info: &gateway::keys::KeyInfo) -> String {
@@ -47,11 +47,16 @@ fn print_new_key(key: &gateway::keys::NewKey, endpoint: Option<SocketAddr>) {
 pub fn start(
     fs: std::sync::Arc<fs::Fs>,
     root: &Path,
-    listen: SocketAddr,
+    args: &GatewayArgs,
     quiet: bool,
 ) -> Result<gateway::Running> {
     let first = gateway::keys::ensure_one(root)?;
-    let running = gateway::start(fs, root, &gateway::Options::new(listen))?;
+    let mut opts = gateway::Options::new(args.listen);
+    opts.limits = gateway::Limits {
+        max_put: args.max_put_size,
+        max_object: args.max_object_size,
+    };
+    let running = gateway::start(fs, root, &opts)?;
     let addr = running.addr();
     if !quiet {
         say!("cairn: S3 gateway at http://{addr}");
@@ -62,11 +67,11 @@ pub fn start(
     Ok(running)
 }
 
-pub fn gateway(root: &Path, listen: SocketAddr, quiet: bool) -> Result<ExitCode> {
+pub fn gateway(root: &Path, args: &GatewayArgs, quiet: bool) -> Result<ExitCode> {
     let repo = crate::ops::open(root, quiet)?;
     let fs = service::open_fs(&repo)?;
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
-    let running = start(fs.clone(), &repo.root, listen, quiet)?;
+    let running = start(fs.clone(), &repo.root, args, quiet)?;
     if !quiet {
         say!("cairn: serving {} (Ctrl-C to stop)", repo.root.display());
     }

@@ -17,7 +17,10 @@
 //! - A PUT is all or nothing: the body goes to a temporary file in the
 //!   key's directory, renamed over the key only once the body is whole and
 //!   its length and Content-MD5 checked, and made durable before the reply.
-//!   A PUT that fails or is cut off leaves no object and no temporary file.
+//!   A PUT that fails or is cut off leaves no object, no temporary file
+//!   and no directory it made for its key.
+//! - A body over [`Limits::max_put`] is refused before it is read (by its
+//!   announced length) or once it passes the limit (without one).
 //! - An ETag shown is the MD5 of the bytes the object holds now: a cached
 //!   MD5 is kept with the content (recipe, size, mtime) it was computed
 //!   for and used only while the file still has that content.
@@ -41,4 +44,4 @@ mod server;
 mod tree;
 
 pub use error::{GatewayError, Result};
-pub use server::{start, Options, Running};
+pub use server::{start, Limits, Options, Running};

@@ -123,15 +123,16 @@ pub fn abort(tree: &Tree, bucket: &str, dir: InodeId, id: &str) -> S3Result<()> 
 }
 
 /// Joins the listed parts into the object `key`: checks each is stored
-/// with the ETag the client has, streams them into a new file, and
-/// answers the multipart ETag (the MD5 of the parts' MD5s, `-N`).
+/// with the ETag the client has and that together they are at most
+/// `max_object` bytes, streams them into a new file, and answers the
+/// multipart ETag (the MD5 of the parts' MD5s, `-N`).
 pub fn complete(
     tree: &Tree,
     bucket: &str,
     key: &KeyPath<'_>,
-    dir: InodeId,
-    id: &str,
+    (dir, id): (InodeId, &str),
     wanted: &[(i32, String)],
+    max_object: u64,
 ) -> S3Result<String> {
     if wanted.is_empty() {
         return Err(S3Error::new(S3ErrorCode::MalformedXML));
@@ -152,6 +153,15 @@ pub fn complete(
         }
         md5s.update(hex::decode(&md5).map_err(|_| S3Error::new(S3ErrorCode::InvalidPart))?);
         chosen.push(inode.clone());
+    }
+    let total: u64 = chosen.iter().map(|i: &Inode| i.attr.size).sum();
+    if total > max_object {
+        return Err(S3Error::with_message(
+            S3ErrorCode::EntityTooLarge,
+            format!(
+                "the parts hold {total} bytes; this gateway takes objects of at most {max_object}"
+            ),
+        ));
     }
     let etag = format!("{}-{}", hex::encode(md5s.finalize()), wanted.len());
     let fail = |e| s3_from_fs(e, S3ErrorCode::InternalError, "an upload");

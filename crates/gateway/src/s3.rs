@@ -19,6 +19,7 @@ use crate::keys::Keyring;
 use crate::list::{self, Item, Query};
 use crate::multipart;
 use crate::names::{self, KeyPath};
+use crate::server::Limits;
 use crate::tree::{Attrs, Tree, Upload, PIECE};
 
 /// What `EncodingType=url` leaves as it is (boto3 asks for it on every
@@ -35,12 +36,41 @@ const MAX_KEYS: i32 = 1000;
 pub struct Gateway {
     tree: Tree,
     keys: Arc<Keyring>,
+    limits: Limits,
 }
 
 impl Gateway {
-    pub fn new(tree: Tree, keys: Arc<Keyring>) -> Gateway {
-        Gateway { tree, keys }
+    pub fn new(tree: Tree, keys: Arc<Keyring>, limits: Limits) -> Gateway {
+        Gateway { tree, keys, limits }
     }
+}
+
+/// The S3 error for a body that failed while it streamed in. s3s's
+/// stream errors are not public types: their text names what failed.
+fn body_error(e: &dyn std::fmt::Display) -> S3Error {
+    let text = e.to_string();
+    if text.contains("Sha256Mismatch") {
+        // S3's code; s3s has no variant for it.
+        let mut e = S3Error::with_message(
+            S3ErrorCode::Custom("XAmzContentSHA256Mismatch".into()),
+            "the body does not match its x-amz-content-sha256",
+        );
+        e.set_status_code(http::StatusCode::BAD_REQUEST);
+        return e;
+    }
+    let code = if text.contains("SignatureMismatch") {
+        S3ErrorCode::SignatureDoesNotMatch
+    } else {
+        S3ErrorCode::IncompleteBody
+    };
+    S3Error::with_message(code, text)
+}
+
+fn too_large(limit: u64) -> S3Error {
+    S3Error::with_message(
+        S3ErrorCode::EntityTooLarge,
+        format!("the body is larger than this gateway takes ({limit} bytes)"),
+    )
 }
 
 /// Runs `f` on a blocking thread with a handle on the tree.
@@ -180,6 +210,11 @@ impl Gateway {
             content_md5,
             mut declared,
         } = body;
+        // Refused before a byte is read, or a directory made.
+        let max = self.limits.max_put;
+        if length.is_some_and(|l| l as u64 > max) {
+            return Err(too_large(max));
+        }
         let up = blocking(&self.tree, {
             let (bucket, parts) = (bucket.clone(), parts.clone());
             move |t| t.begin(&bucket, &key_path(&parts, false))
@@ -198,9 +233,11 @@ impl Gateway {
                 let next = body.next().await;
                 let last = next.is_none();
                 if let Some(piece) = next {
-                    let piece = piece.map_err(|e| {
-                        S3Error::with_message(S3ErrorCode::IncompleteBody, e.to_string())
-                    })?;
+                    let piece = piece.map_err(|e| body_error(&e))?;
+                    // A body without a length is counted as it comes.
+                    if offset + (buf.len() + piece.len()) as u64 > max {
+                        return Err(too_large(max));
+                    }
                     md5.update(&piece);
                     declared.update(&piece);
                     buf.extend_from_slice(&piece);
@@ -905,9 +942,11 @@ impl S3 for Gateway {
             })
             .collect();
         let (bucket, key, id) = (input.bucket.clone(), input.key.clone(), input.upload_id);
+        let max = self.limits.max_object;
         let etag = blocking(&self.tree, move |t| {
             let updir = multipart::find(t, &bucket, &key, &id)?;
-            multipart::complete(t, &bucket, &key_path(&parts, dir), updir, &id, &wanted)
+            let key = key_path(&parts, dir);
+            multipart::complete(t, &bucket, &key, (updir, &id), &wanted, max)
         })
         .await?;
         Ok(S3Response::new(CompleteMultipartUploadOutput {

@@ -29,6 +29,7 @@ pub struct Options {
     /// Threads that run file-system calls at once (reads and writes of
     /// bodies, lookups, listings).
     pub blocking_threads: usize,
+    pub limits: Limits,
 }
 
 impl Options {
@@ -36,6 +37,27 @@ impl Options {
         Options {
             listen,
             blocking_threads: 16,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// The largest bodies and objects the gateway takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes of one PUT or one part of a multipart upload (S3: 5 GiB).
+    /// A larger `Content-Length` is refused before the body is read; a
+    /// body without one is cut off once it passes this.
+    pub max_put: u64,
+    /// Bytes of an object completed from parts (S3: 5 TiB).
+    pub max_object: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_put: 5 << 30,
+            max_object: 5 << 40,
         }
     }
 }
@@ -138,7 +160,7 @@ pub fn start(fs: Arc<fs::Fs>, repo_root: &Path, opts: &Options) -> Result<Runnin
         .map_err(GatewayError::Runtime)?;
     let keys = Arc::new(Keyring::new(repo_root));
     let service = {
-        let mut b = S3ServiceBuilder::new(Gateway::new(Tree::new(fs), keys.clone()));
+        let mut b = S3ServiceBuilder::new(Gateway::new(Tree::new(fs), keys.clone(), opts.limits));
         b.set_auth(Auth::new(keys.clone()));
         b.set_access(Auth::new(keys));
         CloseAfterRefusal(b.build())

@@ -65,6 +65,9 @@ pub struct Upload {
     pub dir: InodeId,
     pub tmp: String,
     pub ino: InodeId,
+    /// The directories this PUT made for its key (the one holding each,
+    /// its name), outermost first: a PUT that fails removes them again.
+    made: Vec<(InodeId, String)>,
 }
 
 /// What an object carries besides its bytes.
@@ -181,7 +184,18 @@ impl Tree {
 
     /// The directories of `parts`, below the bucket, made where missing. A
     /// file on the way is an S3 error (a key `a/b` when `a` is an object).
-    pub fn make_dirs(&self, mut at: InodeId, parts: &[&str]) -> S3Result<InodeId> {
+    pub fn make_dirs(&self, at: InodeId, parts: &[&str]) -> S3Result<InodeId> {
+        self.make_dirs_noting(at, parts, &mut Vec::new())
+    }
+
+    /// [`Tree::make_dirs`], noting in `made` each directory it made (the
+    /// one holding it, its name), outermost first.
+    fn make_dirs_noting(
+        &self,
+        mut at: InodeId,
+        parts: &[&str],
+        made: &mut Vec<(InodeId, String)>,
+    ) -> S3Result<InodeId> {
         for part in parts {
             at = match self.fs.lookup(at, part.as_bytes()) {
                 Ok(i) if i.attr.kind == FileKind::Dir => i.id,
@@ -195,7 +209,10 @@ impl Tree {
                         .fs
                         .create(at, part.as_bytes(), new_inode(FileKind::Dir, 0o755))
                     {
-                        Ok(i) => i.id,
+                        Ok(i) => {
+                            made.push((at, part.to_string()));
+                            i.id
+                        }
                         // Made by another request meanwhile.
                         Err(e) if e.errno() == libc::EEXIST => {
                             self.fs
@@ -226,27 +243,50 @@ impl Tree {
     pub fn begin(&self, bucket: &str, key: &KeyPath<'_>) -> S3Result<Upload> {
         let root = self.bucket(bucket)?;
         let (name, above) = key.parts.split_last().expect("a key has a name");
-        let dir = self.make_dirs(root, above)?;
-        if let Ok(i) = self.fs.lookup(dir, name.as_bytes()) {
-            if i.attr.kind == FileKind::Dir {
-                return Err(conflict(&format!(
-                    "{name:?} is a directory holding other keys; it cannot be an object too"
-                )));
+        let mut made = Vec::new();
+        let started = self
+            .make_dirs_noting(root, above, &mut made)
+            .and_then(|dir| {
+                if let Ok(i) = self.fs.lookup(dir, name.as_bytes()) {
+                    if i.attr.kind == FileKind::Dir {
+                        return Err(conflict(&format!(
+                        "{name:?} is a directory holding other keys; it cannot be an object too"
+                    )));
+                    }
+                }
+                let tmp = format!("{UPLOAD_PREFIX}{:016x}", rand::random::<u64>());
+                let inode = self
+                    .fs
+                    .create(dir, tmp.as_bytes(), new_inode(FileKind::File, 0o644))
+                    .map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, &tmp))?;
+                if let Err(e) = self.fs.open(inode.id) {
+                    let _ = self.fs.unlink(dir, tmp.as_bytes());
+                    return Err(s3_from_fs(e, S3ErrorCode::InternalError, &tmp));
+                }
+                Ok((dir, tmp, inode.id))
+            });
+        match started {
+            Ok((dir, tmp, ino)) => Ok(Upload {
+                dir,
+                tmp,
+                ino,
+                made,
+            }),
+            Err(e) => {
+                self.remove_made(&made);
+                Err(e)
             }
         }
-        let tmp = format!("{UPLOAD_PREFIX}{:016x}", rand::random::<u64>());
-        let inode = self
-            .fs
-            .create(dir, tmp.as_bytes(), new_inode(FileKind::File, 0o644))
-            .map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, &tmp))?;
-        self.fs
-            .open(inode.id)
-            .map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, &tmp))?;
-        Ok(Upload {
-            dir,
-            tmp,
-            ino: inode.id,
-        })
+    }
+
+    /// Removes the directories a PUT made, innermost first, as long as
+    /// they are empty (another PUT may have put a key in one meanwhile).
+    fn remove_made(&self, made: &[(InodeId, String)]) {
+        for (parent, name) in made.iter().rev() {
+            if self.fs.rmdir(*parent, name.as_bytes()).is_err() {
+                break;
+            }
+        }
     }
 
     pub fn write(&self, up: &Upload, offset: u64, data: &[u8]) -> S3Result<()> {
@@ -267,6 +307,7 @@ impl Tree {
         if let Err(e) = self.fs.unlink(up.dir, up.tmp.as_bytes()) {
             tracing::warn!(file = %up.tmp, error = %e, "cannot remove an aborted upload's temporary file");
         }
+        self.remove_made(&up.made);
     }
 
     /// Completes a PUT whose body was whole and verified: the temporary

@@ -30,15 +30,20 @@ fn field(lines: &[String], name: &str) -> String {
 
 /// Starts `cairn serve` of a new repository `repo` mounted at `dir`.
 pub fn serve(repo: &Path, dir: &Path) -> Served {
-    start(repo, dir, None)
+    start(repo, dir, None, &[])
+}
+
+/// [`serve`] with more arguments for `cairn serve`.
+pub fn serve_with(repo: &Path, dir: &Path, args: &[&str]) -> Served {
+    start(repo, dir, None, args)
 }
 
 /// Starts `cairn serve` again on `repo`, whose key is `key_id`, `secret`.
 pub fn serve_again(repo: &Path, dir: &Path, key_id: String, secret: String) -> Served {
-    start(repo, dir, Some((key_id, secret)))
+    start(repo, dir, Some((key_id, secret)), &[])
 }
 
-fn start(repo: &Path, dir: &Path, key: Option<(String, String)>) -> Served {
+fn start(repo: &Path, dir: &Path, key: Option<(String, String)>, args: &[&str]) -> Served {
     require_fuse();
     std::fs::create_dir_all(dir).unwrap();
     let mut child = Command::new(CAIRN)
@@ -49,6 +54,7 @@ fn start(repo: &Path, dir: &Path, key: Option<(String, String)>) -> Served {
             "--listen",
             "127.0.0.1:0",
         ])
+        .args(args)
         .arg(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
