@@ -11,7 +11,7 @@ use s3s::{S3Error, S3ErrorCode, S3Result};
 
 use crate::error::s3_from_fs;
 use crate::names::{KeyPath, UPLOAD_PREFIX};
-use crate::tree::{Attrs, Tree, PIECE};
+use crate::tree::{Attrs, Guard, Tree, PIECE};
 
 /// The xattr of an upload's directory naming its key.
 const KEY_XATTR: &[u8] = b"user.cairn.s3.upload-key";
@@ -190,7 +190,7 @@ pub fn complete(
         }
         tree.set_attrs(up.ino, &attrs)?;
         let name = key.parts.last().expect("a key has a name");
-        tree.finish(&up, name, &etag)
+        tree.finish(&up, name, &etag, &Guard::None)
     })();
     if let Err(e) = joined {
         tree.abort(&up);
@@ -198,6 +198,76 @@ pub fn complete(
     }
     abort(tree, bucket, dir, id)?;
     Ok(etag)
+}
+
+/// Stores part `part` of upload `id` in `bucket` as a copy of object
+/// `src`: the whole object as a clone (the recipe is shared, no data
+/// read), or `range` of it read and written like a PUT (at most
+/// `max_put` bytes). Its ETag (the MD5 of its bytes) and inode.
+pub fn copy_part(
+    tree: &Tree,
+    (src_bucket, src): (&str, &KeyPath<'_>),
+    (bucket, id, part): (&str, &str, &str),
+    range: Option<s3s::dto::Range>,
+    max_put: u64,
+) -> S3Result<(String, Inode)> {
+    let dir = dir_name(id);
+    let dst = KeyPath {
+        parts: vec![dir.as_str(), part],
+        dir: false,
+    };
+    let from = tree.object(src_bucket, src)?;
+    let Some(range) = range else {
+        let inode = tree.copy(src_bucket, src, bucket, &dst, Some(&Attrs::default()))?;
+        return Ok((tree.etag(&inode)?, inode));
+    };
+    let range = range
+        .check(from.attr.size)
+        .map_err(|_| S3Error::new(S3ErrorCode::InvalidRange))?;
+    if range.end - range.start > max_put {
+        return Err(S3Error::new(S3ErrorCode::EntityTooLarge));
+    }
+    let fail = |e| s3_from_fs(e, S3ErrorCode::InternalError, "a part copy");
+    let up = tree.begin(bucket, &dst)?;
+    let mut md5 = Md5::new();
+    let copied = (|| {
+        tree.open(from.id)?;
+        let mut at = range.start;
+        let read = loop {
+            if at >= range.end {
+                break Ok(());
+            }
+            let len = (range.end - at).min(PIECE as u64) as u32;
+            match tree.read(from.id, at, len) {
+                Ok(b) if b.is_empty() => {
+                    break Err(S3Error::with_message(
+                        S3ErrorCode::InternalError,
+                        "the source got shorter while it was copied",
+                    ))
+                }
+                Ok(b) => {
+                    md5.update(&b);
+                    if let Err(e) = tree.write(&up, at - range.start, &b) {
+                        break Err(e);
+                    }
+                    at += b.len() as u64;
+                }
+                Err(e) => break Err(fail(e)),
+            }
+        };
+        tree.release(from.id);
+        read?;
+        let etag = hex::encode(md5.finalize());
+        tree.finish(&up, part, &etag, &Guard::None)?;
+        Ok(etag)
+    })();
+    match copied {
+        Ok(etag) => Ok((etag, tree.getattr(up.ino).map_err(fail)?)),
+        Err(e) => {
+            tree.abort(&up);
+            Err(e)
+        }
+    }
 }
 
 /// Every upload in progress in the bucket: key and id.

@@ -20,7 +20,7 @@ use crate::list::{self, Item, Query};
 use crate::multipart;
 use crate::names::{self, KeyPath};
 use crate::server::Limits;
-use crate::tree::{Attrs, Tree, Upload, PIECE};
+use crate::tree::{precondition_failed, Attrs, Guard, Tree, Upload, PIECE};
 
 /// What `EncodingType=url` leaves as it is (boto3 asks for it on every
 /// listing and decodes with `unquote_plus`, so `+` must be encoded).
@@ -188,6 +188,40 @@ impl Gateway {
         .await
     }
 
+    /// The condition of a conditional PUT, checked once now (so a PUT
+    /// that cannot succeed is refused before its body is read) and again
+    /// when the object takes the key.
+    async fn guard(
+        &self,
+        bucket: &str,
+        key: &str,
+        if_match: Option<ETagCondition>,
+        if_none_match: Option<ETagCondition>,
+    ) -> S3Result<Guard> {
+        let guard = match (if_match, if_none_match) {
+            (None, None) => return Ok(Guard::None),
+            (None, Some(ETagCondition::Any)) => Guard::Absent,
+            (Some(ETagCondition::ETag(e)), None) => Guard::ETag(e.value().to_string()),
+            _ => {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::NotImplemented,
+                    "a PUT takes If-None-Match: * or If-Match: ETAG, one of them",
+                ))
+            }
+        };
+        let found = match self.find(bucket, key).await {
+            Ok(f) => Some(f),
+            Err(e) if *e.code() == S3ErrorCode::NoSuchKey => None,
+            Err(e) => return Err(e),
+        };
+        match (&guard, found) {
+            (Guard::Absent, Some(_)) => Err(precondition_failed()),
+            (Guard::ETag(_), None) => Err(S3Error::new(S3ErrorCode::NoSuchKey)),
+            (Guard::ETag(want), Some(f)) if f.etag != *want => Err(precondition_failed()),
+            _ => Ok(guard),
+        }
+    }
+
     /// Whether `req`'s key may see bucket `name` (keys can be limited to
     /// some buckets).
     fn may_see(&self, creds: Option<&s3s::auth::Credentials>, name: &str) -> bool {
@@ -203,6 +237,7 @@ impl Gateway {
         parts: Vec<String>,
         body: Incoming,
         attrs: Attrs,
+        guard: Guard,
     ) -> S3Result<String> {
         let Incoming {
             blob: mut body,
@@ -278,7 +313,7 @@ impl Gateway {
         let up2 = up.clone();
         blocking(&self.tree, move |t| {
             t.set_attrs(up2.ino, &attrs)?;
-            t.finish(&up2, &name, &etag2)
+            t.finish(&up2, &name, &etag2, &guard)
         })
         .await?;
         pending.done();
@@ -568,6 +603,9 @@ impl S3 for Gateway {
             content_type: input.content_type,
             meta: input.metadata.unwrap_or_default().into_iter().collect(),
         };
+        let guard = self
+            .guard(&bucket, &input.key, input.if_match, input.if_none_match)
+            .await?;
         let etag = self
             .write_body(
                 bucket,
@@ -579,6 +617,7 @@ impl S3 for Gateway {
                     declared,
                 },
                 attrs,
+                guard,
             )
             .await?;
         Ok(S3Response::new(PutObjectOutput {
@@ -755,6 +794,57 @@ impl S3 for Gateway {
         }))
     }
 
+    /// Buckets are not versioned: each key has one version, "null".
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        let input = req.input;
+        let url = wants_url(input.encoding_type.as_ref());
+        let page = self
+            .page(
+                &input.bucket,
+                input.prefix.clone().unwrap_or_default(),
+                input.delimiter.clone(),
+                input.key_marker.clone(),
+                input.max_keys,
+                url,
+            )
+            .await?;
+        let versions = page
+            .contents
+            .into_iter()
+            .map(|o| ObjectVersion {
+                e_tag: o.e_tag,
+                is_latest: Some(true),
+                key: o.key,
+                last_modified: o.last_modified,
+                size: o.size,
+                storage_class: Some(ObjectVersionStorageClass::from_static(
+                    ObjectVersionStorageClass::STANDARD,
+                )),
+                version_id: Some("null".to_string()),
+                ..Default::default()
+            })
+            .collect();
+        let truncated = page.last.is_some();
+        Ok(S3Response::new(ListObjectVersionsOutput {
+            name: Some(input.bucket),
+            prefix: Some(encode(input.prefix.as_deref().unwrap_or(""), url)),
+            delimiter: input.delimiter.map(|d| encode(&d, url)),
+            key_marker: Some(encode(input.key_marker.as_deref().unwrap_or(""), url)),
+            version_id_marker: input.version_id_marker,
+            encoding_type: input.encoding_type,
+            max_keys: Some(page.max),
+            is_truncated: Some(truncated),
+            next_key_marker: page.last.map(|l| encode(&l, url)),
+            next_version_id_marker: truncated.then(|| "null".to_string()),
+            versions: Some(versions),
+            common_prefixes: Some(page.prefixes),
+            ..Default::default()
+        }))
+    }
+
     async fn delete_objects(
         &self,
         req: S3Request<DeleteObjectsInput>,
@@ -915,10 +1005,72 @@ impl S3 for Gateway {
                     declared,
                 },
                 Attrs::default(),
+                Guard::None,
             )
             .await?;
         Ok(S3Response::new(UploadPartOutput {
             e_tag: Some(ETag::Strong(etag)),
+            ..Default::default()
+        }))
+    }
+
+    /// A whole source is cloned into the part (no data copied); a range
+    /// is read and written (its chunks are found stored: only the part's
+    /// recipe is new).
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let input = req.input;
+        let CopySource::Bucket {
+            bucket: src_bucket,
+            key: src_key,
+            ..
+        } = input.copy_source
+        else {
+            return Err(S3Error::with_message(
+                S3ErrorCode::NotImplemented,
+                "copies from access points are not supported",
+            ));
+        };
+        if input.copy_source_if_match.is_some()
+            || input.copy_source_if_none_match.is_some()
+            || input.copy_source_if_modified_since.is_some()
+            || input.copy_source_if_unmodified_since.is_some()
+        {
+            return Err(S3Error::with_message(
+                S3ErrorCode::NotImplemented,
+                "UploadPartCopy takes no x-amz-copy-source-if-* conditions here",
+            ));
+        }
+        let range = match &input.copy_source_range {
+            Some(r) => {
+                Some(Range::parse(r).map_err(|_| S3Error::new(S3ErrorCode::InvalidArgument))?)
+            }
+            None => None,
+        };
+        let (src_parts, src_dir) = owned_key(&src_key)?;
+        if src_dir {
+            return Err(S3Error::with_message(
+                S3ErrorCode::InvalidArgument,
+                "a directory marker cannot be copied",
+            ));
+        }
+        let part = multipart::part_name(input.part_number)?;
+        let max = self.limits.max_put;
+        let (bucket, key, id) = (input.bucket, input.key, input.upload_id);
+        let (etag, inode) = blocking(&self.tree, move |t| {
+            multipart::find(t, &bucket, &key, &id)?;
+            let src = key_path(&src_parts, false);
+            multipart::copy_part(t, (&src_bucket, &src), (&bucket, &id, &part), range, max)
+        })
+        .await?;
+        Ok(S3Response::new(UploadPartCopyOutput {
+            copy_part_result: Some(CopyPartResult {
+                e_tag: Some(ETag::Strong(etag)),
+                last_modified: Some(modified(&inode)),
+                ..Default::default()
+            }),
             ..Default::default()
         }))
     }

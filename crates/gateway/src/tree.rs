@@ -70,6 +70,24 @@ pub struct Upload {
     made: Vec<(InodeId, String)>,
 }
 
+/// What a conditional PUT asks of the key it replaces.
+#[derive(Debug, Clone, Default)]
+pub enum Guard {
+    #[default]
+    None,
+    /// `If-None-Match: *`: the key must not exist (checked by the rename
+    /// itself: it does not replace).
+    Absent,
+    /// `If-Match`: the key must hold an object of this ETag (checked just
+    /// before the rename).
+    ETag(String),
+}
+
+/// The answer to a PUT whose condition does not hold.
+pub fn precondition_failed() -> S3Error {
+    S3Error::new(S3ErrorCode::PreconditionFailed)
+}
+
 /// What an object carries besides its bytes.
 #[derive(Debug, Default, Clone)]
 pub struct Attrs {
@@ -310,19 +328,39 @@ impl Tree {
         self.remove_made(&up.made);
     }
 
+    /// Checks `guard` against what `name` in `dir` holds now.
+    fn check_guard(&self, dir: InodeId, name: &str, guard: &Guard) -> S3Result<()> {
+        let Guard::ETag(want) = guard else {
+            return Ok(());
+        };
+        let found = match self.fs.lookup(dir, name.as_bytes()) {
+            Ok(i) if i.attr.kind == FileKind::File => i,
+            Ok(_) => return Err(S3Error::new(S3ErrorCode::NoSuchKey)),
+            Err(e) => return Err(s3_from_fs(e, S3ErrorCode::NoSuchKey, name)),
+        };
+        if self.etag(&found)? != *want {
+            return Err(precondition_failed());
+        }
+        Ok(())
+    }
+
     /// Completes a PUT whose body was whole and verified: the temporary
-    /// file takes the key's name and is made durable; its MD5 is cached.
-    pub fn finish(&self, up: &Upload, name: &str, md5: &str) -> S3Result<()> {
+    /// file takes the key's name (if `guard` holds) and is made durable;
+    /// its MD5 is cached.
+    pub fn finish(&self, up: &Upload, name: &str, md5: &str, guard: &Guard) -> S3Result<()> {
         let fail = |e: FsError| s3_from_fs(e, S3ErrorCode::InternalError, name);
         self.fs.release(up.ino).map_err(fail)?;
-        match self.fs.rename(
-            up.dir,
-            up.tmp.as_bytes(),
-            up.dir,
-            name.as_bytes(),
-            RenameFlags::default(),
-        ) {
+        self.check_guard(up.dir, name, guard)?;
+        let flags = RenameFlags {
+            noreplace: matches!(guard, Guard::Absent),
+            ..RenameFlags::default()
+        };
+        match self
+            .fs
+            .rename(up.dir, up.tmp.as_bytes(), up.dir, name.as_bytes(), flags)
+        {
             Ok(()) => {}
+            Err(e) if e.errno() == libc::EEXIST => return Err(precondition_failed()),
             Err(e) if matches!(e.errno(), libc::EISDIR | libc::ENOTEMPTY | libc::ENOTDIR) => {
                 return Err(conflict(&format!(
                     "{name:?} is a directory holding other keys; it cannot be an object too"
