@@ -421,6 +421,11 @@ pub struct GatewayArgs {
     /// (EntityTooLarge; the parts stay until the upload is aborted).
     #[arg(long, value_name = "BYTES", default_value_t = 5 << 40)]
     pub max_object_size: u64,
+    /// A PUT's temporary file (.cairn-put.*) or a multipart upload
+    /// unchanged for this many seconds (a day by default) is abandoned:
+    /// removed when the gateway starts and by a sweep every hour.
+    #[arg(long, value_name = "SECONDS", default_value_t = 24 * 3600)]
+    pub abandoned_after: u64,
 }
 
 #[derive(Subcommand, Debug)]

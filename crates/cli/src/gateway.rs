@@ -56,6 +56,7 @@ pub fn start(
         max_put: args.max_put_size,
         max_object: args.max_object_size,
     };
+    opts.abandoned_after = std::time::Duration::from_secs(args.abandoned_after);
     let running = gateway::start(fs, root, &opts)?;
     let addr = running.addr();
     if !quiet {

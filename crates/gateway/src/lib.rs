@@ -5,8 +5,9 @@
 //! `docs/gateway.md`), the S3 operations (`s3`, on s3s's `S3` trait,
 //! which parses requests, checks SigV4 signatures and decodes aws-chunked
 //! bodies), multipart uploads (`multipart`: a hidden directory per
-//! upload in the bucket), the HTTP server ([`start`]) and the repository's S3 access
-//! keys ([`keys`], in `REPO/gateway/keys.toml`).
+//! upload in the bucket), the sweep removing abandoned uploads and
+//! temporary files (`sweep`), the HTTP server ([`start`]) and the
+//! repository's S3 access keys ([`keys`], in `REPO/gateway/keys.toml`).
 //!
 //! **Never:** reaches below `fs` (no chunk store, no metadata engine of its
 //! own): it is a client of [`fs::Fs`] like the FUSE mount, and may share
@@ -41,6 +42,7 @@ mod multipart;
 mod names;
 mod s3;
 mod server;
+mod sweep;
 mod tree;
 
 pub use error::{GatewayError, Result};

@@ -18,6 +18,7 @@ use crate::auth::Auth;
 use crate::error::{GatewayError, Result};
 use crate::keys::Keyring;
 use crate::s3::Gateway;
+use crate::sweep;
 use crate::tree::Tree;
 
 /// How long a stop waits for requests in flight before it drops them.
@@ -30,6 +31,9 @@ pub struct Options {
     /// bodies, lookups, listings).
     pub blocking_threads: usize,
     pub limits: Limits,
+    /// A PUT's temporary file or a multipart upload unchanged this long
+    /// is abandoned: removed at start and by a sweep every hour.
+    pub abandoned_after: Duration,
 }
 
 impl Options {
@@ -38,6 +42,7 @@ impl Options {
             listen,
             blocking_threads: 16,
             limits: Limits::default(),
+            abandoned_after: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -103,6 +108,7 @@ pub struct Running {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    sweeper: Option<(std::sync::mpsc::Sender<()>, JoinHandle<()>)>,
 }
 
 impl Running {
@@ -123,6 +129,10 @@ impl Running {
             let _ = tx.send(());
         }
         if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some((tx, t)) = self.sweeper.take() {
+            let _ = tx.send(());
             let _ = t.join();
         }
     }
@@ -159,6 +169,14 @@ pub fn start(fs: Arc<fs::Fs>, repo_root: &Path, opts: &Options) -> Result<Runnin
         .build()
         .map_err(GatewayError::Runtime)?;
     let keys = Arc::new(Keyring::new(repo_root));
+    let (sweep_tx, sweep_rx) = std::sync::mpsc::channel();
+    let sweeper = {
+        let (fs, age) = (fs.clone(), opts.abandoned_after);
+        std::thread::Builder::new()
+            .name("cairn-gateway-sweep".into())
+            .spawn(move || sweep::run(fs, age, sweep_rx))
+            .map_err(GatewayError::Runtime)?
+    };
     let service = {
         let mut b = S3ServiceBuilder::new(Gateway::new(Tree::new(fs), keys.clone(), opts.limits));
         b.set_auth(Auth::new(keys.clone()));
@@ -214,5 +232,6 @@ pub fn start(fs: Arc<fs::Fs>, repo_root: &Path, opts: &Options) -> Result<Runnin
         addr,
         stop: Some(tx),
         thread: Some(thread),
+        sweeper: Some((sweep_tx, sweeper)),
     })
 }
