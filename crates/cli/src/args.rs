@@ -195,6 +195,13 @@ pub enum Command {
     #[command(subcommand, name = "access-key")]
     AccessKey(AccessKeyCommand),
 
+    /// What the S3 gateway lets anyone read.
+    ///
+    /// Kept with the access keys (REPO/gateway/keys.toml) and counted at
+    /// once, also by a gateway already running.
+    #[command(subcommand)]
+    Bucket(BucketCommand),
+
     /// Show the built-in tour: store a file twice, read it back, show stats.
     ///
     /// Creates the repository if it does not exist. FILE defaults to the
@@ -426,6 +433,31 @@ pub struct GatewayArgs {
     /// removed when the gateway starts and by a sweep every hour.
     #[arg(long, value_name = "SECONDS", default_value_t = 24 * 3600)]
     pub abandoned_after: u64,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BucketCommand {
+    /// Let anyone GET and HEAD the bucket's objects without signing (on),
+    /// or stop it (off, the default).
+    ///
+    /// For serving web assets to browsers: `http://ADDR/BUCKET/KEY` then
+    /// answers a plain GET. Listing the bucket and every write still need
+    /// an access key. Prints the buckets that are public-read afterwards.
+    /// Exit status 1 for a name that is not a valid bucket name.
+    Public {
+        /// The bucket (it need not exist yet).
+        name: String,
+        #[arg(value_enum)]
+        state: Switch,
+    },
+    /// Print the buckets anyone may read, one a line.
+    ListPublic,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Switch {
+    On,
+    Off,
 }
 
 #[derive(Subcommand, Debug)]

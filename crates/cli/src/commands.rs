@@ -48,6 +48,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         } => crate::mount::serve(&root, mountpoint, nonempty, &gateway, quiet),
         Command::Gateway { gateway } => crate::gateway::gateway(&root, &gateway, quiet),
         Command::AccessKey(cmd) => crate::gateway::access_key(&root, cmd),
+        Command::Bucket(cmd) => crate::gateway::bucket(&root, cmd),
         Command::Bench(cmd) => crate::bench::run(cmd),
         Command::Snapshot(cmd) => crate::history::snapshot(&root, cmd, quiet),
         Command::Restore {

@@ -9,7 +9,7 @@ use anyhow::{bail, Result};
 use repo::Repo;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-use crate::args::{AccessKeyCommand, GatewayArgs};
+use crate::args::{AccessKeyCommand, BucketCommand, GatewayArgs, Switch};
 use crate::ui::out;
 
 fn scope(info: &gateway::keys::KeyInfo) -> String {
@@ -85,6 +85,30 @@ pub fn gateway(root: &Path, args: &GatewayArgs, quiet: bool) -> Result<ExitCode>
     tracing::info!("the S3 gateway stopped");
     if !quiet {
         say!("cairn: gateway stopped");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn bucket(root: &Path, cmd: BucketCommand) -> Result<ExitCode> {
+    if !Repo::exists(root) {
+        bail!(
+            "no repository at {} (create one with `cairn init` or `cairn serve`)",
+            root.display()
+        );
+    }
+    match cmd {
+        BucketCommand::Public { name, state } => {
+            let on = state == Switch::On;
+            let changed = gateway::keys::set_public(root, &name, on)?;
+            let now = if on { "public-read" } else { "not public" };
+            let was = if changed { "is now" } else { "was already" };
+            out!("cairn: bucket {name} {was} {now}");
+        }
+        BucketCommand::ListPublic => {
+            for b in gateway::keys::public(root)? {
+                out!("{b}");
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
