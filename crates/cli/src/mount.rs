@@ -59,6 +59,11 @@ pub fn mount(
         ..Default::default()
     };
     let mounted = fuse::mount(fs.clone(), &args.mountpoint, &opts)?;
+    // Names the gateway changes are dropped from the kernel's entry cache,
+    // so the mount sees them at once.
+    if let (Some(g), Some(inval)) = (&served, mounted.invalidator()) {
+        g.on_name_change(Box::new(move |dir, name| inval.entry(dir, name)));
+    }
     let mountpoint = mounted.mountpoint().to_path_buf();
     repo.announce_mount(&mountpoint)?;
     let control = service::control::serve(

@@ -47,3 +47,4 @@ mod tree;
 
 pub use error::{GatewayError, Result};
 pub use server::{start, Limits, Options, Running};
+pub use tree::NameChanged;

@@ -120,9 +120,7 @@ pub fn abort(tree: &Tree, bucket: &str, dir: InodeId, id: &str) -> S3Result<()> 
         }
     }
     let root = tree.bucket(bucket)?;
-    tree.fs()
-        .rmdir(root, dir_name(id).as_bytes())
-        .map_err(fail)?;
+    tree.rmdir(root, dir_name(id).as_bytes()).map_err(fail)?;
     tree.fs().sync_all().map_err(fail)
 }
 

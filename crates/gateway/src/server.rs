@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ use crate::error::{GatewayError, Result};
 use crate::keys::Keyring;
 use crate::s3::Gateway;
 use crate::sweep;
-use crate::tree::Tree;
+use crate::tree::{NameChanged, Tree};
 
 /// How long a stop waits for requests in flight before it drops them.
 const DRAIN: Duration = Duration::from_secs(10);
@@ -109,12 +109,20 @@ pub struct Running {
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
     sweeper: Option<(std::sync::mpsc::Sender<()>, JoinHandle<()>)>,
+    changed: Arc<OnceLock<NameChanged>>,
 }
 
 impl Running {
     /// Where it listens (the port chosen, if `:0` was asked for).
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Calls `f` with each name the gateway changes from now on (the
+    /// directory, the name): `serve` drops the kernel's cached entry of
+    /// its mount there. Only the first call counts.
+    pub fn on_name_change(&self, f: NameChanged) {
+        let _ = self.changed.set(f);
     }
 
     /// Stops accepting, lets requests in flight finish (up to a bound),
@@ -177,8 +185,10 @@ pub fn start(fs: Arc<fs::Fs>, repo_root: &Path, opts: &Options) -> Result<Runnin
             .spawn(move || sweep::run(fs, age, sweep_rx))
             .map_err(GatewayError::Runtime)?
     };
+    let changed = Arc::new(OnceLock::new());
     let service = {
-        let mut b = S3ServiceBuilder::new(Gateway::new(Tree::new(fs), keys.clone(), opts.limits));
+        let tree = Tree::new(fs, changed.clone());
+        let mut b = S3ServiceBuilder::new(Gateway::new(tree, keys.clone(), opts.limits));
         b.set_auth(Auth::new(keys.clone()));
         b.set_access(Auth::new(keys));
         CloseAfterRefusal(b.build())
@@ -233,5 +243,6 @@ pub fn start(fs: Arc<fs::Fs>, repo_root: &Path, opts: &Options) -> Result<Runnin
         stop: Some(tx),
         thread: Some(thread),
         sweeper: Some((sweep_tx, sweeper)),
+        changed,
     })
 }

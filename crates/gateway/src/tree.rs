@@ -2,7 +2,7 @@
 //! run on tokio's bounded blocking threads by [`crate::s3`]. A bucket is a
 //! directory under the root, a key a path below it ([`crate::names`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use fs::{Caller, Fs, FsError};
 use md5::{Digest, Md5};
@@ -96,14 +96,26 @@ pub struct Attrs {
     pub meta: Vec<(String, String)>,
 }
 
+/// Told of each name the gateway changed (the directory, the name): a
+/// mount on the same `Fs` drops its kernel's cached entry for it.
+pub type NameChanged = Box<dyn Fn(InodeId, &[u8]) + Send + Sync>;
+
 #[derive(Clone)]
 pub struct Tree {
     fs: Arc<Fs>,
+    changed: Arc<OnceLock<NameChanged>>,
 }
 
 impl Tree {
-    pub fn new(fs: Arc<Fs>) -> Tree {
-        Tree { fs }
+    pub fn new(fs: Arc<Fs>, changed: Arc<OnceLock<NameChanged>>) -> Tree {
+        Tree { fs, changed }
+    }
+
+    /// Tells the mount, if there is one, that `name` in `dir` changed.
+    fn changed(&self, dir: InodeId, name: &[u8]) {
+        if let Some(f) = self.changed.get() {
+            f(dir, name);
+        }
     }
 
     pub fn fs(&self) -> &Fs {
@@ -151,7 +163,10 @@ impl Tree {
             name.as_bytes(),
             new_inode(FileKind::Dir, 0o755),
         ) {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.changed(InodeId::ROOT, name.as_bytes());
+                Ok(())
+            }
             Err(e) if e.errno() == libc::EEXIST => {
                 Err(S3Error::new(S3ErrorCode::BucketAlreadyOwnedByYou))
             }
@@ -165,7 +180,7 @@ impl Tree {
     pub fn delete_bucket(&self, name: &str) -> S3Result<()> {
         self.bucket(name)?;
         match self.fs.rmdir(InodeId::ROOT, name.as_bytes()) {
-            Ok(()) => {}
+            Ok(()) => self.changed(InodeId::ROOT, name.as_bytes()),
             Err(e) if e.errno() == libc::ENOTEMPTY => {
                 return Err(S3Error::new(S3ErrorCode::BucketNotEmpty))
             }
@@ -228,6 +243,7 @@ impl Tree {
                         .create(at, part.as_bytes(), new_inode(FileKind::Dir, 0o755))
                     {
                         Ok(i) => {
+                            self.changed(at, part.as_bytes());
                             made.push((at, part.to_string()));
                             i.id
                         }
@@ -304,6 +320,7 @@ impl Tree {
             if self.fs.rmdir(*parent, name.as_bytes()).is_err() {
                 break;
             }
+            self.changed(*parent, name.as_bytes());
         }
     }
 
@@ -359,7 +376,7 @@ impl Tree {
             .fs
             .rename(up.dir, up.tmp.as_bytes(), up.dir, name.as_bytes(), flags)
         {
-            Ok(()) => {}
+            Ok(()) => self.changed(up.dir, name.as_bytes()),
             Err(e) if e.errno() == libc::EEXIST => return Err(precondition_failed()),
             Err(e) if matches!(e.errno(), libc::EISDIR | libc::ENOTEMPTY | libc::ENOTDIR) => {
                 return Err(conflict(&format!(
@@ -483,16 +500,25 @@ impl Tree {
             _ => self.fs.unlink(dir, name.as_bytes()),
         };
         gone.map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, name))?;
+        self.changed(dir, name.as_bytes());
         // Directories left empty go too, up to the bucket: in S3 a
         // "folder" is only the keys below it.
         for (parent, part) in way.iter().rev() {
             if self.fs.rmdir(*parent, part.as_bytes()).is_err() {
                 break;
             }
+            self.changed(*parent, part.as_bytes());
         }
         self.fs
             .sync_all()
             .map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, name))
+    }
+
+    /// Removes the empty directory `name` of `parent` (an upload's).
+    pub fn rmdir(&self, parent: InodeId, name: &[u8]) -> Result<(), FsError> {
+        self.fs.rmdir(parent, name)?;
+        self.changed(parent, name);
+        Ok(())
     }
 
     pub fn readdir(
@@ -604,7 +630,7 @@ impl Tree {
                 name.as_bytes(),
                 RenameFlags::default(),
             ) {
-                Ok(()) => {}
+                Ok(()) => self.changed(dir, name.as_bytes()),
                 Err(e) if matches!(e.errno(), libc::EISDIR | libc::ENOTEMPTY | libc::ENOTDIR) => {
                     return Err(conflict(&format!(
                         "{name:?} is a directory holding other keys; it cannot be an object too"
