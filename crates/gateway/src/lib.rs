@@ -17,7 +17,9 @@
 //! **Invariants:**
 //! - A PUT is all or nothing: the body goes to a temporary file in the
 //!   key's directory, renamed over the key only once the body is whole and
-//!   its length and Content-MD5 checked, and made durable before the reply.
+//!   its length and Content-MD5 checked, and made durable before the reply
+//!   (by a commit that started after the rename; PUTs finishing together
+//!   share it: `commit`).
 //!   A PUT that fails or is cut off leaves no object, no temporary file
 //!   and no directory it made for its key.
 //! - A body over [`Limits::max_put`] is refused before it is read (by its
@@ -35,6 +37,7 @@
 
 mod auth;
 mod checksum;
+mod commit;
 mod error;
 pub mod keys;
 mod list;

@@ -9,6 +9,7 @@ use md5::{Digest, Md5};
 use meta::{Content, FileKind, Inode, InodeId, NewInode, RenameFlags, XattrFlags};
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
+use crate::commit::GroupCommit;
 use crate::error::s3_from_fs;
 use crate::names::{KeyPath, UPLOAD_PREFIX};
 
@@ -104,11 +105,16 @@ pub type NameChanged = Box<dyn Fn(InodeId, &[u8]) + Send + Sync>;
 pub struct Tree {
     fs: Arc<Fs>,
     changed: Arc<OnceLock<NameChanged>>,
+    group: Arc<GroupCommit>,
 }
 
 impl Tree {
     pub fn new(fs: Arc<Fs>, changed: Arc<OnceLock<NameChanged>>) -> Tree {
-        Tree { fs, changed }
+        Tree {
+            fs,
+            changed,
+            group: Arc::default(),
+        }
     }
 
     /// Tells the mount, if there is one, that `name` in `dir` changed.
@@ -385,7 +391,12 @@ impl Tree {
             }
             Err(e) => return Err(fail(e)),
         }
-        self.fs.fsync(up.ino).map_err(fail)?;
+        // Released above, the file's content is recorded: a commit run for
+        // PUTs finishing at the same time covers this one too.
+        self.group.durable(|| self.fs.fsync(up.ino)).map_err(|e| {
+            tracing::error!(object = %name, error = %e, "making a PUT durable failed");
+            S3Error::with_message(S3ErrorCode::InternalError, e)
+        })?;
         let inode = self.fs.getattr(up.ino).map_err(fail)?;
         self.cache_etag(&inode, md5);
         Ok(())
