@@ -442,11 +442,14 @@ pub enum BucketCommand {
     ///
     /// For serving web assets to browsers: `http://ADDR/BUCKET/KEY` then
     /// answers a plain GET. Listing the bucket and every write still need
-    /// an access key. Prints the buckets that are public-read afterwards.
-    /// Exit status 1 for a name that is not a valid bucket name.
+    /// an access key. A running gateway counts the change from its next
+    /// request on. Prints what it did ("bucket NAME is now public-read",
+    /// or "was already ..."). Exit status 1 for a name that is not a valid
+    /// bucket name. See the list with `cairn bucket list-public`.
     Public {
         /// The bucket (it need not exist yet).
         name: String,
+        /// on: anyone may read its objects; off: only access keys.
         #[arg(value_enum)]
         state: Switch,
     },
