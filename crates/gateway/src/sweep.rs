@@ -58,7 +58,12 @@ pub fn run(fs: Arc<Fs>, age: Duration, stop: Receiver<()>) {
 
 /// Whether an inode last changed more than `age` ago.
 fn stale(fs: &Fs, ino: InodeId, age: Duration) -> Result<bool, fs::FsError> {
-    let t = fs.getattr(ino)?.attr.mtime;
+    let t = match fs.getattr(ino) {
+        Ok(i) => i.attr.mtime,
+        // Gone meanwhile (its PUT completed or failed).
+        Err(e) if e.errno() == libc::ENOENT => return Ok(false),
+        Err(e) => return Err(e),
+    };
     let changed = UNIX_EPOCH + Duration::new(t.secs.max(0) as u64, t.nanos);
     Ok(SystemTime::now()
         .duration_since(changed)
@@ -96,8 +101,11 @@ pub fn sweep(fs: &Fs, age: Duration, stopped: impl Fn() -> bool) -> Result<Swept
             let ours = e.name.starts_with(UPLOAD_PREFIX.as_bytes());
             match (ours, e.kind) {
                 (true, FileKind::File) if stale(fs, e.ino, age)? => {
-                    fs.unlink(dir, &e.name)?;
-                    swept.temporary_files += 1;
+                    match fs.unlink(dir, &e.name) {
+                        Ok(()) => swept.temporary_files += 1,
+                        Err(e) if e.errno() == libc::ENOENT => {}
+                        Err(e) => return Err(e),
+                    }
                 }
                 (true, FileKind::Dir) if stale(fs, e.ino, age)? => {
                     remove_upload(fs, dir, &e.name, e.ino)?;
