@@ -170,9 +170,8 @@ pub enum Command {
         /// Mount even if the directory is not empty (see `mount --nonempty`).
         #[arg(long)]
         nonempty: bool,
-        /// Where the S3 gateway listens (port 0: any free port, printed).
-        #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
-        listen: SocketAddr,
+        #[command(flatten)]
+        gateway: GatewayArgs,
     },
 
     /// Serve the repository over S3 without mounting it (in the
@@ -184,9 +183,8 @@ pub enum Command {
     /// access key and its secret (once). Ctrl-C or SIGTERM stops it after
     /// making everything written durable.
     Gateway {
-        /// Where to listen (port 0: any free port, printed).
-        #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
-        listen: SocketAddr,
+        #[command(flatten)]
+        gateway: GatewayArgs,
     },
 
     /// Create, list and revoke the S3 gateway's access keys.
@@ -196,6 +194,13 @@ pub enum Command {
     /// Not `cairn key`, which backs up the repository's encryption key.
     #[command(subcommand, name = "access-key")]
     AccessKey(AccessKeyCommand),
+
+    /// What the S3 gateway lets anyone read.
+    ///
+    /// Kept with the access keys (REPO/gateway/keys.toml) and counted at
+    /// once, also by a gateway already running.
+    #[command(subcommand)]
+    Bucket(BucketCommand),
 
     /// Show the built-in tour: store a file twice, read it back, show stats.
     ///
@@ -412,6 +417,57 @@ pub enum ConfigCommand {
 
 /// Where `serve` and `gateway` listen unless told.
 const DEFAULT_LISTEN: &str = "127.0.0.1:8333";
+
+/// How `serve` and `gateway` serve S3.
+#[derive(Args, Debug, Clone)]
+pub struct GatewayArgs {
+    /// Where the S3 gateway listens (port 0: any free port, printed).
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+    /// Largest body of one PUT or one multipart part, in bytes (S3's
+    /// 5 GiB by default). A larger Content-Length is refused before the
+    /// body is read (EntityTooLarge, nothing stored).
+    #[arg(long, value_name = "BYTES", default_value_t = 5 << 30)]
+    pub max_put_size: u64,
+    /// Largest object completed from parts, in bytes (S3's 5 TiB by
+    /// default); a larger CompleteMultipartUpload is refused
+    /// (EntityTooLarge; the parts stay until the upload is aborted).
+    #[arg(long, value_name = "BYTES", default_value_t = 5 << 40)]
+    pub max_object_size: u64,
+    /// A PUT's temporary file (.cairn-put.*) or a multipart upload
+    /// unchanged for this many seconds (a day by default) is abandoned:
+    /// removed when the gateway starts and by a sweep every hour.
+    #[arg(long, value_name = "SECONDS", default_value_t = 24 * 3600)]
+    pub abandoned_after: u64,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BucketCommand {
+    /// Let anyone GET and HEAD the bucket's objects without signing (on),
+    /// or stop it (off, the default).
+    ///
+    /// For serving web assets to browsers: `http://ADDR/BUCKET/KEY` then
+    /// answers a plain GET. Listing the bucket and every write still need
+    /// an access key. A running gateway counts the change from its next
+    /// request on. Prints what it did ("bucket NAME is now public-read",
+    /// or "was already ..."). Exit status 1 for a name that is not a valid
+    /// bucket name. See the list with `cairn bucket list-public`.
+    Public {
+        /// The bucket (it need not exist yet).
+        name: String,
+        /// on: anyone may read its objects; off: only access keys.
+        #[arg(value_enum)]
+        state: Switch,
+    },
+    /// Print the buckets anyone may read, one a line.
+    ListPublic,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Switch {
+    On,
+    Off,
+}
 
 #[derive(Subcommand, Debug)]
 pub enum AccessKeyCommand {

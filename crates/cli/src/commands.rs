@@ -44,10 +44,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Serve {
             mountpoint,
             nonempty,
-            listen,
-        } => crate::mount::serve(&root, mountpoint, nonempty, listen, quiet),
-        Command::Gateway { listen } => crate::gateway::gateway(&root, listen, quiet),
+            gateway,
+        } => crate::mount::serve(&root, mountpoint, nonempty, &gateway, quiet),
+        Command::Gateway { gateway } => crate::gateway::gateway(&root, &gateway, quiet),
         Command::AccessKey(cmd) => crate::gateway::access_key(&root, cmd),
+        Command::Bucket(cmd) => crate::gateway::bucket(&root, cmd),
         Command::Bench(cmd) => crate::bench::run(cmd),
         Command::Snapshot(cmd) => crate::history::snapshot(&root, cmd, quiet),
         Command::Restore {

@@ -9,7 +9,7 @@ use anyhow::{bail, Result};
 use repo::Repo;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-use crate::args::AccessKeyCommand;
+use crate::args::{AccessKeyCommand, BucketCommand, GatewayArgs, Switch};
 use crate::ui::out;
 
 fn scope(info: &gateway::keys::KeyInfo) -> String {
@@ -47,11 +47,17 @@ fn print_new_key(key: &gateway::keys::NewKey, endpoint: Option<SocketAddr>) {
 pub fn start(
     fs: std::sync::Arc<fs::Fs>,
     root: &Path,
-    listen: SocketAddr,
+    args: &GatewayArgs,
     quiet: bool,
 ) -> Result<gateway::Running> {
     let first = gateway::keys::ensure_one(root)?;
-    let running = gateway::start(fs, root, &gateway::Options::new(listen))?;
+    let mut opts = gateway::Options::new(args.listen);
+    opts.limits = gateway::Limits {
+        max_put: args.max_put_size,
+        max_object: args.max_object_size,
+    };
+    opts.abandoned_after = std::time::Duration::from_secs(args.abandoned_after);
+    let running = gateway::start(fs, root, &opts)?;
     let addr = running.addr();
     if !quiet {
         say!("cairn: S3 gateway at http://{addr}");
@@ -62,11 +68,11 @@ pub fn start(
     Ok(running)
 }
 
-pub fn gateway(root: &Path, listen: SocketAddr, quiet: bool) -> Result<ExitCode> {
+pub fn gateway(root: &Path, args: &GatewayArgs, quiet: bool) -> Result<ExitCode> {
     let repo = crate::ops::open(root, quiet)?;
     let fs = service::open_fs(&repo)?;
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
-    let running = start(fs.clone(), &repo.root, listen, quiet)?;
+    let running = start(fs.clone(), &repo.root, args, quiet)?;
     if !quiet {
         say!("cairn: serving {} (Ctrl-C to stop)", repo.root.display());
     }
@@ -79,6 +85,30 @@ pub fn gateway(root: &Path, listen: SocketAddr, quiet: bool) -> Result<ExitCode>
     tracing::info!("the S3 gateway stopped");
     if !quiet {
         say!("cairn: gateway stopped");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn bucket(root: &Path, cmd: BucketCommand) -> Result<ExitCode> {
+    if !Repo::exists(root) {
+        bail!(
+            "no repository at {} (create one with `cairn init` or `cairn serve`)",
+            root.display()
+        );
+    }
+    match cmd {
+        BucketCommand::Public { name, state } => {
+            let on = state == Switch::On;
+            let changed = gateway::keys::set_public(root, &name, on)?;
+            let now = if on { "public-read" } else { "not public" };
+            let was = if changed { "is now" } else { "was already" };
+            out!("cairn: bucket {name} {was} {now}");
+        }
+        BucketCommand::ListPublic => {
+            for b in gateway::keys::public(root)? {
+                out!("{b}");
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

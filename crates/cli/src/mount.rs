@@ -1,7 +1,6 @@
 //! `cairn mount`, `umount` and `serve`: the file system in the foreground
 //! (with `serve`, the S3 gateway on the same file system).
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command as Process, ExitCode};
 
@@ -9,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use repo::Repo;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-use crate::args::MountArgs;
+use crate::args::{GatewayArgs, MountArgs};
 
 /// Clears a dead cairn mount at `dir` (left by a daemon that was killed:
 /// nothing there can be read or written any more, so detaching it loses
@@ -36,7 +35,7 @@ fn prepare_mountpoint(dir: &Path, nonempty: bool, quiet: bool) -> Result<()> {
 pub fn mount(
     root: &Path,
     args: &MountArgs,
-    gateway: Option<SocketAddr>,
+    gateway: Option<&GatewayArgs>,
     quiet: bool,
 ) -> Result<ExitCode> {
     fuse::check_fuse_available()?;
@@ -46,12 +45,7 @@ pub fn mount(
     // Listening first: an address in use is refused before anything is
     // mounted.
     let served = match gateway {
-        Some(listen) => Some(crate::gateway::start(
-            fs.clone(),
-            &repo.root,
-            listen,
-            quiet,
-        )?),
+        Some(args) => Some(crate::gateway::start(fs.clone(), &repo.root, args, quiet)?),
         None => None,
     };
     // SAFETY: a plain getter.
@@ -65,6 +59,11 @@ pub fn mount(
         ..Default::default()
     };
     let mounted = fuse::mount(fs.clone(), &args.mountpoint, &opts)?;
+    // Names the gateway changes are dropped from the kernel's entry cache,
+    // so the mount sees them at once.
+    if let (Some(g), Some(inval)) = (&served, mounted.invalidator()) {
+        g.on_name_change(Box::new(move |dir, name| inval.entry(dir, name)));
+    }
     let mountpoint = mounted.mountpoint().to_path_buf();
     repo.announce_mount(&mountpoint)?;
     let control = service::control::serve(
@@ -174,7 +173,7 @@ pub fn serve(
     root: &Path,
     mountpoint: Option<PathBuf>,
     nonempty: bool,
-    listen: SocketAddr,
+    gateway: &GatewayArgs,
     quiet: bool,
 ) -> Result<ExitCode> {
     let mountpoint = match mountpoint {
@@ -200,5 +199,5 @@ pub fn serve(
         allow_other: false,
         threads: 4,
     };
-    mount(root, &args, Some(listen), quiet)
+    mount(root, &args, Some(gateway), quiet)
 }

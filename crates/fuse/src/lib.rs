@@ -52,6 +52,6 @@ mod ops;
 mod session;
 
 pub use session::{
-    check_fuse_available, check_mountpoint, detach, mount, mount_state, FuseError, MountEntry,
-    MountOptions, MountState, Mounted, Unmounter,
+    check_fuse_available, check_mountpoint, detach, mount, mount_state, FuseError, Invalidator,
+    MountEntry, MountOptions, MountState, Mounted, Unmounter,
 };

@@ -413,6 +413,23 @@ fn raise_kernel_readahead(mountpoint: &Path) {
     let _ = std::fs::write(knob, KERNEL_READAHEAD_KB.to_string());
 }
 
+/// Tells the kernel that a name changed without the mount seeing it, so
+/// its next lookup asks the daemon instead of using a cached entry (which
+/// would show a replaced or removed file for the entry's cache time).
+#[derive(Clone)]
+pub struct Invalidator(Arc<fuser::Notifier>);
+
+impl Invalidator {
+    /// Drops the kernel's entry for `name` in directory `parent`, if it has
+    /// one (no entry, or a mount gone, is not an error).
+    pub fn entry(&self, parent: meta::InodeId, name: &[u8]) {
+        let _ = self.0.inval_entry(
+            crate::convert::ino(parent),
+            std::ffi::OsStr::from_bytes(name),
+        );
+    }
+}
+
 /// A mounted file system. Dropping it unmounts (as [`Mounted::unmount`],
 /// ignoring errors).
 pub struct Mounted {
@@ -460,6 +477,15 @@ impl Mounted {
             .ended
             .wait_while_for(&mut state, |s| !s.ended, timeout);
         state.ended
+    }
+
+    /// A handle telling the kernel to forget a name it cached, for a
+    /// change made beside the mount (by the S3 gateway on the same `Fs`);
+    /// `None` once unmounted.
+    pub fn invalidator(&self) -> Option<Invalidator> {
+        self.session
+            .as_ref()
+            .map(|s| Invalidator(Arc::new(s.notifier())))
     }
 
     /// A handle that can ask for the unmount from another thread (a signal

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
+use s3s::path::S3Path;
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
 use crate::keys::Keyring;
@@ -39,11 +40,20 @@ impl S3Auth for Auth {
 
 #[async_trait::async_trait]
 impl S3Access for Auth {
-    /// Every request is signed; a key limited to some buckets reaches only
+    /// Every request is signed but a GET or HEAD of an object in a
+    /// public-read bucket; a key limited to some buckets reaches only
     /// those (listing buckets is filtered instead), and a read-only key
     /// only reads (GET and HEAD).
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
         let Some(creds) = cx.credentials() else {
+            let object_read = matches!(cx.s3_op().name(), "GetObject" | "HeadObject");
+            let public = match cx.s3_path() {
+                S3Path::Object { bucket, .. } => self.keys.is_public(bucket),
+                _ => false,
+            };
+            if object_read && public {
+                return Ok(());
+            }
             return Err(denied("the request is not signed"));
         };
         let Some(grant) = self.keys.grant(&creds.access_key) else {

@@ -1,5 +1,6 @@
-//! S3 access keys, kept in the repository at `gateway/keys.toml` (mode
-//! 0600, written whole to a temporary file and renamed over the old one).
+//! S3 access keys, and the buckets anyone may read (public-read), kept in
+//! the repository at `gateway/keys.toml` (mode 0600, written whole to a
+//! temporary file and renamed over the old one).
 //! A secret is returned once, by [`create`]; nothing here logs or prints
 //! it, and [`KeyInfo`] (what `list` shows) does not carry it.
 
@@ -39,8 +40,11 @@ struct Stored {
     created: u64,
 }
 
-#[derive(Default, Serialize, Deserialize)]
+#[derive(Default, Clone, Serialize, Deserialize)]
 struct KeyFile {
+    /// Buckets whose objects anyone may GET and HEAD without signing.
+    #[serde(default)]
+    public_read: Vec<String>,
     #[serde(default, rename = "key")]
     keys: Vec<Stored>,
 }
@@ -170,6 +174,38 @@ pub fn revoke(repo_root: &Path, id: &str) -> Result<()> {
     Ok(())
 }
 
+/// Marks bucket `name` public-read (`on`) or not: anyone may then GET and
+/// HEAD its objects without a signature (a browser fetching web assets);
+/// every other request still needs a key. Whether anything changed.
+pub fn set_public(repo_root: &Path, name: &str, on: bool) -> Result<bool> {
+    if !s3s::path::check_bucket_name(name) {
+        return Err(GatewayError::BadBucketName(name.to_string()));
+    }
+    let file = path(repo_root);
+    let mut keys = read(&file)?;
+    let was = keys.public_read.iter().any(|b| b == name);
+    if was == on {
+        return Ok(false);
+    }
+    if on {
+        if keys.public_read.len() >= MAX_KEYS {
+            return Err(GatewayError::TooManyKeys(MAX_KEYS));
+        }
+        keys.public_read.push(name.to_string());
+        keys.public_read.sort();
+    } else {
+        keys.public_read.retain(|b| b != name);
+    }
+    write(&file, &keys)?;
+    tracing::info!(bucket = %name, public_read = on, "changed a bucket's public read");
+    Ok(true)
+}
+
+/// The buckets marked public-read.
+pub fn public(repo_root: &Path) -> Result<Vec<String>> {
+    Ok(read(&path(repo_root))?.public_read)
+}
+
 /// A read-write key for every bucket if the repository has none yet (a
 /// first `cairn serve`); `None` if it has one.
 pub fn ensure_one(repo_root: &Path) -> Result<Option<NewKey>> {
@@ -184,7 +220,7 @@ pub fn ensure_one(repo_root: &Path) -> Result<Option<NewKey>> {
 /// runs counts from the next request on.
 pub(crate) struct Keyring {
     file: PathBuf,
-    loaded: Mutex<(Option<SystemTime>, Vec<Stored>)>,
+    loaded: Mutex<(Option<SystemTime>, KeyFile)>,
 }
 
 /// What a request's key may do.
@@ -198,28 +234,40 @@ impl Keyring {
     pub fn new(repo_root: &Path) -> Keyring {
         Keyring {
             file: path(repo_root),
-            loaded: Mutex::new((None, Vec::new())),
+            loaded: Mutex::new((None, KeyFile::default())),
         }
     }
 
-    /// The grant of key `id`, if it exists now. A key file that cannot be
-    /// read denies every key (and is logged) rather than keeping old ones.
-    pub fn grant(&self, id: &str) -> Option<Grant> {
+    /// The key file as it is now, read again if it changed. A file that
+    /// cannot be read denies every key and makes no bucket public (and is
+    /// logged) rather than keeping old ones.
+    fn now(&self) -> parking_lot::MutexGuard<'_, (Option<SystemTime>, KeyFile)> {
         let mtime = std::fs::metadata(&self.file)
             .and_then(|m| m.modified())
             .ok();
         let mut loaded = self.loaded.lock();
         if loaded.0 != mtime || mtime.is_none() {
             let keys = match read(&self.file) {
-                Ok(k) => k.keys,
+                Ok(k) => k,
                 Err(e) => {
                     tracing::error!(error = %e, "cannot read the gateway's access keys");
-                    Vec::new()
+                    KeyFile::default()
                 }
             };
             *loaded = (mtime, keys);
         }
-        loaded.1.iter().find(|k| k.id == id).map(|k| Grant {
+        loaded
+    }
+
+    /// Whether bucket `name` is public-read now.
+    pub fn is_public(&self, name: &str) -> bool {
+        self.now().1.public_read.iter().any(|b| b == name)
+    }
+
+    /// The grant of key `id`, if it exists now.
+    pub fn grant(&self, id: &str) -> Option<Grant> {
+        let loaded = self.now();
+        loaded.1.keys.iter().find(|k| k.id == id).map(|k| Grant {
             secret: k.secret.clone(),
             read_only: k.read_only,
             buckets: k.buckets.clone(),
@@ -260,6 +308,26 @@ mod tests {
         assert!(ensure_one(dir.path()).unwrap().is_some());
         assert!(ensure_one(dir.path()).unwrap().is_none());
         assert_eq!(list(dir.path()).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_bucket_made_public_is_seen_by_a_running_keyring() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = create(dir.path(), false, Vec::new()).unwrap();
+        let ring = Keyring::new(dir.path());
+        assert!(!ring.is_public("site"));
+        assert!(set_public(dir.path(), "site", true).unwrap());
+        assert!(!set_public(dir.path(), "site", true).unwrap());
+        assert_eq!(public(dir.path()).unwrap(), ["site"]);
+        assert!(ring.is_public("site") && !ring.is_public("other"));
+        // The keys are kept.
+        assert_eq!(ring.grant(&k.info.id).unwrap().secret, k.secret);
+        assert!(set_public(dir.path(), "site", false).unwrap());
+        assert!(!ring.is_public("site"));
+        assert!(matches!(
+            set_public(dir.path(), "No_Bucket", true),
+            Err(GatewayError::BadBucketName(_))
+        ));
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! `docs/gateway.md`), the S3 operations (`s3`, on s3s's `S3` trait,
 //! which parses requests, checks SigV4 signatures and decodes aws-chunked
 //! bodies), multipart uploads (`multipart`: a hidden directory per
-//! upload in the bucket), the HTTP server ([`start`]) and the repository's S3 access
-//! keys ([`keys`], in `REPO/gateway/keys.toml`).
+//! upload in the bucket), the sweep removing abandoned uploads and
+//! temporary files (`sweep`), the HTTP server ([`start`]) and the
+//! repository's S3 access keys ([`keys`], in `REPO/gateway/keys.toml`).
 //!
 //! **Never:** reaches below `fs` (no chunk store, no metadata engine of its
 //! own): it is a client of [`fs::Fs`] like the FUSE mount, and may share
@@ -16,8 +17,13 @@
 //! **Invariants:**
 //! - A PUT is all or nothing: the body goes to a temporary file in the
 //!   key's directory, renamed over the key only once the body is whole and
-//!   its length and Content-MD5 checked, and made durable before the reply.
-//!   A PUT that fails or is cut off leaves no object and no temporary file.
+//!   its length and Content-MD5 checked, and made durable before the reply
+//!   (by a commit that started after the rename; PUTs finishing together
+//!   share it: `commit`).
+//!   A PUT that fails or is cut off leaves no object, no temporary file
+//!   and no directory it made for its key.
+//! - A body over [`Limits::max_put`] is refused before it is read (by its
+//!   announced length) or once it passes the limit (without one).
 //! - An ETag shown is the MD5 of the bytes the object holds now: a cached
 //!   MD5 is kept with the content (recipe, size, mtime) it was computed
 //!   for and used only while the file still has that content.
@@ -31,6 +37,7 @@
 
 mod auth;
 mod checksum;
+mod commit;
 mod error;
 pub mod keys;
 mod list;
@@ -38,7 +45,9 @@ mod multipart;
 mod names;
 mod s3;
 mod server;
+mod sweep;
 mod tree;
 
 pub use error::{GatewayError, Result};
-pub use server::{start, Options, Running};
+pub use server::{start, Limits, Options, Running};
+pub use tree::NameChanged;

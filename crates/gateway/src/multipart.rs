@@ -1,9 +1,10 @@
 //! Multipart uploads: each upload is a hidden directory
 //! `.cairn-put.upload.ID` in the bucket (never listed, never a key), its
 //! parts files `00001` ... stored like any PUT (deduplicated like any
-//! data). Completing streams the parts, in order, into a temporary file
-//! renamed over the key: every byte is read once more (no splicing of
-//! recipes yet).
+//! data). Completing copies the parts, in order, into a temporary file
+//! renamed over the key, inside the file system (`Fs::copy_range`): the
+//! first part is a recipe clone, the others' bytes are read once more
+//! (the file system has no splicing of recipes).
 
 use md5::{Digest, Md5};
 use meta::{FileKind, Inode, InodeId, XattrFlags};
@@ -11,10 +12,13 @@ use s3s::{S3Error, S3ErrorCode, S3Result};
 
 use crate::error::s3_from_fs;
 use crate::names::{KeyPath, UPLOAD_PREFIX};
-use crate::tree::{Attrs, Tree, PIECE};
+use crate::tree::{Attrs, Guard, Tree, PIECE};
 
 /// The xattr of an upload's directory naming its key.
 const KEY_XATTR: &[u8] = b"user.cairn.s3.upload-key";
+/// Bytes one copy between a part and the object covers (the file
+/// system's copy counts in 32 bits).
+const COPY_STEP: u64 = 1 << 30;
 /// Highest part number S3 allows.
 pub const MAX_PART: i32 = 10_000;
 
@@ -116,22 +120,21 @@ pub fn abort(tree: &Tree, bucket: &str, dir: InodeId, id: &str) -> S3Result<()> 
         }
     }
     let root = tree.bucket(bucket)?;
-    tree.fs()
-        .rmdir(root, dir_name(id).as_bytes())
-        .map_err(fail)?;
+    tree.rmdir(root, dir_name(id).as_bytes()).map_err(fail)?;
     tree.fs().sync_all().map_err(fail)
 }
 
 /// Joins the listed parts into the object `key`: checks each is stored
-/// with the ETag the client has, streams them into a new file, and
-/// answers the multipart ETag (the MD5 of the parts' MD5s, `-N`).
+/// with the ETag the client has and that together they are at most
+/// `max_object` bytes, streams them into a new file, and answers the
+/// multipart ETag (the MD5 of the parts' MD5s, `-N`).
 pub fn complete(
     tree: &Tree,
     bucket: &str,
     key: &KeyPath<'_>,
-    dir: InodeId,
-    id: &str,
+    (dir, id): (InodeId, &str),
     wanted: &[(i32, String)],
+    max_object: u64,
 ) -> S3Result<String> {
     if wanted.is_empty() {
         return Err(S3Error::new(S3ErrorCode::MalformedXML));
@@ -153,6 +156,15 @@ pub fn complete(
         md5s.update(hex::decode(&md5).map_err(|_| S3Error::new(S3ErrorCode::InvalidPart))?);
         chosen.push(inode.clone());
     }
+    let total: u64 = chosen.iter().map(|i: &Inode| i.attr.size).sum();
+    if total > max_object {
+        return Err(S3Error::with_message(
+            S3ErrorCode::EntityTooLarge,
+            format!(
+                "the parts hold {total} bytes; this gateway takes objects of at most {max_object}"
+            ),
+        ));
+    }
     let etag = format!("{}-{}", hex::encode(md5s.finalize()), wanted.len());
     let fail = |e| s3_from_fs(e, S3ErrorCode::InternalError, "an upload");
     let attrs = tree.attrs(dir)?;
@@ -160,27 +172,37 @@ pub fn complete(
     let joined = (|| {
         let mut at = 0u64;
         for part in &chosen {
-            tree.open(part.id)?;
+            // Inside the file system: the first part, copied whole onto
+            // the empty new file, is a recipe clone (no data read); the
+            // others are read and written there, their chunks found
+            // stored.
+            let size = part.attr.size;
             let mut offset = 0;
-            let copied = loop {
-                match tree.read(part.id, offset, PIECE as u32) {
-                    Ok(b) if b.is_empty() => break Ok(()),
-                    Ok(b) => {
-                        if let Err(e) = tree.write(&up, at, &b) {
-                            break Err(e);
-                        }
-                        offset += b.len() as u64;
-                        at += b.len() as u64;
-                    }
-                    Err(e) => break Err(fail(e)),
+            while offset < size {
+                let n = tree
+                    .fs()
+                    .copy_range(
+                        part.id,
+                        offset,
+                        up.ino,
+                        at + offset,
+                        (size - offset).min(COPY_STEP),
+                        &fs::Caller::root(),
+                    )
+                    .map_err(fail)?;
+                if n == 0 {
+                    return Err(S3Error::with_message(
+                        S3ErrorCode::InternalError,
+                        "a part got shorter while the upload was completed",
+                    ));
                 }
-            };
-            tree.release(part.id);
-            copied?;
+                offset += n;
+            }
+            at += size;
         }
         tree.set_attrs(up.ino, &attrs)?;
         let name = key.parts.last().expect("a key has a name");
-        tree.finish(&up, name, &etag)
+        tree.finish(&up, name, &etag, &Guard::None)
     })();
     if let Err(e) = joined {
         tree.abort(&up);
@@ -188,6 +210,76 @@ pub fn complete(
     }
     abort(tree, bucket, dir, id)?;
     Ok(etag)
+}
+
+/// Stores part `part` of upload `id` in `bucket` as a copy of object
+/// `src`: the whole object as a clone (the recipe is shared, no data
+/// read), or `range` of it read and written like a PUT (at most
+/// `max_put` bytes). Its ETag (the MD5 of its bytes) and inode.
+pub fn copy_part(
+    tree: &Tree,
+    (src_bucket, src): (&str, &KeyPath<'_>),
+    (bucket, id, part): (&str, &str, &str),
+    range: Option<s3s::dto::Range>,
+    max_put: u64,
+) -> S3Result<(String, Inode)> {
+    let dir = dir_name(id);
+    let dst = KeyPath {
+        parts: vec![dir.as_str(), part],
+        dir: false,
+    };
+    let from = tree.object(src_bucket, src)?;
+    let Some(range) = range else {
+        let inode = tree.copy(src_bucket, src, bucket, &dst, Some(&Attrs::default()))?;
+        return Ok((tree.etag(&inode)?, inode));
+    };
+    let range = range
+        .check(from.attr.size)
+        .map_err(|_| S3Error::new(S3ErrorCode::InvalidRange))?;
+    if range.end - range.start > max_put {
+        return Err(S3Error::new(S3ErrorCode::EntityTooLarge));
+    }
+    let fail = |e| s3_from_fs(e, S3ErrorCode::InternalError, "a part copy");
+    let up = tree.begin(bucket, &dst)?;
+    let mut md5 = Md5::new();
+    let copied = (|| {
+        tree.open(from.id)?;
+        let mut at = range.start;
+        let read = loop {
+            if at >= range.end {
+                break Ok(());
+            }
+            let len = (range.end - at).min(PIECE as u64) as u32;
+            match tree.read(from.id, at, len) {
+                Ok(b) if b.is_empty() => {
+                    break Err(S3Error::with_message(
+                        S3ErrorCode::InternalError,
+                        "the source got shorter while it was copied",
+                    ))
+                }
+                Ok(b) => {
+                    md5.update(&b);
+                    if let Err(e) = tree.write(&up, at - range.start, &b) {
+                        break Err(e);
+                    }
+                    at += b.len() as u64;
+                }
+                Err(e) => break Err(fail(e)),
+            }
+        };
+        tree.release(from.id);
+        read?;
+        let etag = hex::encode(md5.finalize());
+        tree.finish(&up, part, &etag, &Guard::None)?;
+        Ok(etag)
+    })();
+    match copied {
+        Ok(etag) => Ok((etag, tree.getattr(up.ino).map_err(fail)?)),
+        Err(e) => {
+            tree.abort(&up);
+            Err(e)
+        }
+    }
 }
 
 /// Every upload in progress in the bucket: key and id.

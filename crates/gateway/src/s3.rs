@@ -19,7 +19,8 @@ use crate::keys::Keyring;
 use crate::list::{self, Item, Query};
 use crate::multipart;
 use crate::names::{self, KeyPath};
-use crate::tree::{Attrs, Tree, Upload, PIECE};
+use crate::server::Limits;
+use crate::tree::{precondition_failed, Attrs, Guard, Tree, Upload, PIECE};
 
 /// What `EncodingType=url` leaves as it is (boto3 asks for it on every
 /// listing and decodes with `unquote_plus`, so `+` must be encoded).
@@ -35,12 +36,41 @@ const MAX_KEYS: i32 = 1000;
 pub struct Gateway {
     tree: Tree,
     keys: Arc<Keyring>,
+    limits: Limits,
 }
 
 impl Gateway {
-    pub fn new(tree: Tree, keys: Arc<Keyring>) -> Gateway {
-        Gateway { tree, keys }
+    pub fn new(tree: Tree, keys: Arc<Keyring>, limits: Limits) -> Gateway {
+        Gateway { tree, keys, limits }
     }
+}
+
+/// The S3 error for a body that failed while it streamed in. s3s's
+/// stream errors are not public types: their text names what failed.
+fn body_error(e: &dyn std::fmt::Display) -> S3Error {
+    let text = e.to_string();
+    if text.contains("Sha256Mismatch") {
+        // S3's code; s3s has no variant for it.
+        let mut e = S3Error::with_message(
+            S3ErrorCode::Custom("XAmzContentSHA256Mismatch".into()),
+            "the body does not match its x-amz-content-sha256",
+        );
+        e.set_status_code(http::StatusCode::BAD_REQUEST);
+        return e;
+    }
+    let code = if text.contains("SignatureMismatch") {
+        S3ErrorCode::SignatureDoesNotMatch
+    } else {
+        S3ErrorCode::IncompleteBody
+    };
+    S3Error::with_message(code, text)
+}
+
+fn too_large(limit: u64) -> S3Error {
+    S3Error::with_message(
+        S3ErrorCode::EntityTooLarge,
+        format!("the body is larger than this gateway takes ({limit} bytes)"),
+    )
 }
 
 /// Runs `f` on a blocking thread with a handle on the tree.
@@ -158,6 +188,40 @@ impl Gateway {
         .await
     }
 
+    /// The condition of a conditional PUT, checked once now (so a PUT
+    /// that cannot succeed is refused before its body is read) and again
+    /// when the object takes the key.
+    async fn guard(
+        &self,
+        bucket: &str,
+        key: &str,
+        if_match: Option<ETagCondition>,
+        if_none_match: Option<ETagCondition>,
+    ) -> S3Result<Guard> {
+        let guard = match (if_match, if_none_match) {
+            (None, None) => return Ok(Guard::None),
+            (None, Some(ETagCondition::Any)) => Guard::Absent,
+            (Some(ETagCondition::ETag(e)), None) => Guard::ETag(e.value().to_string()),
+            _ => {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::NotImplemented,
+                    "a PUT takes If-None-Match: * or If-Match: ETAG, one of them",
+                ))
+            }
+        };
+        let found = match self.find(bucket, key).await {
+            Ok(f) => Some(f),
+            Err(e) if *e.code() == S3ErrorCode::NoSuchKey => None,
+            Err(e) => return Err(e),
+        };
+        match (&guard, found) {
+            (Guard::Absent, Some(_)) => Err(precondition_failed()),
+            (Guard::ETag(_), None) => Err(S3Error::new(S3ErrorCode::NoSuchKey)),
+            (Guard::ETag(want), Some(f)) if f.etag != *want => Err(precondition_failed()),
+            _ => Ok(guard),
+        }
+    }
+
     /// Whether `req`'s key may see bucket `name` (keys can be limited to
     /// some buckets).
     fn may_see(&self, creds: Option<&s3s::auth::Credentials>, name: &str) -> bool {
@@ -173,6 +237,7 @@ impl Gateway {
         parts: Vec<String>,
         body: Incoming,
         attrs: Attrs,
+        guard: Guard,
     ) -> S3Result<String> {
         let Incoming {
             blob: mut body,
@@ -180,6 +245,11 @@ impl Gateway {
             content_md5,
             mut declared,
         } = body;
+        // Refused before a byte is read, or a directory made.
+        let max = self.limits.max_put;
+        if length.is_some_and(|l| l as u64 > max) {
+            return Err(too_large(max));
+        }
         let up = blocking(&self.tree, {
             let (bucket, parts) = (bucket.clone(), parts.clone());
             move |t| t.begin(&bucket, &key_path(&parts, false))
@@ -198,9 +268,11 @@ impl Gateway {
                 let next = body.next().await;
                 let last = next.is_none();
                 if let Some(piece) = next {
-                    let piece = piece.map_err(|e| {
-                        S3Error::with_message(S3ErrorCode::IncompleteBody, e.to_string())
-                    })?;
+                    let piece = piece.map_err(|e| body_error(&e))?;
+                    // A body without a length is counted as it comes.
+                    if offset + (buf.len() + piece.len()) as u64 > max {
+                        return Err(too_large(max));
+                    }
                     md5.update(&piece);
                     declared.update(&piece);
                     buf.extend_from_slice(&piece);
@@ -241,7 +313,7 @@ impl Gateway {
         let up2 = up.clone();
         blocking(&self.tree, move |t| {
             t.set_attrs(up2.ino, &attrs)?;
-            t.finish(&up2, &name, &etag2)
+            t.finish(&up2, &name, &etag2, &guard)
         })
         .await?;
         pending.done();
@@ -531,6 +603,9 @@ impl S3 for Gateway {
             content_type: input.content_type,
             meta: input.metadata.unwrap_or_default().into_iter().collect(),
         };
+        let guard = self
+            .guard(&bucket, &input.key, input.if_match, input.if_none_match)
+            .await?;
         let etag = self
             .write_body(
                 bucket,
@@ -542,6 +617,7 @@ impl S3 for Gateway {
                     declared,
                 },
                 attrs,
+                guard,
             )
             .await?;
         Ok(S3Response::new(PutObjectOutput {
@@ -718,6 +794,57 @@ impl S3 for Gateway {
         }))
     }
 
+    /// Buckets are not versioned: each key has one version, "null".
+    async fn list_object_versions(
+        &self,
+        req: S3Request<ListObjectVersionsInput>,
+    ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+        let input = req.input;
+        let url = wants_url(input.encoding_type.as_ref());
+        let page = self
+            .page(
+                &input.bucket,
+                input.prefix.clone().unwrap_or_default(),
+                input.delimiter.clone(),
+                input.key_marker.clone(),
+                input.max_keys,
+                url,
+            )
+            .await?;
+        let versions = page
+            .contents
+            .into_iter()
+            .map(|o| ObjectVersion {
+                e_tag: o.e_tag,
+                is_latest: Some(true),
+                key: o.key,
+                last_modified: o.last_modified,
+                size: o.size,
+                storage_class: Some(ObjectVersionStorageClass::from_static(
+                    ObjectVersionStorageClass::STANDARD,
+                )),
+                version_id: Some("null".to_string()),
+                ..Default::default()
+            })
+            .collect();
+        let truncated = page.last.is_some();
+        Ok(S3Response::new(ListObjectVersionsOutput {
+            name: Some(input.bucket),
+            prefix: Some(encode(input.prefix.as_deref().unwrap_or(""), url)),
+            delimiter: input.delimiter.map(|d| encode(&d, url)),
+            key_marker: Some(encode(input.key_marker.as_deref().unwrap_or(""), url)),
+            version_id_marker: input.version_id_marker,
+            encoding_type: input.encoding_type,
+            max_keys: Some(page.max),
+            is_truncated: Some(truncated),
+            next_key_marker: page.last.map(|l| encode(&l, url)),
+            next_version_id_marker: truncated.then(|| "null".to_string()),
+            versions: Some(versions),
+            common_prefixes: Some(page.prefixes),
+            ..Default::default()
+        }))
+    }
+
     async fn delete_objects(
         &self,
         req: S3Request<DeleteObjectsInput>,
@@ -878,10 +1005,72 @@ impl S3 for Gateway {
                     declared,
                 },
                 Attrs::default(),
+                Guard::None,
             )
             .await?;
         Ok(S3Response::new(UploadPartOutput {
             e_tag: Some(ETag::Strong(etag)),
+            ..Default::default()
+        }))
+    }
+
+    /// A whole source is cloned into the part (no data copied); a range
+    /// is read and written (its chunks are found stored: only the part's
+    /// recipe is new).
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let input = req.input;
+        let CopySource::Bucket {
+            bucket: src_bucket,
+            key: src_key,
+            ..
+        } = input.copy_source
+        else {
+            return Err(S3Error::with_message(
+                S3ErrorCode::NotImplemented,
+                "copies from access points are not supported",
+            ));
+        };
+        if input.copy_source_if_match.is_some()
+            || input.copy_source_if_none_match.is_some()
+            || input.copy_source_if_modified_since.is_some()
+            || input.copy_source_if_unmodified_since.is_some()
+        {
+            return Err(S3Error::with_message(
+                S3ErrorCode::NotImplemented,
+                "UploadPartCopy takes no x-amz-copy-source-if-* conditions here",
+            ));
+        }
+        let range = match &input.copy_source_range {
+            Some(r) => {
+                Some(Range::parse(r).map_err(|_| S3Error::new(S3ErrorCode::InvalidArgument))?)
+            }
+            None => None,
+        };
+        let (src_parts, src_dir) = owned_key(&src_key)?;
+        if src_dir {
+            return Err(S3Error::with_message(
+                S3ErrorCode::InvalidArgument,
+                "a directory marker cannot be copied",
+            ));
+        }
+        let part = multipart::part_name(input.part_number)?;
+        let max = self.limits.max_put;
+        let (bucket, key, id) = (input.bucket, input.key, input.upload_id);
+        let (etag, inode) = blocking(&self.tree, move |t| {
+            multipart::find(t, &bucket, &key, &id)?;
+            let src = key_path(&src_parts, false);
+            multipart::copy_part(t, (&src_bucket, &src), (&bucket, &id, &part), range, max)
+        })
+        .await?;
+        Ok(S3Response::new(UploadPartCopyOutput {
+            copy_part_result: Some(CopyPartResult {
+                e_tag: Some(ETag::Strong(etag)),
+                last_modified: Some(modified(&inode)),
+                ..Default::default()
+            }),
             ..Default::default()
         }))
     }
@@ -905,9 +1094,11 @@ impl S3 for Gateway {
             })
             .collect();
         let (bucket, key, id) = (input.bucket.clone(), input.key.clone(), input.upload_id);
+        let max = self.limits.max_object;
         let etag = blocking(&self.tree, move |t| {
             let updir = multipart::find(t, &bucket, &key, &id)?;
-            multipart::complete(t, &bucket, &key_path(&parts, dir), updir, &id, &wanted)
+            let key = key_path(&parts, dir);
+            multipart::complete(t, &bucket, &key, (updir, &id), &wanted, max)
         })
         .await?;
         Ok(S3Response::new(CompleteMultipartUploadOutput {

@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -18,7 +18,8 @@ use crate::auth::Auth;
 use crate::error::{GatewayError, Result};
 use crate::keys::Keyring;
 use crate::s3::Gateway;
-use crate::tree::Tree;
+use crate::sweep;
+use crate::tree::{NameChanged, Tree};
 
 /// How long a stop waits for requests in flight before it drops them.
 const DRAIN: Duration = Duration::from_secs(10);
@@ -29,6 +30,10 @@ pub struct Options {
     /// Threads that run file-system calls at once (reads and writes of
     /// bodies, lookups, listings).
     pub blocking_threads: usize,
+    pub limits: Limits,
+    /// A PUT's temporary file or a multipart upload unchanged this long
+    /// is abandoned: removed at start and by a sweep every hour.
+    pub abandoned_after: Duration,
 }
 
 impl Options {
@@ -36,6 +41,28 @@ impl Options {
         Options {
             listen,
             blocking_threads: 16,
+            limits: Limits::default(),
+            abandoned_after: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+/// The largest bodies and objects the gateway takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes of one PUT or one part of a multipart upload (S3: 5 GiB).
+    /// A larger `Content-Length` is refused before the body is read; a
+    /// body without one is cut off once it passes this.
+    pub max_put: u64,
+    /// Bytes of an object completed from parts (S3: 5 TiB).
+    pub max_object: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_put: 5 << 30,
+            max_object: 5 << 40,
         }
     }
 }
@@ -81,12 +108,21 @@ pub struct Running {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    sweeper: Option<(std::sync::mpsc::Sender<()>, JoinHandle<()>)>,
+    changed: Arc<OnceLock<NameChanged>>,
 }
 
 impl Running {
     /// Where it listens (the port chosen, if `:0` was asked for).
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Calls `f` with each name the gateway changes from now on (the
+    /// directory, the name): `serve` drops the kernel's cached entry of
+    /// its mount there. Only the first call counts.
+    pub fn on_name_change(&self, f: NameChanged) {
+        let _ = self.changed.set(f);
     }
 
     /// Stops accepting, lets requests in flight finish (up to a bound),
@@ -101,6 +137,10 @@ impl Running {
             let _ = tx.send(());
         }
         if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some((tx, t)) = self.sweeper.take() {
+            let _ = tx.send(());
             let _ = t.join();
         }
     }
@@ -137,8 +177,18 @@ pub fn start(fs: Arc<fs::Fs>, repo_root: &Path, opts: &Options) -> Result<Runnin
         .build()
         .map_err(GatewayError::Runtime)?;
     let keys = Arc::new(Keyring::new(repo_root));
+    let (sweep_tx, sweep_rx) = std::sync::mpsc::channel();
+    let sweeper = {
+        let (fs, age) = (fs.clone(), opts.abandoned_after);
+        std::thread::Builder::new()
+            .name("cairn-gateway-sweep".into())
+            .spawn(move || sweep::run(fs, age, sweep_rx))
+            .map_err(GatewayError::Runtime)?
+    };
+    let changed = Arc::new(OnceLock::new());
     let service = {
-        let mut b = S3ServiceBuilder::new(Gateway::new(Tree::new(fs), keys.clone()));
+        let tree = Tree::new(fs, changed.clone());
+        let mut b = S3ServiceBuilder::new(Gateway::new(tree, keys.clone(), opts.limits));
         b.set_auth(Auth::new(keys.clone()));
         b.set_access(Auth::new(keys));
         CloseAfterRefusal(b.build())
@@ -198,5 +248,7 @@ pub fn start(fs: Arc<fs::Fs>, repo_root: &Path, opts: &Options) -> Result<Runnin
         addr,
         stop: Some(tx),
         thread: Some(thread),
+        sweeper: Some((sweep_tx, sweeper)),
+        changed,
     })
 }

@@ -2,13 +2,14 @@
 //! run on tokio's bounded blocking threads by [`crate::s3`]. A bucket is a
 //! directory under the root, a key a path below it ([`crate::names`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use fs::{Caller, Fs, FsError};
 use md5::{Digest, Md5};
 use meta::{Content, FileKind, Inode, InodeId, NewInode, RenameFlags, XattrFlags};
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
+use crate::commit::GroupCommit;
 use crate::error::s3_from_fs;
 use crate::names::{KeyPath, UPLOAD_PREFIX};
 
@@ -65,6 +66,27 @@ pub struct Upload {
     pub dir: InodeId,
     pub tmp: String,
     pub ino: InodeId,
+    /// The directories this PUT made for its key (the one holding each,
+    /// its name), outermost first: a PUT that fails removes them again.
+    made: Vec<(InodeId, String)>,
+}
+
+/// What a conditional PUT asks of the key it replaces.
+#[derive(Debug, Clone, Default)]
+pub enum Guard {
+    #[default]
+    None,
+    /// `If-None-Match: *`: the key must not exist (checked by the rename
+    /// itself: it does not replace).
+    Absent,
+    /// `If-Match`: the key must hold an object of this ETag (checked just
+    /// before the rename).
+    ETag(String),
+}
+
+/// The answer to a PUT whose condition does not hold.
+pub fn precondition_failed() -> S3Error {
+    S3Error::new(S3ErrorCode::PreconditionFailed)
 }
 
 /// What an object carries besides its bytes.
@@ -75,14 +97,31 @@ pub struct Attrs {
     pub meta: Vec<(String, String)>,
 }
 
+/// Told of each name the gateway changed (the directory, the name): a
+/// mount on the same `Fs` drops its kernel's cached entry for it.
+pub type NameChanged = Box<dyn Fn(InodeId, &[u8]) + Send + Sync>;
+
 #[derive(Clone)]
 pub struct Tree {
     fs: Arc<Fs>,
+    changed: Arc<OnceLock<NameChanged>>,
+    group: Arc<GroupCommit>,
 }
 
 impl Tree {
-    pub fn new(fs: Arc<Fs>) -> Tree {
-        Tree { fs }
+    pub fn new(fs: Arc<Fs>, changed: Arc<OnceLock<NameChanged>>) -> Tree {
+        Tree {
+            fs,
+            changed,
+            group: Arc::default(),
+        }
+    }
+
+    /// Tells the mount, if there is one, that `name` in `dir` changed.
+    fn changed(&self, dir: InodeId, name: &[u8]) {
+        if let Some(f) = self.changed.get() {
+            f(dir, name);
+        }
     }
 
     pub fn fs(&self) -> &Fs {
@@ -130,7 +169,10 @@ impl Tree {
             name.as_bytes(),
             new_inode(FileKind::Dir, 0o755),
         ) {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.changed(InodeId::ROOT, name.as_bytes());
+                Ok(())
+            }
             Err(e) if e.errno() == libc::EEXIST => {
                 Err(S3Error::new(S3ErrorCode::BucketAlreadyOwnedByYou))
             }
@@ -144,7 +186,7 @@ impl Tree {
     pub fn delete_bucket(&self, name: &str) -> S3Result<()> {
         self.bucket(name)?;
         match self.fs.rmdir(InodeId::ROOT, name.as_bytes()) {
-            Ok(()) => {}
+            Ok(()) => self.changed(InodeId::ROOT, name.as_bytes()),
             Err(e) if e.errno() == libc::ENOTEMPTY => {
                 return Err(S3Error::new(S3ErrorCode::BucketNotEmpty))
             }
@@ -181,7 +223,18 @@ impl Tree {
 
     /// The directories of `parts`, below the bucket, made where missing. A
     /// file on the way is an S3 error (a key `a/b` when `a` is an object).
-    pub fn make_dirs(&self, mut at: InodeId, parts: &[&str]) -> S3Result<InodeId> {
+    pub fn make_dirs(&self, at: InodeId, parts: &[&str]) -> S3Result<InodeId> {
+        self.make_dirs_noting(at, parts, &mut Vec::new())
+    }
+
+    /// [`Tree::make_dirs`], noting in `made` each directory it made (the
+    /// one holding it, its name), outermost first.
+    fn make_dirs_noting(
+        &self,
+        mut at: InodeId,
+        parts: &[&str],
+        made: &mut Vec<(InodeId, String)>,
+    ) -> S3Result<InodeId> {
         for part in parts {
             at = match self.fs.lookup(at, part.as_bytes()) {
                 Ok(i) if i.attr.kind == FileKind::Dir => i.id,
@@ -195,7 +248,11 @@ impl Tree {
                         .fs
                         .create(at, part.as_bytes(), new_inode(FileKind::Dir, 0o755))
                     {
-                        Ok(i) => i.id,
+                        Ok(i) => {
+                            self.changed(at, part.as_bytes());
+                            made.push((at, part.to_string()));
+                            i.id
+                        }
                         // Made by another request meanwhile.
                         Err(e) if e.errno() == libc::EEXIST => {
                             self.fs
@@ -226,27 +283,51 @@ impl Tree {
     pub fn begin(&self, bucket: &str, key: &KeyPath<'_>) -> S3Result<Upload> {
         let root = self.bucket(bucket)?;
         let (name, above) = key.parts.split_last().expect("a key has a name");
-        let dir = self.make_dirs(root, above)?;
-        if let Ok(i) = self.fs.lookup(dir, name.as_bytes()) {
-            if i.attr.kind == FileKind::Dir {
-                return Err(conflict(&format!(
-                    "{name:?} is a directory holding other keys; it cannot be an object too"
-                )));
+        let mut made = Vec::new();
+        let started = self
+            .make_dirs_noting(root, above, &mut made)
+            .and_then(|dir| {
+                if let Ok(i) = self.fs.lookup(dir, name.as_bytes()) {
+                    if i.attr.kind == FileKind::Dir {
+                        return Err(conflict(&format!(
+                        "{name:?} is a directory holding other keys; it cannot be an object too"
+                    )));
+                    }
+                }
+                let tmp = format!("{UPLOAD_PREFIX}{:016x}", rand::random::<u64>());
+                let inode = self
+                    .fs
+                    .create(dir, tmp.as_bytes(), new_inode(FileKind::File, 0o644))
+                    .map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, &tmp))?;
+                if let Err(e) = self.fs.open(inode.id) {
+                    let _ = self.fs.unlink(dir, tmp.as_bytes());
+                    return Err(s3_from_fs(e, S3ErrorCode::InternalError, &tmp));
+                }
+                Ok((dir, tmp, inode.id))
+            });
+        match started {
+            Ok((dir, tmp, ino)) => Ok(Upload {
+                dir,
+                tmp,
+                ino,
+                made,
+            }),
+            Err(e) => {
+                self.remove_made(&made);
+                Err(e)
             }
         }
-        let tmp = format!("{UPLOAD_PREFIX}{:016x}", rand::random::<u64>());
-        let inode = self
-            .fs
-            .create(dir, tmp.as_bytes(), new_inode(FileKind::File, 0o644))
-            .map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, &tmp))?;
-        self.fs
-            .open(inode.id)
-            .map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, &tmp))?;
-        Ok(Upload {
-            dir,
-            tmp,
-            ino: inode.id,
-        })
+    }
+
+    /// Removes the directories a PUT made, innermost first, as long as
+    /// they are empty (another PUT may have put a key in one meanwhile).
+    fn remove_made(&self, made: &[(InodeId, String)]) {
+        for (parent, name) in made.iter().rev() {
+            if self.fs.rmdir(*parent, name.as_bytes()).is_err() {
+                break;
+            }
+            self.changed(*parent, name.as_bytes());
+        }
     }
 
     pub fn write(&self, up: &Upload, offset: u64, data: &[u8]) -> S3Result<()> {
@@ -267,21 +348,42 @@ impl Tree {
         if let Err(e) = self.fs.unlink(up.dir, up.tmp.as_bytes()) {
             tracing::warn!(file = %up.tmp, error = %e, "cannot remove an aborted upload's temporary file");
         }
+        self.remove_made(&up.made);
+    }
+
+    /// Checks `guard` against what `name` in `dir` holds now.
+    fn check_guard(&self, dir: InodeId, name: &str, guard: &Guard) -> S3Result<()> {
+        let Guard::ETag(want) = guard else {
+            return Ok(());
+        };
+        let found = match self.fs.lookup(dir, name.as_bytes()) {
+            Ok(i) if i.attr.kind == FileKind::File => i,
+            Ok(_) => return Err(S3Error::new(S3ErrorCode::NoSuchKey)),
+            Err(e) => return Err(s3_from_fs(e, S3ErrorCode::NoSuchKey, name)),
+        };
+        if self.etag(&found)? != *want {
+            return Err(precondition_failed());
+        }
+        Ok(())
     }
 
     /// Completes a PUT whose body was whole and verified: the temporary
-    /// file takes the key's name and is made durable; its MD5 is cached.
-    pub fn finish(&self, up: &Upload, name: &str, md5: &str) -> S3Result<()> {
+    /// file takes the key's name (if `guard` holds) and is made durable;
+    /// its MD5 is cached.
+    pub fn finish(&self, up: &Upload, name: &str, md5: &str, guard: &Guard) -> S3Result<()> {
         let fail = |e: FsError| s3_from_fs(e, S3ErrorCode::InternalError, name);
         self.fs.release(up.ino).map_err(fail)?;
-        match self.fs.rename(
-            up.dir,
-            up.tmp.as_bytes(),
-            up.dir,
-            name.as_bytes(),
-            RenameFlags::default(),
-        ) {
-            Ok(()) => {}
+        self.check_guard(up.dir, name, guard)?;
+        let flags = RenameFlags {
+            noreplace: matches!(guard, Guard::Absent),
+            ..RenameFlags::default()
+        };
+        match self
+            .fs
+            .rename(up.dir, up.tmp.as_bytes(), up.dir, name.as_bytes(), flags)
+        {
+            Ok(()) => self.changed(up.dir, name.as_bytes()),
+            Err(e) if e.errno() == libc::EEXIST => return Err(precondition_failed()),
             Err(e) if matches!(e.errno(), libc::EISDIR | libc::ENOTEMPTY | libc::ENOTDIR) => {
                 return Err(conflict(&format!(
                     "{name:?} is a directory holding other keys; it cannot be an object too"
@@ -289,7 +391,12 @@ impl Tree {
             }
             Err(e) => return Err(fail(e)),
         }
-        self.fs.fsync(up.ino).map_err(fail)?;
+        // Released above, the file's content is recorded: a commit run for
+        // PUTs finishing at the same time covers this one too.
+        self.group.durable(|| self.fs.fsync(up.ino)).map_err(|e| {
+            tracing::error!(object = %name, error = %e, "making a PUT durable failed");
+            S3Error::with_message(S3ErrorCode::InternalError, e)
+        })?;
         let inode = self.fs.getattr(up.ino).map_err(fail)?;
         self.cache_etag(&inode, md5);
         Ok(())
@@ -404,16 +511,25 @@ impl Tree {
             _ => self.fs.unlink(dir, name.as_bytes()),
         };
         gone.map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, name))?;
+        self.changed(dir, name.as_bytes());
         // Directories left empty go too, up to the bucket: in S3 a
         // "folder" is only the keys below it.
         for (parent, part) in way.iter().rev() {
             if self.fs.rmdir(*parent, part.as_bytes()).is_err() {
                 break;
             }
+            self.changed(*parent, part.as_bytes());
         }
         self.fs
             .sync_all()
             .map_err(|e| s3_from_fs(e, S3ErrorCode::InternalError, name))
+    }
+
+    /// Removes the empty directory `name` of `parent` (an upload's).
+    pub fn rmdir(&self, parent: InodeId, name: &[u8]) -> Result<(), FsError> {
+        self.fs.rmdir(parent, name)?;
+        self.changed(parent, name);
+        Ok(())
     }
 
     pub fn readdir(
@@ -525,7 +641,7 @@ impl Tree {
                 name.as_bytes(),
                 RenameFlags::default(),
             ) {
-                Ok(()) => {}
+                Ok(()) => self.changed(dir, name.as_bytes()),
                 Err(e) if matches!(e.errno(), libc::EISDIR | libc::ENOTEMPTY | libc::ENOTDIR) => {
                     return Err(conflict(&format!(
                         "{name:?} is a directory holding other keys; it cannot be an object too"

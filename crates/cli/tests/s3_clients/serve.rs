@@ -1,0 +1,110 @@
+//! `cairn serve` on a free loopback port, for the tests that drive the
+//! gateway with S3 clients: the mount, the endpoint and the first key.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{is_cairn_mounted, require_fuse, Mount, CAIRN};
+
+/// A running `cairn serve`: its mount, where the gateway listens and the
+/// key it printed at its first start.
+pub struct Served {
+    pub mount: Mount,
+    pub endpoint: String,
+    pub key_id: String,
+    pub secret: String,
+}
+
+/// The value of `name = value` in the key lines cairn printed.
+fn field(lines: &[String], name: &str) -> String {
+    let prefix = format!("{name} = ");
+    lines
+        .iter()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {name} in {lines:?}"))
+        .to_string()
+}
+
+/// Starts `cairn serve` of a new repository `repo` mounted at `dir`.
+pub fn serve(repo: &Path, dir: &Path) -> Served {
+    start(repo, dir, None, &[])
+}
+
+/// [`serve`] with more arguments for `cairn serve`.
+pub fn serve_with(repo: &Path, dir: &Path, args: &[&str]) -> Served {
+    start(repo, dir, None, args)
+}
+
+/// Starts `cairn serve` again on `repo`, whose key is `key_id`, `secret`.
+pub fn serve_again(repo: &Path, dir: &Path, key_id: String, secret: String) -> Served {
+    start(repo, dir, Some((key_id, secret)), &[])
+}
+
+fn start(repo: &Path, dir: &Path, key: Option<(String, String)>, args: &[&str]) -> Served {
+    require_fuse();
+    std::fs::create_dir_all(dir).unwrap();
+    let mut child = Command::new(CAIRN)
+        .args([
+            "--repo",
+            repo.to_str().unwrap(),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(args)
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = BufReader::new(child.stderr.take().unwrap()).lines();
+    let endpoint = said
+        .by_ref()
+        .map(Result::unwrap)
+        .find_map(|l| l.strip_prefix("cairn: S3 gateway at ").map(String::from))
+        .expect("cairn serve printed no endpoint");
+    // The rest of what it says (its log) goes on to the test's stderr.
+    std::thread::spawn(move || {
+        for line in said.map_while(Result::ok) {
+            eprintln!("{line}");
+        }
+    });
+    let (key_id, secret) = match key {
+        Some(k) => k,
+        None => {
+            let mut lines = Vec::new();
+            for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+                let line = line.unwrap();
+                let done = line.starts_with("then: ");
+                lines.push(line);
+                if done {
+                    break;
+                }
+            }
+            (
+                field(&lines, "aws_access_key_id"),
+                field(&lines, "aws_secret_access_key"),
+            )
+        }
+    };
+    let mount = Mount {
+        repo: repo.to_path_buf(),
+        dir: dir.to_path_buf(),
+        child: Some(child),
+    };
+    let started = Instant::now();
+    while !is_cairn_mounted(dir) {
+        assert!(started.elapsed() < Duration::from_secs(30), "no mount");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Served {
+        mount,
+        endpoint,
+        key_id,
+        secret,
+    }
+}
