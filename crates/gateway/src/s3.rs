@@ -84,6 +84,11 @@ async fn blocking<T: Send + 'static>(
         .map_err(s3_from_join)?
 }
 
+/// The result of a file-system call started with `spawn_blocking`.
+async fn joined<T>(h: tokio::task::JoinHandle<S3Result<T>>) -> S3Result<T> {
+    h.await.map_err(s3_from_join)?
+}
+
 fn check_bucket(name: &str) -> S3Result<()> {
     if s3s::path::check_bucket_name(name) {
         Ok(())
@@ -263,6 +268,7 @@ impl Gateway {
         let mut md5 = Md5::new();
         let mut offset = 0u64;
         let mut buf = BytesMut::with_capacity(PIECE);
+        let mut writing: Option<tokio::task::JoinHandle<S3Result<()>>> = None;
         let received: S3Result<()> = async {
             loop {
                 let next = body.next().await;
@@ -282,7 +288,16 @@ impl Gateway {
                     let at = offset;
                     offset += data.len() as u64;
                     let up = up.clone();
-                    blocking(&self.tree, move |t| t.write(&up, at, &data)).await?;
+                    // One write in flight while the next piece is received
+                    // and hashed: writes stay in order, and the network,
+                    // MD5 and the file system overlap.
+                    if let Some(previous) = writing.take() {
+                        joined(previous).await?;
+                    }
+                    let tree = self.tree.clone();
+                    writing = Some(tokio::task::spawn_blocking(move || {
+                        tree.write(&up, at, &data)
+                    }));
                 }
                 if last {
                     return Ok(());
@@ -290,6 +305,12 @@ impl Gateway {
             }
         }
         .await;
+        // The write in flight ends before anything else touches the file,
+        // whether the body arrived whole or not.
+        let received = match writing.take() {
+            Some(w) => received.and(joined(w).await),
+            None => received,
+        };
         let md5 = md5.finalize();
         let verdict = received.and_then(|()| declared.verify()).and_then(|()| {
             if length.is_some_and(|l| l != offset as i64) {

@@ -100,13 +100,11 @@ pub fn sweep(fs: &Fs, age: Duration, stopped: impl Fn() -> bool) -> Result<Swept
             }
             let ours = e.name.starts_with(UPLOAD_PREFIX.as_bytes());
             match (ours, e.kind) {
-                (true, FileKind::File) if stale(fs, e.ino, age)? => {
-                    match fs.unlink(dir, &e.name) {
-                        Ok(()) => swept.temporary_files += 1,
-                        Err(e) if e.errno() == libc::ENOENT => {}
-                        Err(e) => return Err(e),
-                    }
-                }
+                (true, FileKind::File) if stale(fs, e.ino, age)? => match fs.unlink(dir, &e.name) {
+                    Ok(()) => swept.temporary_files += 1,
+                    Err(e) if e.errno() == libc::ENOENT => {}
+                    Err(e) => return Err(e),
+                },
                 (true, FileKind::Dir) if stale(fs, e.ino, age)? => {
                     remove_upload(fs, dir, &e.name, e.ino)?;
                     swept.uploads += 1;
