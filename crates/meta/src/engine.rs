@@ -1103,6 +1103,76 @@ mod tests {
         );
     }
 
+    /// Debug builds of redb read every page when they open a file (to
+    /// mark them), so a cold cache is had here by giving redb none.
+    #[test]
+    fn a_lookup_through_the_index_reads_less_than_the_walk() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, content| NewInode {
+            kind: FileKind::File,
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            content,
+            xattrs: Vec::new(),
+        };
+        let reads = Arc::new(AtomicU64::new(0));
+        let mut b = redb::Builder::new();
+        b.set_cache_size(0);
+        let backend = redb::backends::FileBackend::new(
+            std::fs::File::options()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(dir.path().join("m.redb"))
+                .unwrap(),
+        )
+        .unwrap();
+        let db = b
+            .create_with_backend(Counted::new(backend, reads.clone()))
+            .unwrap();
+        let m = RedbMeta::with_database(db, None, reads, 0, 0).unwrap();
+        let now = Timestamp::now();
+        let mut at = InodeId::ROOT;
+        let mut path = Vec::new();
+        for i in 0..6 {
+            let name = format!("dir{i}");
+            let mut d = file(&name, Content::Empty);
+            d.kind = FileKind::Dir;
+            at = m.create(at, name.as_bytes(), d, now).unwrap().id;
+            for j in 0..200 {
+                let sib = format!("sibling{j}");
+                m.create(at, sib.as_bytes(), file(&sib, Content::Empty), now)
+                    .unwrap();
+            }
+            path.extend_from_slice(name.as_bytes());
+            path.push(b'/');
+        }
+        path.extend_from_slice(b"leaf");
+        let leaf = m
+            .create(at, b"leaf", file("leaf", Content::Inline(b"x".to_vec())), now)
+            .unwrap()
+            .id;
+        m.sync().unwrap();
+        // The first lookup loads the moves; measure the second.
+        m.lookup_path(b"dir0").unwrap();
+        let before = m.storage_reads();
+        assert_eq!(m.lookup_path(&path).unwrap().id, leaf);
+        let by_index = m.storage_reads() - before;
+        let before = m.storage_reads();
+        let mut inode = m.get(InodeId::ROOT).unwrap();
+        for part in path.split(|&c| c == b'/') {
+            inode = m.lookup(inode.id, part).unwrap();
+        }
+        assert_eq!(inode.id, leaf);
+        let by_walk = m.storage_reads() - before;
+        eprintln!("storage reads of an uncached lookup: index {by_index}, walk {by_walk}");
+        assert!(by_index > 0, "reads are counted");
+        assert!(by_index < by_walk, "index {by_index}, walk {by_walk}");
+    }
+
     #[test]
     fn a_lost_root_inode_is_damage_not_a_fresh_root() {
         let dir = tempfile::tempdir().unwrap();
