@@ -486,6 +486,74 @@ impl W<'_> {
     }
 }
 
+/// The fsck of the index (invariant 6): every entry the index would
+/// trust names, by a walk of `dirents`, the inode it holds, with that
+/// inode's record as it is; and every inode's key leads to its entry.
+pub(crate) fn verify(
+    tx: &redb::ReadTransaction,
+    recs: &HashMap<u64, Rec>,
+    problems: &mut Vec<String>,
+) -> Result<()> {
+    let dirents = tx.open_table(crate::record::DIRENTS)?;
+    let moves = Moves::load(
+        &tx.open_table(crate::record::META)?,
+        &tx.open_table(MOVES)?,
+    )?;
+    let path_keys = tx.open_table(PATH_KEYS)?;
+    for entry in tx.open_table(PATHS)?.iter()? {
+        let (k, v) = entry?;
+        let Ok(e) = decode_entry(v.value()) else {
+            problems.push(format!("path index entry {:?} is cut short", k.value()));
+            continue;
+        };
+        let shown = String::from_utf8_lossy(e.path);
+        if key(e.path).as_slice() != k.value() {
+            problems.push(format!("path index entry for {shown:?} is under another key"));
+        }
+        if moves.doubts(e.gen, e.path) {
+            continue;
+        }
+        let mut at = Some(InodeId::ROOT);
+        for part in e.path.split(|&b| b == b'/') {
+            at = match at {
+                Some(dir) => dirents
+                    .get(crate::record::dkey(dir, part).as_slice())?
+                    .map(|v| crate::record::dval_decode(v.value()))
+                    .transpose()?
+                    .map(|(ino, _)| ino),
+                None => None,
+            };
+        }
+        if at != Some(InodeId(e.ino)) {
+            problems.push(format!(
+                "path index says {shown:?} is inode {}; the tree says {at:?}",
+                e.ino
+            ));
+        }
+        match recs.get(&e.ino) {
+            Some(rec) if encode(rec) == e.rec => {}
+            _ => problems.push(format!(
+                "path index entry for {shown:?} holds an old record of inode {}",
+                e.ino
+            )),
+        }
+    }
+    for entry in path_keys.iter()? {
+        let (ino, k) = entry?;
+        let ours = match tx.open_table(PATHS)?.get(k.value())? {
+            Some(v) => decode_entry(v.value()).is_ok_and(|e| e.ino == ino.value()),
+            None => false,
+        };
+        if !ours {
+            problems.push(format!(
+                "inode {}'s path index key leads to no entry of it",
+                ino.value()
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
