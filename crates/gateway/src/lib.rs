@@ -32,6 +32,7 @@
 mod auth;
 mod checksum;
 mod error;
+mod fast;
 pub mod keys;
 mod list;
 mod multipart;
