@@ -8,11 +8,11 @@ use parking_lot::Mutex;
 
 use redb::{ReadableTable, Table, WriteTransaction};
 
+use crate::pathindex::{IndexMem, MOVES, PATHS, PATH_KEYS};
 use crate::record::{
     as_slices, corrupt, decode, dkey, dval, dval_decode, encode, prefix_range, Rec, DIRENTS, DIRS,
     FILES, INODES, META, NEXT_INO, ORPHANS, XATTRS,
 };
-use crate::pathindex::{IndexMem, MOVES, PATHS, PATH_KEYS};
 use crate::{FileKind, Inode, InodeId, MetaError, Result, Timestamp};
 
 /// The tables of one write transaction, with the inodes it touched cached so

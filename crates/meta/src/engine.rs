@@ -1152,7 +1152,12 @@ mod tests {
         }
         path.extend_from_slice(b"leaf");
         let leaf = m
-            .create(at, b"leaf", file("leaf", Content::Inline(b"x".to_vec())), now)
+            .create(
+                at,
+                b"leaf",
+                file("leaf", Content::Inline(b"x".to_vec())),
+                now,
+            )
             .unwrap()
             .id;
         m.sync().unwrap();

@@ -359,8 +359,7 @@ impl W<'_> {
         let moves = mem.moves.as_mut().expect("loaded");
         let dropped = match (old, new) {
             (Some(old), Some(new)) => {
-                self.moves
-                    .insert(gen, encode_move(&old, &new).as_slice())?;
+                self.moves.insert(gen, encode_move(&old, &new).as_slice())?;
                 moves.push(Move { gen, old, new })
             }
             // A path not known: every entry so far is doubted.
@@ -495,10 +494,7 @@ pub(crate) fn verify(
     problems: &mut Vec<String>,
 ) -> Result<()> {
     let dirents = tx.open_table(crate::record::DIRENTS)?;
-    let moves = Moves::load(
-        &tx.open_table(crate::record::META)?,
-        &tx.open_table(MOVES)?,
-    )?;
+    let moves = Moves::load(&tx.open_table(crate::record::META)?, &tx.open_table(MOVES)?)?;
     let path_keys = tx.open_table(PATH_KEYS)?;
     for entry in tx.open_table(PATHS)?.iter()? {
         let (k, v) = entry?;
@@ -508,7 +504,9 @@ pub(crate) fn verify(
         };
         let shown = String::from_utf8_lossy(e.path);
         if key(e.path).as_slice() != k.value() {
-            problems.push(format!("path index entry for {shown:?} is under another key"));
+            problems.push(format!(
+                "path index entry for {shown:?} is under another key"
+            ));
         }
         if moves.doubts(e.gen, e.path) {
             continue;
@@ -562,7 +560,10 @@ mod tests {
     fn an_entry_reads_back_and_a_short_one_is_damage() {
         let b = encode_entry(7, 42, b"a/b", b"rec");
         let e = decode_entry(&b).unwrap();
-        assert_eq!((e.gen, e.ino, e.path, e.rec), (7, 42, &b"a/b"[..], &b"rec"[..]));
+        assert_eq!(
+            (e.gen, e.ino, e.path, e.rec),
+            (7, 42, &b"a/b"[..], &b"rec"[..])
+        );
         assert!(decode_entry(&b[..10]).is_err());
         assert!(decode_entry(&b[..21]).is_err());
     }

@@ -70,7 +70,9 @@ fn tree(m: &RedbMeta) -> Vec<(String, Inode)> {
 fn walk(m: &RedbMeta, path: &str) -> Result<Inode, String> {
     let mut at = m.get(ROOT).unwrap();
     for part in path.split('/') {
-        at = m.lookup(at.id, part.as_bytes()).map_err(|e| e.to_string())?;
+        at = m
+            .lookup(at.id, part.as_bytes())
+            .map_err(|e| e.to_string())?;
     }
     Ok(at)
 }
@@ -219,8 +221,16 @@ fn a_directory_renamed_before_a_reopen_leaves_no_trusted_stale_entry() {
     let a = mkdir(&m, ROOT, "a");
     let f = mkfile(&m, a, "f");
     assert_eq!(m.lookup_path(b"a/f").unwrap().id, f);
-    m.rename(ROOT, b"a", ROOT, b"b", RenameFlags::default(), &|_| false, t(2))
-        .unwrap();
+    m.rename(
+        ROOT,
+        b"a",
+        ROOT,
+        b"b",
+        RenameFlags::default(),
+        &|_| false,
+        t(2),
+    )
+    .unwrap();
     m.sync().unwrap();
     drop(m);
     let m = RedbMeta::open(&dir.path().join("meta.redb"), 0, 0).unwrap();
