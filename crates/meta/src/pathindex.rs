@@ -50,7 +50,7 @@ pub(crate) const PATH_FLOOR: &str = "path_floor";
 /// forgotten and every entry older than it is doubted.
 pub const MAX_MOVES: usize = 1024;
 /// Directory paths cached for writing entries; the cache is emptied when
-/// full (and at every directory rename).
+/// full.
 const MAX_DIR_PATHS: usize = 1 << 16;
 
 const DOMAIN: &str = "cairn meta path index v1";
@@ -195,7 +195,8 @@ impl Moves {
 pub(crate) struct IndexMem {
     /// `None` until loaded (and after a reset).
     pub(crate) moves: Option<Moves>,
-    /// Directory inode -> its path; emptied at every directory rename.
+    /// Directory inode -> its path; a directory rename drops the paths
+    /// below the old and the new name.
     dirs: HashMap<u64, Vec<u8>>,
 }
 
@@ -351,7 +352,10 @@ impl W<'_> {
     pub(crate) fn moved(&mut self, old: Option<Vec<u8>>, new: Option<Vec<u8>>) -> Result<()> {
         let index = self.index.clone();
         let mut mem = index.lock();
-        mem.dirs.clear();
+        match (&old, &new) {
+            (Some(o), Some(n)) => mem.dirs.retain(|_, p| !under(p, o) && !under(p, n)),
+            _ => mem.dirs.clear(),
+        }
         mem.moves(&self.meta, &self.moves)?;
         let gen = self.gen()? + 1;
         self.mutated = true;
