@@ -1108,7 +1108,7 @@ mod tests {
     #[test]
     fn a_lookup_through_the_index_reads_less_than_the_walk() {
         let dir = tempfile::tempdir().unwrap();
-        let file = |name: &str, content| NewInode {
+        let file = |content| NewInode {
             kind: FileKind::File,
             perm: 0o644,
             uid: 0,
@@ -1139,12 +1139,12 @@ mod tests {
         let mut path = Vec::new();
         for i in 0..6 {
             let name = format!("dir{i}");
-            let mut d = file(&name, Content::Empty);
+            let mut d = file(Content::Empty);
             d.kind = FileKind::Dir;
             at = m.create(at, name.as_bytes(), d, now).unwrap().id;
             for j in 0..200 {
                 let sib = format!("sibling{j}");
-                m.create(at, sib.as_bytes(), file(&sib, Content::Empty), now)
+                m.create(at, sib.as_bytes(), file(Content::Empty), now)
                     .unwrap();
             }
             path.extend_from_slice(name.as_bytes());
@@ -1152,12 +1152,7 @@ mod tests {
         }
         path.extend_from_slice(b"leaf");
         let leaf = m
-            .create(
-                at,
-                b"leaf",
-                file("leaf", Content::Inline(b"x".to_vec())),
-                now,
-            )
+            .create(at, b"leaf", file(Content::Inline(b"x".to_vec())), now)
             .unwrap()
             .id;
         m.sync().unwrap();
