@@ -83,6 +83,9 @@ pub enum Request {
         name: String,
         config: String,
     },
+    /// The reads the mounted file system's metadata engine has made of its
+    /// storage so far (exact; a benchmark's storage reads per GET).
+    MetaReads,
 }
 
 impl Request {
@@ -198,6 +201,7 @@ replies! {
     BranchAdd(Applied) => into_branch_add,
     BranchReplace(MoveOut) => into_branch_replace,
     BranchDrain(MoveOut) => into_branch_drain,
+    MetaReads(u64) => into_meta_reads,
 }
 
 #[cfg(test)]
