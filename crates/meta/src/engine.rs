@@ -568,10 +568,6 @@ impl MetaStore for RedbMeta {
             if w.entry(parent, name)?.is_some() {
                 return Err(MetaError::Exists);
             }
-            let path = match new.kind {
-                FileKind::File => w.path_in(parent, name)?,
-                _ => None,
-            };
             let ino = w.alloc_ino()?;
             let is_dir = new.kind == FileKind::Dir;
             let rec = Rec {
@@ -601,7 +597,6 @@ impl MetaStore for RedbMeta {
             }
             w.touch_dir(parent, now)?;
             w.insert_new(rec);
-            w.index_as(ino, path);
             for (xattr, value) in &xattrs {
                 w.xattrs
                     .insert(dkey(ino, xattr).as_slice(), value.as_slice())?;

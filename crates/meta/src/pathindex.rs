@@ -17,8 +17,13 @@
 //!   renames of directories so far) and `path_floor`.
 //!
 //! Only regular files with one name have entries. An entry is written when
-//! a file is created or renamed (its directory's path comes from parent
-//! pointers, cached), and by a lookup that missed. A directory rename does
+//! a file is renamed (its directory's path comes from parent pointers,
+//! cached; the gateway's PUT ends in a rename) and by a lookup that missed,
+//! not when a file is created: an entry holds a copy of the record, inline
+//! bytes included, which doubled the metadata written per small file
+//! created through the mount (20,000 creates and writes of 4 KB files,
+//! release build: 2.5 s with an entry per create, 1.2 s without, 1.15 s
+//! before the index). A store with no entries skips the index's work. A directory rename does
 //! not touch the entries below it: it records the move, and an entry older
 //! than a move whose old or new path is above it is doubted; so is every
 //! entry older than the floor (moves forgotten past the bound). A doubted
@@ -33,7 +38,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::OnceLock;
 
-use redb::{ReadableTable, TableDefinition};
+use redb::{ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use crate::batch::W;
 use crate::record::{corrupt, decode, encode, Rec, DIRS};
@@ -418,17 +423,20 @@ impl W<'_> {
     /// (keeping their generation and path), files with other than one
     /// name dropped. Called once at the end of the operation.
     pub(crate) fn flush_index(&mut self) -> Result<()> {
-        let changed: Vec<Rec> = self
+        let changed: Vec<(InodeId, u32)> = self
             .cache
             .values()
             .filter(|(r, dirty)| *dirty && r.inode.attr.kind == FileKind::File)
-            .map(|(r, _)| r.clone())
+            .map(|(r, _)| (r.inode.id, r.inode.attr.nlink))
             .collect();
+        // A store no lookup by path has filled pays nothing more.
+        if changed.is_empty() || (self.new_paths.is_empty() && self.path_keys.len()? == 0) {
+            return Ok(());
+        }
         let mut gen = None;
-        for rec in changed {
-            let ino = rec.inode.id;
+        for (ino, nlink) in changed {
             let fresh = self.new_paths.remove(&ino.0);
-            if rec.inode.attr.nlink != 1 {
+            if nlink != 1 {
                 self.unindex(ino)?;
                 continue;
             }
@@ -437,6 +445,7 @@ impl W<'_> {
                     Some(g) => g,
                     None => *gen.insert(self.gen()?),
                 };
+                let rec = self.cache[&ino.0].0.clone();
                 self.put_entry_for(&rec, &path, g)?;
                 continue;
             }
@@ -446,7 +455,8 @@ impl W<'_> {
             let rewritten = match self.paths.get(k.as_slice())? {
                 Some(v) => {
                     let e = decode_entry(v.value())?;
-                    (e.ino == ino.0).then(|| encode_entry(e.gen, e.ino, e.path, &encode(&rec)))
+                    (e.ino == ino.0)
+                        .then(|| encode_entry(e.gen, e.ino, e.path, &encode(&self.cache[&ino.0].0)))
                 }
                 None => None,
             };
@@ -491,7 +501,8 @@ impl W<'_> {
 
 /// The fsck of the index (invariant 6): every entry the index would
 /// trust names, by a walk of `dirents`, the inode it holds, with that
-/// inode's record as it is; and every inode's key leads to its entry.
+/// inode's record as it is; every entry is the one its inode's key leads
+/// to, and every such key leads to an entry of its inode.
 pub(crate) fn verify(
     tx: &redb::ReadTransaction,
     recs: &HashMap<u64, Rec>,
@@ -510,6 +521,16 @@ pub(crate) fn verify(
         if key(e.path).as_slice() != k.value() {
             problems.push(format!(
                 "path index entry for {shown:?} is under another key"
+            ));
+        }
+        // Without its inode's key the entry would not follow the inode.
+        let followed = path_keys
+            .get(e.ino)?
+            .is_some_and(|v| v.value() == k.value());
+        if !followed {
+            problems.push(format!(
+                "path index entry for {shown:?} is not the one inode {} leads to",
+                e.ino
             ));
         }
         if moves.doubts(e.gen, e.path) {
