@@ -12,7 +12,9 @@
 //! S3 just changed could fail for the kernel's reasons, not cairn's. Both
 //! sides' changes go through one metadata engine and one index, which is
 //! what is under test; S3 copies read from both halves. After the run,
-//! the repository checks clean and, remounted, holds exactly the model.
+//! the repository checks clean, the metadata engine's fsck finds every
+//! entry the index trusts true, and, remounted, the tree holds exactly the
+//! model.
 
 mod common;
 
@@ -445,6 +447,14 @@ fn gets_through_the_path_index_answer_what_the_tree_holds() {
     let (repo, dir) = m.unmount();
     let check = ok(&repo, &["check"]);
     assert!(check.contains("clean"), "{check}");
+    // What GET could not show (the gateway reads a file's bytes by its
+    // inode): every entry the index would trust holds the inode's record
+    // as it is now, at the path that names it.
+    let problems = meta::RedbMeta::open(&repo.join("meta/fs.redb"), 0, 0)
+        .unwrap()
+        .verify()
+        .unwrap();
+    assert!(problems.is_empty(), "{problems:?}");
     let m = Mount::start(repo, dir);
     for (p, id) in &model.files {
         assert!(
