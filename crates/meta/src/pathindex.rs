@@ -636,6 +636,50 @@ mod tests {
         assert!(m.doubts(99, b"elsewhere/f"));
     }
 
+    /// A collision: the key of one path holding another path's entry.
+    #[test]
+    fn an_entry_for_another_path_under_the_key_is_a_miss() {
+        let db = redb::Builder::new()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .unwrap();
+        let tx = db.begin_write().unwrap();
+        let mut t = tx.open_table(PATHS).unwrap();
+        let now = crate::Timestamp::now();
+        let rec = |ino| Rec {
+            inode: Inode {
+                id: InodeId(ino),
+                attr: crate::Attr {
+                    kind: FileKind::File,
+                    perm: 0o644,
+                    uid: 0,
+                    gid: 0,
+                    size: 1,
+                    nlink: 1,
+                    rdev: 0,
+                    atime: now,
+                    mtime: now,
+                    ctime: now,
+                    crtime: now,
+                },
+                content: crate::Content::Inline(b"x".to_vec()),
+            },
+            parent: Some(InodeId::ROOT),
+        };
+        let put = |t: &mut redb::Table<&[u8], &[u8]>, at: &[u8], path: &[u8], ino| {
+            t.insert(
+                key(at).as_slice(),
+                encode_entry(0, ino, path, &encode(&rec(ino))).as_slice(),
+            )
+            .unwrap();
+        };
+        put(&mut t, b"b/x", b"a/x", 5);
+        put(&mut t, b"c", b"c", 6);
+        let moves = Moves::default();
+        assert!(hit(&t, &moves, b"b/x").unwrap().is_none());
+        assert_eq!(hit(&t, &moves, b"c").unwrap(), Some(rec(6).inode));
+        assert!(hit(&t, &moves, b"a/x").unwrap().is_none());
+    }
+
     #[test]
     fn keys_differ_by_path_and_are_stable() {
         assert_eq!(key(b"a/b"), key(b"a/b"));
