@@ -6,7 +6,8 @@
 //! which parses requests, checks SigV4 signatures and decodes aws-chunked
 //! bodies), multipart uploads (`multipart`: a hidden directory per
 //! upload in the bucket), the HTTP server ([`start`]) and the repository's S3 access
-//! keys ([`keys`], in `REPO/gateway/keys.toml`).
+//! keys ([`keys`], in `REPO/gateway/keys.toml`). GET and HEAD find a file by
+//! the metadata engine's path index first (`fast`), the walk only on a miss.
 //!
 //! **Never:** reaches below `fs` (no chunk store, no metadata engine of its
 //! own): it is a client of [`fs::Fs`] like the FUSE mount, and may share
