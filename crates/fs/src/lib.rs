@@ -367,6 +367,12 @@ impl Fs {
         })
     }
 
+    /// Reads the metadata engine has made of its storage since it was
+    /// opened (exact; a benchmark divides it by the operations it ran).
+    pub fn meta_storage_reads(&self) -> u64 {
+        self.inner.meta.storage_reads()
+    }
+
     /// What holds the store's space, and the dedup and compression ratios
     /// (see [`space`]), once everything written is recorded: the same
     /// answer [`space::report`] gives on the repository unmounted.

@@ -8,6 +8,8 @@
 //! upload in the bucket), the sweep removing abandoned uploads and
 //! temporary files (`sweep`), the HTTP server ([`start`]) and the
 //! repository's S3 access keys ([`keys`], in `REPO/gateway/keys.toml`).
+//! GET and HEAD find a file by the metadata engine's path index first
+//! (`fast`), the walk only on a miss.
 //!
 //! **Never:** reaches below `fs` (no chunk store, no metadata engine of its
 //! own): it is a client of [`fs::Fs`] like the FUSE mount, and may share
@@ -39,6 +41,7 @@ mod auth;
 mod checksum;
 mod commit;
 mod error;
+mod fast;
 pub mod keys;
 mod list;
 mod multipart;

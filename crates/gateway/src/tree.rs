@@ -199,6 +199,9 @@ impl Tree {
 
     /// The inode a key names: a file, or with a trailing `/` a directory.
     pub fn object(&self, bucket: &str, key: &KeyPath<'_>) -> S3Result<Inode> {
+        if let Some(inode) = crate::fast::object(&self.fs, bucket, key) {
+            return Ok(inode);
+        }
         let mut at = self.bucket(bucket)?;
         let mut inode = None;
         for part in &key.parts {

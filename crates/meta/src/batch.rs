@@ -2,9 +2,13 @@
 //! inodes it touched (written back once at the end) and the counter deltas.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use redb::{ReadableTable, Table, WriteTransaction};
 
+use crate::pathindex::{IndexMem, MOVES, PATHS, PATH_KEYS};
 use crate::record::{
     as_slices, corrupt, decode, dkey, dval, dval_decode, encode, prefix_range, Rec, DIRENTS, DIRS,
     FILES, INODES, META, NEXT_INO, ORPHANS, XATTRS,
@@ -20,6 +24,13 @@ pub(crate) struct W<'t> {
     pub(crate) xattrs: Table<'t, &'static [u8], &'static [u8]>,
     pub(crate) orphans: Table<'t, u64, ()>,
     pub(crate) meta: Table<'t, &'static str, u64>,
+    pub(crate) paths: Table<'t, &'static [u8], &'static [u8]>,
+    pub(crate) path_keys: Table<'t, u64, &'static [u8]>,
+    pub(crate) moves: Table<'t, u64, &'static [u8]>,
+    /// The engine's memory of the path index (`pathindex`).
+    pub(crate) index: Arc<Mutex<IndexMem>>,
+    /// Files given a name by this operation, with its path.
+    pub(crate) new_paths: HashMap<u64, Vec<u8>>,
     /// Loaded records, with whether they changed.
     pub(crate) cache: HashMap<u64, (Rec, bool)>,
     pub(crate) files_delta: i64,
@@ -30,13 +41,18 @@ pub(crate) struct W<'t> {
 }
 
 impl<'t> W<'t> {
-    pub(crate) fn open(tx: &'t WriteTransaction) -> Result<Self> {
+    pub(crate) fn open(tx: &'t WriteTransaction, index: Arc<Mutex<IndexMem>>) -> Result<Self> {
         Ok(W {
             inodes: tx.open_table(INODES)?,
             dirents: tx.open_table(DIRENTS)?,
             xattrs: tx.open_table(XATTRS)?,
             orphans: tx.open_table(ORPHANS)?,
             meta: tx.open_table(META)?,
+            paths: tx.open_table(PATHS)?,
+            path_keys: tx.open_table(PATH_KEYS)?,
+            moves: tx.open_table(MOVES)?,
+            index,
+            new_paths: HashMap::new(),
             cache: HashMap::new(),
             files_delta: 0,
             dirs_delta: 0,
@@ -155,6 +171,7 @@ impl<'t> W<'t> {
         } else {
             self.files_delta -= 1;
         }
+        self.unindex(ino)?;
         self.cache.remove(&ino.0);
         self.mutated = true;
         self.inodes.remove(ino.0)?;
@@ -173,6 +190,7 @@ impl<'t> W<'t> {
         keep_orphan: bool,
         now: Timestamp,
     ) -> Result<Inode> {
+        self.unindex(ino)?;
         let rec = self.rec_mut(ino)?;
         let a = &mut rec.inode.attr;
         a.nlink = a.nlink.saturating_sub(1);
@@ -215,6 +233,7 @@ impl<'t> W<'t> {
     }
 
     pub(crate) fn flush(mut self) -> Result<()> {
+        self.flush_index()?;
         for (ino, (rec, dirty)) in &self.cache {
             if *dirty {
                 self.inodes.insert(*ino, encode(rec).as_slice())?;

@@ -10,6 +10,7 @@
 use parking_lot::{Mutex, RwLock};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use redb::{
@@ -17,6 +18,8 @@ use redb::{
 };
 
 use crate::batch::W;
+use crate::counted::Counted;
+use crate::pathindex::{IndexMem, MOVES, PATHS};
 use crate::record::{
     as_slices, corrupt, decode, dkey, dval_decode, holds_recipe, prefix_range, record_kind, Rec,
     DIRENTS, DIRS, FILES, INODES, META, NEXT_INO, XATTRS,
@@ -70,6 +73,11 @@ pub struct RedbMeta {
     /// The file, when the store is one (not a test's storage backend).
     path: Option<PathBuf>,
     batch: Mutex<Batch>,
+    /// The path index's memory, consistent with the open batch (reset
+    /// whenever a batch is lost). Locked after `batch`, never before.
+    index: Arc<Mutex<IndexMem>>,
+    /// Reads of the storage backend so far (see [`Counted`]).
+    reads: Arc<AtomicU64>,
 }
 
 /// Operations applied but not yet committed.
@@ -160,8 +168,20 @@ impl RedbMeta {
         Self::open_at(path, root_uid, root_gid)
     }
 
-    fn open_db(path: &Path) -> Result<Database> {
-        match builder().create(path) {
+    fn open_db(path: &Path, reads: &Arc<AtomicU64>) -> Result<Database> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| MetaError::Open {
+                path: path.to_path_buf(),
+                source: redb::Error::Io(e),
+            })?;
+        let opened = redb::backends::FileBackend::new(file)
+            .and_then(|b| builder().create_with_backend(Counted::new(b, reads.clone())));
+        match opened {
             Ok(db) => Ok(db),
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
                 Err(MetaError::Busy(path.to_path_buf()))
@@ -186,7 +206,7 @@ impl RedbMeta {
             .path
             .as_deref()
             .ok_or(MetaError::Store(redb::Error::PreviousIo))?;
-        let db = Arc::new(Self::open_db(path)?);
+        let db = Arc::new(Self::open_db(path, &self.reads)?);
         tracing::warn!(path = %path.display(), "reopened the metadata engine after an I/O error; changes since the last commit were lost");
         *slot = Some(db.clone());
         Ok(db)
@@ -203,14 +223,16 @@ impl RedbMeta {
             ) {
                 tracing::error!(path = %path.display(), error = %e, "the metadata engine failed to write; reopening it");
                 *self.db.write() = None;
+                self.index.lock().reset();
             }
         }
         e
     }
 
     fn open_at(path: &Path, root_uid: u32, root_gid: u32) -> Result<Self> {
-        let db = Self::open_db(path)?;
-        Self::with_database(db, Some(path.to_path_buf()), root_uid, root_gid)
+        let reads = Arc::new(AtomicU64::new(0));
+        let db = Self::open_db(path, &reads)?;
+        Self::with_database(db, Some(path.to_path_buf()), reads, root_uid, root_gid)
     }
 
     /// [`RedbMeta::open`] over a redb storage backend instead of a file
@@ -222,24 +244,27 @@ impl RedbMeta {
         root_gid: u32,
     ) -> Result<Self> {
         let name = format!("{backend:?}");
+        let reads = Arc::new(AtomicU64::new(0));
         let db = builder()
-            .create_with_backend(backend)
+            .create_with_backend(Counted::new(backend, reads.clone()))
             .map_err(|e| MetaError::Open {
                 path: name.into(),
                 source: e.into(),
             })?;
-        Self::with_database(db, None, root_uid, root_gid)
+        Self::with_database(db, None, reads, root_uid, root_gid)
     }
 
     fn with_database(
         db: Database,
         path: Option<PathBuf>,
+        reads: Arc<AtomicU64>,
         root_uid: u32,
         root_gid: u32,
     ) -> Result<Self> {
+        let index = Arc::new(Mutex::new(IndexMem::default()));
         let tx = db.begin_write()?;
         {
-            let mut w = W::open(&tx)?;
+            let mut w = W::open(&tx, index.clone())?;
             if w.inodes.get(InodeId::ROOT.0)?.is_none() {
                 let others = w.inodes.len()?;
                 if others > 0 {
@@ -278,6 +303,8 @@ impl RedbMeta {
             db: RwLock::new(Some(Arc::new(db))),
             path,
             batch: Mutex::new(Batch::default()),
+            index,
+            reads,
         })
     }
 
@@ -319,7 +346,7 @@ impl RedbMeta {
                 tx
             }
         };
-        let (out, clean) = match W::open(&tx) {
+        let (out, clean) = match W::open(&tx, self.index.clone()) {
             Err(e) => (Err(e), false),
             Ok(mut w) => match f(&mut w) {
                 Ok(v) => (w.flush().map(|()| v), false),
@@ -334,7 +361,7 @@ impl RedbMeta {
                 batch.ops += 1;
                 if batch.ops >= MAX_BATCH {
                     batch.ops = 0;
-                    tx.commit()?;
+                    tx.commit().inspect_err(|_| self.index.lock().reset())?;
                 } else {
                     batch.tx = Some(tx);
                 }
@@ -346,6 +373,7 @@ impl RedbMeta {
             }
             Err(e) => {
                 batch.ops = 0;
+                self.index.lock().reset();
                 // The error of the operation is the one that matters.
                 let _ = tx.abort();
                 Err(e)
@@ -358,9 +386,49 @@ impl RedbMeta {
         let mut batch = self.batch.lock();
         batch.ops = 0;
         match batch.tx.take() {
-            Some(tx) => tx.commit().map_err(|e| self.after(e.into())),
+            Some(tx) => tx.commit().map_err(|e| {
+                self.index.lock().reset();
+                self.after(e.into())
+            }),
             None => Ok(()),
         }
+    }
+
+    /// A trusted path-index entry for `path`, read from the open batch
+    /// when there is one; `None` for a miss, a collision or a doubt.
+    fn index_hit(&self, path: &[u8]) -> Result<Option<Inode>> {
+        let batch = self.batch.lock();
+        if let Some(tx) = &batch.tx {
+            let mut mem = self.index.lock();
+            let moves = mem.moves(&tx.open_table(META)?, &tx.open_table(MOVES)?)?;
+            return crate::pathindex::hit(&tx.open_table(PATHS)?, moves, path);
+        }
+        // The moves are loaded under the batch lock, so that no batch
+        // adds one meanwhile; the read that follows is as new as they or
+        // newer (a commit after it brings its moves with it).
+        if self.index.lock().moves.is_none() {
+            let tx = self.db()?.begin_read()?;
+            let mut mem = self.index.lock();
+            mem.moves(&tx.open_table(META)?, &tx.open_table(MOVES)?)?;
+        }
+        drop(batch);
+        let tx = self.db()?.begin_read()?;
+        let mem = self.index.lock();
+        // Reset meanwhile: loading now could miss a move (see above).
+        let Some(moves) = mem.moves.as_ref() else {
+            return Ok(None);
+        };
+        crate::pathindex::hit(&tx.open_table(PATHS)?, moves, path)
+    }
+
+    /// `path` looked up name by name (on a full disk, where the index
+    /// cannot be written).
+    fn walk(&self, path: &[u8]) -> Result<Inode> {
+        let mut inode = self.get(InodeId::ROOT)?;
+        for part in path.split(|&b| b == b'/') {
+            inode = self.lookup(inode.id, part)?;
+        }
+        Ok(inode)
     }
 
     pub(crate) fn begin_read(&self) -> Result<redb::ReadTransaction> {
@@ -559,6 +627,7 @@ impl MetaStore for RedbMeta {
             if w.entry(new_parent, new_name)?.is_some() {
                 return Err(MetaError::Exists);
             }
+            w.unindex(ino)?;
             w.put_entry(new_parent, new_name, ino, kind)?;
             w.touch_dir(new_parent, now)?;
             w.add_nlink(ino, 1)?;
@@ -641,12 +710,26 @@ impl MetaStore for RedbMeta {
             if src_dir && w.is_within(new_parent, src)? {
                 return Err(MetaError::Invalid("a directory cannot move into itself"));
             }
+            // Paths as they are before the rename (for the path index).
+            let from = w.path_in(parent, name)?;
+            let to = w.path_in(new_parent, new_name)?;
 
             if flags.exchange {
                 let (dst, dst_kind) = dst.unwrap();
                 let dst_dir = dst_kind == FileKind::Dir;
                 if dst_dir && w.is_within(parent, dst)? {
                     return Err(MetaError::Invalid("a directory cannot move into itself"));
+                }
+                w.unindex(src)?;
+                w.unindex(dst)?;
+                if src_dir || dst_dir {
+                    w.moved(from.clone(), to.clone())?;
+                }
+                if !src_dir {
+                    w.index_as(src, to);
+                }
+                if !dst_dir {
+                    w.index_as(dst, from);
                 }
                 w.put_entry(parent, name, dst, dst_kind)?;
                 w.put_entry(new_parent, new_name, src, src_kind)?;
@@ -698,6 +781,12 @@ impl MetaStore for RedbMeta {
             }
             w.del_entry(parent, name)?;
             w.put_entry(new_parent, new_name, src, src_kind)?;
+            if src_dir {
+                w.moved(from, to)?;
+            } else {
+                w.unindex(src)?;
+                w.index_as(src, to);
+            }
             if src_dir && parent != new_parent {
                 w.add_nlink(parent, -1)?;
                 w.add_nlink(new_parent, 1)?;
@@ -960,7 +1049,27 @@ impl MetaStore for RedbMeta {
             tx.commit()?;
             Ok(())
         })();
-        synced.map_err(|e| self.after(e))
+        synced.map_err(|e| {
+            self.index.lock().reset();
+            self.after(e)
+        })
+    }
+
+    fn lookup_path(&self, path: &[u8]) -> Result<Inode> {
+        if path.is_empty() {
+            return self.get(InodeId::ROOT);
+        }
+        if let Some(inode) = self.index_hit(path)? {
+            return Ok(inode);
+        }
+        match self.write_growing(|w| w.walk_and_index(path)) {
+            Err(e) if e.is_no_space() => self.walk(path),
+            other => other,
+        }
+    }
+
+    fn storage_reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
     }
 }
 
@@ -987,6 +1096,76 @@ mod tests {
                 .gid,
             2
         );
+    }
+
+    /// Debug builds of redb read every page when they open a file (to
+    /// mark them), so a cold cache is had here by giving redb none.
+    #[test]
+    fn a_lookup_through_the_index_reads_less_than_the_walk() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |content| NewInode {
+            kind: FileKind::File,
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            content,
+            xattrs: Vec::new(),
+        };
+        let reads = Arc::new(AtomicU64::new(0));
+        let mut b = redb::Builder::new();
+        b.set_cache_size(0);
+        let backend = redb::backends::FileBackend::new(
+            std::fs::File::options()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(dir.path().join("m.redb"))
+                .unwrap(),
+        )
+        .unwrap();
+        let db = b
+            .create_with_backend(Counted::new(backend, reads.clone()))
+            .unwrap();
+        let m = RedbMeta::with_database(db, None, reads, 0, 0).unwrap();
+        let now = Timestamp::now();
+        let mut at = InodeId::ROOT;
+        let mut path = Vec::new();
+        for i in 0..6 {
+            let name = format!("dir{i}");
+            let mut d = file(Content::Empty);
+            d.kind = FileKind::Dir;
+            at = m.create(at, name.as_bytes(), d, now).unwrap().id;
+            for j in 0..200 {
+                let sib = format!("sibling{j}");
+                m.create(at, sib.as_bytes(), file(Content::Empty), now)
+                    .unwrap();
+            }
+            path.extend_from_slice(name.as_bytes());
+            path.push(b'/');
+        }
+        path.extend_from_slice(b"leaf");
+        let leaf = m
+            .create(at, b"leaf", file(Content::Inline(b"x".to_vec())), now)
+            .unwrap()
+            .id;
+        m.sync().unwrap();
+        // The first lookup loads the moves; measure the second.
+        m.lookup_path(b"dir0").unwrap();
+        let before = m.storage_reads();
+        assert_eq!(m.lookup_path(&path).unwrap().id, leaf);
+        let by_index = m.storage_reads() - before;
+        let before = m.storage_reads();
+        let mut inode = m.get(InodeId::ROOT).unwrap();
+        for part in path.split(|&c| c == b'/') {
+            inode = m.lookup(inode.id, part).unwrap();
+        }
+        assert_eq!(inode.id, leaf);
+        let by_walk = m.storage_reads() - before;
+        eprintln!("storage reads of an uncached lookup: index {by_index}, walk {by_walk}");
+        assert!(by_index > 0, "reads are counted");
+        assert!(by_index < by_walk, "index {by_index}, walk {by_walk}");
     }
 
     #[test]

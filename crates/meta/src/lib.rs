@@ -5,7 +5,10 @@
 //! extended attributes, inode-number allocation, and orphans (inodes whose
 //! last name is gone while a file handle still holds them).
 //! Also the one byte layout of an inode's attributes ([`codec`]), which
-//! `fs` uses for the listings of versions and snapshots.
+//! `fs` uses for the listings of versions and snapshots; the path index
+//! (hashFS, `pathindex`): a regular file found by a hash of its full path
+//! in one read ([`MetaStore::lookup_path`]); and a count of the reads the
+//! engine makes of its storage ([`Counted`], [`MetaStore::storage_reads`]).
 //!
 //! **Never:** reads or writes file data (that is `fs` over `cas`); enforces
 //! permissions (the kernel does, with `default_permissions`); knows about
@@ -34,6 +37,13 @@
 //!   mutation returns before it is on disk, [`MetaStore::sync`] makes every
 //!   earlier mutation durable (the metadata log + committer of HydraFS, with
 //!   redb's non-durable commits as the log).
+//! - The path index answers exactly what a walk name by name answers
+//!   (invariant 6): its entries are written, rewritten and dropped in the
+//!   transaction of the operation that changes the name or the inode; a
+//!   directory rename records its move (O(1)) and every entry it may have
+//!   made stale is doubted and walked; a collision is seen by the path
+//!   stored in the entry. Only regular files with one name have entries.
+//!   [`RedbMeta::verify`] checks every entry the index would trust.
 //! - Locks are `parking_lot`'s, which do not poison: a panic under a lock
 //!   does not spread to later callers (`docs/engineering.md`).
 //!
@@ -42,15 +52,19 @@
 
 mod batch;
 pub mod codec;
+mod counted;
 mod engine;
 mod parents;
+mod pathindex;
 mod record;
 mod rules;
 mod types;
 mod verify;
 mod view;
 
+pub use counted::Counted;
 pub use engine::RedbMeta;
+pub use pathindex::MAX_MOVES;
 pub use types::*;
 pub use view::{ImportEntry, ImportInode};
 
@@ -272,6 +286,18 @@ pub trait MetaStore: Send + Sync {
 
     /// Makes every mutation so far durable.
     fn sync(&self) -> Result<()>;
+
+    /// The inode at `path` (names joined by `/`, no leading `/`; the empty
+    /// path is the root): what [`MetaStore::lookup`] name by name from the
+    /// root gives, with the same errors. A regular file with one name is
+    /// answered from the path index in one read when its entry is trusted;
+    /// anything else is walked, and the walk writes the entry of such a
+    /// file (see `pathindex`).
+    fn lookup_path(&self, path: &[u8]) -> Result<Inode>;
+
+    /// Reads the engine has made of its storage since it was opened (an
+    /// exact count, for benchmarks: reads per operation on a cold cache).
+    fn storage_reads(&self) -> u64;
 }
 
 /// See [`MetaStore::view`].

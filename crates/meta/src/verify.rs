@@ -148,6 +148,7 @@ impl RedbMeta {
                 problems.push(format!("xattr {key:?} has no inode"));
             }
         }
+        crate::pathindex::verify(&tx, &recs, &mut problems)?;
         Ok(problems)
     }
 }

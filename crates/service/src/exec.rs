@@ -129,6 +129,7 @@ pub fn exec(
             progress.step("check", p.containers_done, p.containers_total)
         })?),
         Request::Version => Reply::Version(t.fs()?.write_version()?),
+        Request::MetaReads => Reply::MetaReads(t.fs()?.meta_storage_reads()),
         Request::SnapshotCreate { name } => Reply::SnapshotCreate(t.fs()?.snapshot_create(name)?),
         Request::SnapshotList { unique } => Reply::SnapshotList(t.fs()?.snapshot_list(*unique)?),
         Request::SnapshotDelete { name } => {

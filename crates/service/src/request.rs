@@ -86,6 +86,9 @@ pub enum Request {
         name: String,
         config: String,
     },
+    /// The reads the mounted file system's metadata engine has made of its
+    /// storage so far (exact; a benchmark's storage reads per GET).
+    MetaReads,
 }
 
 impl Request {
@@ -201,6 +204,7 @@ replies! {
     BranchAdd(Applied) => into_branch_add,
     BranchReplace(MoveOut) => into_branch_replace,
     BranchDrain(MoveOut) => into_branch_drain,
+    MetaReads(u64) => into_meta_reads,
 }
 
 fn default_max_garbage() -> f64 {

@@ -1,0 +1,315 @@
+//! Invariant 6 at the engine: after every random namespace operation
+//! (create, write, chmod, unlink, link, rename of files and directories,
+//! exchange, rmdir, a reopen), every path ever seen answers through the
+//! path index exactly what a walk name by name answers, whether the index
+//! holds its entry, a stale one, or none.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::*;
+use meta::{Content, FileKind, Inode, InodeId, MetaStore, RedbMeta, RenameFlags, SetAttr};
+use proptest::prelude::*;
+
+const NAMES: [&str; 3] = ["a", "b", "c"];
+
+#[derive(Debug, Clone)]
+enum Op {
+    Create(usize, usize),
+    Mkdir(usize, usize),
+    Write(usize, u8),
+    Chmod(usize, u16),
+    Unlink(usize),
+    Link(usize, usize, usize),
+    Rename(usize, usize, usize, bool),
+    Rmdir(usize),
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let i = 0usize..64;
+    let n = 0usize..NAMES.len();
+    prop_oneof![
+        (i.clone(), n.clone()).prop_map(|(d, n)| Op::Create(d, n)),
+        (i.clone(), n.clone()).prop_map(|(d, n)| Op::Mkdir(d, n)),
+        (i.clone(), any::<u8>()).prop_map(|(f, b)| Op::Write(f, b)),
+        (i.clone(), 0u16..0o777).prop_map(|(f, m)| Op::Chmod(f, m)),
+        i.clone().prop_map(Op::Unlink),
+        (i.clone(), i.clone(), n.clone()).prop_map(|(f, d, n)| Op::Link(f, d, n)),
+        (i.clone(), i.clone(), n, any::<bool>()).prop_map(|(s, d, n, x)| Op::Rename(s, d, n, x)),
+        i.prop_map(Op::Rmdir),
+        Just(Op::Reopen),
+    ]
+}
+
+/// Every path in the tree with its inode, found by listing (a walk that
+/// never reads the index).
+fn tree(m: &RedbMeta) -> Vec<(String, Inode)> {
+    let mut out = Vec::new();
+    let mut stack = vec![(String::new(), ROOT)];
+    while let Some((path, dir)) = stack.pop() {
+        for e in m.readdir(dir, None, usize::MAX).unwrap() {
+            let name = String::from_utf8(e.name).unwrap();
+            let p = if path.is_empty() {
+                name
+            } else {
+                format!("{path}/{name}")
+            };
+            let inode = m.get(e.ino).unwrap();
+            if e.kind == FileKind::Dir {
+                stack.push((p.clone(), e.ino));
+            }
+            out.push((p, inode));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+fn walk(m: &RedbMeta, path: &str) -> Result<Inode, String> {
+    let mut at = m.get(ROOT).unwrap();
+    for part in path.split('/') {
+        at = m
+            .lookup(at.id, part.as_bytes())
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(at)
+}
+
+fn pick<T: Clone>(v: &[T], i: usize) -> Option<T> {
+    (!v.is_empty()).then(|| v[i % v.len()].clone())
+}
+
+fn split(path: &str) -> (String, &str) {
+    match path.rsplit_once('/') {
+        Some((d, n)) => (d.to_string(), n),
+        None => (String::new(), path),
+    }
+}
+
+fn dir_ino(m: &RedbMeta, dir: &str) -> InodeId {
+    if dir.is_empty() {
+        ROOT
+    } else {
+        walk(m, dir).unwrap().id
+    }
+}
+
+/// Applies `op`; failures (a name taken, a directory not empty) are fine,
+/// the engine's answer is what the index must agree with.
+fn apply(path: &std::path::Path, m: &mut RedbMeta, op: &Op, step: i64) {
+    let all = tree(m);
+    let dirs: Vec<String> = std::iter::once(String::new())
+        .chain(
+            all.iter()
+                .filter(|(_, i)| i.attr.kind == FileKind::Dir)
+                .map(|(p, _)| p.clone()),
+        )
+        .collect();
+    let files: Vec<(String, Inode)> = all
+        .iter()
+        .filter(|(_, i)| i.attr.kind == FileKind::File)
+        .cloned()
+        .collect();
+    let names: Vec<String> = all.iter().map(|(p, _)| p.clone()).collect();
+    let now = t(step);
+    match *op {
+        Op::Create(d, n) | Op::Mkdir(d, n) => {
+            let dir = dir_ino(m, &pick(&dirs, d).unwrap());
+            let kind = if matches!(op, Op::Create(..)) {
+                FileKind::File
+            } else {
+                FileKind::Dir
+            };
+            let _ = m.create(dir, NAMES[n].as_bytes(), new(kind), now);
+        }
+        Op::Write(f, b) => {
+            if let Some((_, inode)) = pick(&files, f) {
+                let bytes = vec![b; 1 + b as usize % 7];
+                let size = bytes.len() as u64;
+                m.set_content(inode.id, Content::Inline(bytes), size, now)
+                    .unwrap();
+            }
+        }
+        Op::Chmod(f, mode) => {
+            if let Some((_, inode)) = pick(&files, f) {
+                let change = SetAttr {
+                    perm: Some(mode),
+                    ..Default::default()
+                };
+                m.set_attr(inode.id, &change, now).unwrap();
+            }
+        }
+        Op::Unlink(f) => {
+            if let Some((p, _)) = pick(&files, f) {
+                let (d, n) = split(&p);
+                m.unlink(dir_ino(m, &d), n.as_bytes(), false, now).unwrap();
+            }
+        }
+        Op::Link(f, d, n) => {
+            if let Some((_, inode)) = pick(&files, f) {
+                let dir = dir_ino(m, &pick(&dirs, d).unwrap());
+                let _ = m.link(inode.id, dir, NAMES[n].as_bytes(), now);
+            }
+        }
+        Op::Rename(s, d, n, exchange) => {
+            if let Some(p) = pick(&names, s) {
+                let (sd, sn) = split(&p);
+                let dir = dir_ino(m, &pick(&dirs, d).unwrap());
+                let flags = RenameFlags {
+                    noreplace: false,
+                    exchange,
+                };
+                let _ = m.rename(
+                    dir_ino(m, &sd),
+                    sn.as_bytes(),
+                    dir,
+                    NAMES[n].as_bytes(),
+                    flags,
+                    &|_| false,
+                    now,
+                );
+            }
+        }
+        Op::Rmdir(d) => {
+            if let Some(p) = pick(&dirs[1..], d) {
+                let (pd, pn) = split(&p);
+                let _ = m.rmdir(dir_ino(m, &pd), pn.as_bytes(), now);
+            }
+        }
+        Op::Reopen => {
+            m.sync().unwrap();
+            // The old store must be closed before it is opened again.
+            *m = RedbMeta::open(&path.join("other.redb"), 0, 0).unwrap();
+            *m = RedbMeta::open(&path.join("meta.redb"), 0, 0).unwrap();
+        }
+    }
+}
+
+fn agree(m: &RedbMeta, seen: &BTreeSet<String>) {
+    for p in seen {
+        let want = walk(m, p);
+        // Twice: the first may fill the entry, the second reads it.
+        for _ in 0..2 {
+            let got = m.lookup_path(p.as_bytes()).map_err(|e| e.to_string());
+            assert_eq!(got, want, "path {p:?}");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn every_path_answers_as_the_walk(ops in proptest::collection::vec(op(), 1..40)) {
+        let (dir, mut m) = store();
+        let mut seen = BTreeSet::new();
+        for (step, op) in ops.iter().enumerate() {
+            apply(dir.path(), &mut m, op, step as i64 + 2);
+            for (p, _) in tree(&m) {
+                seen.insert(p);
+            }
+            agree(&m, &seen);
+        }
+        prop_assert!(m.verify().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn a_directory_renamed_before_a_reopen_leaves_no_trusted_stale_entry() {
+    let (dir, m) = store();
+    let a = mkdir(&m, ROOT, "a");
+    let f = mkfile(&m, a, "f");
+    assert_eq!(m.lookup_path(b"a/f").unwrap().id, f);
+    m.rename(
+        ROOT,
+        b"a",
+        ROOT,
+        b"b",
+        RenameFlags::default(),
+        &|_| false,
+        t(2),
+    )
+    .unwrap();
+    m.sync().unwrap();
+    drop(m);
+    let m = RedbMeta::open(&dir.path().join("meta.redb"), 0, 0).unwrap();
+    assert!(m.lookup_path(b"a/f").is_err());
+    assert_eq!(m.lookup_path(b"b/f").unwrap().id, f);
+    // A new file where the old one was is found, not the old one.
+    let a = mkdir(&m, ROOT, "a");
+    let g = mkfile(&m, a, "f");
+    assert_eq!(m.lookup_path(b"a/f").unwrap().id, g);
+}
+
+#[test]
+fn more_directory_renames_than_remembered_still_answer_right() {
+    let (_dir, m) = store();
+    let d = mkdir(&m, ROOT, "d");
+    let f = mkfile(&m, d, "f");
+    let other = mkdir(&m, ROOT, "o");
+    let g = mkfile(&m, other, "g");
+    assert_eq!(m.lookup_path(b"d/f").unwrap().id, f);
+    assert_eq!(m.lookup_path(b"o/g").unwrap().id, g);
+    let flags = RenameFlags::default();
+    for i in 0..meta::MAX_MOVES as i64 + 3 {
+        m.rename(ROOT, b"d", ROOT, b"e", flags, &|_| false, t(i))
+            .unwrap();
+        assert!(m.lookup_path(b"d/f").is_err());
+        m.rename(ROOT, b"e", ROOT, b"d", flags, &|_| false, t(i))
+            .unwrap();
+        assert_eq!(m.lookup_path(b"d/f").unwrap().id, f);
+    }
+    assert!(m.lookup_path(b"e/f").is_err());
+    assert_eq!(m.lookup_path(b"o/g").unwrap().id, g);
+    assert!(m.verify().unwrap().is_empty());
+}
+
+/// A recovered namespace (`cairn recover` imports one) starts with an
+/// empty index: every path is walked once, then read from the index.
+#[test]
+fn an_imported_namespace_is_answered_by_walks_then_the_index() {
+    let (dir, m) = store();
+    let d = mkdir(&m, ROOT, "d");
+    let f = m
+        .create(
+            d,
+            b"f",
+            meta::NewInode {
+                content: Content::Inline(b"bytes".to_vec()),
+                ..new(FileKind::File)
+            },
+            t(2),
+        )
+        .unwrap()
+        .id;
+    let view = m.view().unwrap();
+    let mut inodes = Vec::new();
+    view.for_each_inode(&mut |i| {
+        inodes.push(meta::ImportInode {
+            inode: i.clone(),
+            xattrs: Vec::new(),
+        })
+    })
+    .unwrap();
+    let entries = vec![
+        meta::ImportEntry {
+            parent: ROOT,
+            name: b"d".to_vec(),
+            ino: d,
+        },
+        meta::ImportEntry {
+            parent: d,
+            name: b"f".to_vec(),
+            ino: f,
+        },
+    ];
+    let back = RedbMeta::import(&dir.path().join("imported.redb"), inodes, entries).unwrap();
+    for _ in 0..2 {
+        let got = back.lookup_path(b"d/f").unwrap();
+        assert_eq!(got, back.get(f).unwrap());
+        assert_eq!(got.content, Content::Inline(b"bytes".to_vec()));
+    }
+    assert!(back.lookup_path(b"d/g").is_err());
+    assert!(back.verify().unwrap().is_empty());
+}
