@@ -2,7 +2,7 @@
 //! decompress, verify. A chunk copy that fails verification is recorded as
 //! damaged (see `salvage`), so that writing the data again heals it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use bytes::Bytes;
@@ -243,6 +243,55 @@ impl Store {
             .into_iter()
             .map(|o| o.unwrap_or_else(|| fetched.next().expect("one per missing id")))
             .collect())
+    }
+
+    /// [`Store::read_chunks`] of `ids`, and of the chunks of `near` that
+    /// lie in a region that read decodes anyway: a random reader's
+    /// neighbours, returned (verified) for the caller to cache at no cost
+    /// in I/O or decompression. The caller bounds `near` (DDFS admits the
+    /// ~128 KiB around a random read). A neighbour that fails to read costs
+    /// only itself: the asked chunks are then read alone.
+    pub fn read_around(
+        &self,
+        ids: &[ChunkId],
+        near: &[ChunkId],
+    ) -> Result<(Vec<Bytes>, Vec<(ChunkId, Bytes)>)> {
+        let extra = self.in_regions_of(ids, near);
+        if extra.is_empty() {
+            return Ok((self.read_chunks(ids)?, Vec::new()));
+        }
+        let all: Vec<ChunkId> = ids.iter().chain(&extra).copied().collect();
+        match self.read_chunks(&all) {
+            Ok(mut chunks) => {
+                let more = chunks.split_off(ids.len());
+                Ok((chunks, extra.into_iter().zip(more).collect()))
+            }
+            Err(_) => Ok((self.read_chunks(ids)?, Vec::new())),
+        }
+    }
+
+    /// The distinct chunks of `near`, not in `ids`, stored in a region that
+    /// also holds one of `ids` (as the index says now; a chunk it cannot
+    /// place is left out).
+    fn in_regions_of(&self, ids: &[ChunkId], near: &[ChunkId]) -> Vec<ChunkId> {
+        let (Ok(asked), Ok(found)) = (
+            self.shared.index.lookup_many(ids),
+            self.shared.index.lookup_many(near),
+        ) else {
+            return Vec::new();
+        };
+        let regions: HashSet<(ContainerId, u64)> = asked
+            .iter()
+            .flatten()
+            .map(|l| (l.container, l.region_offset))
+            .collect();
+        let mut seen: HashSet<ChunkId> = ids.iter().copied().collect();
+        near.iter()
+            .zip(found)
+            .filter(|(_, l)| l.is_some_and(|l| regions.contains(&(l.container, l.region_offset))))
+            .filter(|(id, _)| seen.insert(**id))
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     /// Plans read-ahead of `ids`: asks the branch to start reading their

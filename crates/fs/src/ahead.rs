@@ -28,6 +28,10 @@ const FETCHERS: usize = 4;
 /// average); a step ends where a stored region does, so that no two steps
 /// read the same region.
 const STEP: usize = 64;
+/// Bytes of a file around a random read whose chunks a miss admits to the
+/// cache when the store decodes them anyway (DDFS admits the surrounding
+/// 128 KiB: a random reader often comes back near where it was).
+pub(crate) const AROUND: u64 = 128 << 10;
 /// Steps queued for the fetchers at most (64 MiB at the default sizes):
 /// read-ahead is a hint, so with the queue full a step is dropped, not
 /// waited for, however many files are being read.
@@ -65,7 +69,7 @@ impl Fetcher {
                     for step in rx {
                         // A failed step is retried by the reader that needs
                         // it, which then sees the error.
-                        let _ = shared.fetch_claimed(&step);
+                        let _ = shared.fetch_claimed(&step, &[]);
                     }
                 })
                 .expect("spawn a read-ahead thread");
@@ -90,6 +94,13 @@ impl Fetcher {
     /// Chunks by id, in order: from the cache, else from the fetch already
     /// reading them, else from the store (the missing ones together).
     pub(crate) fn get_many(&self, ids: &[ChunkId]) -> Result<Vec<Bytes>> {
+        self.get_around(ids, &[])
+    }
+
+    /// [`Fetcher::get_many`] for a random reader: the chunks of `near` (at
+    /// most [`AROUND`] bytes of the file around the read) that the store
+    /// decodes anyway to read the missing ones enter the cache too.
+    pub(crate) fn get_around(&self, ids: &[ChunkId], near: &[ChunkId]) -> Result<Vec<Bytes>> {
         let shared = &self.shared;
         let mut out: Vec<Option<Bytes>> = ids.iter().map(|id| shared.cache.get(id)).collect();
         let missing: Vec<ChunkId> = ids
@@ -104,7 +115,16 @@ impl Fetcher {
         let mine = shared.claim(&missing);
         let mut got: HashMap<ChunkId, Bytes> = HashMap::new();
         if !mine.is_empty() {
-            got.extend(mine.iter().copied().zip(shared.fetch_claimed(&mine)?));
+            let near: Vec<ChunkId> = near
+                .iter()
+                .filter(|id| !shared.cache.contains(id))
+                .copied()
+                .collect();
+            got.extend(
+                mine.iter()
+                    .copied()
+                    .zip(shared.fetch_claimed(&mine, &near)?),
+            );
         }
         let others: Vec<ChunkId> = missing
             .into_iter()
@@ -168,15 +188,23 @@ impl Shared {
     }
 
     /// Reads claimed chunks into the cache and releases them, also when the
-    /// read fails.
-    fn fetch_claimed(&self, ids: &[ChunkId]) -> Result<Vec<Bytes>> {
-        let result = self.store.read_chunks(ids);
-        if let Ok(chunks) = &result {
+    /// read fails; the chunks of `near` the read decodes anyway enter the
+    /// cache too.
+    fn fetch_claimed(&self, ids: &[ChunkId], near: &[ChunkId]) -> Result<Vec<Bytes>> {
+        let result = if near.is_empty() {
+            self.store.read_chunks(ids).map(|c| (c, Vec::new()))
+        } else {
+            self.store.read_around(ids, near)
+        };
+        if let Ok((chunks, extra)) = &result {
             for (id, b) in ids.iter().zip(chunks) {
+                self.cache.put(*id, b.clone());
+            }
+            for (id, b) in extra {
                 self.cache.put(*id, b.clone());
             }
         }
         self.release(ids);
-        Ok(result?)
+        Ok(result?.0)
     }
 }
