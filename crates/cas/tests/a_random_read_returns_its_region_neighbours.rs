@@ -1,16 +1,27 @@
 //! A stream asks for small compression regions; a read of one chunk with
-//! neighbours offered returns exactly the neighbours its region holds.
+//! neighbours offered returns exactly the neighbours its region holds,
+//! whether the region is stored raw (read in part) or compressed (decoded
+//! whole).
 
 mod common;
 
+use bytes::Bytes;
 use cas::RepoKey;
 
 #[test]
-fn a_random_read_returns_its_region_neighbours() {
+fn a_random_read_of_raw_regions_returns_its_region_neighbours() {
+    reads_neighbours((0..32).map(|_| common::random(4096)).collect());
+}
+
+#[test]
+fn a_random_read_of_compressed_regions_returns_its_region_neighbours() {
+    reads_neighbours((0..32).map(|i| common::text(4096, i)).collect());
+}
+
+fn reads_neighbours(chunks: Vec<Bytes>) {
     let dir = tempfile::tempdir().unwrap();
     let key = RepoKey::generate();
     let (store, _branch) = common::open(dir.path(), &key);
-    let chunks: Vec<bytes::Bytes> = (0..32).map(|_| common::random(4096)).collect();
     let mut w = store.stream();
     // 16 KiB regions (the store's setting is 32 KiB): four chunks each.
     let ids = w.write_batch_in(&chunks, 16 << 10).unwrap();

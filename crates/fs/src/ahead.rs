@@ -12,8 +12,10 @@
 
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use ::cache::ChunkTier;
 use bytes::Bytes;
 use cas::{ChunkId, Store};
 use crossbeam_channel::Sender;
@@ -40,6 +42,10 @@ const QUEUED: usize = 4 * FETCHERS;
 struct Shared {
     store: Store,
     cache: Arc<ChunkCache>,
+    /// The persistent tier below the DRAM cache, when configured.
+    tier: Option<Arc<ChunkTier>>,
+    /// Chunks read from the store (misses of every cache).
+    store_reads: AtomicU64,
     pending: Mutex<HashSet<ChunkId>>,
     /// Signalled whenever a fetch ends and its chunks stop being pending.
     fetched: Condvar,
@@ -52,10 +58,16 @@ pub(crate) struct Fetcher {
 }
 
 impl Fetcher {
-    pub(crate) fn start(store: Store, cache: Arc<ChunkCache>) -> Fetcher {
+    pub(crate) fn start(
+        store: Store,
+        cache: Arc<ChunkCache>,
+        tier: Option<Arc<ChunkTier>>,
+    ) -> Fetcher {
         let shared = Arc::new(Shared {
             store,
             cache,
+            tier,
+            store_reads: AtomicU64::new(0),
             pending: Mutex::new(HashSet::new()),
             fetched: Condvar::new(),
         });
@@ -75,6 +87,22 @@ impl Fetcher {
                 .expect("spawn a read-ahead thread");
         }
         Fetcher { shared, steps }
+    }
+
+    /// Chunks read from the store so far, and the tier's figures.
+    pub(crate) fn figures(&self) -> (u64, Option<::cache::TierStats>) {
+        let s = &self.shared;
+        (
+            s.store_reads.load(Ordering::Relaxed),
+            s.tier.as_ref().map(|t| t.stats()),
+        )
+    }
+
+    /// Lets the tier's writer finish what is queued (at unmount).
+    pub(crate) fn close(&self) {
+        if let Some(t) = &self.shared.tier {
+            t.close();
+        }
     }
 
     /// Starts fetching the chunks of `ids` that are neither cached nor
@@ -103,6 +131,15 @@ impl Fetcher {
     pub(crate) fn get_around(&self, ids: &[ChunkId], near: &[ChunkId]) -> Result<Vec<Bytes>> {
         let shared = &self.shared;
         let mut out: Vec<Option<Bytes>> = ids.iter().map(|id| shared.cache.get(id)).collect();
+        // A random reader's chunks belong in the tier also when DRAM held
+        // them (brought in by a sequential pass, or as neighbours).
+        if let (Some(tier), false) = (&shared.tier, near.is_empty()) {
+            for (id, b) in ids.iter().zip(&out) {
+                if let Some(b) = b {
+                    tier.admit(*id, b.clone());
+                }
+            }
+        }
         let missing: Vec<ChunkId> = ids
             .iter()
             .zip(&out)
@@ -150,6 +187,9 @@ impl Fetcher {
             again.sort();
             again.dedup();
             if !again.is_empty() {
+                shared
+                    .store_reads
+                    .fetch_add(again.len() as u64, Ordering::Relaxed);
                 let chunks = shared.store.read_chunks(&again)?;
                 for (id, b) in again.into_iter().zip(chunks) {
                     shared.cache.put(id, b.clone());
@@ -188,23 +228,56 @@ impl Shared {
     }
 
     /// Reads claimed chunks into the cache and releases them, also when the
-    /// read fails; the chunks of `near` the read decodes anyway enter the
-    /// cache too.
+    /// read fails. Each comes from the persistent tier if it holds it, else
+    /// from the store. A random reader (`near` not empty) also gets the
+    /// chunks of `near` the store decodes anyway, and everything it read
+    /// from the store is admitted to the tier; a sequential reader's chunks
+    /// are not (its read-ahead serves it, and would flood the tier).
     fn fetch_claimed(&self, ids: &[ChunkId], near: &[ChunkId]) -> Result<Vec<Bytes>> {
-        let result = if near.is_empty() {
-            self.store.read_chunks(ids).map(|c| (c, Vec::new()))
-        } else {
-            self.store.read_around(ids, near)
+        let result = self.fetch_tiered(ids, near);
+        self.release(ids);
+        result
+    }
+
+    fn fetch_tiered(&self, ids: &[ChunkId], near: &[ChunkId]) -> Result<Vec<Bytes>> {
+        let mut out: Vec<Option<Bytes>> = match &self.tier {
+            Some(tier) => ids.iter().map(|id| tier.get(id)).collect(),
+            None => vec![None; ids.len()],
         };
-        if let Ok((chunks, extra)) = &result {
-            for (id, b) in ids.iter().zip(chunks) {
-                self.cache.put(*id, b.clone());
+        let rest: Vec<ChunkId> = ids
+            .iter()
+            .zip(&out)
+            .filter(|(_, b)| b.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        if !rest.is_empty() {
+            self.store_reads
+                .fetch_add(rest.len() as u64, Ordering::Relaxed);
+            let (chunks, extra) = if near.is_empty() {
+                (self.store.read_chunks(&rest)?, Vec::new())
+            } else {
+                self.store.read_around(&rest, near)?
+            };
+            let admit = |id: ChunkId, b: &Bytes| {
+                if let (Some(tier), false) = (&self.tier, near.is_empty()) {
+                    tier.admit(id, b.clone());
+                }
+            };
+            let mut read = rest.iter().zip(chunks);
+            for slot in out.iter_mut().filter(|b| b.is_none()) {
+                let (id, b) = read.next().expect("one chunk per id read");
+                admit(*id, &b);
+                *slot = Some(b);
             }
             for (id, b) in extra {
-                self.cache.put(*id, b.clone());
+                admit(id, &b);
+                self.cache.put(id, b);
             }
         }
-        self.release(ids);
-        Ok(result?.0)
+        let out: Vec<Bytes> = out.into_iter().map(|b| b.expect("filled above")).collect();
+        for (id, b) in ids.iter().zip(&out) {
+            self.cache.put(*id, b.clone());
+        }
+        Ok(out)
     }
 }

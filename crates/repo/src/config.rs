@@ -202,6 +202,17 @@ keep_last = 1           # the newest N versions, however old
 keep_minutes = 60       # every version written in the last N minutes
 keep_hourly = 24        # the newest version of each of the last N hours (UTC)
 keep_daily = 7          # the newest version of each of the last N days (UTC)
+
+[cache]
+# A persistent cache of chunks in a directory on a fast device (an SSD in
+# front of a slow or remote branch), below the DRAM cache: off unless `dir`
+# is set. Random readers' chunks (and the ~128KiB around each read) are kept
+# there and survive a restart; sequential readers are served by read-ahead
+# and do not fill it. Every entry is verified against its chunk id when
+# read; a bad one is deleted and the chunk read from the store.
+# dir = "/mnt/nvme/cairn-cache"  # an absolute path
+size = "4GiB"           # chunk bytes kept at most (least recently used leave first)
+write_rate = "32MiB"    # bytes per second written to the device at most (endurance)
 "#;
 
 impl Config {
