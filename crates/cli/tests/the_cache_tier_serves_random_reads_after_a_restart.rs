@@ -1,5 +1,5 @@
-//! With `[cache] dir` set, a random reader's chunks enter the persistent
-//! tier; after an unmount and a mount (the DRAM cache empty) the same reads
+//! With `[cache] dir` set, a sequential reader's chunks stay out of the
+//! persistent tier and a random reader's enter it; after an unmount and a mount (the DRAM cache empty) the same reads
 //! are served by the tier: its hits rise and the store is not read. The
 //! file reads back byte-exact and `check` is clean.
 
@@ -13,8 +13,16 @@ fn the_cache_tier_serves_random_reads_after_a_restart() {
     let base = tempfile::tempdir().unwrap();
     let (m, tier, data) = mounted(base.path());
     let (repo, dir) = m.unmount();
-    // A fresh mount: nothing of the file in DRAM.
+    // A fresh mount: nothing of the file in DRAM. A sequential reader
+    // fills DRAM and leaves the tier alone.
     let m = Mount::start(repo, dir);
+    assert!(std::fs::read(m.path("img")).unwrap() == data);
+    let (_, t) = figures(&m.repo);
+    assert_eq!(
+        t["admitted"].as_u64().unwrap(),
+        0,
+        "sequential reads admit nothing: {t}"
+    );
     let reads = offsets();
     read_at(&m.path("img"), &data, &reads);
     let (_, t) = figures(&m.repo);
