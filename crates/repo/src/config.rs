@@ -272,6 +272,24 @@ mod tests {
     }
 
     #[test]
+    fn cache_section_sets_the_tier_and_refuses_a_relative_dir() {
+        assert_eq!(Config::parse("").unwrap().fs.tier, None, "off by default");
+        let c = Config::parse("[cache]\ndir = \"/fast/c\"\nsize = \"2GiB\"\n").unwrap();
+        assert_eq!(
+            c.fs.tier,
+            Some(cache::TierSettings {
+                dir: "/fast/c".into(),
+                size: 2 << 30,
+                write_rate: 32 << 20,
+            })
+        );
+        let e = Config::parse("[cache]\ndir = \"fast/c\"\n").unwrap_err();
+        assert!(e.to_string().contains("not an absolute path"), "{e}");
+        let e = Config::parse("[cache]\ndir = \"/c\"\nwrite_rate = \"4KiB\"\n").unwrap_err();
+        assert!(e.to_string().contains("write_rate"), "{e}");
+    }
+
+    #[test]
     fn versions_section_and_its_older_key() {
         let c = Config::parse("[versions]\nkeep_last = 3\nkeep_daily = 0\n").unwrap();
         let d = fs::retention::Retention::default();
