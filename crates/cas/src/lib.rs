@@ -107,7 +107,7 @@ pub use gc::{Assessment, Collection, Prepared, Reclaimed};
 pub use id::{ChunkId, ContainerId, RepoKey, ShortFp};
 pub use index::ContainerInfo;
 pub use protection::{needs_restore, BranchId, Policy, PolicyError, Protection};
-pub use read::Fetched;
+pub use read::{Around, Fetched};
 pub use region::{Compression, RegionError};
 pub use store::{Store, StoreSettings, StoreStats, INDEX_FILE, ROOTS_FILE};
 pub use writer::{Durable, StreamWriter, WriteStats};

@@ -26,6 +26,10 @@ const AROUND_RAW: u32 = 128 << 10;
 /// random request is a few KiB: a chunk or two).
 const RAW_PARTS_MAX: usize = 8;
 
+/// What [`Store::read_around`] returns: the asked chunks in order, and the
+/// neighbours it read with them.
+pub type Around = (Vec<Bytes>, Vec<(ChunkId, Bytes)>);
+
 /// A byte range of one container covering several regions.
 struct Span {
     container: ContainerId,
@@ -261,11 +265,7 @@ impl Store {
     /// unusual (an unsealed chunk, a compressed region, a failed read or
     /// verification) takes the ordinary path, which reports and records it;
     /// a neighbour that fails costs only itself.
-    pub fn read_around(
-        &self,
-        ids: &[ChunkId],
-        near: &[ChunkId],
-    ) -> Result<(Vec<Bytes>, Vec<(ChunkId, Bytes)>)> {
+    pub fn read_around(&self, ids: &[ChunkId], near: &[ChunkId]) -> Result<Around> {
         if let Some(done) = self.read_raw_parts(ids, near) {
             return Ok(done);
         }
@@ -287,11 +287,7 @@ impl Store {
     /// region: per region, one read of the bytes from the first to the end
     /// of the last of its asked chunks and of the neighbours within
     /// [`AROUND_RAW`] of them. `None` sends the caller the ordinary way.
-    fn read_raw_parts(
-        &self,
-        ids: &[ChunkId],
-        near: &[ChunkId],
-    ) -> Option<(Vec<Bytes>, Vec<(ChunkId, Bytes)>)> {
+    fn read_raw_parts(&self, ids: &[ChunkId], near: &[ChunkId]) -> Option<Around> {
         if ids.is_empty() || ids.len() > RAW_PARTS_MAX {
             return None;
         }
