@@ -302,7 +302,7 @@ fn print_stats(root: &Path, st: &SpaceReport, json: bool) -> Result<ExitCode> {
         );
         match &rc.tier {
             Some(t) => out!(
-                "  cache tier      {} hits, {} misses, {} corrupt entries dropped; {} chunks ({} of {}); {} admitted ({}), {} skipped (write budget)",
+                "  cache tier      {} hits, {} misses, {} corrupt entries dropped; {} chunks ({} of {}); {} admitted ({}), {} skipped (over the write budget or writer busy)",
                 t.hits,
                 t.misses,
                 t.corrupt,
