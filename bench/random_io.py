@@ -299,7 +299,7 @@ class Target:
             self.ctx["cairn"].init(self.data)
             toml = os.path.join(self.data, "cairn.toml")
             apply_settings(toml, with_tier_dir(self.settings,
-                                               os.path.join(self.ctx["workdir"], "tier", tag)))
+                                               os.path.join(self.ctx["workdir"], "tier", self.tag)))
             self.budgets = configured_budgets(toml)
         self.mount()
 
