@@ -43,7 +43,11 @@ one run compares settings (here: cairn with a 1 GiB cache, cairn[small] with 64 
 
     --cairn-config fs.cache=1GiB --cairn-config small:fs.cache=64MiB
 
-The report prints the settings each cairn column used.
+The report prints the settings each cairn column used. In a VALUE, `{tier}` becomes a
+fresh directory of the column's own (per data variant), for `cache.dir`. Unless
+--no-tier-ablation, the run adds the column cairn[tier] with `cache.dir={tier}`: the
+persistent cache tier on, against "cairn" with it off (the DDFS Fig. 5-style ablation), in
+the same run.
 
 Usage (as root, from the repository root, after `cargo build --release`):
 
@@ -163,6 +167,14 @@ def parse_cairn_config(items: list[str]) -> list[dict]:
         for lab, extra in by_label.items()]
 
 
+def with_tier_dir(settings: list[tuple[str, str]], tier: str) -> list[tuple[str, str]]:
+    """The settings with `{tier}` in a value replaced by `tier` (a directory of the
+    column's own for the persistent cache tier, created here)."""
+    if any("{tier}" in v for _, v in settings):
+        os.makedirs(tier, exist_ok=True)
+    return [(k, v.replace("{tier}", tier)) for k, v in settings]
+
+
 def apply_settings(path: str, settings: list[tuple[str, str]]) -> None:
     """Sets each SECTION.NAME of the cairn.toml at path to its value: the key's line is
     replaced, or added at the end of its section (the section is added when missing).
@@ -272,7 +284,7 @@ class Target:
     def __init__(self, ctx: dict, key: str, kind: str, variant: str, settings=None):
         self.ctx, self.key, self.kind, self.variant = ctx, key, kind, variant
         self.settings = settings or []
-        tag = re.sub(r"[^A-Za-z0-9._-]", "_", f"{key}-{variant}")
+        self.tag = tag = re.sub(r"[^A-Za-z0-9._-]", "_", f"{key}-{variant}")
         wd = ctx["workdir"]
         self.data = os.path.join(wd, "data", tag)      # directory or repository on disk
         self.mnt = os.path.join(wd, "mnt", tag)
@@ -286,7 +298,8 @@ class Target:
         elif self.kind == "cairn":
             self.ctx["cairn"].init(self.data)
             toml = os.path.join(self.data, "cairn.toml")
-            apply_settings(toml, self.settings)
+            apply_settings(toml, with_tier_dir(self.settings,
+                                               os.path.join(self.ctx["workdir"], "tier", self.tag)))
             self.budgets = configured_budgets(toml)
         self.mount()
 
@@ -316,7 +329,9 @@ def preflight(ctx: dict, columns: list[dict]) -> None:
     for col in columns:
         repo = os.path.join(ctx["workdir"], "preflight")
         ctx["cairn"].init(repo)
-        apply_settings(os.path.join(repo, "cairn.toml"), col["settings"])
+        apply_settings(os.path.join(repo, "cairn.toml"),
+                       with_tier_dir(col["settings"], os.path.join(ctx["workdir"], "tier",
+                                                                   "preflight")))
         try:
             ctx["cairn"].stats(repo)
         except BenchError as e:
@@ -563,6 +578,9 @@ def parse_args(argv=None):
     p.add_argument("--cairn-config", action="append", default=[], metavar="[LABEL:]KEY=VALUE",
                    help="set KEY (SECTION.NAME) of cairn.toml before mounting; repeatable; a "
                         "LABEL makes an extra cairn column with its own settings")
+    p.add_argument("--no-tier-ablation", action="store_true",
+                   help="do not add the column cairn[tier] (cache.dir={tier}: the persistent "
+                        "cache tier on)")
     p.add_argument("--step-timeout", type=float, default=900.0, metavar="SECONDS",
                    help="abort the mounts and fail when one step on a mount (a fio job, an "
                         "unmount) takes longer (default: %(default)s)")
@@ -573,7 +591,8 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     try:
         a.size = parse_size(a.size)
-        a.columns = parse_cairn_config(a.cairn_config)
+        tier = [] if a.no_tier_ablation else ["tier:cache.dir={tier}"]
+        a.columns = parse_cairn_config(a.cairn_config + tier)
     except ValueError as e:
         p.error(str(e))
     if a.size < 16 * MIB or a.size % (64 << 10):

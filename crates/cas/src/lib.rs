@@ -1,7 +1,9 @@
 //! The content-addressed chunk store.
 //!
 //! **Owns:** chunk ids (keyed BLAKE3-256), containers (append-only in memory,
-//! a few MiB, made of zstd/lz4/raw compression regions, sealed by a
+//! a few MiB, made of zstd/lz4/raw compression regions (of the store's
+//! region size, or smaller where a stream asks: `write_batch_in`; a read
+//! never assumes a size), sealed by a
 //! checksummed footer), the fingerprint index (redb, plus a compact in-RAM set
 //! of 4-byte short fingerprints), named retention roots, the write pipeline
 //! (parallel hashing and compression under a memory budget, one open
@@ -55,6 +57,8 @@
 //!    callers may cache it as it is: it shares its buffer (the span read, or
 //!    the region decompressed) only with chunks returned by the same read
 //!    that together use at least 7/8 of it; otherwise it is copied out.
+//!    (A random read of a raw region reads only its chunks' bytes,
+//!    [`Store::read_around`], which its chunks then use whole.)
 //! 7. A sealed container is never dropped because a branch is full: it is
 //!    parked in memory, readable, and retried until stored (`stall`), and
 //!    [`Store::waiting_for_space`] tells callers not to make anything that
@@ -104,7 +108,7 @@ pub use gc::{Assessment, Collection, Prepared, Reclaimed};
 pub use id::{ChunkId, ContainerId, RepoKey, ShortFp};
 pub use index::ContainerInfo;
 pub use protection::{needs_restore, BranchId, Policy, PolicyError, Protection};
-pub use read::Fetched;
+pub use read::{Around, Fetched};
 pub use region::{Compression, RegionError};
 pub use store::{Store, StoreSettings, StoreStats, INDEX_FILE, ROOTS_FILE};
 pub use writer::{Durable, StreamWriter, WriteStats};

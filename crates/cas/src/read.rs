@@ -2,7 +2,7 @@
 //! decompress, verify. A chunk copy that fails verification is recorded as
 //! damaged (see `salvage`), so that writing the data again heals it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use bytes::Bytes;
@@ -19,6 +19,16 @@ use crate::{CasError, Result};
 const COALESCE_GAP: u64 = 64 << 10;
 /// Upper bound on one coalesced read.
 const MAX_SPAN: u64 = 8 << 20;
+/// Bytes of a raw region around a random read's chunks that its
+/// neighbours may add to the read (see [`Store::read_around`]).
+const AROUND_RAW: u32 = 128 << 10;
+/// Chunks a random read asks for at most to take the raw-region path (a
+/// random request is a few KiB: a chunk or two).
+const RAW_PARTS_MAX: usize = 8;
+
+/// What [`Store::read_around`] returns: the asked chunks in order, and the
+/// neighbours it read with them.
+pub type Around = (Vec<Bytes>, Vec<(ChunkId, Bytes)>);
 
 /// A byte range of one container covering several regions.
 struct Span {
@@ -243,6 +253,141 @@ impl Store {
             .into_iter()
             .map(|o| o.unwrap_or_else(|| fetched.next().expect("one per missing id")))
             .collect())
+    }
+
+    /// [`Store::read_chunks`] of `ids` for a random reader, and the chunks
+    /// of `near` (its neighbours in the file, bounded by the caller: DDFS
+    /// admits the ~128 KiB around a random read) that lie in a region the
+    /// read opens anyway, for the caller to cache at no cost in I/O or
+    /// decompression. A region stored raw is not read whole: only the
+    /// bytes of the asked chunks and their neighbours in it (a 4 KiB read
+    /// of incompressible data need not copy a 1 MiB region). Anything
+    /// unusual (an unsealed chunk, a compressed region, a failed read or
+    /// verification) takes the ordinary path, which reports and records it;
+    /// a neighbour that fails costs only itself.
+    pub fn read_around(&self, ids: &[ChunkId], near: &[ChunkId]) -> Result<Around> {
+        if let Some(done) = self.read_raw_parts(ids, near) {
+            return Ok(done);
+        }
+        let extra = self.in_regions_of(ids, near);
+        if extra.is_empty() {
+            return Ok((self.read_chunks(ids)?, Vec::new()));
+        }
+        let all: Vec<ChunkId> = ids.iter().chain(&extra).copied().collect();
+        match self.read_chunks(&all) {
+            Ok(mut chunks) => {
+                let more = chunks.split_off(ids.len());
+                Ok((chunks, extra.into_iter().zip(more).collect()))
+            }
+            Err(_) => Ok((self.read_chunks(ids)?, Vec::new())),
+        }
+    }
+
+    /// [`Store::read_around`] when every asked chunk is sealed and in a raw
+    /// region: per region, one read of the bytes from the first to the end
+    /// of the last of its asked chunks and of the neighbours within
+    /// [`AROUND_RAW`] of them. `None` sends the caller the ordinary way.
+    fn read_raw_parts(&self, ids: &[ChunkId], near: &[ChunkId]) -> Option<Around> {
+        if ids.is_empty() || ids.len() > RAW_PARTS_MAX {
+            return None;
+        }
+        {
+            let unsealed = self.shared.unsealed.lock();
+            if ids.iter().any(|id| unsealed.contains_key(id)) {
+                return None;
+            }
+        }
+        let locs = self.locate_many(ids).ok()?;
+        let found = self.shared.index.lookup_many(near).ok()?;
+        let (regions, region_of) = Self::regions_of(&locs);
+        let mut out: Vec<Option<Bytes>> = vec![None; ids.len()];
+        let mut extra = Vec::new();
+        for (r, region) in regions.iter().enumerate() {
+            let asked: Vec<usize> = (0..ids.len()).filter(|&i| region_of[i] == r).collect();
+            let lo = asked.iter().map(|&i| locs[i].offset_in_region).min()?;
+            let hi = asked
+                .iter()
+                .map(|&i| locs[i].offset_in_region + locs[i].len)
+                .max()?;
+            let same = |l: &ChunkLocation| {
+                (l.container, l.region_offset) == (region.container, region.region_offset)
+            };
+            let neighbours: Vec<(ChunkId, ChunkLocation)> = near
+                .iter()
+                .zip(&found)
+                .filter_map(|(id, l)| Some((*id, (*l)?)))
+                .filter(|(id, l)| {
+                    same(l)
+                        && !ids.contains(id)
+                        && l.offset_in_region + l.len <= hi + AROUND_RAW
+                        && l.offset_in_region + AROUND_RAW >= lo
+                })
+                .collect();
+            let from = neighbours
+                .iter()
+                .map(|(_, l)| l.offset_in_region)
+                .fold(lo, u32::min);
+            let to = neighbours
+                .iter()
+                .map(|(_, l)| l.offset_in_region + l.len)
+                .fold(hi, u32::max);
+            let header = self
+                .shared
+                .read_container_range(region.container, region.region_offset, region::HEADER_LEN)
+                .ok()?;
+            if !region::is_raw(&header) || region::decoded_len(&header)? < to as usize {
+                return None;
+            }
+            let at = region.region_offset + region::HEADER_LEN as u64 + from as u64;
+            let bytes = Bytes::from(
+                self.shared
+                    .read_container_range(region.container, at, (to - from) as usize)
+                    .ok()?,
+            );
+            let cut = |l: &ChunkLocation| {
+                let start = (l.offset_in_region - from) as usize;
+                bytes.slice(start..start + l.len as usize)
+            };
+            for &i in &asked {
+                let data = cut(&locs[i]);
+                if self.shared.key.chunk_id(&data) != ids[i] {
+                    return None;
+                }
+                out[i] = Some(data);
+            }
+            for (id, l) in &neighbours {
+                let data = cut(l);
+                if self.shared.key.chunk_id(&data) == *id {
+                    extra.push((*id, data));
+                }
+            }
+        }
+        let out = out.into_iter().collect::<Option<Vec<Bytes>>>()?;
+        Some((out, extra))
+    }
+
+    /// The distinct chunks of `near`, not in `ids`, stored in a region that
+    /// also holds one of `ids` (as the index says now; a chunk it cannot
+    /// place is left out).
+    fn in_regions_of(&self, ids: &[ChunkId], near: &[ChunkId]) -> Vec<ChunkId> {
+        let (Ok(asked), Ok(found)) = (
+            self.shared.index.lookup_many(ids),
+            self.shared.index.lookup_many(near),
+        ) else {
+            return Vec::new();
+        };
+        let regions: HashSet<(ContainerId, u64)> = asked
+            .iter()
+            .flatten()
+            .map(|l| (l.container, l.region_offset))
+            .collect();
+        let mut seen: HashSet<ChunkId> = ids.iter().copied().collect();
+        near.iter()
+            .zip(found)
+            .filter(|(_, l)| l.is_some_and(|l| regions.contains(&(l.container, l.region_offset))))
+            .filter(|(id, _)| seen.insert(**id))
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     /// Plans read-ahead of `ids`: asks the branch to start reading their

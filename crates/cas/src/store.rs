@@ -329,6 +329,12 @@ impl Store {
         &self.shared.budget
     }
 
+    /// The id of one chunk's bytes (a cache that keeps chunks elsewhere
+    /// verifies them with it).
+    pub fn chunk_id(&self, data: &[u8]) -> ChunkId {
+        self.shared.key.chunk_id(data)
+    }
+
     /// The ids of `chunks`, hashed on every core.
     pub fn chunk_ids(&self, chunks: &[bytes::Bytes]) -> Vec<ChunkId> {
         use rayon::prelude::*;

@@ -78,10 +78,28 @@ impl StreamWriter {
         Ok(ids)
     }
 
+    /// [`StreamWriter::write_batch`] with the new chunks compressed in
+    /// regions of about `region_size` raw bytes instead of the store's
+    /// setting (at most that): a file read at random (an image cut in
+    /// fixed blocks) asks for small regions, so that a read decodes little
+    /// more than the block it needs. Readers need nothing to know it: each
+    /// index entry names its region's length.
+    pub fn write_batch_in(&mut self, chunks: &[Bytes], region_size: usize) -> Result<Vec<ChunkId>> {
+        let ids = self.store.chunk_ids(chunks);
+        let target = region_size.min(self.store.shared.settings.region_size);
+        self.write_regions(chunks, &ids, target)?;
+        Ok(ids)
+    }
+
     /// [`StreamWriter::write_batch`] for chunks whose ids the caller already
     /// computed with [`Store::chunk_ids`] (a pipeline hashes the next batch
     /// while this one compresses).
     pub fn write_hashed(&mut self, chunks: &[Bytes], ids: &[ChunkId]) -> Result<()> {
+        let target = self.store.shared.settings.region_size;
+        self.write_regions(chunks, ids, target)
+    }
+
+    fn write_regions(&mut self, chunks: &[Bytes], ids: &[ChunkId], target: usize) -> Result<()> {
         assert_eq!(chunks.len(), ids.len(), "one id per chunk");
         let mut fresh = Vec::new();
         let mut unsealed = Vec::new();
@@ -98,7 +116,7 @@ impl StreamWriter {
             fresh.push(i);
         }
         self.store.shared.unsealed.lock().extend(unsealed);
-        let regions = self.group_regions(chunks, &fresh);
+        let regions = group_regions(chunks, &fresh, target);
         let compression = self.store.shared.settings.compression;
         let encoded: Vec<region::Encoded> = regions
             .par_iter()
@@ -149,25 +167,6 @@ impl StreamWriter {
             }
         }
         self.store.shared.dedup_lookup(id, want)
-    }
-
-    /// Groups consecutive new chunks into regions of about `region_size` raw
-    /// bytes; a chunk never spans regions.
-    fn group_regions(&self, chunks: &[Bytes], fresh: &[usize]) -> Vec<Vec<usize>> {
-        let target = self.store.shared.settings.region_size;
-        let mut regions: Vec<Vec<usize>> = Vec::new();
-        let mut size = 0;
-        for &i in fresh {
-            match regions.last_mut() {
-                Some(r) if size + chunks[i].len() <= target => r.push(i),
-                _ => {
-                    regions.push(vec![i]);
-                    size = 0;
-                }
-            }
-            size += chunks[i].len();
-        }
-        regions
     }
 
     fn append_region(
@@ -252,6 +251,24 @@ impl StreamWriter {
             containers: std::mem::take(&mut self.depends),
         })
     }
+}
+
+/// Groups consecutive new chunks into regions of about `target` raw
+/// bytes; a chunk never spans regions.
+fn group_regions(chunks: &[Bytes], fresh: &[usize], target: usize) -> Vec<Vec<usize>> {
+    let mut regions: Vec<Vec<usize>> = Vec::new();
+    let mut size = 0;
+    for &i in fresh {
+        match regions.last_mut() {
+            Some(r) if size + chunks[i].len() <= target => r.push(i),
+            _ => {
+                regions.push(vec![i]);
+                size = 0;
+            }
+        }
+        size += chunks[i].len();
+    }
+    regions
 }
 
 /// Containers a flush waits for, from [`StreamWriter::start_flush`].

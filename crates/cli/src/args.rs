@@ -91,6 +91,13 @@ pub enum Command {
     /// garbage `cairn gc` reclaims). The numbers are the same
     /// mounted or not. Costs a mark pass over everything, like gc's.
     ///
+    /// Mounted, it also prints the read caches since the mount (JSON:
+    /// `read_cache`): the DRAM cache's bytes, the chunks read from the
+    /// store (missed by every cache), and the persistent cache tier's
+    /// hits, misses, corrupt entries dropped, contents, and chunks admitted
+    /// or skipped under its write budget (`[cache]` in cairn.toml; "off"
+    /// when unset). See docs/cache.md.
+    ///
     /// Exits 0; 1 if the repository cannot be opened (a damaged or missing
     /// fs.redb while versions exist names `cairn recover`).
     Stats {

@@ -296,6 +296,28 @@ fn print_stats(root: &Path, st: &SpaceReport, json: bool) -> Result<ExitCode> {
         b(st.index_ram_bytes),
         st.index_ram_bytes_per_chunk
     );
+    if let Some(rc) = &st.read_cache {
+        out!(
+            "read caches       DRAM {}; {} chunks read from the store since the mount",
+            b(rc.dram_bytes),
+            rc.store_chunk_reads
+        );
+        match &rc.tier {
+            Some(t) => out!(
+                "  cache tier      {} hits, {} misses, {} corrupt entries dropped; {} chunks ({} of {}); {} admitted ({}), {} skipped (over the write budget or writer busy)",
+                t.hits,
+                t.misses,
+                t.corrupt,
+                t.entries,
+                b(t.bytes),
+                b(t.size),
+                t.admitted,
+                b(t.admitted_bytes),
+                t.skipped
+            ),
+            None => out!("  cache tier      off ([cache] dir in cairn.toml)"),
+        }
+    }
     for r in &st.unreadable_roots {
         out!("unreadable root   {r} (not counted; run `cairn check`)");
     }

@@ -12,8 +12,10 @@
 
 use parking_lot::{Condvar, Mutex};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use ::cache::ChunkTier;
 use bytes::Bytes;
 use cas::{ChunkId, Store};
 use crossbeam_channel::Sender;
@@ -28,6 +30,10 @@ const FETCHERS: usize = 4;
 /// average); a step ends where a stored region does, so that no two steps
 /// read the same region.
 const STEP: usize = 64;
+/// Bytes of a file around a random read whose chunks a miss admits to the
+/// cache when the store decodes them anyway (DDFS admits the surrounding
+/// 128 KiB: a random reader often comes back near where it was).
+pub(crate) const AROUND: u64 = 128 << 10;
 /// Steps queued for the fetchers at most (64 MiB at the default sizes):
 /// read-ahead is a hint, so with the queue full a step is dropped, not
 /// waited for, however many files are being read.
@@ -36,6 +42,10 @@ const QUEUED: usize = 4 * FETCHERS;
 struct Shared {
     store: Store,
     cache: Arc<ChunkCache>,
+    /// The persistent tier below the DRAM cache, when configured.
+    tier: Option<Arc<ChunkTier>>,
+    /// Chunks read from the store (misses of every cache).
+    store_reads: AtomicU64,
     pending: Mutex<HashSet<ChunkId>>,
     /// Signalled whenever a fetch ends and its chunks stop being pending.
     fetched: Condvar,
@@ -48,10 +58,16 @@ pub(crate) struct Fetcher {
 }
 
 impl Fetcher {
-    pub(crate) fn start(store: Store, cache: Arc<ChunkCache>) -> Fetcher {
+    pub(crate) fn start(
+        store: Store,
+        cache: Arc<ChunkCache>,
+        tier: Option<Arc<ChunkTier>>,
+    ) -> Fetcher {
         let shared = Arc::new(Shared {
             store,
             cache,
+            tier,
+            store_reads: AtomicU64::new(0),
             pending: Mutex::new(HashSet::new()),
             fetched: Condvar::new(),
         });
@@ -65,12 +81,28 @@ impl Fetcher {
                     for step in rx {
                         // A failed step is retried by the reader that needs
                         // it, which then sees the error.
-                        let _ = shared.fetch_claimed(&step);
+                        let _ = shared.fetch_claimed(&step, &[]);
                     }
                 })
                 .expect("spawn a read-ahead thread");
         }
         Fetcher { shared, steps }
+    }
+
+    /// Chunks read from the store so far, and the tier's figures.
+    pub(crate) fn figures(&self) -> (u64, Option<::cache::TierStats>) {
+        let s = &self.shared;
+        (
+            s.store_reads.load(Ordering::Relaxed),
+            s.tier.as_ref().map(|t| t.stats()),
+        )
+    }
+
+    /// Lets the tier's writer finish what is queued (at unmount).
+    pub(crate) fn close(&self) {
+        if let Some(t) = &self.shared.tier {
+            t.close();
+        }
     }
 
     /// Starts fetching the chunks of `ids` that are neither cached nor
@@ -90,8 +122,24 @@ impl Fetcher {
     /// Chunks by id, in order: from the cache, else from the fetch already
     /// reading them, else from the store (the missing ones together).
     pub(crate) fn get_many(&self, ids: &[ChunkId]) -> Result<Vec<Bytes>> {
+        self.get_around(ids, &[])
+    }
+
+    /// [`Fetcher::get_many`] for a random reader: the chunks of `near` (at
+    /// most [`AROUND`] bytes of the file around the read) that the store
+    /// decodes anyway to read the missing ones enter the cache too.
+    pub(crate) fn get_around(&self, ids: &[ChunkId], near: &[ChunkId]) -> Result<Vec<Bytes>> {
         let shared = &self.shared;
         let mut out: Vec<Option<Bytes>> = ids.iter().map(|id| shared.cache.get(id)).collect();
+        // A random reader's chunks belong in the tier also when DRAM held
+        // them (brought in by a sequential pass, or as neighbours).
+        if let (Some(tier), false) = (&shared.tier, near.is_empty()) {
+            for (id, b) in ids.iter().zip(&out) {
+                if let Some(b) = b {
+                    tier.admit(*id, b.clone());
+                }
+            }
+        }
         let missing: Vec<ChunkId> = ids
             .iter()
             .zip(&out)
@@ -104,7 +152,16 @@ impl Fetcher {
         let mine = shared.claim(&missing);
         let mut got: HashMap<ChunkId, Bytes> = HashMap::new();
         if !mine.is_empty() {
-            got.extend(mine.iter().copied().zip(shared.fetch_claimed(&mine)?));
+            let near: Vec<ChunkId> = near
+                .iter()
+                .filter(|id| !shared.cache.contains(id))
+                .copied()
+                .collect();
+            got.extend(
+                mine.iter()
+                    .copied()
+                    .zip(shared.fetch_claimed(&mine, &near)?),
+            );
         }
         let others: Vec<ChunkId> = missing
             .into_iter()
@@ -130,6 +187,9 @@ impl Fetcher {
             again.sort();
             again.dedup();
             if !again.is_empty() {
+                shared
+                    .store_reads
+                    .fetch_add(again.len() as u64, Ordering::Relaxed);
                 let chunks = shared.store.read_chunks(&again)?;
                 for (id, b) in again.into_iter().zip(chunks) {
                     shared.cache.put(id, b.clone());
@@ -168,15 +228,56 @@ impl Shared {
     }
 
     /// Reads claimed chunks into the cache and releases them, also when the
-    /// read fails.
-    fn fetch_claimed(&self, ids: &[ChunkId]) -> Result<Vec<Bytes>> {
-        let result = self.store.read_chunks(ids);
-        if let Ok(chunks) = &result {
-            for (id, b) in ids.iter().zip(chunks) {
-                self.cache.put(*id, b.clone());
+    /// read fails. Each comes from the persistent tier if it holds it, else
+    /// from the store. A random reader (`near` not empty) also gets the
+    /// chunks of `near` the store decodes anyway, and everything it read
+    /// from the store is admitted to the tier; a sequential reader's chunks
+    /// are not (its read-ahead serves it, and would flood the tier).
+    fn fetch_claimed(&self, ids: &[ChunkId], near: &[ChunkId]) -> Result<Vec<Bytes>> {
+        let result = self.fetch_tiered(ids, near);
+        self.release(ids);
+        result
+    }
+
+    fn fetch_tiered(&self, ids: &[ChunkId], near: &[ChunkId]) -> Result<Vec<Bytes>> {
+        let mut out: Vec<Option<Bytes>> = match &self.tier {
+            Some(tier) => ids.iter().map(|id| tier.get(id)).collect(),
+            None => vec![None; ids.len()],
+        };
+        let rest: Vec<ChunkId> = ids
+            .iter()
+            .zip(&out)
+            .filter(|(_, b)| b.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        if !rest.is_empty() {
+            self.store_reads
+                .fetch_add(rest.len() as u64, Ordering::Relaxed);
+            let (chunks, extra) = if near.is_empty() {
+                (self.store.read_chunks(&rest)?, Vec::new())
+            } else {
+                self.store.read_around(&rest, near)?
+            };
+            let admit = |id: ChunkId, b: &Bytes| {
+                if let (Some(tier), false) = (&self.tier, near.is_empty()) {
+                    tier.admit(id, b.clone());
+                }
+            };
+            let mut read = rest.iter().zip(chunks);
+            for slot in out.iter_mut().filter(|b| b.is_none()) {
+                let (id, b) = read.next().expect("one chunk per id read");
+                admit(*id, &b);
+                *slot = Some(b);
+            }
+            for (id, b) in extra {
+                admit(id, &b);
+                self.cache.put(id, b);
             }
         }
-        self.release(ids);
-        Ok(result?)
+        let out: Vec<Bytes> = out.into_iter().map(|b| b.expect("filled above")).collect();
+        for (id, b) in ids.iter().zip(&out) {
+            self.cache.put(*id, b.clone());
+        }
+        Ok(out)
     }
 }

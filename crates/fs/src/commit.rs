@@ -46,6 +46,7 @@ impl Fs {
                 tracing::error!(error = %e, "writing a version of the file system at unmount failed");
             }
         }
+        self.inner.fetcher.close();
         *self.inner.stop.0.lock() = true;
         self.inner.stop.1.notify_all();
         if let Some(t) = self.committer.lock().take() {

@@ -79,6 +79,9 @@ pub struct FileState {
     /// Where the last read ended and how far read-ahead has been asked for.
     pub read_next: u64,
     pub read_ahead_until: u64,
+    /// How the file is being read: a random reader's misses bring their
+    /// neighbours into the caches (see `ahead`), a sequential one's do not.
+    pub read_pattern: crate::pattern::FilePattern,
 }
 
 impl FileState {
@@ -103,6 +106,7 @@ impl FileState {
             chunking_known: false,
             read_next: 0,
             read_ahead_until: 0,
+            read_pattern: crate::pattern::FilePattern::default(),
         };
         if let Content::Inline(bytes) = content {
             f.insert_dirty(0, &bytes);
@@ -728,6 +732,13 @@ impl Job {
     }
 }
 
+/// Raw bytes compressed together for a file in fixed chunking mode: such
+/// files (images, databases) are read at random, and a read that misses
+/// decodes its whole region; 64 KiB regions make a 4 KiB miss decode 16
+/// blocks instead of the 256 of the store's 1 MiB ones, for a few percent
+/// less compression.
+const FIXED_REGION: usize = 64 << 10;
+
 /// Cuts fixed-mode regions at block boundaries and stores their blocks in
 /// one batch (thousands of scattered one-block regions then share
 /// compression regions and one pass of hashing on every core, instead of a
@@ -743,7 +754,7 @@ fn store_blocks(
         .collect();
     let zero = |c: &Bytes| c.iter().all(|&x| x == 0);
     let data: Vec<Bytes> = cut.iter().flatten().filter(|c| !zero(c)).cloned().collect();
-    let mut ids = writer.write_batch(&data)?.into_iter();
+    let mut ids = writer.write_batch_in(&data, FIXED_REGION)?.into_iter();
     let mut out = Vec::with_capacity(pieces.len());
     for (p, chunks) in pieces.into_iter().zip(cut) {
         let mut fresh: Vec<Extent> = Vec::with_capacity(chunks.len());

@@ -6,7 +6,10 @@
 //! (write-behind through content-defined chunking, re-chunking only the
 //! region around a change, admission control on dirty bytes), the read path
 //! (an extent list per open file as its range map, a DRAM chunk cache,
-//! sequential read-ahead in the background) and the committer that makes
+//! sequential read-ahead in the background, the persistent cache tier of
+//! `crates/cache` below DRAM, and what enters the caches by access
+//! pattern: a random reader's neighbours and tier admissions, never a
+//! sequential reader's) and the committer that makes
 //! data and then metadata durable in batches (`commit`, whose header states
 //! the lock order). Its errors and their errno values are in `error`.
 //! It also picks each file's redundancy protection when its write stream
@@ -143,6 +146,9 @@ pub struct FsSettings {
     pub version_interval: Duration,
     /// Which versions are kept as they age (see [`retention`]).
     pub retention: Retention,
+    /// The persistent chunk cache tier below the DRAM cache (`[cache]` in
+    /// `cairn.toml`); none when unset.
+    pub tier: Option<::cache::TierSettings>,
 }
 
 impl Default for FsSettings {
@@ -156,6 +162,7 @@ impl Default for FsSettings {
             commit_interval: Duration::from_secs(5),
             version_interval: Duration::from_secs(30),
             retention: Retention::default(),
+            tier: None,
         }
     }
 }
@@ -268,9 +275,10 @@ impl Fs {
     ) -> Result<Fs> {
         meta.purge_orphans()?;
         let cache = Arc::new(ChunkCache::new(settings.cache_bytes));
+        let tier = settings.tier.as_ref().and_then(|t| open_tier(t, &store));
         let inner = Arc::new(Inner {
             meta,
-            fetcher: ahead::Fetcher::start(store.clone(), cache.clone()),
+            fetcher: ahead::Fetcher::start(store.clone(), cache.clone(), tier),
             store,
             params,
             cache,
@@ -380,7 +388,33 @@ impl Fs {
         self.inner.sync_all()?;
         let _history = self.history_lock();
         let view = self.inner.meta.view()?;
-        space::report(&self.inner.store, Some(view.as_ref()))
+        let mut report = space::report(&self.inner.store, Some(view.as_ref()))?;
+        report.read_cache = Some(self.read_cache_report());
+        Ok(report)
+    }
+
+    /// What the read caches did since the mount.
+    pub fn read_cache_report(&self) -> space::ReadCacheReport {
+        let (store_reads, tier) = self.inner.fetcher.figures();
+        space::ReadCacheReport {
+            dram_bytes: self.inner.cache.bytes() as u64,
+            store_chunk_reads: store_reads,
+            tier,
+        }
+    }
+}
+
+/// Opens the persistent tier; one that cannot be opened is logged and the
+/// file system runs without it (it is a cache: reads go to the store).
+fn open_tier(settings: &::cache::TierSettings, store: &Store) -> Option<Arc<::cache::ChunkTier>> {
+    let key = store.clone();
+    let verify: ::cache::Verify = Arc::new(move |data: &[u8]| key.chunk_id(data));
+    match ::cache::ChunkTier::open(settings, verify) {
+        Ok(t) => Some(Arc::new(t)),
+        Err(e) => {
+            tracing::error!(error = %e, "the cache tier cannot be opened; reads go to the store without it");
+            None
+        }
     }
 }
 

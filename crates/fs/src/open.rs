@@ -63,6 +63,7 @@ impl Fs {
         }
         let state = self.inner.state(ino)?;
         let mut f = state.lock();
+        let near = self.inner.near_random_read(&mut f, offset, len);
         let ahead = self.inner.read_ahead(&mut f, offset, len);
         let plan = f.read_plan(offset, len as u64);
         // The chunks are fetched without the file's lock: the kernel's
@@ -72,7 +73,7 @@ impl Fs {
         let out = self
             .inner
             .fetcher
-            .get_many(&plan.ids())
+            .get_around(&plan.ids(), &near)
             .map(|chunks| plan.assemble(chunks));
         self.inner.release_state(ino, state);
         out
@@ -429,6 +430,41 @@ impl Inner {
 
     pub(crate) fn read_many(&self, ids: &[ChunkId]) -> Result<Vec<Bytes>> {
         self.fetcher.get_many(ids)
+    }
+
+    /// The chunks around a read of a file being read at random (DDFS
+    /// admits the surrounding [`crate::ahead::AROUND`] bytes): worth
+    /// keeping when a miss decodes them anyway. None for other readers,
+    /// whose read-ahead brings what they need and who must not fill the
+    /// caches with more. The detector judges the read's region of the
+    /// file; until it has a verdict (it tracks a few regions of a file, and
+    /// a random reader of a big one moves between many), a read that does
+    /// not continue a recent one counts as random. Call before
+    /// [`Inner::read_ahead`], which moves the file's read position.
+    pub(crate) fn near_random_read(
+        &self,
+        f: &mut FileState,
+        offset: u64,
+        len: u32,
+    ) -> Vec<ChunkId> {
+        use crate::pattern::Access;
+        let jumped = offset.abs_diff(f.read_next) > self.settings.readahead / 4;
+        let random = match f.read_pattern.observe(offset, len as u64) {
+            Some(access) => access == Access::Random,
+            None => jumped,
+        };
+        if !random {
+            return Vec::new();
+        }
+        let half = crate::ahead::AROUND / 2;
+        let from = offset.saturating_sub(half);
+        let to = (offset + len as u64 + half).min(f.extents_end());
+        let first = f.extents.partition_point(|e| e.offset + e.len <= from);
+        f.extents[first..]
+            .iter()
+            .take_while(|e| e.offset < to)
+            .filter_map(|e| e.chunk)
+            .collect()
     }
 
     /// The chunks to fetch so that `readahead` bytes past a sequential

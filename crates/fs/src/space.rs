@@ -90,6 +90,20 @@ pub struct SpaceReport {
     /// Roots whose tree could not be read, each with why; their share is
     /// counted nowhere.
     pub unreadable_roots: Vec<String>,
+    /// The mounted file system's read caches; `None` when not mounted.
+    #[serde(default)]
+    pub read_cache: Option<ReadCacheReport>,
+}
+
+/// What the read caches of a mounted file system did since the mount.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadCacheReport {
+    /// Bytes the DRAM chunk cache holds.
+    pub dram_bytes: u64,
+    /// Chunks read from the store: missed by every cache.
+    pub store_chunk_reads: u64,
+    /// The persistent tier (`[cache]`), when configured.
+    pub tier: Option<::cache::TierStats>,
 }
 
 fn ratio(a: u64, b: u64) -> f64 {

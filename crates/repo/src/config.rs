@@ -211,6 +211,17 @@ keep_last = 1           # the newest N versions, however old
 keep_minutes = 60       # every version written in the last N minutes
 keep_hourly = 24        # the newest version of each of the last N hours (UTC)
 keep_daily = 7          # the newest version of each of the last N days (UTC)
+
+[cache]
+# A persistent cache of chunks in a directory on a fast device (an SSD in
+# front of a slow or remote branch), below the DRAM cache: off unless `dir`
+# is set. Random readers' chunks (and the ~128KiB around each read) are kept
+# there and survive a restart; sequential readers are served by read-ahead
+# and do not fill it. Every entry is verified against its chunk id when
+# read; a bad one is deleted and the chunk read from the store.
+# dir = "/mnt/nvme/cairn-cache"  # an absolute path
+size = "4GiB"           # chunk bytes kept at most (least recently used leave first)
+write_rate = "32MiB"    # bytes per second written to the device at most (endurance)
 "#;
 
 impl Config {
@@ -267,6 +278,24 @@ mod tests {
         assert_eq!(c.page_cache_max, PAGE_CACHE_MAX);
         assert_eq!(c.fs.retention, d.retention);
         assert_eq!(Config::parse("").unwrap(), c);
+    }
+
+    #[test]
+    fn cache_section_sets_the_tier_and_refuses_a_relative_dir() {
+        assert_eq!(Config::parse("").unwrap().fs.tier, None, "off by default");
+        let c = Config::parse("[cache]\ndir = \"/fast/c\"\nsize = \"2GiB\"\n").unwrap();
+        assert_eq!(
+            c.fs.tier,
+            Some(cache::TierSettings {
+                dir: "/fast/c".into(),
+                size: 2 << 30,
+                write_rate: 32 << 20,
+            })
+        );
+        let e = Config::parse("[cache]\ndir = \"fast/c\"\n").unwrap_err();
+        assert!(e.to_string().contains("not an absolute path"), "{e}");
+        let e = Config::parse("[cache]\ndir = \"/c\"\nwrite_rate = \"4KiB\"\n").unwrap_err();
+        assert!(e.to_string().contains("write_rate"), "{e}");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 pub mod s3;
 pub mod shards;
+pub mod tier;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -82,6 +82,10 @@ pub enum KeyProblem {
     VersionSeconds(u64),
     #[error("is the older name of versions.keep_last: set only keep_last")]
     OlderName,
+    #[error("{0} is not an absolute path")]
+    CacheDir(String),
+    #[error("{0} must be at least 1MiB")]
+    CacheAtLeastMiB(u64),
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -32,6 +32,8 @@ pub(super) struct Raw {
     pub(super) versions: RawVersions,
     #[serde(default)]
     pub(super) qos: RawQos,
+    #[serde(default)]
+    pub(super) cache: RawCache,
 }
 
 /// `[qos]`: how storage reads are shared (see `cas::qos`).
@@ -52,6 +54,41 @@ impl Default for RawQos {
             random: absent(d.random),
             sequential: absent(d.sequential),
             background: absent(d.background),
+        }
+    }
+}
+
+/// `[cache]`: the persistent chunk cache tier, off without `dir`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCache {
+    pub(super) dir: Option<Spanned<PathBuf>>,
+    #[serde(default = "cache_size")]
+    pub(super) size: Spanned<Size>,
+    #[serde(default = "cache_write_rate")]
+    pub(super) write_rate: Spanned<Size>,
+}
+
+/// Default `cache.size`.
+pub(super) const CACHE_SIZE: u64 = 4 << 30;
+/// Default `cache.write_rate`, bytes per second: at most ~2.7 TB a day
+/// even if random readers missed all day long, within what a datacenter
+/// SSD's daily writes allow; in practice the tier writes only on misses.
+pub(super) const CACHE_WRITE_RATE: u64 = 32 << 20;
+
+fn cache_size() -> Spanned<Size> {
+    absent(Size(CACHE_SIZE))
+}
+fn cache_write_rate() -> Spanned<Size> {
+    absent(Size(CACHE_WRITE_RATE))
+}
+
+impl Default for RawCache {
+    fn default() -> Self {
+        RawCache {
+            dir: None,
+            size: cache_size(),
+            write_rate: cache_write_rate(),
         }
     }
 }

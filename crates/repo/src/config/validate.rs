@@ -11,7 +11,7 @@ use toml::Spanned;
 
 use super::problem::{BranchProblem, ChunkingRuleProblem, ConfigProblem, KeyProblem, RuleProblem};
 use super::schema::{
-    BranchKind, Codec, Mode, Raw, RawBranch, RawChunkingRule, RawDefault, RawQos, RawRule,
+    BranchKind, Codec, Mode, Raw, RawBranch, RawCache, RawChunkingRule, RawDefault, RawQos, RawRule,
     RawVersions, Size,
 };
 use super::{
@@ -121,6 +121,7 @@ pub(super) fn config(mut raw: Raw, text: &str) -> Result<Config> {
     }
     let retention = retention(text, &raw.versions, f.versions_keep.as_ref())?;
     let qos = qos(text, &raw.qos)?;
+    let tier = tier(text, &raw.cache)?;
     let redundancy = redundancy(raw.branch, raw.rule, raw.default_rule)?;
     Ok(Config {
         redundancy,
@@ -142,6 +143,7 @@ pub(super) fn config(mut raw: Raw, text: &str) -> Result<Config> {
             commit_interval: std::time::Duration::from_secs(commit),
             version_interval: std::time::Duration::from_secs(version),
             retention,
+            tier,
         },
         page_cache_max: f.page_cache_max.0,
         writeback_cache: f.writeback_cache,
@@ -170,6 +172,34 @@ fn qos(text: &str, q: &RawQos) -> Result<cas::qos::QosSettings> {
         sequential: check("sequential", &q.sequential, 100)?,
         background: check("background", &q.background, 100)?,
     })
+}
+
+/// `[cache]`: the persistent tier's settings, or `None` without `dir`.
+fn tier(text: &str, c: &RawCache) -> Result<Option<cache::TierSettings>> {
+    let Some(dir) = &c.dir else {
+        return Ok(None);
+    };
+    if !dir.get_ref().is_absolute() {
+        let shown = dir.get_ref().display().to_string();
+        return Err(at(text, dir, "cache", "dir", KeyProblem::CacheDir(shown)));
+    }
+    for (value, key) in [(&c.size, "size"), (&c.write_rate, "write_rate")] {
+        let v = value.get_ref().0;
+        if v < 1 << 20 {
+            return Err(at(
+                text,
+                value,
+                "cache",
+                key,
+                KeyProblem::CacheAtLeastMiB(v),
+            ));
+        }
+    }
+    Ok(Some(cache::TierSettings {
+        dir: dir.get_ref().clone(),
+        size: c.size.get_ref().0,
+        write_rate: c.write_rate.get_ref().0,
+    }))
 }
 
 /// The `[[chunking.rule]]` sections, each with a unique name and a mode
