@@ -20,6 +20,7 @@
 //! to other threads (rayon) carries it with [`class`] and `with_class`.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -116,6 +117,16 @@ pub(crate) struct Scheduler {
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
     freed: Condvar,
+    /// Reads admitted so far, by kind.
+    admitted: [AtomicU64; 3],
+}
+
+/// Storage reads admitted since the store opened, by kind (exact counts).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReadsByClass {
+    pub random: u64,
+    pub sequential: u64,
+    pub background: u64,
 }
 
 /// A slot held by one read; dropping it frees the slot.
@@ -131,6 +142,16 @@ impl Scheduler {
             clock,
             state: Mutex::new(State::default()),
             freed: Condvar::new(),
+            admitted: Default::default(),
+        }
+    }
+
+    pub(crate) fn admitted(&self) -> ReadsByClass {
+        let n = |c: IoClass| self.admitted[c.index()].load(Ordering::Relaxed);
+        ReadsByClass {
+            random: n(IoClass::Random),
+            sequential: n(IoClass::Sequential),
+            background: n(IoClass::Background),
         }
     }
 
@@ -146,6 +167,7 @@ impl Scheduler {
         }
         s.waiting[c.index()] -= 1;
         s.running[c.index()] += 1;
+        self.admitted[c.index()].fetch_add(1, Ordering::Relaxed);
         Slot {
             scheduler: self,
             class: c,
@@ -191,7 +213,6 @@ impl Drop for Slot<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicU64, Ordering};
 
     /// Time moves only when the test says.
     #[derive(Debug, Default)]

@@ -601,6 +601,12 @@ impl Store {
         self.shared.reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Storage reads admitted since the store opened, by kind (see
+    /// [`crate::qos`]).
+    pub fn reads_by_class(&self) -> crate::qos::ReadsByClass {
+        self.shared.qos.admitted()
+    }
+
     pub fn stats(&self) -> Result<StoreStats> {
         let containers = self.shared.index.containers()?;
         let (ram, per_chunk) = self.shared.index.compact_ram_bytes();

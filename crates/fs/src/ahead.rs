@@ -127,8 +127,17 @@ impl Fetcher {
 
     /// [`Fetcher::get_many`] for a random reader: the chunks of `near` (at
     /// most [`AROUND`] bytes of the file around the read) that the store
-    /// decodes anyway to read the missing ones enter the cache too.
+    /// decodes anyway to read the missing ones enter the cache too. Its
+    /// storage reads are of the random kind, which streams and background
+    /// work make room for (`cas::qos`).
     pub(crate) fn get_around(&self, ids: &[ChunkId], near: &[ChunkId]) -> Result<Vec<Bytes>> {
+        if near.is_empty() {
+            return self.fetch_around(ids, near);
+        }
+        cas::qos::with_class(cas::qos::IoClass::Random, || self.fetch_around(ids, near))
+    }
+
+    fn fetch_around(&self, ids: &[ChunkId], near: &[ChunkId]) -> Result<Vec<Bytes>> {
         let shared = &self.shared;
         let mut out: Vec<Option<Bytes>> = ids.iter().map(|id| shared.cache.get(id)).collect();
         // A random reader's chunks belong in the tier also when DRAM held

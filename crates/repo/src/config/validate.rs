@@ -11,8 +11,8 @@ use toml::Spanned;
 
 use super::problem::{BranchProblem, ChunkingRuleProblem, ConfigProblem, KeyProblem, RuleProblem};
 use super::schema::{
-    BranchKind, Codec, Mode, Raw, RawBranch, RawCache, RawChunkingRule, RawDefault, RawQos, RawRule,
-    RawVersions, Size,
+    BranchKind, Codec, Mode, Raw, RawBranch, RawCache, RawChunkingRule, RawDefault, RawQos,
+    RawRule, RawVersions, Size,
 };
 use super::{
     BranchSpec, ChunkingRuleSpec, Config, Location, RedundancyConfig, RuleSpec, S3Location,
