@@ -141,6 +141,15 @@ pub struct ChunkTier {
 impl ChunkTier {
     /// Opens (creating) the directory and lists the entries it holds.
     pub fn open(settings: &TierSettings, verify: Verify) -> Result<ChunkTier, TierError> {
+        Self::open_with_clock(settings, verify, Box::new(std::time::Instant::now))
+    }
+
+    /// [`ChunkTier::open`] with the write budget's time from `clock`.
+    fn open_with_clock(
+        settings: &TierSettings,
+        verify: Verify,
+        clock: budget::Clock,
+    ) -> Result<ChunkTier, TierError> {
         let dir = settings.dir.join("chunks");
         let path = dir.clone();
         let err = |source| TierError::Dir {
@@ -162,7 +171,7 @@ impl ChunkTier {
             size: settings.size,
             verify,
             entries: Mutex::new(entries),
-            budget: Mutex::new(Budget::new(settings.write_rate)),
+            budget: Mutex::new(Budget::new(settings.write_rate, clock)),
             counters: Counters::default(),
         });
         shared.evict();
