@@ -18,7 +18,6 @@ use redb::{
 };
 
 use crate::batch::W;
-use crate::counted::Counted;
 use crate::pathindex::{IndexMem, MOVES, PATHS};
 use crate::record::{
     as_slices, corrupt, decode, dkey, dval_decode, holds_recipe, prefix_range, record_kind, Rec,
@@ -29,6 +28,7 @@ use crate::{
     Attr, Content, Counts, DirEntry, FileKind, Inode, InodeId, MetaError, MetaStore, NewInode,
     RenameFlags, Result, SetAttr, Timestamp, XattrChange, XattrFlags,
 };
+use counted::Counted;
 
 macro_rules! redb_errors {
     ($($t:ty),*) => {$(

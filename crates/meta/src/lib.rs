@@ -8,7 +8,8 @@
 //! `fs` uses for the listings of versions and snapshots; the path index
 //! (hashFS, `pathindex`): a regular file found by a hash of its full path
 //! in one read ([`MetaStore::lookup_path`]); and a count of the reads the
-//! engine makes of its storage ([`Counted`], [`MetaStore::storage_reads`]).
+//! engine makes of its storage ([`Counted`], from the `counted` crate;
+//! [`MetaStore::storage_reads`]).
 //!
 //! **Never:** reads or writes file data (that is `fs` over `cas`); enforces
 //! permissions (the kernel does, with `default_permissions`); knows about
@@ -52,7 +53,6 @@
 
 mod batch;
 pub mod codec;
-mod counted;
 mod engine;
 mod parents;
 mod pathindex;
