@@ -64,7 +64,7 @@ mod view;
 
 pub use counted::Counted;
 pub use engine::RedbMeta;
-pub use pathindex::MAX_MOVES;
+pub use pathindex::{MAX_ENTRY_XATTRS, MAX_MOVES};
 pub use types::*;
 pub use view::{ImportEntry, ImportInode};
 
@@ -292,8 +292,9 @@ pub trait MetaStore: Send + Sync {
     /// root gives, with the same errors. A regular file with one name is
     /// answered from the path index in one read when its entry is trusted;
     /// anything else is walked, and the walk writes the entry of such a
-    /// file (see `pathindex`).
-    fn lookup_path(&self, path: &[u8]) -> Result<Inode>;
+    /// file (see `pathindex`). An index hit brings the inode's xattrs too
+    /// when they are small ([`PathFound`]).
+    fn lookup_path(&self, path: &[u8]) -> Result<PathFound>;
 
     /// Reads the engine has made of its storage since it was opened (an
     /// exact count, for benchmarks: reads per operation on a cold cache).
