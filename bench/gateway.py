@@ -24,11 +24,12 @@ Phases, in order:
     and then warm (the same requests at once): GET/s, p50 and p99 latency, for each of
     the three targets. Before the timed GETs, --verify objects are fetched from each
     target and compared byte for byte (a wrong byte fails the run).
- 3. Storage reads per cold GET: `cairn stats --counters --json` before and after a cold
-    uniform GET run over inline objects only, and one over chunked objects only; the
-    metadata engine's reads of its file (`meta_reads`) and the branches' reads
-    (`branch_reads`) are exact counts, divided by the GETs. Reported "n/a" when this
-    cairn does not report the counters.
+ 3. Storage reads per cold GET: the daemon's `storage_reads` control request (over
+    REPO/run/control.sock, docs/control-protocol.md) before and after a cold uniform GET
+    run over inline objects only, and one over chunked objects only; the reads of the
+    metadata engine's file (`meta`), of the chunk index's files (`index`) and of
+    containers (`containers`) are exact counts, divided by the GETs. Reported "n/a" when
+    this cairn does not answer the request.
  4. Large objects: a --large-size object PUT and GET through the gateway against `cairn
     put` / `cairn get` of the same file on the stopped repository (the raw store).
 
@@ -368,29 +369,37 @@ http {{
 
 # --------------------------------------------------------------------------- counters
 
-def counters(binary: str, repo: str) -> dict | None:
-    """The metadata engine's and branches' read counts from the running daemon, or None
-    when this cairn does not report them."""
-    out = subprocess.run([binary, "--repo", repo, "stats", "--counters", "--json"],
-                         capture_output=True, text=True, timeout=120)
-    if out.returncode != 0:
-        return None
+READ_KINDS = ("meta", "index", "containers")
+
+
+def counters(repo: str) -> dict | None:
+    """The running daemon's storage read counts (`storage_reads`), or None when it does
+    not answer them."""
     try:
-        doc = json.loads(out.stdout)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(120)
+            conn.connect(os.path.join(repo, "run", "control.sock"))
+            conn.sendall(b'{"protocol": 1, "request": {"op": "storage_reads"}}\n')
+            data = b""
+            while chunk := conn.recv(65536):
+                data += chunk
+    except OSError:
+        return None
+    lines = [ln for ln in data.decode(errors="replace").splitlines() if ln.strip()]
+    try:
+        doc = json.loads(lines[-1]) if lines else None
     except json.JSONDecodeError:
         return None
-    if not isinstance(doc, dict) or "meta_reads" not in doc:
+    reply = ((doc or {}).get("ok") or {}).get("reply")
+    if not isinstance(reply, dict) or not all(k in reply for k in READ_KINDS):
         return None
-    return doc
+    return reply
 
 
 def reads_per_get(before: dict | None, after: dict | None, gets: int) -> dict | None:
     if before is None or after is None or gets == 0:
         return None
-    out = {}
-    for k in ("meta_reads", "branch_reads"):
-        if k in before and k in after:
-            out[k] = (after[k] - before[k]) / gets
+    out = {k: (after[k] - before[k]) / gets for k in READ_KINDS}
     out["total"] = sum(out.values())
     return out
 
@@ -568,9 +577,9 @@ def main(argv=None) -> int:
             serve.stop()
             dropper.drop()
             serve.start()
-            before = counters(cairn_bin, repo)
+            before = counters(repo)
             run_gets(pool, targets["cairn S3"](), idxs, args.clients)
-            reads[kind] = reads_per_get(before, counters(cairn_bin, repo), len(idxs))
+            reads[kind] = reads_per_get(before, counters(repo), len(idxs))
         results["large"] = large_phase(args, serve, cairn_bin, repo, scratch, runner, dropper)
         results["page_cache_dropped"] = dropper.ok
     finally:
@@ -605,11 +614,11 @@ def report(r: dict) -> None:
     rows = []
     for kind, v in r["reads_per_cold_get"].items():
         if v is None:
-            rows.append([kind, "n/a", "n/a", "n/a"])
+            rows.append([kind] + ["n/a"] * (len(READ_KINDS) + 1))
         else:
-            rows.append([kind, f"{v.get('meta_reads', 0):.2f}", f"{v.get('branch_reads', 0):.2f}",
-                         f"{v['total']:.2f}"])
-    print(fmt_table(["storage reads per cold GET", "metadata", "branches", "total"], rows))
+            rows.append([kind] + [f"{v[k]:.2f}" for k in READ_KINDS] + [f"{v['total']:.2f}"])
+    print(fmt_table(["storage reads per cold GET", "metadata", "index", "containers",
+                     "total"], rows))
     lg = r["large"]
     print(f"\nlarge object ({lg['bytes'] >> 20} MiB): S3 PUT {lg['s3_put_mb_s']:.0f} MB/s, "
           f"GET {lg['s3_get_mb_s']:.0f} MB/s; cairn put {lg['store_put_mb_s']:.0f} MB/s, "

@@ -22,10 +22,17 @@
 //! `roots.redb` holds `roots`: label -> chunk id, the entry points users
 //! named. It is kept apart so that losing or rebuilding the index never
 //! touches it.
+//!
+//! Both files' reads are counted ([`Counted`], [`Index::storage_reads`]),
+//! so a benchmark sees every storage read an operation causes.
 
 use parking_lot::RwLock;
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use counted::Counted;
 
 use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, StorageBackend, TableDefinition,
@@ -83,6 +90,8 @@ pub struct Index {
     compact: RwLock<CompactIndex>,
     /// The `damaged_chunks` table, for the write path's dedup lookups.
     damaged: RwLock<HashSet<(ContainerId, ChunkId)>>,
+    /// Reads of `index.redb` and `roots.redb` (see [`Index::storage_reads`]).
+    reads: Arc<AtomicU64>,
 }
 
 /// redb's default page cache is 1 GiB. The compact index already answers
@@ -95,11 +104,21 @@ fn builder() -> redb::Builder {
     b
 }
 
-fn open_db(path: &Path) -> Result<Database> {
+fn open_db(path: &Path, reads: &Arc<AtomicU64>) -> Result<Database> {
     if !path.exists() {
         create_whole(path)?;
     }
-    match builder().create(path) {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| CasError::IndexOpen {
+            path: path.to_path_buf(),
+            source: redb::Error::Io(e),
+        })?;
+    let opened = redb::backends::FileBackend::new(file)
+        .and_then(|b| builder().create_with_backend(Counted::new(b, reads.clone())));
+    match opened {
         Ok(db) => Ok(db),
         Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(CasError::Busy(path.to_path_buf())),
         Err(e) => Err(CasError::IndexOpen {
@@ -111,9 +130,13 @@ fn open_db(path: &Path) -> Result<Database> {
 
 /// A database over a storage backend (created if the backend is empty);
 /// `name` stands for it in messages.
-fn open_backend(backend: impl StorageBackend, name: &str) -> Result<Database> {
+fn open_backend(
+    backend: impl StorageBackend,
+    name: &str,
+    reads: &Arc<AtomicU64>,
+) -> Result<Database> {
     builder()
-        .create_with_backend(backend)
+        .create_with_backend(Counted::new(backend, reads.clone()))
         .map_err(|e| CasError::IndexOpen {
             path: name.into(),
             source: e.into(),
@@ -164,20 +187,33 @@ redb_errors!(
 
 impl Index {
     pub fn open(index_path: &Path, roots_path: &Path) -> Result<Self> {
-        Self::with_databases(open_db(index_path)?, open_db(roots_path)?)
+        let reads = Arc::new(AtomicU64::new(0));
+        Self::with_databases(
+            open_db(index_path, &reads)?,
+            open_db(roots_path, &reads)?,
+            reads,
+        )
     }
 
     /// The index and roots over storage backends instead of files (a test
     /// that simulates power loss gives it its own). The bytes are the same
     /// as in the files.
     pub fn on_backends(index: impl StorageBackend, roots: impl StorageBackend) -> Result<Self> {
+        let reads = Arc::new(AtomicU64::new(0));
         Self::with_databases(
-            open_backend(index, INDEX_FILE)?,
-            open_backend(roots, ROOTS_FILE)?,
+            open_backend(index, INDEX_FILE, &reads)?,
+            open_backend(roots, ROOTS_FILE, &reads)?,
+            reads,
         )
     }
 
-    fn with_databases(db: Database, roots: Database) -> Result<Self> {
+    /// Reads both files' backends have served since they were opened: an
+    /// exact count (see [`Counted`]).
+    pub fn storage_reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+
+    fn with_databases(db: Database, roots: Database, reads: Arc<AtomicU64>) -> Result<Self> {
         let tx = db.begin_write()?;
         {
             tx.open_table(CHUNKS)?;
@@ -196,6 +232,7 @@ impl Index {
             roots,
             compact: RwLock::new(CompactIndex::default()),
             damaged: RwLock::new(HashSet::new()),
+            reads,
         };
         index.reload_compact()?;
         index.reload_damaged()?;

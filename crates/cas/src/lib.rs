@@ -13,6 +13,11 @@
 //! It re-exports the ids and policy types its callers need ([`ChunkId`]
 //! from `ids`; [`Policy`], [`PolicyError`], [`BranchId`] from
 //! `redundancy`), so `fs` depends on neither of those crates.
+//! A caller may remember a chunk's location and read it there without the
+//! index ([`Store::read_hinted`]; a stale hint falls back to the normal
+//! read). Every read of storage is counted: containers and root blobs
+//! ([`Store::storage_reads`]), the index's and roots' redb files
+//! ([`Store::index_reads`]).
 //!
 //! **One path into storage.** Every container and root blob is written,
 //! read, listed and deleted through the [`redundancy::Redundant`] layer
@@ -85,6 +90,7 @@ mod check;
 mod compact;
 pub mod container;
 mod gc;
+mod hinted;
 mod id;
 mod index;
 mod le;

@@ -607,6 +607,12 @@ impl Store {
         self.shared.qos.admitted()
     }
 
+    /// Reads of the chunk index's and the roots' redb files since the store
+    /// opened (exact; the index's share of an operation's storage reads).
+    pub fn index_reads(&self) -> u64 {
+        self.shared.index.storage_reads()
+    }
+
     pub fn stats(&self) -> Result<StoreStats> {
         let containers = self.shared.index.containers()?;
         let (ram, per_chunk) = self.shared.index.compact_ram_bytes();

@@ -40,19 +40,20 @@ impl Fs {
     /// The inode at `path` (names joined by `/` from the root, no leading
     /// `/`): what [`Fs::lookup`] name by name gives, found through the
     /// metadata engine's path index in one read when it can be
-    /// ([`meta::MetaStore::lookup_path`]; the S3 gateway's GET and HEAD).
-    pub fn lookup_path(&self, path: &[u8]) -> Result<Inode> {
+    /// ([`meta::MetaStore::lookup_path`]; the S3 gateway's GET and HEAD),
+    /// with the inode's xattrs when the index carried them.
+    pub fn lookup_path(&self, path: &[u8]) -> Result<meta::PathFound> {
         let first = path.split(|&b| b == b'/').next().unwrap_or_default();
         if is_snapshots_name(InodeId::ROOT, first) {
             let mut inode = self.getattr(InodeId::ROOT)?;
             for part in path.split(|&b| b == b'/') {
                 inode = self.lookup(inode.id, part)?;
             }
-            return Ok(inode);
+            return Ok(meta::PathFound::walked(inode));
         }
-        let mut inode = self.inner.meta.lookup_path(path)?;
-        self.inner.overlay(&mut inode);
-        Ok(inode)
+        let mut found = self.inner.meta.lookup_path(path)?;
+        self.inner.overlay(&mut found.inode);
+        Ok(found)
     }
 
     /// Changes attributes as root does; see [`Fs::setattr_as`].

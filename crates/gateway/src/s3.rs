@@ -181,13 +181,7 @@ impl Gateway {
         let (parts, dir) = owned_key(key)?;
         let bucket = bucket.to_string();
         blocking(&self.tree, move |t| {
-            let inode = t.object(&bucket, &key_path(&parts, dir))?;
-            let etag = if inode.attr.kind == FileKind::Dir {
-                hex::encode(Md5::digest([]))
-            } else {
-                t.etag(&inode)?
-            };
-            let attrs = t.attrs(inode.id)?;
+            let (inode, etag, attrs) = t.found(&bucket, &key_path(&parts, dir))?;
             Ok(Found { inode, etag, attrs })
         })
         .await

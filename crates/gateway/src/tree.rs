@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 use fs::{Caller, Fs, FsError};
 use md5::{Digest, Md5};
-use meta::{Content, FileKind, Inode, InodeId, NewInode, RenameFlags, XattrFlags};
+use meta::{Content, FileKind, Inode, InodeId, NewInode, RenameFlags, XattrFlags, Xattrs};
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
 use crate::commit::GroupCommit;
@@ -22,6 +22,23 @@ const TYPE_XATTR: &str = "user.cairn.s3.content-type";
 const META_XATTR: &str = "user.cairn.s3.meta.";
 /// Bytes one blocking read or write handles.
 pub const PIECE: usize = 1 << 20;
+
+/// An object's Content-Type and user metadata among its xattrs.
+fn attrs_of(xattrs: &Xattrs) -> Attrs {
+    let mut attrs = Attrs::default();
+    for (name, v) in xattrs {
+        let Ok(text) = std::str::from_utf8(name) else {
+            continue;
+        };
+        let value = || String::from_utf8_lossy(v).into_owned();
+        if text == TYPE_XATTR {
+            attrs.content_type = Some(value());
+        } else if let Some(k) = text.strip_prefix(META_XATTR) {
+            attrs.meta.push((k.to_string(), value()));
+        }
+    }
+    attrs
+}
 
 fn conflict(msg: &str) -> S3Error {
     let mut e = S3Error::with_message(S3ErrorCode::InvalidArgument, msg.to_string());
@@ -199,8 +216,36 @@ impl Tree {
 
     /// The inode a key names: a file, or with a trailing `/` a directory.
     pub fn object(&self, bucket: &str, key: &KeyPath<'_>) -> S3Result<Inode> {
-        if let Some(inode) = crate::fast::object(&self.fs, bucket, key) {
-            return Ok(inode);
+        self.object_with_xattrs(bucket, key).map(|(inode, _)| inode)
+    }
+
+    /// What GET and HEAD answer from: the object a key names, its ETag
+    /// and its attributes. A file the path index finds brings its xattrs
+    /// (the cached ETag, Content-Type, user metadata), so none is read
+    /// apart.
+    pub fn found(&self, bucket: &str, key: &KeyPath<'_>) -> S3Result<(Inode, String, Attrs)> {
+        let (inode, xattrs) = self.object_with_xattrs(bucket, key)?;
+        let xattrs = match xattrs {
+            Some(x) => x,
+            None => self.xattrs(inode.id)?,
+        };
+        let etag = if inode.attr.kind == FileKind::Dir {
+            hex::encode(Md5::digest([]))
+        } else {
+            self.etag_with(&inode, Some(&xattrs))?
+        };
+        Ok((inode, etag, attrs_of(&xattrs)))
+    }
+
+    /// [`Tree::object`], with the inode's xattrs when the path index
+    /// carried them.
+    fn object_with_xattrs(
+        &self,
+        bucket: &str,
+        key: &KeyPath<'_>,
+    ) -> S3Result<(Inode, Option<Xattrs>)> {
+        if let Some(found) = crate::fast::object(&self.fs, bucket, key) {
+            return Ok((found.inode, found.xattrs));
         }
         let mut at = self.bucket(bucket)?;
         let mut inode = None;
@@ -221,7 +266,7 @@ impl Tree {
         if inode.attr.kind != wanted {
             return Err(S3Error::new(S3ErrorCode::NoSuchKey));
         }
-        Ok(inode)
+        Ok((inode, None))
     }
 
     /// The directories of `parts`, below the bucket, made where missing. A
@@ -422,6 +467,12 @@ impl Tree {
     /// The MD5 of a file's bytes (hex) if it is known without reading the
     /// file: an inline or empty file's, or one cached for its content now.
     pub fn known_etag(&self, inode: &Inode) -> Option<String> {
+        self.known_etag_with(inode, None)
+    }
+
+    /// [`Tree::known_etag`], taking the cached one from `xattrs` (all the
+    /// inode's) when given instead of reading it.
+    fn known_etag_with(&self, inode: &Inode, xattrs: Option<&Xattrs>) -> Option<String> {
         match &inode.content {
             Content::Inline(bytes) if inode.attr.size == bytes.len() as u64 => {
                 return Some(hex::encode(Md5::digest(bytes)))
@@ -430,7 +481,10 @@ impl Tree {
             _ => {}
         }
         let id = identity(inode)?;
-        let v = self.fs.get_xattr(inode.id, ETAG_XATTR).ok()?;
+        let v = match xattrs {
+            Some(x) => x.iter().find(|(n, _)| n == ETAG_XATTR)?.1.clone(),
+            None => self.fs.get_xattr(inode.id, ETAG_XATTR).ok()?,
+        };
         let md5 = std::str::from_utf8(&v)
             .ok()?
             .strip_prefix(id.as_str())?
@@ -442,7 +496,12 @@ impl Tree {
     /// by reading the file (one written through the mount, on its first
     /// GET or HEAD) and cached.
     pub fn etag(&self, inode: &Inode) -> S3Result<String> {
-        if let Some(md5) = self.known_etag(inode) {
+        self.etag_with(inode, None)
+    }
+
+    /// [`Tree::etag`], with the inode's xattrs when they are known.
+    fn etag_with(&self, inode: &Inode, xattrs: Option<&Xattrs>) -> S3Result<String> {
+        if let Some(md5) = self.known_etag_with(inode, xattrs) {
             return Ok(md5);
         }
         let fail = |e: FsError| s3_from_fs(e, S3ErrorCode::InternalError, "an object");
@@ -582,23 +641,18 @@ impl Tree {
 
     /// An object's Content-Type and user metadata.
     pub fn attrs(&self, ino: InodeId) -> S3Result<Attrs> {
+        Ok(attrs_of(&self.xattrs(ino)?))
+    }
+
+    /// Every xattr of `ino`, in name order.
+    fn xattrs(&self, ino: InodeId) -> S3Result<Xattrs> {
         let fail = |e: FsError| s3_from_fs(e, S3ErrorCode::InternalError, "an object");
-        let mut attrs = Attrs::default();
+        let mut out = Vec::new();
         for name in self.fs.list_xattr(ino).map_err(fail)? {
-            let Ok(text) = std::str::from_utf8(&name) else {
-                continue;
-            };
-            let value = || -> S3Result<String> {
-                let v = self.fs.get_xattr(ino, &name).map_err(fail)?;
-                Ok(String::from_utf8_lossy(&v).into_owned())
-            };
-            if text == TYPE_XATTR {
-                attrs.content_type = Some(value()?);
-            } else if let Some(k) = text.strip_prefix(META_XATTR) {
-                attrs.meta.push((k.to_string(), value()?));
-            }
+            let v = self.fs.get_xattr(ino, &name).map_err(fail)?;
+            out.push((name, v));
         }
-        Ok(attrs)
+        Ok(out)
     }
 
     /// Copies object `src` to key `dst` as a clone (the recipe is shared,

@@ -18,7 +18,6 @@ use redb::{
 };
 
 use crate::batch::W;
-use crate::counted::Counted;
 use crate::pathindex::{IndexMem, MOVES, PATHS};
 use crate::record::{
     as_slices, corrupt, decode, dkey, dval_decode, holds_recipe, prefix_range, record_kind, Rec,
@@ -27,8 +26,9 @@ use crate::record::{
 use crate::rules::{check_name, check_xattr_name, new_size};
 use crate::{
     Attr, Content, Counts, DirEntry, FileKind, Inode, InodeId, MetaError, MetaStore, NewInode,
-    RenameFlags, Result, SetAttr, Timestamp, XattrChange, XattrFlags,
+    PathFound, RenameFlags, Result, SetAttr, Timestamp, XattrChange, XattrFlags,
 };
+use counted::Counted;
 
 macro_rules! redb_errors {
     ($($t:ty),*) => {$(
@@ -396,7 +396,7 @@ impl RedbMeta {
 
     /// A trusted path-index entry for `path`, read from the open batch
     /// when there is one; `None` for a miss, a collision or a doubt.
-    fn index_hit(&self, path: &[u8]) -> Result<Option<Inode>> {
+    fn index_hit(&self, path: &[u8]) -> Result<Option<PathFound>> {
         let batch = self.batch.lock();
         if let Some(tx) = &batch.tx {
             let mut mem = self.index.lock();
@@ -1055,17 +1055,18 @@ impl MetaStore for RedbMeta {
         })
     }
 
-    fn lookup_path(&self, path: &[u8]) -> Result<Inode> {
+    fn lookup_path(&self, path: &[u8]) -> Result<PathFound> {
         if path.is_empty() {
-            return self.get(InodeId::ROOT);
+            return self.get(InodeId::ROOT).map(PathFound::walked);
         }
-        if let Some(inode) = self.index_hit(path)? {
-            return Ok(inode);
+        if let Some(found) = self.index_hit(path)? {
+            return Ok(found);
         }
         match self.write_growing(|w| w.walk_and_index(path)) {
             Err(e) if e.is_no_space() => self.walk(path),
             other => other,
         }
+        .map(PathFound::walked)
     }
 
     fn storage_reads(&self) -> u64 {
@@ -1154,7 +1155,7 @@ mod tests {
         // The first lookup loads the moves; measure the second.
         m.lookup_path(b"dir0").unwrap();
         let before = m.storage_reads();
-        assert_eq!(m.lookup_path(&path).unwrap().id, leaf);
+        assert_eq!(m.lookup_path(&path).unwrap().inode.id, leaf);
         let by_index = m.storage_reads() - before;
         let before = m.storage_reads();
         let mut inode = m.get(InodeId::ROOT).unwrap();
@@ -1166,6 +1167,53 @@ mod tests {
         eprintln!("storage reads of an uncached lookup: index {by_index}, walk {by_walk}");
         assert!(by_index > 0, "reads are counted");
         assert!(by_index < by_walk, "index {by_index}, walk {by_walk}");
+    }
+
+    #[test]
+    fn an_xattr_change_rewrites_the_path_index_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = RedbMeta::open(&dir.path().join("m.redb"), 0, 0).unwrap();
+        let now = Timestamp::now();
+        let new = |kind| NewInode {
+            kind,
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            content: Content::Empty,
+            xattrs: Vec::new(),
+        };
+        let d = m
+            .create(InodeId::ROOT, b"d", new(FileKind::Dir), now)
+            .unwrap();
+        let f = m.create(d.id, b"f", new(FileKind::File), now).unwrap().id;
+        let carried = |m: &RedbMeta| {
+            // The first lookup may walk and fill the entry; the second hits.
+            m.lookup_path(b"d/f").unwrap();
+            let found = m.lookup_path(b"d/f").unwrap();
+            assert_eq!(found.inode.id, f);
+            found.xattrs
+        };
+        assert_eq!(carried(&m), Some(Vec::new()));
+        m.set_xattr(f, b"user.a", b"1", XattrFlags::Either, now)
+            .unwrap();
+        assert_eq!(carried(&m), Some(vec![(b"user.a".to_vec(), b"1".to_vec())]));
+        let change = XattrChange {
+            name: b"user.b".to_vec(),
+            value: Some(b"2".to_vec()),
+        };
+        m.update(f, &SetAttr::default(), &[change], now).unwrap();
+        m.remove_xattr(f, b"user.a", now).unwrap();
+        assert_eq!(carried(&m), Some(vec![(b"user.b".to_vec(), b"2".to_vec())]));
+        let big = vec![7u8; crate::MAX_ENTRY_XATTRS];
+        m.set_xattr(f, b"user.big", &big, XattrFlags::Either, now)
+            .unwrap();
+        assert_eq!(carried(&m), None, "over the bound, the reader asks");
+        assert_eq!(m.get_xattr(f, b"user.big").unwrap(), big);
+        m.remove_xattr(f, b"user.big", now).unwrap();
+        assert_eq!(carried(&m), Some(vec![(b"user.b".to_vec(), b"2".to_vec())]));
+        m.sync().unwrap();
+        assert_eq!(m.verify().unwrap(), Vec::<String>::new());
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! `fs` uses for the listings of versions and snapshots; the path index
 //! (hashFS, `pathindex`): a regular file found by a hash of its full path
 //! in one read ([`MetaStore::lookup_path`]); and a count of the reads the
-//! engine makes of its storage ([`Counted`], [`MetaStore::storage_reads`]).
+//! engine makes of its storage ([`Counted`], from the `counted` crate;
+//! [`MetaStore::storage_reads`]).
 //!
 //! **Never:** reads or writes file data (that is `fs` over `cas`); enforces
 //! permissions (the kernel does, with `default_permissions`); knows about
@@ -52,7 +53,6 @@
 
 mod batch;
 pub mod codec;
-mod counted;
 mod engine;
 mod parents;
 mod pathindex;
@@ -64,7 +64,7 @@ mod view;
 
 pub use counted::Counted;
 pub use engine::RedbMeta;
-pub use pathindex::MAX_MOVES;
+pub use pathindex::{MAX_ENTRY_XATTRS, MAX_MOVES};
 pub use types::*;
 pub use view::{ImportEntry, ImportInode};
 
@@ -292,8 +292,9 @@ pub trait MetaStore: Send + Sync {
     /// root gives, with the same errors. A regular file with one name is
     /// answered from the path index in one read when its entry is trusted;
     /// anything else is walked, and the walk writes the entry of such a
-    /// file (see `pathindex`).
-    fn lookup_path(&self, path: &[u8]) -> Result<Inode>;
+    /// file (see `pathindex`). An index hit brings the inode's xattrs too
+    /// when they are small ([`PathFound`]).
+    fn lookup_path(&self, path: &[u8]) -> Result<PathFound>;
 
     /// Reads the engine has made of its storage since it was opened (an
     /// exact count, for benchmarks: reads per operation on a cold cache).

@@ -7,8 +7,11 @@
 //!   domain key, of the full path (names joined by `/`, no leading `/`).
 //!   The entry is the rename generation it was written at, the inode
 //!   number, the path itself (a collision is seen by comparing it) and the
-//!   inode's record (attributes and content: inline bytes or recipe id),
-//!   so a hit answers a GET or HEAD without another read.
+//!   inode's record (attributes and content: inline bytes or recipe id)
+//!   and its extended attributes when they fit in [`MAX_ENTRY_XATTRS`]
+//!   bytes (the S3 gateway's ETag, Content-Type and user metadata), so a
+//!   hit answers a GET or HEAD without another read. Every change to the
+//!   inode or its xattrs rewrites the entry in the same transaction.
 //! - `path_keys`: inode -> the key of its one entry, so a change to the
 //!   inode (a write, a truncate, a chmod) rewrites its entry, and a name
 //!   it loses drops it, without knowing its path.
@@ -43,7 +46,7 @@ use redb::{ReadableTable, ReadableTableMetadata, TableDefinition};
 use crate::batch::W;
 use crate::record::{corrupt, decode, encode, Rec, DIRS};
 use crate::rules::check_name;
-use crate::{FileKind, Inode, InodeId, MetaError, Result};
+use crate::{FileKind, Inode, InodeId, MetaError, PathFound, Result, Xattrs};
 
 pub(crate) const PATHS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("paths");
 pub(crate) const PATH_KEYS: TableDefinition<u64, &[u8]> = TableDefinition::new("path_keys");
@@ -72,22 +75,75 @@ pub(crate) fn key(path: &[u8]) -> Key {
     out
 }
 
-/// An entry's bytes: generation (8), inode (8), path length (4), path,
-/// then the inode record ([`crate::record::encode`]); little-endian.
-fn encode_entry(gen: u64, ino: u64, path: &[u8], rec: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(20 + path.len() + rec.len());
+/// The most bytes of encoded xattrs an entry carries; an inode with more
+/// has an entry without them, and its reader asks for them apart.
+pub const MAX_ENTRY_XATTRS: usize = 1024;
+/// Set in an entry's path length when an xattr block follows the path
+/// (entries written before xattrs were carried have it clear).
+const HAS_XATTRS: u32 = 1 << 31;
+
+/// An entry's bytes: generation (8), inode (8), path length (4, with
+/// [`HAS_XATTRS`]), path, [the xattr block's length (4), the block
+/// ([`encode_xattrs`])], then the inode record
+/// ([`crate::record::encode`]); little-endian.
+fn encode_entry(gen: u64, ino: u64, path: &[u8], xattrs: Option<&[u8]>, rec: &[u8]) -> Vec<u8> {
+    let x = xattrs.map_or(0, |x| 4 + x.len());
+    let mut out = Vec::with_capacity(20 + path.len() + x + rec.len());
     out.extend_from_slice(&gen.to_le_bytes());
     out.extend_from_slice(&ino.to_le_bytes());
-    out.extend_from_slice(&(path.len() as u32).to_le_bytes());
+    let flag = if xattrs.is_some() { HAS_XATTRS } else { 0 };
+    out.extend_from_slice(&(path.len() as u32 | flag).to_le_bytes());
     out.extend_from_slice(path);
+    if let Some(x) = xattrs {
+        out.extend_from_slice(&(x.len() as u32).to_le_bytes());
+        out.extend_from_slice(x);
+    }
     out.extend_from_slice(rec);
     out
+}
+
+/// An inode's xattrs (name order) as an entry carries them: per xattr the
+/// name's length (2), the name, the value's length (4), the value; `None`
+/// past [`MAX_ENTRY_XATTRS`].
+fn encode_xattrs<'a>(
+    xattrs: impl IntoIterator<Item = Result<(&'a [u8], &'a [u8])>>,
+) -> Result<Option<Vec<u8>>> {
+    let mut out = Vec::new();
+    for x in xattrs {
+        let (name, value) = x?;
+        if out.len() + 6 + name.len() + value.len() > MAX_ENTRY_XATTRS {
+            return Ok(None);
+        }
+        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        out.extend_from_slice(name);
+        out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        out.extend_from_slice(value);
+    }
+    Ok(Some(out))
+}
+
+fn decode_xattrs(mut b: &[u8]) -> Result<Xattrs> {
+    let bad = || corrupt("a path index entry's xattrs are cut short".into());
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let n = u16::from_le_bytes(b.get(..2).ok_or_else(bad)?.try_into().expect("2")) as usize;
+        let name = b.get(2..2 + n).ok_or_else(bad)?;
+        let at = 2 + n;
+        let v =
+            u32::from_le_bytes(b.get(at..at + 4).ok_or_else(bad)?.try_into().expect("4")) as usize;
+        let value = b.get(at + 4..at + 4 + v).ok_or_else(bad)?;
+        out.push((name.to_vec(), value.to_vec()));
+        b = &b[at + 4 + v..];
+    }
+    Ok(out)
 }
 
 pub(crate) struct Entry<'a> {
     pub gen: u64,
     pub ino: u64,
     pub path: &'a [u8],
+    /// The encoded xattrs, if the entry carries them.
+    pub xattrs: Option<&'a [u8]>,
     pub rec: &'a [u8],
 }
 
@@ -98,14 +154,30 @@ pub(crate) fn decode_entry(b: &[u8]) -> Result<Entry<'_>> {
             b.get(at..at + 8).ok_or_else(bad)?.try_into().expect("8"),
         ))
     };
+    let u32_at = |at: usize| -> Result<u32> {
+        Ok(u32::from_le_bytes(
+            b.get(at..at + 4).ok_or_else(bad)?.try_into().expect("4"),
+        ))
+    };
     let (gen, ino) = (word(0)?, word(8)?);
-    let len = u32::from_le_bytes(b.get(16..20).ok_or_else(bad)?.try_into().expect("4")) as usize;
+    let flagged = u32_at(16)?;
+    let len = (flagged & !HAS_XATTRS) as usize;
     let path = b.get(20..20 + len).ok_or_else(bad)?;
+    let mut at = 20 + len;
+    let xattrs = if flagged & HAS_XATTRS != 0 {
+        let n = u32_at(at)? as usize;
+        let x = b.get(at + 4..at + 4 + n).ok_or_else(bad)?;
+        at += 4 + n;
+        Some(x)
+    } else {
+        None
+    };
     Ok(Entry {
         gen,
         ino,
         path,
-        rec: &b[20 + len..],
+        xattrs,
+        rec: &b[at..],
     })
 }
 
@@ -230,7 +302,7 @@ pub(crate) fn hit(
     paths: &impl ReadableTable<&'static [u8], &'static [u8]>,
     moves: &Moves,
     path: &[u8],
-) -> Result<Option<Inode>> {
+) -> Result<Option<PathFound>> {
     let Some(v) = paths.get(key(path).as_slice())? else {
         return Ok(None);
     };
@@ -238,7 +310,24 @@ pub(crate) fn hit(
     if e.path != path || moves.doubts(e.gen, path) {
         return Ok(None);
     }
-    Ok(Some(decode(e.ino, e.rec)?.inode))
+    Ok(Some(PathFound {
+        inode: decode(e.ino, e.rec)?.inode,
+        xattrs: e.xattrs.map(decode_xattrs).transpose()?,
+    }))
+}
+
+/// The encoded xattrs of `ino` in `xattrs` for its entry; `None` past the
+/// bound.
+fn xattrs_of(
+    xattrs: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    ino: u64,
+) -> Result<Option<Vec<u8>>> {
+    let range = crate::record::prefix_range(ino);
+    let found = xattrs.range::<&[u8]>(crate::record::as_slices(&range))?;
+    let pairs: Vec<_> = found
+        .map(|x| x.map_err(MetaError::from))
+        .collect::<Result<_>>()?;
+    encode_xattrs(pairs.iter().map(|(k, v)| Ok((&k.value()[8..], v.value()))))
 }
 
 /// `path` joined with `name`.
@@ -410,9 +499,10 @@ impl W<'_> {
                 self.path_keys.remove(other)?;
             }
         }
+        let x = xattrs_of(&self.xattrs, ino)?;
         self.paths.insert(
             k.as_slice(),
-            encode_entry(gen, ino, path, &encode(rec)).as_slice(),
+            encode_entry(gen, ino, path, x.as_deref(), &encode(rec)).as_slice(),
         )?;
         self.path_keys.insert(ino, k.as_slice())?;
         Ok(())
@@ -452,11 +542,14 @@ impl W<'_> {
             let Some(k) = self.path_keys.get(ino.0)?.map(|v| v.value().to_vec()) else {
                 continue;
             };
+            let x = xattrs_of(&self.xattrs, ino.0)?;
             let rewritten = match self.paths.get(k.as_slice())? {
                 Some(v) => {
                     let e = decode_entry(v.value())?;
-                    (e.ino == ino.0)
-                        .then(|| encode_entry(e.gen, e.ino, e.path, &encode(&self.cache[&ino.0].0)))
+                    (e.ino == ino.0).then(|| {
+                        let rec = encode(&self.cache[&ino.0].0);
+                        encode_entry(e.gen, e.ino, e.path, x.as_deref(), &rec)
+                    })
                 }
                 None => None,
             };
@@ -511,6 +604,7 @@ pub(crate) fn verify(
     let dirents = tx.open_table(crate::record::DIRENTS)?;
     let moves = Moves::load(&tx.open_table(crate::record::META)?, &tx.open_table(MOVES)?)?;
     let path_keys = tx.open_table(PATH_KEYS)?;
+    let xattrs = tx.open_table(crate::record::XATTRS)?;
     for entry in tx.open_table(PATHS)?.iter()? {
         let (k, v) = entry?;
         let Ok(e) = decode_entry(v.value()) else {
@@ -560,6 +654,12 @@ pub(crate) fn verify(
                 e.ino
             )),
         }
+        if e.xattrs.is_some() && xattrs_of(&xattrs, e.ino)?.as_deref() != e.xattrs {
+            problems.push(format!(
+                "path index entry for {shown:?} holds old xattrs of inode {}",
+                e.ino
+            ));
+        }
     }
     for entry in path_keys.iter()? {
         let (ino, k) = entry?;
@@ -583,14 +683,31 @@ mod tests {
 
     #[test]
     fn an_entry_reads_back_and_a_short_one_is_damage() {
-        let b = encode_entry(7, 42, b"a/b", b"rec");
+        let b = encode_entry(7, 42, b"a/b", None, b"rec");
         let e = decode_entry(&b).unwrap();
         assert_eq!(
-            (e.gen, e.ino, e.path, e.rec),
-            (7, 42, &b"a/b"[..], &b"rec"[..])
+            (e.gen, e.ino, e.path, e.xattrs, e.rec),
+            (7, 42, &b"a/b"[..], None, &b"rec"[..])
         );
         assert!(decode_entry(&b[..10]).is_err());
         assert!(decode_entry(&b[..21]).is_err());
+        let pairs = [(&b"user.a"[..], &b"1"[..]), (b"user.b", b"")];
+        let x = encode_xattrs(pairs.map(Ok)).unwrap().unwrap();
+        let b = encode_entry(7, 42, b"a/b", Some(&x), b"rec");
+        let e = decode_entry(&b).unwrap();
+        assert_eq!((e.path, e.rec), (&b"a/b"[..], &b"rec"[..]));
+        let back = decode_xattrs(e.xattrs.unwrap()).unwrap();
+        assert_eq!(back, pairs.map(|(k, v)| (k.to_vec(), v.to_vec())));
+        assert!(decode_entry(&b[..25]).is_err());
+    }
+
+    #[test]
+    fn xattrs_past_the_bound_are_not_carried() {
+        let big = vec![0u8; MAX_ENTRY_XATTRS];
+        assert_eq!(
+            encode_xattrs([Ok((&b"user.a"[..], &big[..]))]).unwrap(),
+            None
+        );
     }
 
     #[test]
@@ -668,7 +785,7 @@ mod tests {
         let put = |t: &mut redb::Table<&[u8], &[u8]>, at: &[u8], path: &[u8], ino| {
             t.insert(
                 key(at).as_slice(),
-                encode_entry(0, ino, path, &encode(&rec(ino))).as_slice(),
+                encode_entry(0, ino, path, None, &encode(&rec(ino))).as_slice(),
             )
             .unwrap();
         };
@@ -676,7 +793,8 @@ mod tests {
         put(&mut t, b"c", b"c", 6);
         let moves = Moves::default();
         assert!(hit(&t, &moves, b"b/x").unwrap().is_none());
-        assert_eq!(hit(&t, &moves, b"c").unwrap(), Some(rec(6).inode));
+        let found = hit(&t, &moves, b"c").unwrap();
+        assert_eq!(found, Some(PathFound::walked(rec(6).inode)));
         assert!(hit(&t, &moves, b"a/x").unwrap().is_none());
     }
 

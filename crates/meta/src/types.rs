@@ -161,3 +161,25 @@ pub struct Counts {
     pub files: u64,
     pub dirs: u64,
 }
+
+/// An inode's extended attributes, name -> value, in name order.
+pub type Xattrs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// What [`crate::MetaStore::lookup_path`] finds: the inode, and its
+/// extended attributes when the path index carried them (`None` when the
+/// path was walked or they are over the entry's bound: ask for them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathFound {
+    pub inode: Inode,
+    pub xattrs: Option<Xattrs>,
+}
+
+impl PathFound {
+    /// An inode found without its xattrs.
+    pub fn walked(inode: Inode) -> Self {
+        PathFound {
+            inode,
+            xattrs: None,
+        }
+    }
+}

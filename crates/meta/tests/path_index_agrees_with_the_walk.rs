@@ -1,5 +1,5 @@
 //! Invariant 6 at the engine: after every random namespace operation
-//! (create, write, chmod, unlink, link, rename of files and directories,
+//! (create, write, chmod, an xattr set or removed, unlink, link, rename of files and directories,
 //! exchange, rmdir, a reopen), every path ever seen answers through the
 //! path index exactly what a walk name by name answers, whether the index
 //! holds its entry, a stale one, or none.
@@ -9,7 +9,9 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::*;
-use meta::{Content, FileKind, Inode, InodeId, MetaStore, RedbMeta, RenameFlags, SetAttr};
+use meta::{
+    Content, FileKind, Inode, InodeId, MetaStore, RedbMeta, RenameFlags, SetAttr, XattrFlags,
+};
 use proptest::prelude::*;
 
 const NAMES: [&str; 3] = ["a", "b", "c"];
@@ -20,6 +22,7 @@ enum Op {
     Mkdir(usize, usize),
     Write(usize, u8),
     Chmod(usize, u16),
+    Xattr(usize, u8),
     Unlink(usize),
     Link(usize, usize, usize),
     Rename(usize, usize, usize, bool),
@@ -35,6 +38,7 @@ fn op() -> impl Strategy<Value = Op> {
         (i.clone(), n.clone()).prop_map(|(d, n)| Op::Mkdir(d, n)),
         (i.clone(), any::<u8>()).prop_map(|(f, b)| Op::Write(f, b)),
         (i.clone(), 0u16..0o777).prop_map(|(f, m)| Op::Chmod(f, m)),
+        (i.clone(), any::<u8>()).prop_map(|(f, b)| Op::Xattr(f, b)),
         i.clone().prop_map(Op::Unlink),
         (i.clone(), i.clone(), n.clone()).prop_map(|(f, d, n)| Op::Link(f, d, n)),
         (i.clone(), i.clone(), n, any::<bool>()).prop_map(|(s, d, n, x)| Op::Rename(s, d, n, x)),
@@ -124,6 +128,23 @@ fn apply(path: &std::path::Path, m: &mut RedbMeta, op: &Op, step: i64) {
             };
             let _ = m.create(dir, NAMES[n].as_bytes(), new(kind), now);
         }
+        Op::Xattr(f, b) => {
+            if let Some((_, inode)) = pick(&files, f) {
+                let name = [b"user.a", b"user.b"][b as usize % 2];
+                // Some values are past the bound of what an entry carries.
+                let len = if b % 5 == 0 {
+                    meta::MAX_ENTRY_XATTRS
+                } else {
+                    b as usize % 9
+                };
+                if b % 3 == 0 {
+                    let _ = m.remove_xattr(inode.id, name, now);
+                } else {
+                    m.set_xattr(inode.id, name, &vec![b; len], XattrFlags::Either, now)
+                        .unwrap();
+                }
+            }
+        }
         Op::Write(f, b) => {
             if let Some((_, inode)) = pick(&files, f) {
                 let bytes = vec![b; 1 + b as usize % 7];
@@ -192,7 +213,21 @@ fn agree(m: &RedbMeta, seen: &BTreeSet<String>) {
         let want = walk(m, p);
         // Twice: the first may fill the entry, the second reads it.
         for _ in 0..2 {
-            let got = m.lookup_path(p.as_bytes()).map_err(|e| e.to_string());
+            let found = m.lookup_path(p.as_bytes());
+            // The xattrs an index hit carries are the inode's, exactly.
+            if let Ok(meta::PathFound {
+                inode,
+                xattrs: Some(x),
+            }) = &found
+            {
+                let names = m.list_xattr(inode.id).unwrap();
+                let now: Vec<_> = names
+                    .into_iter()
+                    .map(|n| (n.clone(), m.get_xattr(inode.id, &n).unwrap()))
+                    .collect();
+                assert_eq!(x, &now, "xattrs at {p:?}");
+            }
+            let got = found.map(|f| f.inode).map_err(|e| e.to_string());
             assert_eq!(got, want, "path {p:?}");
         }
     }
@@ -220,7 +255,7 @@ fn a_directory_renamed_before_a_reopen_leaves_no_trusted_stale_entry() {
     let (dir, m) = store();
     let a = mkdir(&m, ROOT, "a");
     let f = mkfile(&m, a, "f");
-    assert_eq!(m.lookup_path(b"a/f").unwrap().id, f);
+    assert_eq!(m.lookup_path(b"a/f").unwrap().inode.id, f);
     m.rename(
         ROOT,
         b"a",
@@ -235,11 +270,11 @@ fn a_directory_renamed_before_a_reopen_leaves_no_trusted_stale_entry() {
     drop(m);
     let m = RedbMeta::open(&dir.path().join("meta.redb"), 0, 0).unwrap();
     assert!(m.lookup_path(b"a/f").is_err());
-    assert_eq!(m.lookup_path(b"b/f").unwrap().id, f);
+    assert_eq!(m.lookup_path(b"b/f").unwrap().inode.id, f);
     // A new file where the old one was is found, not the old one.
     let a = mkdir(&m, ROOT, "a");
     let g = mkfile(&m, a, "f");
-    assert_eq!(m.lookup_path(b"a/f").unwrap().id, g);
+    assert_eq!(m.lookup_path(b"a/f").unwrap().inode.id, g);
 }
 
 #[test]
@@ -249,8 +284,8 @@ fn more_directory_renames_than_remembered_still_answer_right() {
     let f = mkfile(&m, d, "f");
     let other = mkdir(&m, ROOT, "o");
     let g = mkfile(&m, other, "g");
-    assert_eq!(m.lookup_path(b"d/f").unwrap().id, f);
-    assert_eq!(m.lookup_path(b"o/g").unwrap().id, g);
+    assert_eq!(m.lookup_path(b"d/f").unwrap().inode.id, f);
+    assert_eq!(m.lookup_path(b"o/g").unwrap().inode.id, g);
     let flags = RenameFlags::default();
     for i in 0..meta::MAX_MOVES as i64 + 3 {
         m.rename(ROOT, b"d", ROOT, b"e", flags, &|_| false, t(i))
@@ -258,10 +293,10 @@ fn more_directory_renames_than_remembered_still_answer_right() {
         assert!(m.lookup_path(b"d/f").is_err());
         m.rename(ROOT, b"e", ROOT, b"d", flags, &|_| false, t(i))
             .unwrap();
-        assert_eq!(m.lookup_path(b"d/f").unwrap().id, f);
+        assert_eq!(m.lookup_path(b"d/f").unwrap().inode.id, f);
     }
     assert!(m.lookup_path(b"e/f").is_err());
-    assert_eq!(m.lookup_path(b"o/g").unwrap().id, g);
+    assert_eq!(m.lookup_path(b"o/g").unwrap().inode.id, g);
     assert!(m.verify().unwrap().is_empty());
 }
 
@@ -306,7 +341,7 @@ fn an_imported_namespace_is_answered_by_walks_then_the_index() {
     ];
     let back = RedbMeta::import(&dir.path().join("imported.redb"), inodes, entries).unwrap();
     for _ in 0..2 {
-        let got = back.lookup_path(b"d/f").unwrap();
+        let got = back.lookup_path(b"d/f").unwrap().inode;
         assert_eq!(got, back.get(f).unwrap());
         assert_eq!(got.content, Content::Inline(b"bytes".to_vec()));
     }

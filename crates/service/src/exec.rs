@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use fs::Fs;
 use repo::{Repo, RepoError};
 
-use crate::request::{Deleted, GetOut, PutOut, Removed, Reply, Request};
+use crate::request::{Deleted, GetOut, PutOut, Removed, Reply, Request, StorageReads};
 use crate::{branches, check, control, open, redundancy, Progress, Result, ServiceError};
 
 /// What a request runs against.
@@ -129,7 +129,11 @@ pub fn exec(
             progress.step("check", p.containers_done, p.containers_total)
         })?),
         Request::Version => Reply::Version(t.fs()?.write_version()?),
-        Request::MetaReads => Reply::MetaReads(t.fs()?.meta_storage_reads()),
+        Request::StorageReads => Reply::StorageReads(StorageReads {
+            meta: t.fs()?.meta_storage_reads(),
+            index: t.store.index_reads(),
+            containers: t.store.storage_reads(),
+        }),
         Request::SnapshotCreate { name } => Reply::SnapshotCreate(t.fs()?.snapshot_create(name)?),
         Request::SnapshotList { unique } => Reply::SnapshotList(t.fs()?.snapshot_list(*unique)?),
         Request::SnapshotDelete { name } => {

@@ -53,5 +53,5 @@ pub use open::{init, open, open_for_rebuild, open_to_check};
 pub use progress::{Progress, Silent, Step};
 pub use recover::{recover, RecoverFrom, Recovered};
 pub use redundancy::{BranchLine, ContainerPlace, MoveOut, PolicyShow, ScrubOut};
-pub use request::{Deleted, GetOut, PutOut, Removed, Reply, Request, RootLine};
+pub use request::{Deleted, GetOut, PutOut, Removed, Reply, Request, RootLine, StorageReads};
 pub use text::human_bytes;

@@ -86,9 +86,9 @@ pub enum Request {
         name: String,
         config: String,
     },
-    /// The reads the mounted file system's metadata engine has made of its
-    /// storage so far (exact; a benchmark's storage reads per GET).
-    MetaReads,
+    /// The reads the mounted file system has made of its storage so far,
+    /// by what was read (exact; a benchmark's storage reads per GET).
+    StorageReads,
 }
 
 impl Request {
@@ -133,6 +133,18 @@ pub struct RootLine {
     pub root: String,
     pub bytes: Option<u64>,
     pub error: Option<String>,
+}
+
+/// What `storage_reads` reports: reads since the mount started, each an
+/// exact count of requests to one kind of storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StorageReads {
+    /// Of the metadata engine's redb file (`meta.redb`).
+    pub meta: u64,
+    /// Of the chunk index's and the roots' redb files.
+    pub index: u64,
+    /// Of containers and root blobs, asked of the redundancy layer.
+    pub containers: u64,
 }
 
 /// The label `rm` removed.
@@ -204,7 +216,7 @@ replies! {
     BranchAdd(Applied) => into_branch_add,
     BranchReplace(MoveOut) => into_branch_replace,
     BranchDrain(MoveOut) => into_branch_drain,
-    MetaReads(u64) => into_meta_reads,
+    StorageReads(StorageReads) => into_storage_reads,
 }
 
 fn default_max_garbage() -> f64 {

@@ -1,6 +1,14 @@
-//! [`Counted`]: a redb storage backend that counts the reads it passes on,
-//! so a benchmark can report storage reads per operation (an exact count,
-//! one atomic add a read; no timing).
+//! A redb storage backend that counts the reads it passes on
+//! ([`Counted`]), so a benchmark can report storage reads per operation.
+//!
+//! **Owns:** the counting wrapper shared by every redb file cairn keeps
+//! (the metadata engine's `meta.redb`, the chunk index's `index.redb`).
+//!
+//! **Never:** changes, reorders, caches or times what it passes on; knows
+//! what the database holds.
+//!
+//! **Invariants:** the count is exact: one atomic add for each read asked of
+//! the wrapped backend, none for any other call.
 
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
