@@ -56,6 +56,21 @@ impl Fs {
         Ok(found)
     }
 
+    /// The bytes of a file kept inline in its record, as `inode` (just
+    /// looked up) holds them, when the file system holds nothing newer of
+    /// it in memory: a GET found through the path index is then answered
+    /// from that one read, without reading the file again.
+    pub fn settled_inline<'a>(&self, inode: &'a Inode) -> Option<&'a [u8]> {
+        match &inode.content {
+            Content::Inline(bytes)
+                if inode.attr.size == bytes.len() as u64 && !self.inner.has_state(inode.id) =>
+            {
+                Some(bytes)
+            }
+            _ => None,
+        }
+    }
+
     /// Changes attributes as root does; see [`Fs::setattr_as`].
     pub fn setattr(&self, ino: InodeId, changes: &SetAttr, size: Option<u64>) -> Result<Inode> {
         self.setattr_as(ino, changes, size, &Caller::root())

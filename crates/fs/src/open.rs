@@ -227,6 +227,13 @@ impl Inner {
         }
     }
 
+    /// Whether the file system holds anything of `ino` in memory (open
+    /// handles, unwritten or unrecorded data): then its record may be
+    /// older than what a read returns.
+    pub(crate) fn has_state(&self, ino: InodeId) -> bool {
+        self.files.lock().contains_key(&ino)
+    }
+
     pub(crate) fn is_open(&self, ino: InodeId) -> bool {
         self.files
             .lock()
