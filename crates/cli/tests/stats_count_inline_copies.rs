@@ -60,6 +60,11 @@ fn dedup_ratio_counts_inline_copies_and_is_the_same_unmounted() {
     assert!(human.contains("inline          240 files"), "{human}");
 
     let (repo, _) = m.unmount();
-    assert_eq!(stats(&repo), mounted, "unmounted stats differ");
+    // `read_cache` is what the mount's caches did: there only while mounted.
+    let (mut mounted, mut unmounted) = (mounted, stats(&repo));
+    for s in [&mut mounted, &mut unmounted] {
+        s.as_object_mut().unwrap().remove("read_cache");
+    }
+    assert_eq!(unmounted, mounted, "unmounted stats differ");
     ok(&repo, &["check"]);
 }
