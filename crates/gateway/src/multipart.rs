@@ -79,27 +79,43 @@ pub fn part_name(n: i32) -> S3Result<String> {
     Ok(format!("{n:05}"))
 }
 
-/// The parts stored so far, in order: number and inode.
-pub fn parts(tree: &Tree, dir: InodeId) -> S3Result<Vec<(i32, Inode)>> {
-    let fail = |e| s3_from_fs(e, S3ErrorCode::InternalError, "an upload");
-    let mut out = Vec::new();
+/// Calls `each` on every entry of `dir`, read a page at a time (names
+/// after the last one seen, so `each` may remove what it is given).
+fn each_entry(
+    tree: &Tree,
+    dir: InodeId,
+    fail: impl Fn(fs::FsError) -> S3Error,
+    mut each: impl FnMut(meta::DirEntry) -> S3Result<()>,
+) -> S3Result<()> {
     let mut after: Option<Vec<u8>> = None;
     loop {
         let page = tree
             .fs()
             .readdir(dir, after.as_deref(), 1024)
-            .map_err(fail)?;
-        let Some(last) = page.last() else { break };
+            .map_err(&fail)?;
+        let Some(last) = page.last() else {
+            return Ok(());
+        };
         after = Some(last.name.clone());
         for e in page {
-            let n = std::str::from_utf8(&e.name)
-                .ok()
-                .and_then(|n| n.parse::<i32>().ok());
-            if let (Some(n), FileKind::File) = (n, e.kind) {
-                out.push((n, tree.fs().getattr(e.ino).map_err(fail)?));
-            }
+            each(e)?;
         }
     }
+}
+
+/// The parts stored so far, in order: number and inode.
+pub fn parts(tree: &Tree, dir: InodeId) -> S3Result<Vec<(i32, Inode)>> {
+    let fail = |e| s3_from_fs(e, S3ErrorCode::InternalError, "an upload");
+    let mut out = Vec::new();
+    each_entry(tree, dir, fail, |e| {
+        let n = std::str::from_utf8(&e.name)
+            .ok()
+            .and_then(|n| n.parse::<i32>().ok());
+        if let (Some(n), FileKind::File) = (n, e.kind) {
+            out.push((n, tree.fs().getattr(e.ino).map_err(fail)?));
+        }
+        Ok(())
+    })?;
     out.sort_by_key(|(n, _)| *n);
     Ok(out)
 }
@@ -107,18 +123,9 @@ pub fn parts(tree: &Tree, dir: InodeId) -> S3Result<Vec<(i32, Inode)>> {
 /// Drops an upload and its parts.
 pub fn abort(tree: &Tree, bucket: &str, dir: InodeId, id: &str) -> S3Result<()> {
     let fail = |e| s3_from_fs(e, S3ErrorCode::InternalError, "an upload");
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let page = tree
-            .fs()
-            .readdir(dir, after.as_deref(), 1024)
-            .map_err(fail)?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.name.clone());
-        for e in page {
-            tree.fs().unlink(dir, &e.name).map_err(fail)?;
-        }
-    }
+    each_entry(tree, dir, fail, |e| {
+        tree.fs().unlink(dir, &e.name).map_err(fail)
+    })?;
     let root = tree.bucket(bucket)?;
     tree.rmdir(root, dir_name(id).as_bytes()).map_err(fail)?;
     tree.fs().sync_all().map_err(fail)
@@ -288,32 +295,24 @@ pub fn uploads(tree: &Tree, bucket: &str) -> S3Result<Vec<(String, String, Inode
     let fail = |e| s3_from_fs(e, S3ErrorCode::InternalError, bucket);
     let prefix = dir_name("");
     let mut out = Vec::new();
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let page = tree
-            .fs()
-            .readdir(root, after.as_deref(), 1024)
-            .map_err(fail)?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.name.clone());
-        for e in page {
-            let Some(id) = std::str::from_utf8(&e.name)
-                .ok()
-                .and_then(|n| n.strip_prefix(prefix.as_str()))
-            else {
-                continue;
-            };
-            let Ok(key) = tree.fs().get_xattr(e.ino, KEY_XATTR) else {
-                continue;
-            };
-            let inode = tree.fs().getattr(e.ino).map_err(fail)?;
-            out.push((
-                String::from_utf8_lossy(&key).into_owned(),
-                id.to_string(),
-                inode,
-            ));
-        }
-    }
+    each_entry(tree, root, fail, |e| {
+        let Some(id) = std::str::from_utf8(&e.name)
+            .ok()
+            .and_then(|n| n.strip_prefix(prefix.as_str()))
+        else {
+            return Ok(());
+        };
+        let Ok(key) = tree.fs().get_xattr(e.ino, KEY_XATTR) else {
+            return Ok(());
+        };
+        let inode = tree.fs().getattr(e.ino).map_err(fail)?;
+        out.push((
+            String::from_utf8_lossy(&key).into_owned(),
+            id.to_string(),
+            inode,
+        ));
+        Ok(())
+    })?;
     out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
     Ok(out)
 }
