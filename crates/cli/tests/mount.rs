@@ -16,7 +16,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 
 mod common;
-use common::{Mount, CAIRN};
+use common::{cached_pages, with_shared_map, Mount, CAIRN};
 
 fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
     r.expect_err("the call should have failed")
@@ -536,45 +536,6 @@ fn a_write_or_truncate_by_another_user_clears_set_id_bits() {
         .unwrap();
     assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o6777);
     m.unmount();
-}
-
-/// Maps the first `len` bytes of `f` shared and read-only, hands the
-/// mapping to `look`, and unmaps it.
-fn with_shared_map<T>(f: &File, len: usize, look: impl FnOnce(&[u8], *mut libc::c_void) -> T) -> T {
-    use std::os::fd::AsRawFd;
-    // SAFETY: a fresh mapping of a file held open for the call; the slice
-    // and address do not outlive it, and it is unmapped before returning.
-    unsafe {
-        let addr = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        assert_ne!(addr, libc::MAP_FAILED, "shared mapping of {len} bytes");
-        let out = look(std::slice::from_raw_parts(addr as *const u8, len), addr);
-        libc::munmap(addr, len);
-        out
-    }
-}
-
-/// Pages of `path` in the kernel's page cache, seen through a read-write
-/// handle (which keeps the page cache, so mapping it drops nothing).
-fn cached_pages(path: &Path) -> usize {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let len = f.metadata().unwrap().len() as usize;
-    let mut vec = vec![0u8; len.div_ceil(4096)];
-    // SAFETY: mincore only reports on the live mapping it is given.
-    with_shared_map(&f, len, |_, addr| unsafe {
-        assert_eq!(libc::mincore(addr, len, vec.as_mut_ptr()), 0);
-    });
-    vec.iter().filter(|&&b| b & 1 == 1).count()
 }
 
 #[test]

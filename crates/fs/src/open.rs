@@ -32,6 +32,20 @@ impl Fs {
         Ok(())
     }
 
+    /// Whether a file is overwritten and read in place: it has fixed-size
+    /// chunks (a VM image or a database, by xattr, rule or the detector).
+    /// Its readers want the kernel's page cache even when it is large,
+    /// where a big file's readers otherwise stream past it.
+    pub fn random_access(&self, ino: InodeId) -> Result<bool> {
+        if is_virtual(ino) {
+            return Ok(false);
+        }
+        let state = self.inner.state(ino)?;
+        let mut f = state.lock();
+        self.inner.know_chunking(&mut f)?;
+        Ok(f.chunking.block().is_some())
+    }
+
     /// Closes a handle: the last one writes the file behind and records its
     /// content (durable at the next commit), and deletes it if it was
     /// unlinked meanwhile.

@@ -242,7 +242,9 @@ pub(crate) fn empty_attr() -> Attr {
 /// to flush, closes without a round trip (`NOFLUSH`).
 ///
 /// A write-only handle, and a read-only one of a file over
-/// `page_cache_max`, bypass the page cache (`DIRECT_IO`): the kernel passes
+/// `page_cache_max` that is not read in place (`random_access`, asked only
+/// then: a VM image or a database keeps the cache its small random reads
+/// live on), bypass the page cache (`DIRECT_IO`): the kernel passes
 /// the caller's own buffer to the daemon instead of copying it into page
 /// cache pages first. That copy cost a writer two thirds of its CPU (most of
 /// it allocating fresh pages), and streaming a big file through the cache
@@ -252,13 +254,18 @@ pub(crate) fn empty_attr() -> Attr {
 /// stay coherent, and `DIRECT_IO_ALLOW_MMAP` (asked for at init) keeps
 /// shared mappings working. A read-write handle (a database, a VM image)
 /// keeps the page cache for its small random reads.
-pub(crate) fn open_flags(flags: i32, size: u64, page_cache_max: u64) -> FopenFlags {
+pub(crate) fn open_flags(
+    flags: i32,
+    size: u64,
+    page_cache_max: u64,
+    random_access: impl FnOnce() -> bool,
+) -> FopenFlags {
     let mut open = FopenFlags::FOPEN_KEEP_CACHE;
     match flags & libc::O_ACCMODE {
         libc::O_WRONLY => open |= FopenFlags::FOPEN_DIRECT_IO,
         libc::O_RDONLY => {
             open |= FopenFlags::FOPEN_NOFLUSH;
-            if size > page_cache_max {
+            if size > page_cache_max && !random_access() {
                 open |= FopenFlags::FOPEN_DIRECT_IO;
             }
         }

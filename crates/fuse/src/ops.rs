@@ -411,7 +411,12 @@ impl Filesystem for CairnFs {
         match opened {
             Ok(inode) => reply.opened(
                 FileHandle(0),
-                open_flags(flags.0, inode.attr.size, self.page_cache_max),
+                open_flags(flags.0, inode.attr.size, self.page_cache_max, || {
+                    self.fs.random_access(ino).unwrap_or_else(|e| {
+                        tracing::warn!(file = %self.fs.describe(ino), error = %e, "cannot tell how a file is read; streaming it past the page cache");
+                        false
+                    })
+                }),
             ),
             Err(e) => reply.error(self.fail("open", ino, &e)),
         }
@@ -659,7 +664,7 @@ impl Filesystem for CairnFs {
                 &file_attr(inode.id, &inode.attr),
                 Generation(0),
                 FileHandle(0),
-                open_flags(flags, inode.attr.size, self.page_cache_max),
+                open_flags(flags, inode.attr.size, self.page_cache_max, || false),
             ),
             Err(e) => reply.error(self.fail("create", parent, &e)),
         }

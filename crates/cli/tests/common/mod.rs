@@ -314,3 +314,46 @@ pub fn no_versions(repo: &Path) {
     )
     .unwrap();
 }
+
+/// Maps the first `len` bytes of `f` shared and read-only, hands the
+/// mapping to `look`, and unmaps it.
+pub fn with_shared_map<T>(
+    f: &std::fs::File,
+    len: usize,
+    look: impl FnOnce(&[u8], *mut libc::c_void) -> T,
+) -> T {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a fresh mapping of a file held open for the call; the slice
+    // and address do not outlive it, and it is unmapped before returning.
+    unsafe {
+        let addr = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(addr, libc::MAP_FAILED, "shared mapping of {len} bytes");
+        let out = look(std::slice::from_raw_parts(addr as *const u8, len), addr);
+        libc::munmap(addr, len);
+        out
+    }
+}
+
+/// Pages of `path` in the kernel's page cache, seen through a read-write
+/// handle (which keeps the page cache, so mapping it drops nothing).
+pub fn cached_pages(path: &Path) -> usize {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    let mut vec = vec![0u8; len.div_ceil(4096)];
+    // SAFETY: mincore only reports on the live mapping it is given.
+    with_shared_map(&f, len, |_, addr| unsafe {
+        assert_eq!(libc::mincore(addr, len, vec.as_mut_ptr()), 0);
+    });
+    vec.iter().filter(|&&b| b & 1 == 1).count()
+}
