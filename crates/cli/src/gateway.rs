@@ -42,12 +42,29 @@ fn print_new_key(key: &gateway::keys::NewKey, endpoint: Option<SocketAddr>) {
     }
 }
 
+/// The figures `/metrics` shows: the file system's and the gateway's,
+/// and the mount's when `fuse` is given one (registered here: the
+/// registry is frozen once the gateway serves it).
+pub fn metrics(
+    fs: &fs::Fs,
+    fuse: Option<&mut Option<std::sync::Arc<fuse::FuseMetrics>>>,
+) -> gateway::Metrics {
+    let mut registry = prometheus_client::registry::Registry::default();
+    fs.register_metrics(&mut registry);
+    if let Some(slot) = fuse {
+        *slot = Some(fuse::FuseMetrics::new(&mut registry));
+    }
+    let requests = gateway::RequestFigures::register(&mut registry);
+    gateway::Metrics::new(std::sync::Arc::new(registry), requests)
+}
+
 /// Starts the gateway on `fs` and says where; on the first start it makes
 /// an access key and prints it.
 pub fn start(
     fs: std::sync::Arc<fs::Fs>,
     root: &Path,
     args: &GatewayArgs,
+    metrics: gateway::Metrics,
     quiet: bool,
 ) -> Result<gateway::Running> {
     let first = gateway::keys::ensure_one(root)?;
@@ -57,10 +74,12 @@ pub fn start(
         max_object: args.max_object_size,
     };
     opts.abandoned_after = std::time::Duration::from_secs(args.abandoned_after);
+    opts.metrics = Some(metrics);
     let running = gateway::start(fs, root, &opts)?;
     let addr = running.addr();
     if !quiet {
         say!("cairn: S3 gateway at http://{addr}");
+        say!("cairn: metrics at http://{addr}/metrics");
     }
     if let Some(key) = first {
         print_new_key(&key, Some(addr));
@@ -72,7 +91,8 @@ pub fn gateway(root: &Path, args: &GatewayArgs, quiet: bool) -> Result<ExitCode>
     let repo = crate::ops::open(root, quiet)?;
     let fs = service::open_fs(&repo)?;
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
-    let running = start(fs.clone(), &repo.root, args, quiet)?;
+    let figures = metrics(&fs, None);
+    let running = start(fs.clone(), &repo.root, args, figures, quiet)?;
     if !quiet {
         say!("cairn: serving {} (Ctrl-C to stop)", repo.root.display());
     }

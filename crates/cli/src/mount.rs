@@ -44,8 +44,18 @@ pub fn mount(
     let fs = service::open_fs(&repo)?;
     // Listening first: an address in use is refused before anything is
     // mounted.
+    let mut fuse_metrics = None;
     let served = match gateway {
-        Some(args) => Some(crate::gateway::start(fs.clone(), &repo.root, args, quiet)?),
+        Some(args) => {
+            let figures = crate::gateway::metrics(&fs, Some(&mut fuse_metrics));
+            Some(crate::gateway::start(
+                fs.clone(),
+                &repo.root,
+                args,
+                figures,
+                quiet,
+            )?)
+        }
         None => None,
     };
     // SAFETY: a plain getter.
@@ -56,6 +66,7 @@ pub fn mount(
         page_cache_max: repo.config.page_cache_max,
         writeback_cache: repo.config.writeback_cache,
         nonempty: args.nonempty,
+        metrics: fuse_metrics,
         ..Default::default()
     };
     let mounted = fuse::mount(fs.clone(), &args.mountpoint, &opts)?;

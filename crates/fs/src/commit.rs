@@ -67,6 +67,14 @@ impl Inner {
     /// is always durable before the metadata that reaches it.
     pub(crate) fn commit(&self) -> Result<()> {
         let _guard = self.commit_lock.lock();
+        let started = std::time::Instant::now();
+        let result = self.commit_locked();
+        self.recorded.commit_done(started, result.is_ok());
+        result
+    }
+
+    /// [`Inner::commit`], under the commit lock.
+    fn commit_locked(&self) -> Result<()> {
         let _recording = self.recording.write();
         let pending: Vec<StreamWriter> = std::mem::take(&mut *self.pending.lock());
         // Every stream is flushed even after one failed: each flush starts

@@ -12,6 +12,8 @@
 //! sequential reader's) and the committer that makes
 //! data and then metadata durable in batches (`commit`, whose header states
 //! the lock order). Its errors and their errno values are in `error`.
+//! Its figures for `/metrics` (commit latency, store and cache counts) are
+//! registered by [`Fs::register_metrics`] (`metrics`).
 //! It also picks each file's redundancy protection when its write stream
 //! opens (`protection`, [`rules`]: the `user.cairn.policy` xattr, inherited
 //! by new children, else `cairn.toml`'s rules matched against the path the
@@ -87,6 +89,7 @@ pub mod damage;
 mod error;
 mod file;
 pub mod history;
+mod metrics;
 mod migrate;
 mod namespace;
 mod open;
@@ -218,6 +221,8 @@ struct Inner {
     snapshots: snapview::SnapView,
     /// How recently written files are being written (see [`pattern`]).
     patterns: Mutex<pattern::Tracker>,
+    /// Figures for `/metrics` recorded as things happen.
+    recorded: metrics::Recorded,
     stop: (Mutex<bool>, Condvar),
 }
 
@@ -301,6 +306,7 @@ impl Fs {
             )),
             snapshots: snapview::SnapView::default(),
             patterns: Mutex::new(pattern::Tracker::default()),
+            recorded: metrics::Recorded::default(),
             stop: (Mutex::new(false), Condvar::new()),
         });
         let bg = inner.clone();

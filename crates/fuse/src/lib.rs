@@ -7,7 +7,9 @@
 //! directory listings keep `readdir` offsets stable (`dir`); the mount,
 //! its worker threads and its unmount ([`mount`], [`Mounted`]), what is
 //! mounted where ([`mount_state`]) and which directories can take a mount
-//! ([`check_mountpoint`]) are the session's (`session`).
+//! ([`check_mountpoint`]) are the session's (`session`). With
+//! [`FuseMetrics`] given, each request's latency and the bytes moved are
+//! counted for `/metrics` (`metrics`).
 //!
 //! **Never:** stores, chunks, caches or commits data, and never touches the
 //! metadata engine directly: every operation goes through [`fs::Fs`], which
@@ -48,9 +50,11 @@
 
 mod convert;
 mod dir;
+mod metrics;
 mod ops;
 mod session;
 
+pub use metrics::FuseMetrics;
 pub use session::{
     check_fuse_available, check_mountpoint, detach, mount, mount_state, FuseError, Invalidator,
     MountEntry, MountOptions, MountState, Mounted, Unmounter,

@@ -25,6 +25,7 @@ use crate::convert::{
     reply_xattr, time_or_now, writer, xattr_flags, xattr_list, BLOCK_SIZE,
 };
 use crate::dir::DirHandle;
+use crate::metrics::{FuseMetrics, Timer};
 use crate::session::{MountOptions, Shared};
 
 /// How long the kernel may cache attributes and directory entries
@@ -48,6 +49,7 @@ pub(crate) struct CairnFs {
     shared: Arc<Shared>,
     page_cache_max: u64,
     writeback_cache: bool,
+    metrics: Option<Arc<FuseMetrics>>,
 }
 
 impl CairnFs {
@@ -59,7 +61,14 @@ impl CairnFs {
             shared,
             page_cache_max: opts.page_cache_max,
             writeback_cache: opts.writeback_cache,
+            metrics: opts.metrics.clone(),
         }
+    }
+
+    /// Times a request of kind `op` (when figures are kept) until the
+    /// guard drops.
+    fn timed(&self, op: &'static str) -> Option<Timer<'_>> {
+        self.metrics.as_ref().map(|m| m.time(op))
     }
 
     /// A new inode's description: owned by the caller, with the mode it
@@ -207,6 +216,7 @@ impl Filesystem for CairnFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _timer = self.timed("lookup");
         let name = match check_name(name) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
@@ -229,6 +239,7 @@ impl Filesystem for CairnFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _timer = self.timed("getattr");
         match self.fs.getattr(id(ino)) {
             Ok(inode) => reply.attr(&TTL, &file_attr(inode.id, &inode.attr)),
             Err(e) => reply.error(self.fail("getattr", id(ino), &e)),
@@ -253,6 +264,7 @@ impl Filesystem for CairnFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _timer = self.timed("setattr");
         // ctime is the engine's: every change sets it.
         let changes = SetAttr {
             perm: mode.map(|m| (m & 0o7777) as u16),
@@ -270,6 +282,7 @@ impl Filesystem for CairnFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _timer = self.timed("readlink");
         match self.fs.readlink(id(ino)) {
             Ok(target) => reply.data(&target),
             Err(e) => reply.error(self.fail("readlink", id(ino), &e)),
@@ -286,6 +299,7 @@ impl Filesystem for CairnFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let _timer = self.timed("mknod");
         let name = match check_name(name) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
@@ -310,6 +324,7 @@ impl Filesystem for CairnFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        let _timer = self.timed("mkdir");
         let name = match check_name(name) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
@@ -319,6 +334,7 @@ impl Filesystem for CairnFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _timer = self.timed("unlink");
         let name = match check_name(name) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
@@ -332,6 +348,7 @@ impl Filesystem for CairnFs {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _timer = self.timed("rmdir");
         let name = match check_name(name) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
@@ -347,6 +364,7 @@ impl Filesystem for CairnFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        let _timer = self.timed("symlink");
         let name = match check_name(link_name) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
@@ -366,6 +384,7 @@ impl Filesystem for CairnFs {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.timed("rename");
         let (name, newname) = match (check_name(name), check_name(newname)) {
             (Ok(a), Ok(b)) => (a, b),
             (Err(e), _) | (_, Err(e)) => return reply.error(e),
@@ -391,6 +410,7 @@ impl Filesystem for CairnFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let _timer = self.timed("link");
         let name = match check_name(newname) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
@@ -402,6 +422,7 @@ impl Filesystem for CairnFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _timer = self.timed("open");
         // Directories arrive as opendir: this is never one.
         if flags.0 & libc::O_DIRECTORY != 0 {
             return reply.error(Errno::ENOTDIR);
@@ -433,8 +454,14 @@ impl Filesystem for CairnFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let _timer = self.timed("read");
         match self.fs.read(id(ino), offset, size) {
-            Ok(data) => reply.data(&data),
+            Ok(data) => {
+                if let Some(m) = &self.metrics {
+                    m.transferred("read", data.len());
+                }
+                reply.data(&data)
+            }
             Err(e) => reply.error(self.fail("read", id(ino), &e)),
         }
     }
@@ -451,10 +478,16 @@ impl Filesystem for CairnFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _timer = self.timed("write");
         // With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves the set-id bits a
         // write clears to `fs`.
         match self.fs.write_as(id(ino), offset, data, &writer(req)) {
-            Ok(n) => reply.written(n),
+            Ok(n) => {
+                if let Some(m) = &self.metrics {
+                    m.transferred("written", n as usize);
+                }
+                reply.written(n)
+            }
             Err(e) => reply.error(self.fail("write", id(ino), &e)),
         }
     }
@@ -467,6 +500,7 @@ impl Filesystem for CairnFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.timed("flush");
         self.reply_empty("flush", id(ino), reply, self.fs.flush(id(ino)))
     }
 
@@ -480,6 +514,7 @@ impl Filesystem for CairnFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.timed("release");
         self.reply_empty("release", id(ino), reply, self.fs.release(id(ino)))
     }
 
@@ -491,10 +526,12 @@ impl Filesystem for CairnFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.timed("fsync");
         self.reply_empty("fsync", id(ino), reply, self.fs.fsync(id(ino)))
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _timer = self.timed("opendir");
         self.open_dir(id(ino), reply)
     }
 
@@ -506,6 +543,7 @@ impl Filesystem for CairnFs {
         offset: u64,
         reply: ReplyDirectory,
     ) {
+        let _timer = self.timed("readdir");
         self.list(fh, offset, reply)
     }
 
@@ -517,6 +555,7 @@ impl Filesystem for CairnFs {
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
+        let _timer = self.timed("readdirplus");
         self.list_plus(fh, offset, reply)
     }
 
@@ -528,6 +567,7 @@ impl Filesystem for CairnFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.timed("releasedir");
         self.dirs.lock().remove(&fh.0);
         reply.ok();
     }
@@ -540,6 +580,7 @@ impl Filesystem for CairnFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.timed("fsyncdir");
         // `fs` offers no narrower commit: entries become durable with
         // everything else.
         self.reply_empty("fsyncdir", InodeId::ROOT, reply, self.fs.sync_all())
@@ -550,6 +591,7 @@ impl Filesystem for CairnFs {
     /// policy's overhead), and blocks used as the store's bytes. Where a
     /// branch cannot tell (S3), the free figure is a large constant.
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _timer = self.timed("statfs");
         let measured = self.fs.stats().and_then(|s| Ok((s, self.fs.space()?)));
         match measured {
             Ok((s, space)) => {
@@ -588,6 +630,7 @@ impl Filesystem for CairnFs {
         position: u32,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.timed("setxattr");
         if position != 0 {
             return reply.error(Errno::EINVAL);
         }
@@ -605,6 +648,7 @@ impl Filesystem for CairnFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _timer = self.timed("getxattr");
         match self.fs.get_xattr(id(ino), name.as_bytes()) {
             Ok(value) => reply_xattr(reply, &value, size),
             Err(e) => reply.error(self.fail("getxattr", id(ino), &e)),
@@ -612,6 +656,7 @@ impl Filesystem for CairnFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _timer = self.timed("listxattr");
         match self.fs.list_xattr(id(ino)) {
             Ok(names) => reply_xattr(reply, &xattr_list(&names), size),
             Err(e) => reply.error(self.fail("listxattr", id(ino), &e)),
@@ -619,6 +664,7 @@ impl Filesystem for CairnFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _timer = self.timed("removexattr");
         self.reply_empty(
             "removexattr",
             id(ino),
@@ -628,6 +674,7 @@ impl Filesystem for CairnFs {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        let _timer = self.timed("access");
         // With default_permissions the kernel checks; only existence here.
         match self.fs.getattr(id(ino)) {
             Ok(_) => reply.ok(),
@@ -645,6 +692,7 @@ impl Filesystem for CairnFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let _timer = self.timed("create");
         let name = match check_name(name) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
@@ -680,6 +728,7 @@ impl Filesystem for CairnFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        let _timer = self.timed("fallocate");
         self.reply_empty(
             "fallocate",
             id(ino),
@@ -705,6 +754,7 @@ impl Filesystem for CairnFs {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        let _timer = self.timed("copy_file_range");
         // The reply counts in 32 bits; the kernel asks for no more.
         let len = len.min(u32::MAX as u64);
         let copied = self.fs.copy_range(

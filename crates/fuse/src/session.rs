@@ -15,6 +15,7 @@ use std::time::Duration;
 use fs::{Fs, FsError};
 use fuser::{BackgroundSession, MountOption, SessionACL};
 
+use crate::metrics::FuseMetrics;
 use crate::ops::CairnFs;
 
 /// The kernel's read-ahead for the mount, in KiB: one largest read request.
@@ -44,6 +45,9 @@ pub struct MountOptions {
     /// Mount on a directory that is not empty or is itself a mount point
     /// (never on a live cairn mount: see [`check_mountpoint`]).
     pub nonempty: bool,
+    /// Where request latencies and bytes are counted, for `/metrics`
+    /// (none kept without).
+    pub metrics: Option<Arc<FuseMetrics>>,
 }
 
 impl Default for MountOptions {
@@ -55,6 +59,7 @@ impl Default for MountOptions {
             page_cache_max: 16 << 20,
             writeback_cache: true,
             nonempty: false,
+            metrics: None,
         }
     }
 }

@@ -9,7 +9,9 @@
 //! temporary files (`sweep`), the HTTP server ([`start`]) and the
 //! repository's S3 access keys ([`keys`], in `REPO/gateway/keys.toml`).
 //! GET and HEAD find a file by the metadata engine's path index first
-//! (`fast`), the walk only on a miss.
+//! (`fast`), the walk only on a miss. The same port answers an unsigned
+//! `GET /metrics` from the registry `serve` built, and records each
+//! request's latency there ([`Metrics`]).
 //!
 //! **Never:** reaches below `fs` (no chunk store, no metadata engine of its
 //! own): it is a client of [`fs::Fs`] like the FUSE mount, and may share
@@ -44,6 +46,7 @@ mod error;
 mod fast;
 pub mod keys;
 mod list;
+mod metrics;
 mod multipart;
 mod names;
 mod s3;
@@ -52,5 +55,6 @@ mod sweep;
 mod tree;
 
 pub use error::{GatewayError, Result};
+pub use metrics::{Metrics, RequestFigures};
 pub use server::{start, Limits, Options, Running};
 pub use tree::NameChanged;

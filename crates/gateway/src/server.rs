@@ -17,6 +17,7 @@ use tokio::sync::oneshot;
 use crate::auth::Auth;
 use crate::error::{GatewayError, Result};
 use crate::keys::Keyring;
+use crate::metrics::{self, Metrics};
 use crate::s3::Gateway;
 use crate::sweep;
 use crate::tree::{NameChanged, Tree};
@@ -34,6 +35,9 @@ pub struct Options {
     /// A PUT's temporary file or a multipart upload unchanged this long
     /// is abandoned: removed at start and by a sweep every hour.
     pub abandoned_after: Duration,
+    /// Figures to serve at `/metrics` and record requests in (none
+    /// without: `/metrics` is then an S3 request like any other).
+    pub metrics: Option<Metrics>,
 }
 
 impl Options {
@@ -43,6 +47,7 @@ impl Options {
             blocking_threads: 16,
             limits: Limits::default(),
             abandoned_after: Duration::from_secs(24 * 3600),
+            metrics: None,
         }
     }
 }
@@ -72,8 +77,11 @@ impl Default for Limits {
 /// closing the connection after a refused request with a body: a request refused before its body was read (a key too long, a bad
 /// signature) leaves that body on the connection, where the client's next
 /// request would be read after it as garbage (a bare 400).
+///
+/// It also answers `/metrics` and records each request's latency, when
+/// the gateway keeps figures.
 #[derive(Clone)]
-struct CloseAfterRefusal(S3Service);
+struct CloseAfterRefusal(S3Service, Option<Metrics>);
 
 impl hyper::service::Service<http::Request<hyper::body::Incoming>> for CloseAfterRefusal {
     type Response = s3s::HttpResponse;
@@ -85,10 +93,24 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for CloseAfte
         let has_body = h.contains_key(http::header::TRANSFER_ENCODING)
             || h.get(http::header::CONTENT_LENGTH)
                 .is_some_and(|v| v.as_bytes() != b"0");
+        if let Some(m) = self.1.as_ref().filter(|_| metrics::is_scrape(&req)) {
+            let (text, ctype) = m.text(req.headers().get(http::header::ACCEPT));
+            let mut resp = http::Response::new(s3s::Body::from(text));
+            resp.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static(ctype),
+            );
+            return Box::pin(async move { Ok(resp) });
+        }
+        let started = std::time::Instant::now();
         let (method, path) = (req.method().clone(), req.uri().path().to_string());
         let fut = hyper::service::Service::call(&self.0, req);
+        let figures = self.1.clone();
         Box::pin(async move {
             let mut resp = fut.await?;
+            if let Some(m) = figures {
+                m.record(&method, &path, resp.status().as_u16(), started);
+            }
             if !resp.status().is_success() {
                 tracing::info!(%method, %path, status = resp.status().as_u16(), "the gateway refused a request");
             }
@@ -191,7 +213,7 @@ pub fn start(fs: Arc<fs::Fs>, repo_root: &Path, opts: &Options) -> Result<Runnin
         let mut b = S3ServiceBuilder::new(Gateway::new(tree, keys.clone(), opts.limits));
         b.set_auth(Auth::new(keys.clone()));
         b.set_access(Auth::new(keys));
-        CloseAfterRefusal(b.build())
+        CloseAfterRefusal(b.build(), opts.metrics.clone())
     };
     let (tx, rx) = oneshot::channel();
     let thread = std::thread::Builder::new()

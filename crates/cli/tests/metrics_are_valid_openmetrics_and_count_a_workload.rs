@@ -1,0 +1,232 @@
+//! `/metrics` on `cairn serve`'s port: an unsigned GET answers OpenMetrics
+//! text that `promtool check metrics` (Prometheus's own linter) finds
+//! clean, with the documented names and types; the counters rise over a
+//! workload through the mount and through S3 and never fall; the store's
+//! figures agree with `cairn stats --json`; a signed GET of `/metrics` is
+//! still S3.
+
+mod common;
+#[path = "s3_clients/serve.rs"]
+mod serve;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use common::random;
+
+/// The body of an unsigned `GET url` (with `accept` as its Accept
+/// header), with its Content-Type.
+fn get_as(url: &str, accept: &str) -> (String, String) {
+    let out = Command::new("curl")
+        .args([
+            "-sf",
+            "-D",
+            "/dev/stderr",
+            "-H",
+            &format!("Accept: {accept}"),
+            url,
+        ])
+        .output()
+        .expect("curl");
+    assert!(out.status.success(), "GET {url} failed");
+    let head = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    let ctype = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-type: "))
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    (String::from_utf8(out.stdout).unwrap(), ctype)
+}
+
+/// `GET url` as `promtool` and older scrapers ask: Prometheus's text format.
+fn get(url: &str) -> (String, String) {
+    get_as(url, "*/*")
+}
+
+/// Every sample: `name{labels}` to its value.
+fn samples(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (k, v) = l.rsplit_once(' ').unwrap();
+            (
+                k.to_string(),
+                v.parse().unwrap_or_else(|e| panic!("{l}: {e}")),
+            )
+        })
+        .collect()
+}
+
+/// `# TYPE name type` lines.
+fn types(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| {
+            let (n, t) = l.split_once(' ').unwrap();
+            (n.to_string(), t.to_string())
+        })
+        .collect()
+}
+
+fn promtool_clean(text: &str) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian prometheus)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn metrics_are_valid_openmetrics_and_count_a_workload() {
+    let base = tempfile::tempdir().unwrap();
+    let repo = base.path().join("repo");
+    let dir = base.path().join("mnt");
+    let s = serve::serve(&repo, &dir);
+    let url = format!("{}/metrics", s.endpoint);
+
+    let (before, ctype) = get(&url);
+    assert!(ctype.starts_with("text/plain; version=0.0.4"), "{ctype}");
+    promtool_clean(&before);
+
+    // A workload through the mount and through S3.
+    let data = random(3 << 20, 7);
+    fs::create_dir_all(dir.join("bkt/d")).unwrap();
+    fs::write(dir.join("bkt/d/one"), &data).unwrap();
+    assert!(fs::read(dir.join("bkt/d/one")).unwrap() == data);
+    let put = Command::new("python3")
+        .args([
+            "-c",
+            "import boto3, os\n\
+             s3 = boto3.client('s3', endpoint_url=os.environ['ENDPOINT'], \
+             aws_access_key_id=os.environ['KEY_ID'], aws_secret_access_key=os.environ['SECRET'], \
+             region_name='us-east-1')\n\
+             s3.put_object(Bucket='bkt', Key='two', Body=b'x' * 100000)\n\
+             assert s3.get_object(Bucket='bkt', Key='d/one')['ContentLength'] == 3 << 20\n\
+             # A signed GET of /metrics is S3: a bucket that does not exist.\n\
+             import botocore\n\
+             try:\n    s3.list_objects_v2(Bucket='metrics')\n    raise SystemExit('listed a bucket named metrics')\n\
+             except botocore.exceptions.ClientError as e:\n    assert e.response['Error']['Code'] == 'NoSuchBucket', e.response",
+        ])
+        .env("ENDPOINT", &s.endpoint)
+        .env("KEY_ID", &s.key_id)
+        .env("SECRET", &s.secret)
+        .output()
+        .unwrap();
+    assert!(
+        put.status.success(),
+        "{}",
+        String::from_utf8_lossy(&put.stderr)
+    );
+
+    // What Prometheus asks for: OpenMetrics, ending in its EOF marker, with
+    // every documented family (a family with no sample yet is left out).
+    let (open, ctype) = get_as(
+        &url,
+        "application/openmetrics-text;version=1.0.0,text/plain;q=0.5",
+    );
+    assert!(ctype.starts_with("application/openmetrics-text"), "{ctype}");
+    assert!(open.ends_with("# EOF\n"), "no EOF marker");
+    let t = types(&open);
+    for (name, kind) in [
+        ("cairn_fuse_request_duration_seconds", "histogram"),
+        ("cairn_s3_request_duration_seconds", "histogram"),
+        ("cairn_commit_duration_seconds", "histogram"),
+        ("cairn_commit_failures", "counter"),
+        ("cairn_files", "gauge"),
+        ("cairn_directories", "gauge"),
+        ("cairn_store_chunks", "gauge"),
+        ("cairn_store_containers", "gauge"),
+        ("cairn_store_unique_bytes", "gauge"),
+        ("cairn_store_stored_bytes", "gauge"),
+        ("cairn_dirty_bytes", "gauge"),
+        ("cairn_cache_dram_bytes", "gauge"),
+        ("cairn_cache_misses", "counter"),
+        ("cairn_store_reads", "counter"),
+    ] {
+        assert_eq!(
+            t.get(name).map(String::as_str),
+            Some(kind),
+            "{name} in\n{open}"
+        );
+    }
+    let (after, _) = get(&url);
+    promtool_clean(&after);
+    let (b, a) = (samples(&before), samples(&after));
+    // Counters (and histogram counts) never fall.
+    for (k, v) in &b {
+        if k.contains("_total") || k.contains("_count") || k.contains("_bucket") {
+            assert!(
+                a.get(k).is_some_and(|x| x >= v),
+                "{k} fell: {v} -> {:?}",
+                a.get(k)
+            );
+        }
+    }
+    let count = |m: &BTreeMap<String, f64>, key: &str| m.get(key).copied().unwrap_or(0.0);
+    assert!(
+        count(
+            &a,
+            "cairn_fuse_request_duration_seconds_count{op=\"write\"}"
+        ) > 0.0,
+        "{after}"
+    );
+    assert!(
+        count(
+            &a,
+            "cairn_fuse_request_duration_seconds_count{op=\"lookup\"}"
+        ) > 0.0
+    );
+    assert!(count(&a, "cairn_fuse_bytes_total{direction=\"written\"}") >= data.len() as f64);
+    assert!(count(&a, "cairn_fuse_bytes_total{direction=\"read\"}") >= data.len() as f64);
+    assert!(
+        count(&a, "cairn_s3_request_duration_seconds_count{method=\"PUT\",resource=\"object\",status=\"2xx\"}") >= 1.0,
+        "{after}"
+    );
+    assert!(count(&a, "cairn_s3_request_duration_seconds_count{method=\"GET\",resource=\"bucket\",status=\"4xx\"}") >= 1.0);
+    assert!(
+        count(&a, "cairn_commit_duration_seconds_count")
+            > count(&b, "cairn_commit_duration_seconds_count")
+    );
+    assert_eq!(count(&a, "cairn_files"), 2.0, "{after}");
+
+    // The store's figures are the ones `cairn stats` reports.
+    let stats: serde_json::Value =
+        serde_json::from_str(&common::ok(&repo, &["stats", "--json"])).unwrap();
+    let (now, _) = get(&url);
+    let now = samples(&now);
+    for (metric, field) in [
+        ("cairn_store_chunks", "chunks"),
+        ("cairn_store_containers", "containers"),
+        ("cairn_store_unique_bytes", "unique_bytes"),
+        ("cairn_store_stored_bytes", "stored_bytes"),
+    ] {
+        assert_eq!(
+            now[metric],
+            stats[field]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{field} in {stats}")),
+            "{metric}"
+        );
+    }
+    let (repo, _) = s.mount.unmount();
+    let check = common::ok(&repo, &["check"]);
+    assert!(check.contains("clean"), "{check}");
+}
