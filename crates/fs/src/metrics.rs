@@ -14,6 +14,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::history::{SNAPSHOT_PREFIX, VERSION_PREFIX};
 use crate::{Fs, Inner};
 
 /// Figures recorded as things happen; kept whether or not anything
@@ -83,6 +84,22 @@ struct Cache {
     cache: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Branch {
+    branch: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BranchFault {
+    branch: String,
+    kind: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RootKind {
+    kind: &'static str,
+}
+
 fn gauge(
     enc: &mut DescriptorEncoder,
     name: &str,
@@ -97,6 +114,28 @@ fn gauge(
 fn gauge_f(enc: &mut DescriptorEncoder, name: &str, help: &str, value: f64) -> std::fmt::Result {
     let g = ConstGauge::new(value);
     g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+fn gauges<L: EncodeLabelSet, N: Copy + std::fmt::Debug>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    values: &[(L, N)],
+) -> std::fmt::Result
+where
+    ConstGauge<N>: EncodeMetric,
+{
+    let mut family = enc.encode_descriptor(
+        name,
+        help,
+        unit.as_ref(),
+        prometheus_client::metrics::MetricType::Gauge,
+    )?;
+    for (labels, v) in values {
+        ConstGauge::new(*v).encode(family.encode_family(labels)?)?;
+    }
+    Ok(())
 }
 
 fn counters<L: EncodeLabelSet>(
@@ -253,6 +292,117 @@ impl Collector for Scraped {
                 ),
             ],
         )?;
-        Ok(())
+        roots(e, &inner)?;
+        branches(e, &inner)
     }
+}
+
+/// Versions, snapshots and stored streams (`cairn put`), by kind.
+fn roots(e: &mut DescriptorEncoder, inner: &Inner) -> std::fmt::Result {
+    let roots = match inner.store.list_roots() {
+        Ok(r) => r,
+        Err(err) => {
+            tracing::warn!(error = %err, "metrics: cannot list the roots");
+            return Ok(());
+        }
+    };
+    let (mut versions, mut snapshots) = (0i64, 0i64);
+    for (label, _) in &roots {
+        if label.starts_with(VERSION_PREFIX) {
+            versions += 1;
+        } else if label.starts_with(SNAPSHOT_PREFIX) {
+            snapshots += 1;
+        }
+    }
+    let streams = roots.len() as i64 - versions - snapshots;
+    gauges(
+        e,
+        "cairn_roots",
+        "Roots the store keeps: versions, snapshots and stored streams",
+        None,
+        &[
+            (RootKind { kind: "version" }, versions),
+            (RootKind { kind: "snapshot" }, snapshots),
+            (RootKind { kind: "stream" }, streams),
+        ],
+    )
+}
+
+/// Each branch's health, reads, faults and read latency (none for the one
+/// plain branch of a repository without redundancy: it has no such record).
+fn branches(e: &mut DescriptorEncoder, inner: &Inner) -> std::fmt::Result {
+    let layer = inner.store.layer();
+    if layer.is_plain() {
+        return Ok(());
+    }
+    let status = layer.status();
+    let label = |name: &str| Branch {
+        branch: name.to_owned(),
+    };
+    let flag = |b: bool| i64::from(b);
+    let degraded: Vec<_> = status
+        .iter()
+        .map(|s| (label(&s.name), flag(s.degraded)))
+        .collect();
+    gauges(
+        e,
+        "cairn_branch_degraded",
+        "1 when a read from the branch failed since its health was last reset",
+        None,
+        &degraded,
+    )?;
+    let retired: Vec<_> = status
+        .iter()
+        .map(|s| (label(&s.name), flag(s.retired)))
+        .collect();
+    gauges(
+        e,
+        "cairn_branch_retired",
+        "1 when the branch takes no new shards",
+        None,
+        &retired,
+    )?;
+    let reads: Vec<_> = status.iter().map(|s| (label(&s.name), s.reads)).collect();
+    counters(
+        e,
+        "cairn_branch_reads",
+        "Verified shard reads the branch served",
+        &reads,
+    )?;
+    let faults: Vec<_> = status
+        .iter()
+        .flat_map(|s| {
+            [
+                ("missing", s.missing),
+                ("unavailable", s.unavailable),
+                ("corrupt", s.corrupt),
+            ]
+            .map(|(kind, n)| {
+                (
+                    BranchFault {
+                        branch: s.name.clone(),
+                        kind,
+                    },
+                    n,
+                )
+            })
+        })
+        .collect();
+    counters(
+        e,
+        "cairn_branch_faults",
+        "Shard reads from the branch that failed, by kind",
+        &faults,
+    )?;
+    let latency: Vec<_> = status
+        .iter()
+        .filter_map(|s| Some((label(&s.name), s.read_latency?.as_secs_f64())))
+        .collect();
+    gauges(
+        e,
+        "cairn_branch_read_latency",
+        "The read latency estimate that latency-aware reads balance by",
+        Some(Unit::Seconds),
+        &latency,
+    )
 }
