@@ -3,7 +3,9 @@
 //! clean, with the documented names and types; the counters rise over a
 //! workload through the mount and through S3 and never fall; the store's
 //! figures agree with `cairn stats --json`; a signed GET of `/metrics` is
-//! still S3.
+//! still S3; every series the shipped Grafana dashboard queries is
+//! documented and, but for those a plain repository has none of (branches,
+//! the cache tier), scraped.
 
 mod common;
 #[path = "s3_clients/serve.rs"]
@@ -226,7 +228,50 @@ fn metrics_are_valid_openmetrics_and_count_a_workload() {
             "{metric}"
         );
     }
+    dashboard_queries_exported_series(&after);
     let (repo, _) = s.mount.unmount();
     let check = common::ok(&repo, &["check"]);
     assert!(check.contains("clean"), "{check}");
+}
+
+/// Every `cairn_*` series `contrib/grafana/cairn-dashboard.json` queries is
+/// in `docs/metrics.md`, and in `scrape` unless a plain repository has none.
+fn dashboard_queries_exported_series(scrape: &str) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &fs::read_to_string(root.join("contrib/grafana/cairn-dashboard.json")).unwrap(),
+    )
+    .unwrap();
+    let docs = fs::read_to_string(root.join("docs/metrics.md")).unwrap();
+    let mut exprs = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().unwrap() {
+            exprs.push(t["expr"].as_str().unwrap().to_string());
+        }
+    }
+    assert!(exprs.len() >= 10, "{exprs:?}");
+    for expr in &exprs {
+        let mut rest = expr.as_str();
+        while let Some(at) = rest.find("cairn_") {
+            let name: String = rest[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            rest = &rest[at + name.len()..];
+            let family = ["_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .unwrap_or(&name);
+            assert!(
+                docs.contains(&format!("`{family}`")),
+                "{family} (in {expr}) is not documented"
+            );
+            if !family.starts_with("cairn_branch_") && !family.starts_with("cairn_cache_tier_") {
+                assert!(
+                    scrape.lines().any(|l| l.starts_with(&name)),
+                    "{name} (in {expr}) is not scraped"
+                );
+            }
+        }
+    }
 }
