@@ -112,6 +112,7 @@ function jobResult(job) {
   const r = job.reply;
   if (!r) return "";
   const v = r.reply;
+  if (r.op === "scrub" && v.plain) return "nothing to scrub: one plain branch, no other copy to heal from (a check verifies every chunk)";
   if (r.op === "scrub") return v.healthy + " of " + v.containers + " containers healthy, " + v.repaired.length + " repaired, " + v.lost.length + " lost";
   if (r.op === "snapshot_create") return "snapshot " + v.name;
   return JSON.stringify(v).slice(0, 160);

@@ -182,3 +182,62 @@ impl Progress for JobProgress<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running(state: &Mutex<State>, kind: &'static str) -> u64 {
+        let mut s = state.lock();
+        s.next += 1;
+        let id = s.next;
+        s.running.push(JobView {
+            id,
+            kind,
+            started: 0,
+            finished: None,
+            state: "running",
+            step: None,
+            error: None,
+            reply: None,
+        });
+        id
+    }
+
+    #[test]
+    fn only_watchable_operations_are_jobs() {
+        assert_eq!(kind_of(&Request::Scrub), Some("scrub"));
+        assert_eq!(kind_of(&Request::Check), Some("check"));
+        assert_eq!(kind_of(&Request::Stats), None);
+        assert_eq!(kind_of(&Request::Rm { label: "x".into() }), None);
+    }
+
+    #[test]
+    fn progress_lands_in_the_job_and_the_outcome_when_it_ends() {
+        let state = Mutex::new(State::default());
+        let id = running(&state, "scrub");
+        JobProgress { state: &state, id }.step("containers", 3, 10);
+        assert_eq!(state.lock().running[0].step.as_ref().unwrap().done, 3);
+        finish(&state, id, Err(ServiceError::NoStream));
+        let s = state.lock();
+        assert!(s.running.is_empty());
+        assert_eq!(s.finished[0].state, "failed");
+        assert!(s.finished[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("file descriptor"));
+    }
+
+    #[test]
+    fn finished_jobs_are_kept_newest_first_up_to_the_bound() {
+        let state = Mutex::new(State::default());
+        for _ in 0..KEPT + 5 {
+            let id = running(&state, "gc");
+            finish(&state, id, Err(ServiceError::NotAJob));
+        }
+        let s = state.lock();
+        assert_eq!(s.finished.len(), KEPT);
+        assert_eq!(s.finished[0].id, (KEPT + 5) as u64);
+    }
+}

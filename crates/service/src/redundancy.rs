@@ -167,7 +167,7 @@ pub fn policy_mix(store: &Store) -> Result<Vec<PolicyShare>> {
             bytes,
         })
         .collect();
-    out.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+    out.sort_by_key(|s| std::cmp::Reverse(s.bytes));
     Ok(out)
 }
 
