@@ -296,7 +296,7 @@ pub enum Command {
     /// --drop-lost` (or delete the files), then gc again.
     Gc {
         /// Reclaim containers whose live fraction is below this (0..1).
-        #[arg(long, default_value_t = 0.5)]
+        #[arg(long, default_value_t = service::GC_THRESHOLD)]
         threshold: f64,
         /// The garbage the collection may leave, as a fraction (0..1) of the
         /// bytes that stay stored; 1 turns this off (only --threshold

@@ -65,6 +65,7 @@ pub fn start(
     root: &Path,
     args: &GatewayArgs,
     metrics: gateway::Metrics,
+    console: Option<std::sync::Arc<dyn gateway::console::Console>>,
     quiet: bool,
 ) -> Result<gateway::Running> {
     let first = gateway::keys::ensure_one(root)?;
@@ -75,11 +76,16 @@ pub fn start(
     };
     opts.abandoned_after = std::time::Duration::from_secs(args.abandoned_after);
     opts.metrics = Some(metrics);
+    let dashboard = console.is_some();
+    opts.console = console;
     let running = gateway::start(fs, root, &opts)?;
     let addr = running.addr();
     if !quiet {
         say!("cairn: S3 gateway at http://{addr}");
         say!("cairn: metrics at http://{addr}/metrics");
+        if dashboard {
+            say!("cairn: dashboard at http://{addr}/-/");
+        }
     }
     if let Some(key) = first {
         print_new_key(&key, Some(addr));
@@ -92,7 +98,7 @@ pub fn gateway(root: &Path, args: &GatewayArgs, quiet: bool) -> Result<ExitCode>
     let fs = service::open_fs(&repo)?;
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
     let figures = metrics(&fs, None);
-    let running = start(fs.clone(), &repo.root, args, figures, quiet)?;
+    let running = start(fs.clone(), &repo.root, args, figures, None, quiet)?;
     if !quiet {
         say!("cairn: serving {} (Ctrl-C to stop)", repo.root.display());
     }

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command as Process, ExitCode};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use repo::Repo;
@@ -44,15 +45,25 @@ pub fn mount(
     let fs = service::open_fs(&repo)?;
     // Listening first: an address in use is refused before anything is
     // mounted.
+    let control_served = Arc::new(service::control::Served {
+        fs: fs.clone(),
+        chunking: repo.config.chunking,
+        mountpoint: args.mountpoint.clone(),
+    });
     let mut fuse_metrics = None;
     let served = match gateway {
         Some(args) => {
             let figures = crate::gateway::metrics(&fs, Some(&mut fuse_metrics));
+            let console = Arc::new(dashboard::Dashboard::start(
+                repo.root.clone(),
+                control_served.clone(),
+            ));
             Some(crate::gateway::start(
                 fs.clone(),
                 &repo.root,
                 args,
                 figures,
+                Some(console),
                 quiet,
             )?)
         }
@@ -77,14 +88,7 @@ pub fn mount(
     }
     let mountpoint = mounted.mountpoint().to_path_buf();
     repo.announce_mount(&mountpoint)?;
-    let control = service::control::serve(
-        &repo.root,
-        service::control::Served {
-            fs: fs.clone(),
-            chunking: repo.config.chunking,
-            mountpoint: mountpoint.clone(),
-        },
-    )?;
+    let control = service::control::serve(&repo.root, control_served)?;
     tracing::info!(repo = %repo.root.display(), mountpoint = %mountpoint.display(), pid = std::process::id(), "mounted");
     if !quiet {
         say!(

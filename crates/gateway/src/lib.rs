@@ -42,6 +42,7 @@
 mod auth;
 mod checksum;
 mod commit;
+pub mod console;
 mod error;
 mod fast;
 pub mod keys;

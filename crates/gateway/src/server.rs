@@ -15,6 +15,7 @@ use s3s::service::{S3Service, S3ServiceBuilder};
 use tokio::sync::oneshot;
 
 use crate::auth::Auth;
+use crate::console::{self, Console};
 use crate::error::{GatewayError, Result};
 use crate::keys::Keyring;
 use crate::metrics::{self, Metrics};
@@ -25,7 +26,7 @@ use crate::tree::{NameChanged, Tree};
 /// How long a stop waits for requests in flight before it drops them.
 const DRAIN: Duration = Duration::from_secs(10);
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Options {
     pub listen: SocketAddr,
     /// Threads that run file-system calls at once (reads and writes of
@@ -38,6 +39,9 @@ pub struct Options {
     /// Figures to serve at `/metrics` and record requests in (none
     /// without: `/metrics` is then an S3 request like any other).
     pub metrics: Option<Metrics>,
+    /// What answers `/-/` (the web dashboard; none without: such paths
+    /// are then S3 requests, refused as bad bucket names).
+    pub console: Option<Arc<dyn Console>>,
 }
 
 impl Options {
@@ -48,6 +52,7 @@ impl Options {
             limits: Limits::default(),
             abandoned_after: Duration::from_secs(24 * 3600),
             metrics: None,
+            console: None,
         }
     }
 }
@@ -81,7 +86,12 @@ impl Default for Limits {
 /// It also answers `/metrics` and records each request's latency, when
 /// the gateway keeps figures.
 #[derive(Clone)]
-struct CloseAfterRefusal(S3Service, Option<Metrics>);
+struct CloseAfterRefusal {
+    s3: S3Service,
+    metrics: Option<Metrics>,
+    console: Option<Arc<dyn Console>>,
+    keys: Arc<Keyring>,
+}
 
 impl hyper::service::Service<http::Request<hyper::body::Incoming>> for CloseAfterRefusal {
     type Response = s3s::HttpResponse;
@@ -93,7 +103,11 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for CloseAfte
         let has_body = h.contains_key(http::header::TRANSFER_ENCODING)
             || h.get(http::header::CONTENT_LENGTH)
                 .is_some_and(|v| v.as_bytes() != b"0");
-        if let Some(m) = self.1.as_ref().filter(|_| metrics::is_scrape(&req)) {
+        if let Some(console) = self.console.clone().filter(|_| console::is_console(&req)) {
+            let keys = self.keys.clone();
+            return Box::pin(async move { Ok(to_console(console, req, &keys).await) });
+        }
+        if let Some(m) = self.metrics.as_ref().filter(|_| metrics::is_scrape(&req)) {
             let (text, ctype) = m.text(req.headers().get(http::header::ACCEPT));
             let mut resp = http::Response::new(s3s::Body::from(text));
             resp.headers_mut().insert(
@@ -104,8 +118,8 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for CloseAfte
         }
         let started = std::time::Instant::now();
         let (method, path) = (req.method().clone(), req.uri().path().to_string());
-        let fut = hyper::service::Service::call(&self.0, req);
-        let figures = self.1.clone();
+        let fut = hyper::service::Service::call(&self.s3, req);
+        let figures = self.metrics.clone();
         Box::pin(async move {
             let mut resp = fut.await?;
             if let Some(m) = figures {
@@ -123,6 +137,41 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for CloseAfte
             Ok(resp)
         })
     }
+}
+
+/// A console request answered on a blocking thread.
+async fn to_console(
+    console: Arc<dyn Console>,
+    req: http::Request<hyper::body::Incoming>,
+    keys: &Keyring,
+) -> s3s::HttpResponse {
+    let answer = match console::call(req, keys).await {
+        None => console::Answer {
+            status: http::StatusCode::PAYLOAD_TOO_LARGE,
+            content_type: "text/plain; charset=utf-8",
+            body: bytes::Bytes::from_static(b"the request's body is too large or was cut off\n"),
+        },
+        Some(call) => match tokio::task::spawn_blocking(move || console.answer(call)).await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::error!(error = %e, "the dashboard failed to answer a request");
+                console::Answer {
+                    status: http::StatusCode::INTERNAL_SERVER_ERROR,
+                    content_type: "text/plain; charset=utf-8",
+                    body: bytes::Bytes::from_static(
+                        b"the dashboard failed; see the daemon's log\n",
+                    ),
+                }
+            }
+        },
+    };
+    let mut resp = http::Response::new(s3s::Body::from(answer.body));
+    *resp.status_mut() = answer.status;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(answer.content_type),
+    );
+    resp
 }
 
 /// A gateway serving requests; [`Running::stop`] ends it.
@@ -212,8 +261,14 @@ pub fn start(fs: Arc<fs::Fs>, repo_root: &Path, opts: &Options) -> Result<Runnin
         let tree = Tree::new(fs, changed.clone());
         let mut b = S3ServiceBuilder::new(Gateway::new(tree, keys.clone(), opts.limits));
         b.set_auth(Auth::new(keys.clone()));
-        b.set_access(Auth::new(keys));
-        CloseAfterRefusal(b.build(), opts.metrics.clone())
+        b.set_access(Auth::new(keys.clone()));
+        let keys_for_console = keys;
+        CloseAfterRefusal {
+            s3: b.build(),
+            metrics: opts.metrics.clone(),
+            console: opts.console.clone(),
+            keys: keys_for_console,
+        }
     };
     let (tx, rx) = oneshot::channel();
     let thread = std::thread::Builder::new()

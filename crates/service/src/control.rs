@@ -124,8 +124,23 @@ pub struct Served {
     pub mountpoint: PathBuf,
 }
 
+impl Served {
+    /// What a request runs against: this file system, of the repository
+    /// at `root`.
+    pub fn target<'a>(&'a self, root: &'a Path) -> Target<'a> {
+        Target {
+            store: self.fs.store(),
+            fs: Some(&self.fs),
+            chunking: self.chunking,
+            root,
+            mountpoint: Some(&self.mountpoint),
+            repo: None,
+        }
+    }
+}
+
 /// Starts answering requests for the mounted file system.
-pub fn serve(repo: &Path, served: Served) -> Result<Server> {
+pub fn serve(repo: &Path, served: Arc<Served>) -> Result<Server> {
     let path = socket_path(repo);
     let dir = path.parent().expect("the socket is in run/");
     std::fs::create_dir_all(dir).map_err(ServiceError::io("create", dir))?;
@@ -137,7 +152,6 @@ pub fn serve(repo: &Path, served: Served) -> Result<Server> {
     let root = repo.to_path_buf();
     let listener = UnixListener::bind(&path)
         .map_err(ServiceError::io("listen on the control socket", &path))?;
-    let served = Arc::new(served);
     let slots = Arc::new(Slots::new(CONNECTIONS_MAX));
     std::thread::Builder::new()
         .name("control".into())
@@ -153,14 +167,7 @@ pub fn serve(repo: &Path, served: Served) -> Result<Server> {
                     .name("control-request".into())
                     .spawn(move || {
                         let _slot = slot;
-                        let target = Target {
-                            store: served.fs.store(),
-                            fs: Some(&served.fs),
-                            chunking: served.chunking,
-                            root: &root,
-                            mountpoint: Some(&served.mountpoint),
-                            repo: None,
-                        };
+                        let target = served.target(&root);
                         let _ = answer(conn, |req, stream, progress| {
                             exec(&target, &req, stream, progress)
                         });

@@ -36,6 +36,12 @@ pub enum ServiceError {
     CallerGone(String),
     #[error("a put or get request comes with a file descriptor")]
     NoStream,
+    #[error("only scrub, gc, check and snapshot creation run as jobs")]
+    NotAJob,
+    #[error("a {0} job is running already; wait for it to finish")]
+    JobRunning(&'static str),
+    #[error("{0} jobs are running already; wait for one to finish")]
+    JobsFull(usize),
     #[error("cannot duplicate the data stream")]
     Duplicate(#[source] std::io::Error),
     #[error("this request needs the file system, which was not opened")]

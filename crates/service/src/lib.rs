@@ -15,7 +15,9 @@
 //!
 //! **Never:** parses command-line arguments, prints, or decides exit codes
 //! (that is the `cli`'s); stores or reads a byte itself (that is `fs`,
-//! `cas`, `recipe` and `redundancy`'s); keeps state between requests.
+//! `cas`, `recipe` and `redundancy`'s); keeps state between requests,
+//! but for a daemon's list of the jobs it runs for callers that do not
+//! wait ([`jobs`]: the dashboard's scrub, gc, check and snapshots).
 //!
 //! **Invariants:**
 //! - One computation per answer: `stats` is [`fs::space::report`] over the
@@ -34,6 +36,7 @@ mod check;
 pub mod control;
 mod error;
 mod exec;
+pub mod jobs;
 mod open;
 mod progress;
 mod recover;
@@ -47,11 +50,16 @@ pub use branches::{
 pub use check::{check_repo, rebuild_index, CheckOut, Repair, Repaired};
 pub use error::{Result, ServiceError};
 pub use exec::{call, exec, open_fs, Caller, Target};
+/// The live fraction under which `cairn gc` reclaims a container by
+/// default.
+pub const GC_THRESHOLD: f64 = 0.5;
 /// The garbage `cairn gc` leaves at most by default (see `gc::GcOptions`).
 pub use gc::MAX_GARBAGE as GC_MAX_GARBAGE;
 pub use open::{init, open, open_for_rebuild, open_to_check};
 pub use progress::{Progress, Silent, Step};
 pub use recover::{recover, RecoverFrom, Recovered};
-pub use redundancy::{BranchLine, ContainerPlace, MoveOut, PolicyShow, ScrubOut};
+pub use redundancy::{
+    policy_mix, BranchLine, ContainerPlace, MoveOut, PolicyShare, PolicyShow, ScrubOut,
+};
 pub use request::{Deleted, GetOut, PutOut, Removed, Reply, Request, RootLine, StorageReads};
 pub use text::human_bytes;

@@ -126,6 +126,51 @@ pub struct BranchLine {
     pub plain: bool,
 }
 
+/// How much of the store one redundancy policy holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyShare {
+    /// The policy as `cairn.toml` writes it (`mirror:2`, `rs:4+2`), or
+    /// `single` for the one plain branch of a repository without
+    /// redundancy.
+    pub policy: String,
+    pub containers: u64,
+    /// Bytes of those containers (before their redundancy).
+    pub bytes: u64,
+}
+
+/// The store's containers by redundancy policy, most bytes first (one
+/// listing of the containers' placements, as `status` makes).
+pub fn policy_mix(store: &Store) -> Result<Vec<PolicyShare>> {
+    let layer = store.layer();
+    if layer.is_plain() {
+        let s = store.stats()?;
+        return Ok(vec![PolicyShare {
+            policy: "single".into(),
+            containers: s.containers,
+            bytes: s.stored_bytes,
+        }]);
+    }
+    let mut mix: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for key in layer.list("")? {
+        let Ok(placed) = layer.locate(&key) else {
+            continue;
+        };
+        let share = mix.entry(placed.policy.to_string()).or_default();
+        share.0 += 1;
+        share.1 += placed.container_len;
+    }
+    let mut out: Vec<PolicyShare> = mix
+        .into_iter()
+        .map(|(policy, (containers, bytes))| PolicyShare {
+            policy,
+            containers,
+            bytes,
+        })
+        .collect();
+    out.sort_by_key(|s| std::cmp::Reverse(s.bytes));
+    Ok(out)
+}
+
 pub(crate) fn status(store: &Store) -> Result<Vec<BranchLine>> {
     let layer = store.layer();
     if layer.is_plain() {
