@@ -38,6 +38,9 @@ pub fn mount(
     gateway: Option<&GatewayArgs>,
     quiet: bool,
 ) -> Result<ExitCode> {
+    let mut args = args.clone();
+    crate::mount_helper::apply_options(&mut args)?;
+    let args = &args;
     fuse::check_fuse_available()?;
     prepare_mountpoint(&args.mountpoint, args.nonempty, quiet)?;
     let repo = crate::ops::open(root, quiet)?;
@@ -56,6 +59,7 @@ pub fn mount(
         page_cache_max: repo.config.page_cache_max,
         writeback_cache: repo.config.writeback_cache,
         nonempty: args.nonempty,
+        read_only: args.read_only,
         ..Default::default()
     };
     let mounted = fuse::mount(fs.clone(), &args.mountpoint, &opts)?;
@@ -72,13 +76,15 @@ pub fn mount(
             fs: fs.clone(),
             chunking: repo.config.chunking,
             mountpoint: mountpoint.clone(),
+            read_only: args.read_only,
         },
     )?;
     tracing::info!(repo = %repo.root.display(), mountpoint = %mountpoint.display(), pid = std::process::id(), "mounted");
     if !quiet {
         say!(
-            "cairn: mounted {} at {} (Ctrl-C or `cairn umount {}` to unmount)",
+            "cairn: mounted {} at {}{} (Ctrl-C or `cairn umount {}` to unmount)",
             repo.root.display(),
+            if args.read_only { " read-only" } else { "" },
             args.mountpoint.display(),
             args.mountpoint.display()
         );
@@ -198,6 +204,8 @@ pub fn serve(
         nonempty,
         allow_other: false,
         threads: 4,
+        read_only: false,
+        options: Vec::new(),
     };
     mount(root, &args, Some(gateway), quiet)
 }

@@ -48,6 +48,7 @@ pub(crate) struct CairnFs {
     shared: Arc<Shared>,
     page_cache_max: u64,
     writeback_cache: bool,
+    read_only: bool,
 }
 
 impl CairnFs {
@@ -58,7 +59,9 @@ impl CairnFs {
             next_fh: AtomicU64::new(1),
             shared,
             page_cache_max: opts.page_cache_max,
-            writeback_cache: opts.writeback_cache,
+            // Nothing to write back on a read-only mount.
+            writeback_cache: opts.writeback_cache && !opts.read_only,
+            read_only: opts.read_only,
         }
     }
 
@@ -405,6 +408,11 @@ impl Filesystem for CairnFs {
         // Directories arrive as opendir: this is never one.
         if flags.0 & libc::O_DIRECTORY != 0 {
             return reply.error(Errno::ENOTDIR);
+        }
+        // The kernel refuses these on an `ro` mount already; this keeps
+        // the promise should a request get past it.
+        if self.read_only && flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+            return reply.error(Errno::EROFS);
         }
         let ino = id(ino);
         let opened = self.fs.open(ino).and_then(|()| self.fs.getattr(ino));

@@ -122,6 +122,9 @@ pub struct Served {
     pub fs: Arc<fs::Fs>,
     pub chunking: chunking::ChunkerParams,
     pub mountpoint: PathBuf,
+    /// A read-only mount: requests that would change the repository
+    /// ([`Request::writes`]) are refused.
+    pub read_only: bool,
 }
 
 /// Starts answering requests for the mounted file system.
@@ -162,6 +165,13 @@ pub fn serve(repo: &Path, served: Served) -> Result<Server> {
                             repo: None,
                         };
                         let _ = answer(conn, |req, stream, progress| {
+                            if served.read_only && req.writes() {
+                                let e = ServiceError::ReadOnlyMount {
+                                    mountpoint: served.mountpoint.clone(),
+                                };
+                                tracing::warn!("{e}");
+                                return Err(e);
+                            }
                             exec(&target, &req, stream, progress)
                         });
                     });
