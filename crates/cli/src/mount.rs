@@ -43,7 +43,12 @@ pub fn mount(
     let args = &args;
     fuse::check_fuse_available()?;
     prepare_mountpoint(&args.mountpoint, args.nonempty, quiet)?;
-    let repo = crate::ops::open(root, quiet)?;
+    let mut repo = crate::ops::open(root, quiet)?;
+    if args.read_only {
+        // Nothing changes, so no version is due; without this the timer
+        // and the unmount would still write version records.
+        repo.config.fs.version_interval = std::time::Duration::ZERO;
+    }
     let fs = service::open_fs(&repo)?;
     // Listening first: an address in use is refused before anything is
     // mounted.
@@ -84,8 +89,8 @@ pub fn mount(
         say!(
             "cairn: mounted {} at {}{} (Ctrl-C or `cairn umount {}` to unmount)",
             repo.root.display(),
-            if args.read_only { " read-only" } else { "" },
             args.mountpoint.display(),
+            if args.read_only { " read-only" } else { "" },
             args.mountpoint.display()
         );
     }
