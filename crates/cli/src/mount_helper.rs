@@ -176,7 +176,7 @@ pub fn run(args: &[OsString]) -> Result<ExitCode> {
             bail!(
                 "cairn mount {} ended ({status}) without mounting: {}",
                 h.dir.display(),
-                said.trim()
+                said.trim().trim_start_matches("cairn: error: ")
             );
         }
         if started.elapsed() > MOUNT_WAIT {
