@@ -27,6 +27,18 @@ const OURS: [&str; 9] = [
     "clock",
 ];
 
+/// Detaches whatever is left mounted at its directory when dropped.
+struct Detach(std::path::PathBuf);
+
+impl Drop for Detach {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount3")
+            .args(["-u", "-z"])
+            .arg(&self.0)
+            .output();
+    }
+}
+
 struct Doctor {
     code: i32,
     json: serde_json::Value,
@@ -116,7 +128,9 @@ fn doctor_names_each_problem() {
     assert_eq!(d.find("free_space", "ok").len(), 2, "{}", d.text);
     assert_eq!(d.find("key", "ok").len(), 1, "{}", d.text);
 
-    // A dead mount: the daemon killed, its mount point left behind.
+    // A dead mount: the daemon killed, its mount point left behind (and
+    // detached at the end whatever happens).
+    let _detach = Detach(dir.clone());
     let mut m = Mount::start(repo.clone(), dir.clone());
     let mut child = m.child.take().unwrap();
     child.kill().unwrap();
