@@ -63,7 +63,7 @@ pub enum Command {
 
     /// List the labels (roots) and the size of what each holds.
     ///
-    /// With --json: one array of {"label", "bytes", "error"} (`[]` when
+    /// With --json: one array of {"label", "root", "bytes", "error"} (`[]` when
     /// there are none); bytes is null for a root that cannot be read, and
     /// error then says why.
     Roots {
