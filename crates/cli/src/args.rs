@@ -798,9 +798,11 @@ pub struct MountArgs {
     pub read_only: bool,
     /// Mount options as mount(8) takes them, comma-separated: ro, rw,
     /// allow_other, nonempty, threads=N; the generic ones (defaults, dev,
-    /// nodev, suid, nosuid, exec, noexec, atime, noatime, relatime, auto,
-    /// noauto, user, nouser, _netdev, nofail, x-*) are accepted and
-    /// ignored. Anything else is refused.
+    /// nodev, suid, nosuid, exec, noexec, atime, noatime, relatime,
+    /// strictatime, auto, noauto, user, nouser, _netdev, nofail,
+    /// comment=..., x-...) are accepted and ignored. Anything else is
+    /// refused. For fstab and `mount -t fuse.cairn`, link
+    /// /sbin/mount.fuse.cairn to cairn (docs/operations.md).
     #[arg(short = 'o', long = "options", value_name = "OPTS")]
     pub options: Vec<String>,
 }

@@ -59,7 +59,10 @@ fn a_read_only_mount_refuses_every_write_and_changes_nothing() {
     let before = containers(&repo);
     assert!(!before.is_empty());
 
-    for flag in [&["mount", "--read-only"][..], &["mount", "-o", "ro,noatime"]] {
+    for flag in [
+        &["mount", "--read-only"][..],
+        &["mount", "-o", "ro,noatime"],
+    ] {
         let m = Mount::start_cmd(repo.clone(), dir.clone(), flag);
         assert_eq!(fs::read(m.path("d/big")).unwrap(), big);
         assert_eq!(fs::read(m.path("small")).unwrap(), b"small and inline");

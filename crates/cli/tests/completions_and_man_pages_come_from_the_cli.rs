@@ -42,18 +42,33 @@ fn completions_and_man_pages_come_from_the_cli() {
         .output()
         .unwrap();
     let offered = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(offered.trim(), "doctor");
 
     let page = cairn(&["man"]);
-    assert!(page.starts_with(".ie") || page.contains(".TH cairn 1"), "{page}");
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH cairn 1"),
+        "{page}"
+    );
     assert!(page.contains("doctor"), "cairn(1) does not list doctor");
 
     let pages = dir.path().join("man1");
     let written = cairn(&["man", pages.to_str().unwrap()]);
-    for name in ["cairn", "cairn-doctor", "cairn-mount", "cairn-snapshot-create"] {
+    for name in [
+        "cairn",
+        "cairn-doctor",
+        "cairn-mount",
+        "cairn-snapshot-create",
+    ] {
         let path = pages.join(format!("{name}.1"));
-        assert!(written.contains(path.to_str().unwrap()), "{name} not printed");
+        assert!(
+            written.contains(path.to_str().unwrap()),
+            "{name} not printed"
+        );
         let text = fs::read_to_string(&path).unwrap();
         assert!(text.contains(&format!(".TH {name} 1")), "{name}: {text}");
     }

@@ -155,9 +155,8 @@ fn doctor_names_each_problem() {
     assert!(key[0]["fix"].as_str().unwrap().contains("cairn key import"));
     let dead = d.find("mount", "problem");
     assert!(
-        dead.iter()
-            .any(|f| f["subject"] == dir.to_str().unwrap()
-                && f["fix"].as_str().unwrap().contains("cairn umount")),
+        dead.iter().any(|f| f["subject"] == dir.to_str().unwrap()
+            && f["fix"].as_str().unwrap().contains("cairn umount")),
         "{}",
         d.text
     );
@@ -167,7 +166,11 @@ fn doctor_names_each_problem() {
         "{}",
         d.text
     );
-    assert!(full.iter().any(|f| f["subject"] == "metadata"), "{}", d.text);
+    assert!(
+        full.iter().any(|f| f["subject"] == "metadata"),
+        "{}",
+        d.text
+    );
     for said in [
         "PROBLEM  key",
         "dead cairn mount is at",

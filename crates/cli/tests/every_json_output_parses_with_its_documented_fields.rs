@@ -22,10 +22,7 @@ fn json(repo: &Path, args: &[&str], fields: &[&str]) -> Value {
         _ => v.clone(),
     };
     for f in fields {
-        assert!(
-            one.get(f).is_some(),
-            "{args:?}: no field {f:?} in {one}"
-        );
+        assert!(one.get(f).is_some(), "{args:?}: no field {f:?} in {one}");
     }
     v
 }
@@ -73,14 +70,30 @@ fn every_json_output_parses_with_its_documented_fields() {
     );
     assert_eq!(get["bytes"], 200_000);
     assert_eq!(fs::read(&back).unwrap(), stream);
-    let roots = json(&repo, &["roots", "--json"], &["label", "root", "bytes", "error"]);
+    let roots = json(
+        &repo,
+        &["roots", "--json"],
+        &["label", "root", "bytes", "error"],
+    );
     assert!(roots.as_array().unwrap().iter().any(|r| r["label"] == "s"));
     json(
         &repo,
         &["stats", "--json"],
-        &["logical_bytes", "stored_bytes", "dedup_ratio", "compression_ratio", "held", "chunks", "containers"],
+        &[
+            "logical_bytes",
+            "stored_bytes",
+            "dedup_ratio",
+            "compression_ratio",
+            "held",
+            "chunks",
+            "containers",
+        ],
     );
-    json(&repo, &["check", "--json"], &["check", "damaged_files", "damaged_roots"]);
+    json(
+        &repo,
+        &["check", "--json"],
+        &["check", "damaged_files", "damaged_roots"],
+    );
 
     json(
         &repo,
@@ -94,42 +107,89 @@ fn every_json_output_parses_with_its_documented_fields() {
     );
     assert_eq!(list.as_array().unwrap().len(), 1);
     empty_list(&repo, &["snapshot", "diff", "s1", "s1", "--json"]);
-    let cloned = json(&repo, &["clone", "/d", "/d2", "--json"], &["files", "dirs", "bytes"]);
+    let cloned = json(
+        &repo,
+        &["clone", "/d", "/d2", "--json"],
+        &["files", "dirs", "bytes"],
+    );
     assert_eq!(cloned["files"], 2);
     json(&repo, &["snapshot", "create", "s2", "--json"], &["name"]);
-    let diff = json(&repo, &["snapshot", "diff", "s1", "s2", "--json"], &["path", "kind"]);
-    assert!(diff.as_array().unwrap().iter().any(|c| c["kind"] == "added"));
+    let diff = json(
+        &repo,
+        &["snapshot", "diff", "s1", "s2", "--json"],
+        &["path", "kind"],
+    );
+    assert!(diff
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["kind"] == "added"));
     json(
         &repo,
         &["restore", "s1", "/d", "--to", "/d3", "--json"],
         &["files", "dirs", "bytes"],
     );
-    json(&repo, &["version", "--json"], &["label", "written", "files", "dropped"]);
+    json(
+        &repo,
+        &["version", "--json"],
+        &["label", "written", "files", "dropped"],
+    );
     json(
         &repo,
         &["gc", "--dry-run", "--json"],
-        &["marked_chunks", "candidates", "freed_bytes", "dropped_versions", "damaged_files"],
+        &[
+            "marked_chunks",
+            "candidates",
+            "freed_bytes",
+            "dropped_versions",
+            "damaged_files",
+        ],
     );
-    json(&repo, &["gc", "--json"], &["marked_chunks", "reclaimed_containers", "freed_bytes"]);
+    json(
+        &repo,
+        &["gc", "--json"],
+        &["marked_chunks", "reclaimed_containers", "freed_bytes"],
+    );
     json(
         &repo,
         &["status", "--json"],
-        &["name", "degraded", "retired", "shards", "bytes", "delay_ms", "reads", "faults"],
+        &[
+            "name", "degraded", "retired", "shards", "bytes", "delay_ms", "reads", "faults",
+        ],
     );
-    json(&repo, &["scrub", "--json"], &["containers", "healthy", "repaired", "lost", "plain"]);
+    json(
+        &repo,
+        &["scrub", "--json"],
+        &["containers", "healthy", "repaired", "lost", "plain"],
+    );
     json(
         &repo,
         &["policy", "show", "/d/big", "--json"],
-        &["path", "policy", "branches", "source", "inline", "containers"],
+        &[
+            "path",
+            "policy",
+            "branches",
+            "source",
+            "inline",
+            "containers",
+        ],
     );
-    json(&repo, &["policy", "reload", "--json"], &["added", "reinstated"]);
+    json(
+        &repo,
+        &["policy", "reload", "--json"],
+        &["added", "reinstated"],
+    );
 
     let key = json(
         &repo,
         &["access-key", "create", "--read-only", "--json"],
         &["id", "secret", "read_only", "buckets"],
     );
-    let keys = json(&repo, &["access-key", "list", "--json"], &["id", "read_only", "buckets"]);
+    let keys = json(
+        &repo,
+        &["access-key", "list", "--json"],
+        &["id", "read_only", "buckets"],
+    );
     assert_eq!(keys[0]["id"], key["id"]);
     assert!(keys[0].get("secret").is_none(), "a listed secret: {keys}");
     ok(&repo, &["bucket", "public", "web", "on"]);
@@ -159,7 +219,11 @@ fn every_json_output_parses_with_its_documented_fields() {
         &["config", "recover", "--force", "--json"],
         &["path", "kept", "branches"],
     );
-    json(&repo, &["recover", "--json"], &["label", "files", "dirs", "roots"]);
+    json(
+        &repo,
+        &["recover", "--json"],
+        &["label", "files", "dirs", "roots"],
+    );
 
     let check = ok(&repo, &["check"]);
     assert!(check.contains("summary: clean"), "{check}");

@@ -90,18 +90,28 @@ fn mount_t_fuse_cairn_mounts_with_its_options() {
         "mount -t fuse.cairn failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(is_cairn_mounted(&dir), "mount returned, but nothing is mounted");
+    assert!(
+        is_cairn_mounted(&dir),
+        "mount returned, but nothing is mounted"
+    );
     let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
     let line = mounts
         .lines()
         .find(|l| l.contains(dir.to_str().unwrap()))
         .unwrap();
-    assert!(line.contains(" ro,") || line.contains(" ro "), "not ro: {line}");
+    assert!(
+        line.contains(" ro,") || line.contains(" ro "),
+        "not ro: {line}"
+    );
     assert_eq!(fs::read(dir.join("f")).unwrap(), data);
     let e = fs::write(dir.join("g"), b"x").unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
     let out = Command::new("umount").arg(&dir).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     wait_until_unlocked(&repo);
     assert!(!is_cairn_mounted(&dir));
 
@@ -113,21 +123,35 @@ fn mount_t_fuse_cairn_mounts_with_its_options() {
     // No repository there: the daemon's own error comes back.
     let out = mount(&base.path().join("none"), &dir, "rw");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "mounted a repository that is not there");
+    assert!(
+        !out.status.success(),
+        "mounted a repository that is not there"
+    );
     assert!(err.contains("none"), "{err}");
     assert!(!is_cairn_mounted(&dir));
 
     // Writable through the helper too; what it wrote is there afterwards.
     let out = mount(&repo, &dir, "rw");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     fs::write(dir.join("g"), b"written through fstab's way").unwrap();
     let out = Command::new("umount").arg(&dir).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     wait_until_unlocked(&repo);
     let check = ok(&repo, &["check"]);
     assert!(check.contains("summary: clean"), "{check}");
     let m = common::Mount::start(repo, dir);
     assert_eq!(fs::read(m.path("f")).unwrap(), data);
-    assert_eq!(fs::read(m.path("g")).unwrap(), b"written through fstab's way");
+    assert_eq!(
+        fs::read(m.path("g")).unwrap(),
+        b"written through fstab's way"
+    );
     m.unmount();
 }

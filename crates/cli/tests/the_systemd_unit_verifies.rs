@@ -28,13 +28,13 @@ fn the_systemd_unit_verifies() {
     assert!(!said.contains("cairn.service:"), "{said}");
 
     // The unit's commands parse as the unit gives them.
-    for args in [&["serve", "--help"][..], &["doctor", "--min-free", "5", "--help"]] {
+    for args in [
+        &["serve", "--help"][..],
+        &["doctor", "--min-free", "5", "--help"],
+    ] {
         let out = Command::new(CAIRN).args(args).output().unwrap();
         assert!(out.status.success(), "{args:?}");
     }
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("ExecStart="))
-        .unwrap();
+    let line = text.lines().find(|l| l.starts_with("ExecStart=")).unwrap();
     assert!(line.contains("--listen"), "{line}");
 }
