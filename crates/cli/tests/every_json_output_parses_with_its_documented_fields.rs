@@ -234,3 +234,62 @@ fn every_json_output_parses_with_its_documented_fields() {
     }
     m.unmount();
 }
+
+/// The branch moves report as JSON too; doctor measures every local branch.
+#[test]
+fn branch_moves_and_doctor_on_branches_print_their_documents() {
+    let base = tempfile::tempdir().unwrap();
+    let repo = base.path().join("repo");
+    ok(&repo, &["init"]);
+    let toml = repo.join("cairn.toml");
+    let mut config = fs::read_to_string(&toml).unwrap();
+    for name in ["a", "b", "c"] {
+        config += &format!(
+            "\n[[branch]]\nname = \"{name}\"\nkind = \"local\"\npath = \"br/{name}\"\nlabels = [\"x\"]\n"
+        );
+    }
+    config += "\n[default_rule]\npolicy = \"mirror:2\"\nbranches = [\"x\"]\n";
+    fs::write(&toml, config).unwrap();
+    let data = random(500_000, 8);
+    let file = base.path().join("data");
+    fs::write(&file, &data).unwrap();
+    ok(&repo, &["put", file.to_str().unwrap(), "--name", "data"]);
+    let status = json(&repo, &["status", "--json"], &["name", "shards", "bytes"]);
+    assert_eq!(status.as_array().unwrap().len(), 3);
+
+    ok(
+        &repo,
+        &["branch", "add", "d", "--path", "br/d", "--label", "x"],
+    );
+    let fields = ["rebuilt", "already_present", "failed", "lost", "lost_files"];
+    let moved = json(&repo, &["branch", "replace", "a", "d", "--json"], &fields);
+    assert_eq!(moved["lost"], serde_json::json!([]));
+    json(&repo, &["branch", "remove", "b", "--json"], &fields);
+    let status = json(&repo, &["status", "--json"], &["name"]);
+    let names: Vec<_> = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].clone())
+        .collect();
+    assert_eq!(names, ["c", "d"]);
+
+    let out = common::cairn(&repo, &["doctor", "--json"]);
+    let doctor: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for branch in ["branch c", "branch d", "metadata"] {
+        assert!(
+            doctor["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["check"] == "free_space" && f["subject"] == branch),
+            "no free space of {branch}: {doctor}"
+        );
+    }
+
+    let check = ok(&repo, &["check"]);
+    assert!(check.contains("summary: clean"), "{check}");
+    let back = base.path().join("back");
+    ok(&repo, &["get", "data", "-o", back.to_str().unwrap()]);
+    assert_eq!(fs::read(&back).unwrap(), data);
+}
