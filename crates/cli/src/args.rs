@@ -446,6 +446,10 @@ pub enum Command {
     ///
     /// Exit status: 0 when nothing needs attention (only OK and INFO), 1
     /// when the worst finding is a WARNING, 2 when there is a PROBLEM.
+    ///
+    /// What to run next: the fix of each PROBLEM, then of each WARNING,
+    /// then `cairn doctor` again. It does not read stored data: `cairn
+    /// check` verifies that (docs/operations.md).
     Doctor {
         /// Print the report as one JSON document (see docs/operations.md).
         #[arg(long)]
@@ -801,8 +805,9 @@ pub struct MountArgs {
     /// nodev, suid, nosuid, exec, noexec, atime, noatime, relatime,
     /// strictatime, auto, noauto, user, nouser, _netdev, nofail,
     /// comment=..., x-...) are accepted and ignored. Anything else is
-    /// refused. For fstab and `mount -t fuse.cairn`, link
-    /// /sbin/mount.fuse.cairn to cairn (docs/operations.md).
+    /// refused. fstab and `mount -t fuse.cairn REPO DIR -o OPTS` work with
+    /// cairn on the system's PATH (or linked as /sbin/mount.fuse.cairn):
+    /// see docs/operations.md.
     #[arg(short = 'o', long = "options", value_name = "OPTS")]
     pub options: Vec<String>,
 }

@@ -53,7 +53,9 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let helper = argv.first().is_some_and(mount_helper::called_as_helper);
+    let cli = <args::Cli as clap::CommandFactory>::command();
+    let subcommands: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
+    let helper = mount_helper::called_as_helper(&argv, &subcommands);
     let result = if helper {
         log::init(0);
         mount_helper::run(argv.get(1..).unwrap_or_default())

@@ -1,6 +1,7 @@
 //! `mount -t fuse.cairn REPO DIR -o OPTS` and fstab: the cairn binary
-//! called as `mount.fuse.cairn` (or `mount.cairn`), and the `-o` options
-//! that `cairn mount` shares with it.
+//! called as `mount.fuse.cairn` (or `mount.cairn`), or as `cairn REPO DIR
+//! -o OPTS` by fuse3's own helper, and the `-o` options that `cairn mount`
+//! shares with it.
 //!
 //! mount(8) runs `/sbin/mount.fuse.cairn REPO DIR [-sfnv] [-o OPTS]` and
 //! waits for it; the helper starts `cairn --repo REPO mount DIR -o OPTS`
@@ -48,12 +49,27 @@ const GENERIC: [&str; 18] = [
     "nofail",
 ];
 
-/// Whether this process was started as the mount helper.
-pub fn called_as_helper(argv0: &OsString) -> bool {
-    Path::new(argv0)
-        .file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| HELPER_NAMES.contains(&n))
+/// Whether this process was started as the mount helper: under one of
+/// [`HELPER_NAMES`], or by fuse3's `mount.fuse3` for type `fuse.cairn`,
+/// which runs `cairn REPO DIR -o OPTS`: a first argument that is a path,
+/// not a subcommand, and a second that is a directory.
+pub fn called_as_helper(argv: &[OsString], subcommands: &[&str]) -> bool {
+    let name = argv
+        .first()
+        .and_then(|a| Path::new(a).file_name())
+        .and_then(|n| n.to_str());
+    if name.is_some_and(|n| HELPER_NAMES.contains(&n)) {
+        return true;
+    }
+    match (argv.get(1).and_then(|a| a.to_str()), argv.get(2)) {
+        (Some(first), Some(second)) => {
+            !first.starts_with('-')
+                && first.contains('/')
+                && !subcommands.contains(&first)
+                && Path::new(second).is_dir()
+        }
+        _ => false,
+    }
 }
 
 /// Folds `args.options` (`-o ro,allow_other,threads=2`) into the other
@@ -234,7 +250,20 @@ mod tests {
         assert_eq!(h.options, ["ro"]);
         assert!(!h.fake);
         assert!(parse(&argv[..1]).is_err());
-        assert!(called_as_helper(&"/sbin/mount.fuse.cairn".into()));
-        assert!(!called_as_helper(&"/usr/bin/cairn".into()));
+        let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        let subs = ["mount", "stats"];
+        assert!(called_as_helper(&os(&["/sbin/mount.fuse.cairn"]), &subs));
+        assert!(!called_as_helper(&os(&["/usr/bin/cairn"]), &subs));
+        // mount.fuse3's way: cairn REPO DIR -o OPTS.
+        assert!(called_as_helper(
+            &os(&["cairn", "/r", "/", "-o", "rw"]),
+            &subs
+        ));
+        assert!(!called_as_helper(&os(&["cairn", "mount", "/"]), &subs));
+        assert!(!called_as_helper(&os(&["cairn", "--repo", "/"]), &subs));
+        assert!(!called_as_helper(
+            &os(&["cairn", "/r", "/no/such/dir"]),
+            &subs
+        ));
     }
 }

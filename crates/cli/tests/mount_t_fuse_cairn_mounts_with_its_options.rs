@@ -1,6 +1,7 @@
 //! `mount -t fuse.cairn REPO DIR -o OPTS`, as an fstab line does it: with
-//! the cairn binary installed as /sbin/mount.fuse.cairn, mount(8) mounts
-//! the repository in the background with the options mapped (ro here),
+//! cairn on the system's PATH (fuse3's mount.fuse3 runs it) or installed
+//! as /sbin/mount.fuse.cairn, mount(8) mounts the repository in the
+//! background with the options mapped (ro here),
 //! a plain `umount` ends it cleanly, and a bad option or repository fails
 //! the mount with cairn's own message and leaves nothing mounted.
 
@@ -13,25 +14,36 @@ use std::time::{Duration, Instant};
 
 use common::{is_cairn_mounted, ok, random, require_fuse, CAIRN};
 
-/// /sbin/mount.fuse.cairn pointing at the cairn under test, removed again
-/// when dropped.
-struct Helper(PathBuf);
+/// A symlink to the cairn under test at a system path (or nothing there,
+/// with `None`); whatever was there before is put back when dropped.
+struct Installed {
+    path: PathBuf,
+    aside: Option<PathBuf>,
+}
 
-impl Helper {
-    fn install() -> Helper {
-        let path = PathBuf::from("/sbin/mount.fuse.cairn");
-        if fs::symlink_metadata(&path).is_ok() {
-            fs::remove_file(&path).unwrap();
+impl Installed {
+    fn new(path: &str, target: Option<&str>) -> Installed {
+        let path = PathBuf::from(path);
+        let aside = fs::symlink_metadata(&path).is_ok().then(|| {
+            let aside = path.with_extension("cairn-test-aside");
+            fs::rename(&path, &aside).unwrap();
+            aside
+        });
+        if let Some(t) = target {
+            std::os::unix::fs::symlink(t, &path).unwrap_or_else(|e| {
+                panic!("this test needs root to install {}: {e}", path.display())
+            });
         }
-        std::os::unix::fs::symlink(CAIRN, &path)
-            .expect("this test needs root to install /sbin/mount.fuse.cairn");
-        Helper(path)
+        Installed { path, aside }
     }
 }
 
-impl Drop for Helper {
+impl Drop for Installed {
     fn drop(&mut self) {
-        let _ = fs::remove_file(&self.0);
+        let _ = fs::remove_file(&self.path);
+        if let Some(aside) = &self.aside {
+            let _ = fs::rename(aside, &self.path);
+        }
     }
 }
 
@@ -45,26 +57,17 @@ fn mount(repo: &Path, dir: &Path, opts: &str) -> Output {
         .unwrap()
 }
 
-/// Waits until the repository's lock is free again: the daemon the
-/// helper started has made everything durable and ended.
+/// Waits until the daemon the helper started has made everything durable
+/// and ended: it no longer holds the repository (`REPO/run/holder` names
+/// the holder while it does).
 fn wait_until_unlocked(repo: &Path) {
     let started = Instant::now();
-    loop {
-        let out = Command::new(CAIRN)
-            .arg("--repo")
-            .arg(repo)
-            .args(["--lock-wait", "0", "roots"])
-            .output()
-            .unwrap();
-        if out.status.success() {
-            return;
-        }
+    while repo.join("run/holder").exists() {
         assert!(
             started.elapsed() < Duration::from_secs(60),
-            "the daemon did not end: {}",
-            String::from_utf8_lossy(&out.stderr)
+            "the daemon did not end"
         );
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -82,7 +85,32 @@ fn mount_t_fuse_cairn_mounts_with_its_options() {
     let m = common::Mount::start(repo.clone(), dir.clone());
     fs::copy(&src, m.path("f")).unwrap();
     m.unmount();
-    let _helper = Helper::install();
+
+    // Without a helper of its own, mount(8) runs fuse3's mount.fuse3, which
+    // runs `cairn REPO DIR -o OPTS` from the system's PATH.
+    {
+        let _none = Installed::new("/sbin/mount.fuse.cairn", None);
+        let _cairn = Installed::new("/usr/local/bin/cairn", Some(CAIRN));
+        let out = mount(&repo, &dir, "ro,nofail");
+        assert!(
+            out.status.success(),
+            "mount -t fuse.cairn through mount.fuse3 failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(is_cairn_mounted(&dir));
+        assert_eq!(fs::read(dir.join("f")).unwrap(), data);
+        let e = fs::write(dir.join("g"), b"x").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+        let out = Command::new("umount").arg(&dir).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        wait_until_unlocked(&repo);
+    }
+
+    let _helper = Installed::new("/sbin/mount.fuse.cairn", Some(CAIRN));
 
     let out = mount(&repo, &dir, "defaults,ro,threads=2,_netdev");
     assert!(
