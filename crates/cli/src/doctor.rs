@@ -17,7 +17,20 @@ pub fn doctor(root: &Path, json: bool, min_free: f64) -> Result<ExitCode> {
         min_free_percent: min_free,
         gateway_keys: Some(gateway::keys::path(root)),
     };
-    let report = service::doctor(root, &opts);
+    let facts = service::FuseFacts {
+        fusermount: fuse::fusermount_bin(),
+        mounts: fuse::cairn_mounts()
+            .map(|all| {
+                all.into_iter()
+                    .map(|(point, state)| service::CairnMount {
+                        point,
+                        dead: matches!(state, fuse::MountState::Dead(_)),
+                    })
+                    .collect()
+            })
+            .map_err(|e| e.to_string()),
+    };
+    let report = service::doctor(root, &opts, &facts);
     if json {
         out!("{}", ui::json(&report)?);
     } else {

@@ -57,6 +57,26 @@ pub struct DoctorReport {
     pub findings: Vec<Finding>,
 }
 
+/// What the FUSE side of the machine looks like, gathered by the caller:
+/// the mount table is read the way the FUSE adapter reads it, and
+/// `service` sits below that adapter.
+#[derive(Debug, Clone)]
+pub struct FuseFacts {
+    /// Where `fusermount3` is, if it is installed.
+    pub fusermount: Option<PathBuf>,
+    /// Every cairn mount on the machine, or why the mount table could not
+    /// be read.
+    pub mounts: Result<Vec<CairnMount>, String>,
+}
+
+/// A directory where a cairn file system is mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CairnMount {
+    pub point: PathBuf,
+    /// Its daemon is gone: every access fails with ENOTCONN.
+    pub dead: bool,
+}
+
 /// What `doctor` checks against.
 #[derive(Debug, Clone)]
 pub struct DoctorOptions {
@@ -98,11 +118,11 @@ pub fn record_key_export(root: &Path) -> crate::Result<()> {
 }
 
 /// Looks at everything listed in [`Finding::check`] for the repository
-/// at `root`.
-pub fn doctor(root: &Path, opts: &DoctorOptions) -> DoctorReport {
+/// at `root`, with what the caller found of FUSE in `fuse`.
+pub fn doctor(root: &Path, opts: &DoctorOptions, fuse: &FuseFacts) -> DoctorReport {
     let mut f = Findings(Vec::new());
-    fuse_checks(&mut f);
-    mounts(&mut f, root);
+    fuse_checks(&mut f, fuse);
+    mounts(&mut f, root, fuse);
     if Repo::exists(root) {
         f.ok(
             "repository",
@@ -175,19 +195,24 @@ fn check_value(text: &str) -> String {
     cas::RepoKey::from_hex(text).map_or_else(String::new, |k| repo::record::key_check(&k))
 }
 
+fn euid() -> u32 {
+    // SAFETY: a plain getter.
+    unsafe { libc::geteuid() }
+}
+
 fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
-fn fuse_checks(f: &mut Findings) {
+fn fuse_checks(f: &mut Findings, fuse: &FuseFacts) {
     use std::os::unix::fs::FileTypeExt;
     let dev = Path::new("/dev/fuse");
     match std::fs::metadata(dev) {
         Ok(m) if m.file_type().is_char_device() => {
             // Root opens it itself; anyone else goes through fusermount3.
-            let usable = !nix::unistd::geteuid().is_root()
+            let usable = euid() != 0
                 || std::fs::OpenOptions::new()
                     .read(true)
                     .write(true)
@@ -217,7 +242,7 @@ fn fuse_checks(f: &mut Findings) {
             ),
         ),
     }
-    match fuse::fusermount_bin() {
+    match &fuse.fusermount {
         Some(p) => f.ok(
             "fuse_package",
             None,
@@ -233,9 +258,9 @@ fn fuse_checks(f: &mut Findings) {
     }
 }
 
-fn mounts(f: &mut Findings, root: &Path) {
+fn mounts(f: &mut Findings, root: &Path, fuse: &FuseFacts) {
     let ours = repo::holder_of(root).and_then(|h| h.mountpoint.map(|m| (h.pid, m)));
-    let table = match fuse::cairn_mounts() {
+    let table = match &fuse.mounts {
         Ok(t) => t,
         Err(e) => {
             f.push(
@@ -248,10 +273,10 @@ fn mounts(f: &mut Findings, root: &Path) {
             return;
         }
     };
-    for (point, state) in &table {
+    for CairnMount { point, dead } in table {
         let subject = Some(point.display().to_string());
-        match state {
-            fuse::MountState::Dead(_) => f.push(
+        match dead {
+            true => f.push(
                 "mount",
                 Severity::Problem,
                 subject,
@@ -265,7 +290,7 @@ fn mounts(f: &mut Findings, root: &Path) {
                     point.display()
                 )),
             ),
-            _ => {
+            false => {
                 let whose = match &ours {
                     Some((pid, m)) if m == point => format!(" (this repository, pid {pid})"),
                     _ => String::new(),
@@ -294,7 +319,7 @@ fn may_use(path: &Path, dir: bool) -> nix::Result<()> {
 }
 
 fn permissions(f: &mut Findings, root: &Path) {
-    let uid = nix::unistd::geteuid();
+    let uid = euid();
     let mut paths = vec![(root.to_path_buf(), true), (root.join("cairn.toml"), false)];
     for dir in ["meta", "run", "log", "branches"] {
         paths.push((root.join(dir), true));
@@ -646,6 +671,13 @@ fn clock(f: &mut Findings, root: &Path, config: Option<&Config>) {
 mod tests {
     use super::*;
 
+    fn none() -> FuseFacts {
+        FuseFacts {
+            fusermount: Some("/usr/bin/fusermount3".into()),
+            mounts: Ok(Vec::new()),
+        }
+    }
+
     fn by_check<'a>(r: &'a DoctorReport, check: &str) -> Vec<&'a Finding> {
         r.findings.iter().filter(|f| f.check == check).collect()
     }
@@ -653,7 +685,7 @@ mod tests {
     #[test]
     fn no_repository_is_a_problem_that_names_init() {
         let dir = tempfile::tempdir().unwrap();
-        let r = doctor(&dir.path().join("none"), &DoctorOptions::default());
+        let r = doctor(&dir.path().join("none"), &DoctorOptions::default(), &none());
         assert_eq!(r.status, Severity::Problem);
         let repo = by_check(&r, "repository");
         assert_eq!(repo.len(), 1);
@@ -665,7 +697,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("r");
         Repo::init(&root).unwrap();
-        let r = doctor(&root, &DoctorOptions::default());
+        let r = doctor(&root, &DoctorOptions::default(), &none());
         let backup = by_check(&r, "key_backup");
         assert_eq!(backup[0].severity, Severity::Warning, "{r:#?}");
         for check in ["config", "key", "permissions", "clock"] {
@@ -677,8 +709,40 @@ mod tests {
             );
         }
         record_key_export(&root).unwrap();
-        let r = doctor(&root, &DoctorOptions::default());
+        let r = doctor(&root, &DoctorOptions::default(), &none());
         assert_eq!(by_check(&r, "key_backup")[0].severity, Severity::Ok);
+    }
+
+    #[test]
+    fn a_dead_mount_and_no_fusermount_are_problems_with_their_fixes() {
+        let dir = tempfile::tempdir().unwrap();
+        let facts = FuseFacts {
+            fusermount: None,
+            mounts: Ok(vec![
+                CairnMount {
+                    point: "/mnt/dead".into(),
+                    dead: true,
+                },
+                CairnMount {
+                    point: "/mnt/live".into(),
+                    dead: false,
+                },
+            ]),
+        };
+        let r = doctor(dir.path(), &DoctorOptions::default(), &facts);
+        let package = by_check(&r, "fuse_package");
+        assert_eq!(package[0].severity, Severity::Problem);
+        assert!(package[0].fix.as_deref().unwrap().contains("fuse3"));
+        let mounts = by_check(&r, "mount");
+        assert_eq!(mounts.len(), 2);
+        assert_eq!(mounts[0].severity, Severity::Problem);
+        assert_eq!(mounts[0].subject.as_deref(), Some("/mnt/dead"));
+        assert!(mounts[0]
+            .fix
+            .as_deref()
+            .unwrap()
+            .contains("cairn umount /mnt/dead"));
+        assert_eq!(mounts[1].severity, Severity::Ok);
     }
 
     #[test]
@@ -692,7 +756,7 @@ mod tests {
             .open(root.join("cairn.toml"))
             .unwrap();
         file.set_modified(later).unwrap();
-        let r = doctor(&root, &DoctorOptions::default());
+        let r = doctor(&root, &DoctorOptions::default(), &none());
         let clock = by_check(&r, "clock");
         assert_eq!(clock[0].severity, Severity::Problem, "{r:#?}");
         assert!(clock[0].subject.as_deref().unwrap().ends_with("cairn.toml"));
@@ -705,7 +769,7 @@ mod tests {
         Repo::init(&root).unwrap();
         std::fs::write(root.join("cairn.toml"), "[chunking\n").unwrap();
         std::fs::remove_file(Repo::key_path(&root)).unwrap();
-        let r = doctor(&root, &DoctorOptions::default());
+        let r = doctor(&root, &DoctorOptions::default(), &none());
         assert_eq!(by_check(&r, "config")[0].severity, Severity::Problem);
         let key = by_check(&r, "key");
         assert_eq!(key[0].severity, Severity::Problem);

@@ -51,7 +51,10 @@ pub use branches::{
     config_with_branch, config_without_branch, parse_config, Applied, NewBranch, NewPlace,
 };
 pub use check::{check_repo, rebuild_index, CheckOut, Repair, Repaired};
-pub use doctor::{doctor, record_key_export, DoctorOptions, DoctorReport, Finding, Severity};
+pub use doctor::{
+    doctor, record_key_export, CairnMount, DoctorOptions, DoctorReport, Finding, FuseFacts,
+    Severity,
+};
 pub use error::{Result, ServiceError};
 pub use exec::{call, exec, open_fs, Caller, Target};
 /// The garbage `cairn gc` leaves at most by default (see `gc::GcOptions`).
