@@ -5,12 +5,12 @@
 //!
 //! mount(8) runs `/sbin/mount.fuse.cairn REPO DIR [-sfnv] [-o OPTS]` and
 //! waits for it; the helper starts `cairn --repo REPO mount DIR -o OPTS`
-//! in the background (its own session, so it outlives the shell), returns
+//! in the background (its own process group, so it outlives the shell), returns
 //! once the mount answers, and fails with the daemon's own error when it
 //! ends before mounting.
 
 use std::ffi::OsString;
-use std::io::{Read, Seek};
+use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -26,6 +26,8 @@ const HELPER_NAMES: [&str; 2] = ["mount.fuse.cairn", "mount.cairn"];
 /// repository reads its index) before giving up on it.
 const MOUNT_WAIT: Duration = Duration::from_secs(120);
 const POLL: Duration = Duration::from_millis(20);
+/// The most of the daemon's stderr kept to explain a failed mount.
+const STDERR_KEPT: usize = 64 << 10;
 /// Mount options every file system takes, which mean nothing to cairn
 /// (mount(8) and the kernel's own flags, fstab's bookkeeping).
 const GENERIC: [&str; 18] = [
@@ -162,7 +164,6 @@ pub fn run(args: &[OsString]) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let exe = std::env::current_exe().context("cannot find the cairn executable")?;
-    let mut log = tempfile::tempfile().context("cannot create a temporary file")?;
     let mut cmd = Command::new(exe);
     cmd.arg0("cairn")
         .arg("--repo")
@@ -175,10 +176,24 @@ pub fn run(args: &[OsString]) -> Result<ExitCode> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(log.try_clone().context("cannot duplicate a file")?)
+        .stderr(Stdio::piped())
         .process_group(0)
         .spawn()
         .context("cannot start cairn mount")?;
+    // What the daemon says before it mounts; once the helper has returned,
+    // the pipe is closed and the daemon's stderr goes nowhere (its log
+    // file has everything).
+    let said = child.stderr.take().map(|mut err| {
+        std::thread::spawn(move || {
+            let mut kept = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = err.read(&mut buf) {
+                let room = STDERR_KEPT.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+            String::from_utf8_lossy(&kept).into_owned()
+        })
+    });
     let started = Instant::now();
     loop {
         if let Ok(fuse::MountState::Live(e)) = fuse::mount_state(&h.dir) {
@@ -187,8 +202,7 @@ pub fn run(args: &[OsString]) -> Result<ExitCode> {
             }
         }
         if let Some(status) = child.try_wait().context("cannot wait for cairn mount")? {
-            let mut said = String::new();
-            let _ = log.rewind().and_then(|()| log.read_to_string(&mut said));
+            let said = said.and_then(|t| t.join().ok()).unwrap_or_default();
             bail!(
                 "cairn mount {} ended ({status}) without mounting: {}",
                 h.dir.display(),
