@@ -129,9 +129,20 @@ fn doctor_names_each_problem() {
     assert_eq!(d.find("key", "ok").len(), 1, "{}", d.text);
 
     // A dead mount: the daemon killed, its mount point left behind (and
-    // detached at the end whatever happens).
+    // detached at the end whatever happens). While it lives, doctor names
+    // it as this repository's mount, and runs beside it.
     let _detach = Detach(dir.clone());
     let mut m = Mount::start(repo.clone(), dir.clone());
+    let d = doctor(&repo);
+    d.assert_ours_healthy();
+    assert!(
+        d.find("mount", "ok")
+            .iter()
+            .any(|f| f["subject"] == dir.to_str().unwrap()
+                && f["message"].as_str().unwrap().contains("this repository")),
+        "{}",
+        d.text
+    );
     let mut child = m.child.take().unwrap();
     child.kill().unwrap();
     child.wait().unwrap();
