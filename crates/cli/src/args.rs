@@ -62,8 +62,12 @@ pub enum Command {
     Get(GetArgs),
 
     /// List the labels (roots) and the size of what each holds.
+    ///
+    /// With --json: one array of {"label", "root", "bytes", "error"} (`[]` when
+    /// there are none); bytes is null for a root that cannot be read, and
+    /// error then says why.
     Roots {
-        /// Print one JSON object per line.
+        /// Print one JSON array.
         #[arg(long)]
         json: bool,
     },
@@ -141,6 +145,9 @@ pub enum Command {
         /// afresh.
         #[arg(long, required = true)]
         rebuild_index: bool,
+        /// Print the report as one JSON document (see docs/operations.md).
+        #[arg(long)]
+        json: bool,
     },
 
     /// Mount the repository's file system (in the foreground).
@@ -246,6 +253,9 @@ pub enum Command {
         /// instead of refusing.
         #[arg(long)]
         overwrite: bool,
+        /// Print what was restored as JSON: {"files", "dirs", "bytes"}.
+        #[arg(long)]
+        json: bool,
     },
 
     /// Copy a file or tree by copying its recipes, not its data.
@@ -257,6 +267,9 @@ pub enum Command {
         src: String,
         /// The new path (must not exist; its directory must).
         dst: String,
+        /// Print what was copied as JSON: {"files", "dirs", "bytes"}.
+        #[arg(long)]
+        json: bool,
     },
 
     /// Write a version of the namespace now.
@@ -326,6 +339,9 @@ pub enum Command {
         /// Recover from this snapshot instead of a version.
         #[arg(long, value_name = "NAME")]
         snapshot: Option<String>,
+        /// Print the report as one JSON document (see docs/operations.md).
+        #[arg(long)]
+        json: bool,
     },
 
     /// Measurements used by the benchmarks under bench/.
@@ -402,6 +418,71 @@ pub enum Command {
     /// Every chunk id is keyed with it: without it nothing stored can be read.
     #[command(subcommand)]
     Key(KeyCommand),
+
+    /// Check this machine and the repository for what stops cairn working
+    /// or puts data at risk, and say what to do about each.
+    ///
+    /// Looks, and changes nothing (it takes no lock, so it runs beside a
+    /// mount and on a repository no other command can open): /dev/fuse
+    /// and the fuse3 package (fusermount3); every cairn mount on the
+    /// machine, naming a dead one (its daemon was killed: "Transport
+    /// endpoint is not connected"); that the repository exists and this
+    /// user can read and write it; that cairn.toml parses and validates
+    /// (and whether it was edited since it was last accepted); that the
+    /// key is there, is this repository's, is readable by its owner only,
+    /// and has been backed up (`cairn key export` ran for it: cairn cannot
+    /// see the copy, only that one was made); the S3 gateway's access-key
+    /// file's mode; the free space of the metadata's disk and of every
+    /// local branch (a problem when it cannot take two more containers, a
+    /// warning below --min-free percent; S3 branches are not measured);
+    /// and the clock (a problem when the repository holds files newer than
+    /// now, i.e. the clock went back, or when it is before 2024).
+    ///
+    /// Prints one line per finding: OK, INFO, WARNING or PROBLEM, what was
+    /// found, and for the last two the fix ("-> ..."). With --json: one
+    /// object {"repository", "status", "findings": [{"check", "severity",
+    /// "subject", "message", "fix"}]}, severity one of ok, info, warning,
+    /// problem.
+    ///
+    /// Exit status: 0 when nothing needs attention (only OK and INFO), 1
+    /// when the worst finding is a WARNING, 2 when there is a PROBLEM.
+    ///
+    /// What to run next: the fix of each PROBLEM, then of each WARNING,
+    /// then `cairn doctor` again. It does not read stored data: `cairn
+    /// check` verifies that (docs/operations.md).
+    Doctor {
+        /// Print the report as one JSON document (see docs/operations.md).
+        #[arg(long)]
+        json: bool,
+        /// Warn when a branch's disk has less free space than this
+        /// percentage.
+        #[arg(long, value_name = "PERCENT", default_value_t = 10.0)]
+        min_free: f64,
+    },
+
+    /// Print a shell completion script for cairn to standard output.
+    ///
+    /// bash: `cairn completions bash > /etc/bash_completion.d/cairn` (or
+    /// ~/.local/share/bash-completion/completions/cairn); zsh: into a
+    /// directory of $fpath as `_cairn`; fish: into
+    /// ~/.config/fish/completions/cairn.fish. Exit status 0.
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+
+    /// Write cairn's manual pages (roff), made from this very help text.
+    ///
+    /// Without DIR, prints cairn(1) to standard output (`cairn man | man
+    /// -l -`). With DIR, writes cairn.1 and one page per subcommand
+    /// (cairn-mount.1, cairn-snapshot-create.1 ...) into DIR, created if
+    /// missing, and prints each path written; install with `cairn man
+    /// /usr/local/share/man/man1`. Exit status 1 if DIR cannot be written.
+    Man {
+        /// The directory to write the pages into.
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -419,6 +500,9 @@ pub enum ConfigCommand {
         /// Replace an existing cairn.toml (kept as cairn.toml.old).
         #[arg(long)]
         force: bool,
+        /// Print what was written as JSON: {"path", "kept", "branches"}.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -467,7 +551,11 @@ pub enum BucketCommand {
         state: Switch,
     },
     /// Print the buckets anyone may read, one a line.
-    ListPublic,
+    ListPublic {
+        /// Print one JSON array of bucket names (`[]` when none).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -490,9 +578,20 @@ pub enum AccessKeyCommand {
         /// Limit the key to this bucket (repeat for more).
         #[arg(long = "bucket", value_name = "BUCKET")]
         buckets: Vec<String>,
+        /// Print the new key as JSON: {"id", "secret", "read_only",
+        /// "buckets"}.
+        #[arg(long)]
+        json: bool,
     },
     /// List the access keys and what each may do (never the secrets).
-    List,
+    ///
+    /// With --json: one array of {"id", "read_only", "buckets"} (`[]` when
+    /// there are none; an empty buckets array means every bucket).
+    List {
+        /// Print one JSON array.
+        #[arg(long)]
+        json: bool,
+    },
     /// Revoke an access key: requests signed with it get 403 from then on.
     /// Exit status 1 if there is no such key.
     Revoke {
@@ -547,7 +646,12 @@ pub enum PolicyCommand {
     /// data where it is (set `user.cairn.policy` on a file to move it). A
     /// branch left out of cairn.toml while it still holds data is refused:
     /// use `cairn branch remove` or `cairn branch replace` for that.
-    Reload,
+    Reload {
+        /// Print what was applied as JSON: {"added", "reinstated"}, each
+        /// an array of branch names.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -582,6 +686,9 @@ pub enum BranchCommand {
     },
     /// Move every shard off a branch, then remove it from cairn.toml.
     ///
+    /// With --json: {"rebuilt", "already_present", "failed", "lost",
+    /// "lost_files"} on standard output.
+    ///
     /// Each shard goes to another branch holding no shard of the same
     /// container, spread over all of them. Refused, before anything moves,
     /// when a rule names the branch or would be left with too few branches
@@ -591,6 +698,9 @@ pub enum BranchCommand {
     Remove {
         /// The branch to empty and drop.
         name: String,
+        /// Print the report as one JSON document (see docs/operations.md).
+        #[arg(long)]
+        json: bool,
     },
     /// Rebuild every shard of OLD onto NEW, then drop OLD from cairn.toml.
     ///
@@ -613,6 +723,9 @@ pub enum BranchCommand {
         old: String,
         /// The configured branch that takes over OLD's shards.
         new: String,
+        /// Print the report as JSON (as `branch remove --json`).
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -623,18 +736,29 @@ pub enum SnapshotCommand {
     Create {
         /// 1-200 bytes, no '/'.
         name: String,
+        /// Print the report as one JSON document (see docs/operations.md).
+        #[arg(long)]
+        json: bool,
     },
     /// List snapshots: creation time, files, logical size and the bytes
     /// unique to each (what deleting it alone would let gc free).
     List {
-        /// Print JSON.
+        /// Print JSON: an array of {"name", "created", "files", "dirs",
+        /// "logical_bytes", "unique_bytes"} (`[]` when there are none).
         #[arg(long)]
         json: bool,
     },
     /// Delete a snapshot (its data is reclaimed by the next gc).
     Delete { name: String },
     /// Paths added (+), removed (-) and changed (M) from snapshot A to B.
-    Diff { a: String, b: String },
+    Diff {
+        a: String,
+        b: String,
+        /// Print JSON: an array of {"path", "kind"}, kind one of added,
+        /// removed, changed (`[]` when nothing changed).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -647,9 +771,13 @@ pub struct PutArgs {
     /// Point an existing label at the new data instead of refusing.
     #[arg(long)]
     pub replace: bool,
+    /// Print what was stored as JSON: {"len", "chunks", "new_chunks",
+    /// "new_bytes", "stored_bytes"}.
+    #[arg(long)]
+    pub json: bool,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct MountArgs {
     /// The directory to mount on (must exist and be empty, and not be a
     /// mount point itself). A dead cairn mount left there by a daemon that
@@ -666,6 +794,22 @@ pub struct MountArgs {
     /// FUSE worker threads.
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
+    /// Mount read-only: every write, create, rename, removal and attribute
+    /// change gets EROFS ("Read-only file system"), and commands that
+    /// would change the repository (put, snapshot create, gc ...) are
+    /// refused while it is mounted; nothing in the repository changes.
+    #[arg(long, short = 'r')]
+    pub read_only: bool,
+    /// Mount options as mount(8) takes them, comma-separated: ro, rw,
+    /// allow_other, nonempty, threads=N; the generic ones (defaults, dev,
+    /// nodev, suid, nosuid, exec, noexec, atime, noatime, relatime,
+    /// strictatime, auto, noauto, user, nouser, _netdev, nofail,
+    /// comment=..., x-...) are accepted and ignored. Anything else is
+    /// refused. fstab and `mount -t fuse.cairn REPO DIR -o OPTS` work with
+    /// cairn on the system's PATH (or linked as /sbin/mount.fuse.cairn):
+    /// see docs/operations.md.
+    #[arg(short = 'o', long = "options", value_name = "OPTS")]
+    pub options: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -679,6 +823,11 @@ pub struct GetArgs {
     /// Overwrite FILE if it exists.
     #[arg(long, requires = "output")]
     pub force: bool,
+    /// Print what was read as JSON on standard output: {"bytes",
+    /// "closed"} (needs --output: standard output carries the data
+    /// otherwise).
+    #[arg(long, requires = "output")]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

@@ -61,7 +61,7 @@ pub fn run(root: &Path, cmd: BranchCommand, quiet: bool) -> Result<ExitCode> {
                 say!("added branch {name:?}");
             }
         }
-        BranchCommand::Remove { name } => {
+        BranchCommand::Remove { name, json } => {
             let new = service::config_without_branch(&text, &name, None)?;
             service::parse_config(&new).context(format!("branch {name:?} cannot be removed"))?;
             let out = ops::run(
@@ -73,13 +73,13 @@ pub fn run(root: &Path, cmd: BranchCommand, quiet: bool) -> Result<ExitCode> {
                 quiet,
             )?
             .into_branch_drain()?;
-            let code = report(&out, quiet)?;
+            let code = report(&out, json, quiet)?;
             if !quiet {
                 say!("removed branch {name:?} from cairn.toml; its directory or bucket is left as it was");
             }
             return Ok(code);
         }
-        BranchCommand::Replace { old, new: to } => {
+        BranchCommand::Replace { old, new: to, json } => {
             if old == to {
                 bail!("a branch cannot replace itself ({old:?}); name the branch to rebuild onto");
             }
@@ -96,7 +96,7 @@ pub fn run(root: &Path, cmd: BranchCommand, quiet: bool) -> Result<ExitCode> {
                 quiet,
             )?
             .into_branch_replace()?;
-            let code = report(&out, quiet)?;
+            let code = report(&out, json, quiet)?;
             if !quiet {
                 say!("replaced branch {old:?} by {to:?}");
             }
@@ -107,9 +107,11 @@ pub fn run(root: &Path, cmd: BranchCommand, quiet: bool) -> Result<ExitCode> {
 }
 
 /// `cairn policy reload`.
-pub fn reload_cmd(root: &Path, quiet: bool) -> Result<ExitCode> {
+pub fn reload_cmd(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
     let applied = ops::run(root, &Request::Reload, quiet)?.into_reload()?;
-    if !quiet {
+    if json {
+        crate::ui::out!("{}", crate::ui::json(&applied)?);
+    } else if !quiet {
         for (what, names) in [
             ("added", &applied.added),
             ("reinstated", &applied.reinstated),
@@ -126,8 +128,10 @@ pub fn reload_cmd(root: &Path, quiet: bool) -> Result<ExitCode> {
 /// Prints what a move did; fails when shards could not be moved (the move
 /// can be run again). Lost containers do not stop it: they are listed,
 /// with their files, and make the exit status 1.
-fn report(out: &MoveOut, quiet: bool) -> Result<ExitCode> {
-    if !quiet {
+fn report(out: &MoveOut, json: bool, quiet: bool) -> Result<ExitCode> {
+    if json {
+        crate::ui::out!("{}", crate::ui::json(out)?);
+    } else if !quiet {
         say!(
             "{} shards written, {} already in place",
             out.rebuilt,

@@ -34,9 +34,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Stats { json } => stats(&root, json, quiet),
         Command::Check(args) => check(&root, &args, quiet),
-        Command::Repair { rebuild_index } => {
+        Command::Repair {
+            rebuild_index,
+            json,
+        } => {
             debug_assert!(rebuild_index);
-            rebuild(&root, quiet)
+            rebuild(&root, json, quiet)
         }
         Command::Demo { file } => demo(&root, file, quiet),
         Command::Mount(args) => crate::mount::mount(&root, &args, None, quiet),
@@ -56,6 +59,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             path,
             to,
             overwrite,
+            json,
         } => crate::history::restore(
             &root,
             Request::Restore {
@@ -64,9 +68,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 to,
                 overwrite,
             },
+            json,
             quiet,
         ),
-        Command::Clone { src, dst } => crate::history::clone(&root, src, dst, quiet),
+        Command::Clone { src, dst, json } => crate::history::clone(&root, src, dst, json, quiet),
         Command::Version { json } => crate::history::version(&root, json, quiet),
         Command::Gc {
             threshold,
@@ -74,18 +79,25 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             dry_run,
             json,
         } => crate::history::gc(&root, threshold, max_garbage, dry_run, json, quiet),
-        Command::Recover { version, snapshot } => {
-            crate::history::recover(&root, version, snapshot, quiet)
-        }
+        Command::Recover {
+            version,
+            snapshot,
+            json,
+        } => crate::history::recover(&root, version, snapshot, json, quiet),
         Command::Policy(PolicyCommand::Show { path, json }) => {
             crate::redundancy::policy_cmd(&root, path, json, quiet)
         }
-        Command::Policy(PolicyCommand::Reload) => crate::branches::reload_cmd(&root, quiet),
+        Command::Policy(PolicyCommand::Reload { json }) => {
+            crate::branches::reload_cmd(&root, json, quiet)
+        }
         Command::Status { json } => crate::redundancy::status_cmd(&root, json, quiet),
         Command::Scrub { json } => crate::redundancy::scrub_cmd(&root, json, quiet),
         Command::Branch(cmd) => crate::branches::run(&root, cmd, quiet),
         Command::Config(cmd) => crate::records::config_cmd(&root, cmd, quiet),
         Command::Key(cmd) => crate::records::key_cmd(&root, cmd, quiet),
+        Command::Doctor { json, min_free } => crate::doctor::doctor(&root, json, min_free),
+        Command::Completions { shell } => crate::doctor::completions(shell),
+        Command::Man { dir } => crate::doctor::man(dir.as_deref()),
     }
 }
 
@@ -124,7 +136,9 @@ fn put(root: &Path, args: &PutArgs, quiet: bool) -> Result<ExitCode> {
     let answer = ops::call(root, &request, Some(&input), quiet, &progress);
     progress.0.finish_and_clear();
     let s = answer?.into_put()?;
-    if !quiet {
+    if args.json {
+        out!("{}", ui::json(&s)?);
+    } else if !quiet {
         let secs = started.elapsed().as_secs_f64();
         say!(
             "stored {:?}: {} in {secs:.2} s ({}); {} chunks, {} new ({} new data, {} after compression)",
@@ -186,7 +200,9 @@ fn get(root: &Path, args: &GetArgs, quiet: bool) -> Result<ExitCode> {
             return Err(e);
         }
     };
-    if !quiet && args.output.is_some() && !got.closed {
+    if args.json {
+        out!("{}", ui::json(&got)?);
+    } else if !quiet && args.output.is_some() && !got.closed {
         let secs = started.elapsed().as_secs_f64();
         say!(
             "read {:?}: {} in {secs:.2} s ({}), verified",
@@ -200,10 +216,12 @@ fn get(root: &Path, args: &GetArgs, quiet: bool) -> Result<ExitCode> {
 
 fn roots(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
     let lines = ops::call(root, &Request::Roots, None, quiet, &service::Silent)?.into_roots()?;
+    if json {
+        out!("{}", ui::json(&lines)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     for line in lines {
-        if json {
-            out!("{}", serde_json::to_string(&line)?);
-        } else {
+        {
             let size = match (&line.bytes, &line.error) {
                 (Some(b), _) => ui::bytes(*b),
                 (None, Some(e)) => format!("unreadable: {e}"),
@@ -496,12 +514,21 @@ fn check_print(out: &CheckOut, json: bool) -> Result<ExitCode> {
     })
 }
 
-fn rebuild(root: &Path, quiet: bool) -> Result<ExitCode> {
+fn rebuild(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
     let repo = ops::open_for_rebuild(root, quiet)?;
     let steps = ui::Steps::new(quiet);
     let r = service::rebuild_index(&repo, &steps);
     steps.finish();
     let r = r?;
+    let damaged = r.problems.iter().any(Problem::is_damage);
+    if json {
+        out!("{}", ui::json(&r)?);
+        return Ok(if damaged {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        });
+    }
     out!(
         "rebuilt the fingerprint index from {} containers: {} chunks indexed",
         r.containers,
@@ -557,6 +584,7 @@ fn demo(root: &Path, file: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
                 file: file.clone(),
                 name: label.clone(),
                 replace: true,
+                json: false,
             },
             quiet,
         )?;

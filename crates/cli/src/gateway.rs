@@ -25,6 +25,15 @@ fn scope(info: &gateway::keys::KeyInfo) -> String {
     }
 }
 
+/// What `access-key list --json` prints of a key (never its secret).
+fn key_json(info: &gateway::keys::KeyInfo) -> serde_json::Value {
+    serde_json::json!({
+        "id": info.id,
+        "read_only": info.read_only,
+        "buckets": info.buckets,
+    })
+}
+
 /// A new key and its secret, the one time it is shown, as lines for
 /// ~/.aws/credentials.
 fn print_new_key(key: &gateway::keys::NewKey, endpoint: Option<SocketAddr>) {
@@ -130,8 +139,12 @@ pub fn bucket(root: &Path, cmd: BucketCommand) -> Result<ExitCode> {
             let was = if changed { "is now" } else { "was already" };
             out!("cairn: bucket {name} {was} {now}");
         }
-        BucketCommand::ListPublic => {
-            for b in gateway::keys::public(root)? {
+        BucketCommand::ListPublic { json } => {
+            let buckets = gateway::keys::public(root)?;
+            if json {
+                out!("{}", serde_json::to_string(&buckets)?);
+            }
+            for b in buckets.iter().filter(|_| !json) {
                 out!("{b}");
             }
         }
@@ -147,13 +160,28 @@ pub fn access_key(root: &Path, cmd: AccessKeyCommand) -> Result<ExitCode> {
         );
     }
     match cmd {
-        AccessKeyCommand::Create { read_only, buckets } => {
+        AccessKeyCommand::Create {
+            read_only,
+            buckets,
+            json,
+        } => {
             let key = gateway::keys::create(root, read_only, buckets)?;
-            print_new_key(&key, None);
+            if json {
+                let mut v = key_json(&key.info);
+                v["secret"] = key.secret.to_string().into();
+                out!("{v}");
+            } else {
+                print_new_key(&key, None);
+            }
         }
-        AccessKeyCommand::List => {
-            for k in gateway::keys::list(root)? {
-                out!("{}  {}", k.id, scope(&k));
+        AccessKeyCommand::List { json } => {
+            let keys = gateway::keys::list(root)?;
+            if json {
+                let all: Vec<serde_json::Value> = keys.iter().map(key_json).collect();
+                out!("{}", serde_json::Value::from(all));
+            }
+            for k in keys.iter().filter(|_| !json) {
+                out!("{}  {}", k.id, scope(k));
             }
         }
         AccessKeyCommand::Revoke { id } => {

@@ -14,9 +14,13 @@ use crate::ui::{self, out};
 
 pub fn snapshot(root: &Path, cmd: SnapshotCommand, quiet: bool) -> Result<ExitCode> {
     match cmd {
-        SnapshotCommand::Create { name } => {
+        SnapshotCommand::Create { name, json } => {
             let s = ops::run(root, &Request::SnapshotCreate { name: name.clone() }, quiet)?
                 .into_snapshot_create()?;
+            if json {
+                out!("{}", ui::json(&s)?);
+                return Ok(ExitCode::SUCCESS);
+            }
             out!(
                 "snapshot {name:?}: {} files, {} directories, {}",
                 s.files,
@@ -57,9 +61,13 @@ pub fn snapshot(root: &Path, cmd: SnapshotCommand, quiet: bool) -> Result<ExitCo
                 say!("deleted snapshot {name:?}; `cairn gc` reclaims its space");
             }
         }
-        SnapshotCommand::Diff { a, b } => {
+        SnapshotCommand::Diff { a, b, json } => {
             let changes =
                 ops::run(root, &Request::SnapshotDiff { a, b }, quiet)?.into_snapshot_diff()?;
+            if json {
+                out!("{}", ui::json(&changes)?);
+                return Ok(ExitCode::SUCCESS);
+            }
             for c in changes {
                 let mark = match c.kind {
                     ChangeKind::Added => "+",
@@ -82,17 +90,21 @@ fn copied(c: &CopyReport) -> String {
     )
 }
 
-pub fn restore(root: &Path, req: Request, quiet: bool) -> Result<ExitCode> {
+pub fn restore(root: &Path, req: Request, json: bool, quiet: bool) -> Result<ExitCode> {
     let c = ops::run(root, &req, quiet)?.into_restore()?;
-    if !quiet {
+    if json {
+        out!("{}", ui::json(&c)?);
+    } else if !quiet {
         say!("restored {}", copied(&c));
     }
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn clone(root: &Path, src: String, dst: String, quiet: bool) -> Result<ExitCode> {
+pub fn clone(root: &Path, src: String, dst: String, json: bool, quiet: bool) -> Result<ExitCode> {
     let c = ops::run(root, &Request::Clone { src, dst }, quiet)?.into_clone()?;
-    if !quiet {
+    if json {
+        out!("{}", ui::json(&c)?);
+    } else if !quiet {
         say!("cloned {}", copied(&c));
     }
     Ok(ExitCode::SUCCESS)
@@ -192,6 +204,7 @@ pub fn recover(
     root: &Path,
     version: Option<u64>,
     snapshot: Option<String>,
+    json: bool,
     quiet: bool,
 ) -> Result<ExitCode> {
     // A mounted repository is refused here, naming its mount point.
@@ -205,6 +218,10 @@ pub fn recover(
     let done = service::recover(&repo, &from, &steps);
     steps.finish();
     let r = done?;
+    if json {
+        out!("{}", ui::json(&r)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     if !quiet {
         say!(
             "rebuilt the index from {} containers ({} chunks); {} roots found on the branch",

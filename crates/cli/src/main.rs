@@ -2,7 +2,8 @@
 //!
 //! **Owns:** argument parsing, progress bars, human and JSON output, turning
 //! typed errors from the layers below into messages and exit codes, and
-//! running the mount in the foreground (`mount`, `serve`).
+//! running the mount in the foreground (`mount`, `serve`), and being
+//! mount(8)'s helper when called as `mount.fuse.cairn` (`mount_helper`).
 //!
 //! **Never:** implements an operation: what a command does is the
 //! `service` crate's (the same functions the daemon's control socket runs),
@@ -12,7 +13,7 @@
 //!
 //! **Invariants:** modules do not import each other in a circle: `commands`
 //! dispatches to the command groups (`history`, `redundancy`, `branches`,
-//! `records`, `mount`, `bench`), which use only `ops` (reaching the
+//! `records`, `mount`, `doctor`, `bench`), which use only `ops` (reaching the
 //! repository), `ui` and `args`. Every error a user gets is logged.
 
 /// `say!` that does not panic when stderr cannot be written (a full
@@ -29,10 +30,12 @@ mod args;
 mod bench;
 mod branches;
 mod commands;
+mod doctor;
 mod gateway;
 mod history;
 mod log;
 mod mount;
+mod mount_helper;
 mod ops;
 mod records;
 mod redundancy;
@@ -49,9 +52,19 @@ use clap::Parser;
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let args = args::Cli::parse();
-    log::init(args.verbose);
-    match commands::run(args) {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = <args::Cli as clap::CommandFactory>::command();
+    let subcommands: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
+    let helper = mount_helper::called_as_helper(&argv, &subcommands);
+    let result = if helper {
+        log::init(0);
+        mount_helper::run(argv.get(1..).unwrap_or_default())
+    } else {
+        let args = args::Cli::parse_from(argv);
+        log::init(args.verbose);
+        commands::run(args)
+    };
+    match result {
         Ok(code) => code,
         Err(e) => {
             // Logged where the repository log and -v show it; stderr gets

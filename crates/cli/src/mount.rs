@@ -39,9 +39,17 @@ pub fn mount(
     gateway: Option<&GatewayArgs>,
     quiet: bool,
 ) -> Result<ExitCode> {
+    let mut args = args.clone();
+    crate::mount_helper::apply_options(&mut args)?;
+    let args = &args;
     fuse::check_fuse_available()?;
     prepare_mountpoint(&args.mountpoint, args.nonempty, quiet)?;
-    let repo = crate::ops::open(root, quiet)?;
+    let mut repo = crate::ops::open(root, quiet)?;
+    if args.read_only {
+        // Nothing changes, so no version is due; without this the timer
+        // and the unmount would still write version records.
+        repo.config.fs.version_interval = std::time::Duration::ZERO;
+    }
     let fs = service::open_fs(&repo)?;
     // Listening first: an address in use is refused before anything is
     // mounted.
@@ -49,6 +57,7 @@ pub fn mount(
         fs: fs.clone(),
         chunking: repo.config.chunking,
         mountpoint: args.mountpoint.clone(),
+        read_only: args.read_only,
     });
     let mut fuse_metrics = None;
     let served = match gateway {
@@ -78,6 +87,7 @@ pub fn mount(
         writeback_cache: repo.config.writeback_cache,
         nonempty: args.nonempty,
         metrics: fuse_metrics,
+        read_only: args.read_only,
         ..Default::default()
     };
     let mounted = fuse::mount(fs.clone(), &args.mountpoint, &opts)?;
@@ -92,9 +102,10 @@ pub fn mount(
     tracing::info!(repo = %repo.root.display(), mountpoint = %mountpoint.display(), pid = std::process::id(), "mounted");
     if !quiet {
         say!(
-            "cairn: mounted {} at {} (Ctrl-C or `cairn umount {}` to unmount)",
+            "cairn: mounted {} at {}{} (Ctrl-C or `cairn umount {}` to unmount)",
             repo.root.display(),
             args.mountpoint.display(),
+            if args.read_only { " read-only" } else { "" },
             args.mountpoint.display()
         );
     }
@@ -213,6 +224,8 @@ pub fn serve(
         nonempty,
         allow_other: false,
         threads: 4,
+        read_only: false,
+        options: Vec::new(),
     };
     mount(root, &args, Some(gateway), quiet)
 }

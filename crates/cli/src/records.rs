@@ -14,9 +14,20 @@ use crate::args::{ConfigCommand, KeyCommand};
 use crate::ui::out;
 
 pub fn config_cmd(root: &Path, cmd: ConfigCommand, quiet: bool) -> Result<ExitCode> {
-    let ConfigCommand::Recover { force } = cmd;
+    let ConfigCommand::Recover { force, json } = cmd;
     let done = repo::recover_config(root, force)?;
     tracing::info!(repo = %root.display(), "cairn.toml recovered from the record");
+    if json {
+        out!(
+            "{}",
+            serde_json::json!({
+                "path": done.path,
+                "kept": done.kept,
+                "branches": done.branches,
+            })
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(kept) = &done.kept {
         say!("cairn: kept the replaced file as {}", kept.display());
     }
@@ -51,6 +62,10 @@ pub fn key_cmd(root: &Path, cmd: KeyCommand, quiet: bool) -> Result<ExitCode> {
                         .with_context(|| format!("cannot write {}", path.display()))?;
                 }
                 None => out!("{}", text.trim_end()),
+            }
+            // What `cairn doctor` counts as a backup made.
+            if let Err(e) = service::record_key_export(root) {
+                tracing::warn!(error = %e, "cannot record that the key was exported");
             }
             if !quiet {
                 say!(

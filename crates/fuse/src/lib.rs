@@ -7,7 +7,9 @@
 //! directory listings keep `readdir` offsets stable (`dir`); the mount,
 //! its worker threads and its unmount ([`mount`], [`Mounted`]), what is
 //! mounted where ([`mount_state`]) and which directories can take a mount
-//! ([`check_mountpoint`]) are the session's (`session`). With
+//! ([`check_mountpoint`]) are the session's (`session`), as is reading
+//! the kernel's mount table for every cairn mount ([`cairn_mounts`], which
+//! `cairn doctor` uses to find mounts left dead by a crash). With
 //! [`FuseMetrics`] given, each request's latency and the bytes moved are
 //! counted for `/metrics` (`metrics`).
 //!
@@ -45,6 +47,9 @@
 //! - When the session ends (unmount from inside or outside) every open
 //!   file's content is recorded and made durable ([`fs::Fs::sync_all`])
 //!   before [`Mounted::unmount`] or [`Mounted::wait`] return.
+//! - A read-only mount ([`MountOptions::read_only`]) is mounted `ro`: the
+//!   kernel refuses every change with `EROFS` before `fs` sees it, and an
+//!   `open` for writing that got past it is refused here too.
 //! - Locks are `parking_lot`'s, which do not poison: a panic under a lock
 //!   does not spread to later callers (`docs/engineering.md`).
 
@@ -56,6 +61,6 @@ mod session;
 
 pub use metrics::FuseMetrics;
 pub use session::{
-    check_fuse_available, check_mountpoint, detach, mount, mount_state, FuseError, Invalidator,
-    MountEntry, MountOptions, MountState, Mounted, Unmounter,
+    cairn_mounts, check_fuse_available, check_mountpoint, detach, fusermount_bin, mount,
+    mount_state, FuseError, Invalidator, MountEntry, MountOptions, MountState, Mounted, Unmounter,
 };

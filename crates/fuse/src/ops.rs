@@ -50,6 +50,7 @@ pub(crate) struct CairnFs {
     page_cache_max: u64,
     writeback_cache: bool,
     metrics: Option<Arc<FuseMetrics>>,
+    read_only: bool,
 }
 
 impl CairnFs {
@@ -60,8 +61,10 @@ impl CairnFs {
             next_fh: AtomicU64::new(1),
             shared,
             page_cache_max: opts.page_cache_max,
-            writeback_cache: opts.writeback_cache,
+            // Nothing to write back on a read-only mount.
+            writeback_cache: opts.writeback_cache && !opts.read_only,
             metrics: opts.metrics.clone(),
+            read_only: opts.read_only,
         }
     }
 
@@ -426,6 +429,11 @@ impl Filesystem for CairnFs {
         // Directories arrive as opendir: this is never one.
         if flags.0 & libc::O_DIRECTORY != 0 {
             return reply.error(Errno::ENOTDIR);
+        }
+        // The kernel refuses these on an `ro` mount already; this keeps
+        // the promise should a request get past it.
+        if self.read_only && flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+            return reply.error(Errno::EROFS);
         }
         let ino = id(ino);
         let opened = self.fs.open(ino).and_then(|()| self.fs.getattr(ino));

@@ -48,6 +48,10 @@ pub struct MountOptions {
     /// Where request latencies and bytes are counted, for `/metrics`
     /// (none kept without).
     pub metrics: Option<Arc<FuseMetrics>>,
+    /// Mount read-only (`ro`): the kernel answers every write, create,
+    /// rename, removal or attribute change with `EROFS`, so nothing
+    /// reaches `fs` that could change the repository.
+    pub read_only: bool,
 }
 
 impl Default for MountOptions {
@@ -60,6 +64,7 @@ impl Default for MountOptions {
             writeback_cache: true,
             nonempty: false,
             metrics: None,
+            read_only: false,
         }
     }
 }
@@ -154,8 +159,9 @@ fn check_dev_fuse() -> Result<(), FuseError> {
     }
 }
 
-/// The FUSE mount helper, found the way fuser finds it.
-fn fusermount_bin() -> Option<PathBuf> {
+/// The FUSE mount helper (`fusermount3`), found the way fuser finds it;
+/// `None` when it is not installed.
+pub fn fusermount_bin() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("FUSERMOUNT_PATH") {
         let p = PathBuf::from(p);
         return p.is_file().then_some(p);
@@ -212,23 +218,57 @@ pub enum MountState {
     Dead(MountEntry),
 }
 
-/// What is mounted at `dir` (the topmost mount when several are stacked).
-pub fn mount_state(dir: &Path) -> io::Result<MountState> {
-    let target = absolute_path(dir)?;
-    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
-    // (id, parent id, entry) of every mount at `dir`.
-    let here: Vec<(&str, &str, MountEntry)> = table
+/// One line of the kernel's mount table: (id, parent id, mount point,
+/// entry).
+type TableLine<'a> = (&'a str, &'a str, PathBuf, MountEntry);
+
+/// Every mount of `/proc/self/mountinfo` (its text in `table`).
+fn mount_table(table: &str) -> Vec<TableLine<'_>> {
+    table
         .lines()
         .filter_map(|line| {
             let (left, right) = line.split_once(" - ")?;
             let mut left = left.split(' ');
             let (id, parent) = (left.next()?, left.next()?);
-            let point = unescape_mountinfo(left.nth(2)?);
+            let point = PathBuf::from(unescape_mountinfo(left.nth(2)?));
             let mut right = right.split(' ');
             let fstype = right.next()?.to_string();
             let source = unescape_mountinfo(right.next()?);
-            (Path::new(&point) == target).then_some((id, parent, MountEntry { fstype, source }))
+            Some((id, parent, point, MountEntry { fstype, source }))
         })
+        .collect()
+}
+
+/// Every directory where a cairn file system is the topmost mount, live
+/// or dead (its daemon gone), in the kernel table's order.
+pub fn cairn_mounts() -> io::Result<Vec<(PathBuf, MountState)>> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let mut points: Vec<PathBuf> = Vec::new();
+    for (_, _, point, entry) in mount_table(&table) {
+        if entry.is_cairn() && !points.contains(&point) {
+            points.push(point);
+        }
+    }
+    let mut out = Vec::with_capacity(points.len());
+    for point in points {
+        match mount_state(&point)? {
+            MountState::NotMounted => {}
+            MountState::Live(e) | MountState::Dead(e) if !e.is_cairn() => {}
+            state => out.push((point, state)),
+        }
+    }
+    Ok(out)
+}
+
+/// What is mounted at `dir` (the topmost mount when several are stacked).
+pub fn mount_state(dir: &Path) -> io::Result<MountState> {
+    let target = absolute_path(dir)?;
+    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
+    // (id, parent id, entry) of every mount at `dir`.
+    let here: Vec<(&str, &str, MountEntry)> = mount_table(&table)
+        .into_iter()
+        .filter(|(_, _, point, _)| *point == target)
+        .map(|(id, parent, _, entry)| (id, parent, entry))
         .collect();
     // Stacked mounts: the top one is no other's parent (the table's order
     // does not say, as propagation can tuck a mount beneath another).
@@ -368,6 +408,9 @@ pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> Result<Moun
         MountOption::FSName(opts.fsname.clone()),
         MountOption::Subtype("cairn".into()),
     ];
+    if opts.read_only {
+        config.mount_options.push(MountOption::RO);
+    }
     // fuser adds `allow_other` to the mount options for `SessionACL::All`.
     config.acl = if opts.allow_other {
         SessionACL::All

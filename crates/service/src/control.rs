@@ -122,6 +122,9 @@ pub struct Served {
     pub fs: Arc<fs::Fs>,
     pub chunking: chunking::ChunkerParams,
     pub mountpoint: PathBuf,
+    /// A read-only mount: requests that would change the repository
+    /// ([`Request::writes`]) are refused.
+    pub read_only: bool,
 }
 
 impl Served {
@@ -169,6 +172,13 @@ pub fn serve(repo: &Path, served: Arc<Served>) -> Result<Server> {
                         let _slot = slot;
                         let target = served.target(&root);
                         let _ = answer(conn, |req, stream, progress| {
+                            if served.read_only && req.writes() {
+                                let e = ServiceError::ReadOnlyMount {
+                                    mountpoint: served.mountpoint.clone(),
+                                };
+                                tracing::warn!("{e}");
+                                return Err(e);
+                            }
                             exec(&target, &req, stream, progress)
                         });
                     });

@@ -111,6 +111,12 @@ pub enum ServiceError {
         expected: &'static str,
         got: &'static str,
     },
+    #[error(
+        "the repository is mounted read-only at {}: nothing can change it until that mount \
+         ends (`cairn umount {}`, then mount it without --read-only)",
+        mountpoint.display(), mountpoint.display()
+    )]
+    ReadOnlyMount { mountpoint: PathBuf },
     #[error("the daemon closed the control socket without an answer")]
     NoAnswer,
 }

@@ -84,10 +84,15 @@ impl Jobs {
     }
 
     /// Starts `req` on a thread of its own; its id. Refused: a request
-    /// that is not a job's, a kind already running, [`RUNNING_MAX`]
-    /// running.
+    /// that is not a job's, one that writes on a read-only mount, a kind
+    /// already running, [`RUNNING_MAX`] running.
     pub fn start(&self, req: Request) -> Result<u64> {
         let kind = kind_of(&req).ok_or(ServiceError::NotAJob)?;
+        if self.served.read_only && req.writes() {
+            return Err(ServiceError::ReadOnlyMount {
+                mountpoint: self.served.mountpoint.clone(),
+            });
+        }
         let id = {
             let mut s = self.state.lock();
             if s.running.iter().any(|j| j.kind == kind) {

@@ -1,7 +1,8 @@
 //! Every operation a user or operator can ask of a cairn repository:
 //! stats, check and repair, scrub, status, recover, snapshots, restore,
-//! clone, versions, gc, policies, put/get/roots/rm, branch changes and
-//! reload.
+//! clone, versions, gc, policies, put/get/roots/rm, branch changes,
+//! reload, and `doctor` (what stands between the machine and a healthy
+//! cairn: FUSE, permissions, config, key, free space, clock, dead mounts).
 //!
 //! **Owns:** the typed [`Request`] and its typed [`Reply`], their execution
 //! ([`exec`]) against a mounted file system or a repository opened by the
@@ -28,12 +29,17 @@
 //!   stream cut short.
 //! - Every request line on the control socket carries [`control::PROTOCOL`];
 //!   a mismatch is refused with both versions named, never guessed at.
+//! - `doctor` only looks: it takes no lock and writes nothing, so it runs
+//!   beside a mount and on a repository nothing else can open.
+//! - A read-only mount's daemon refuses every request that would change
+//!   the repository ([`Request::writes`]).
 //! - Errors are typed ([`ServiceError`]); the messages are for people, the
 //!   variants for code.
 
 mod branches;
 mod check;
 pub mod control;
+mod doctor;
 mod error;
 mod exec;
 pub mod jobs;
@@ -48,6 +54,10 @@ pub use branches::{
     config_with_branch, config_without_branch, parse_config, Applied, NewBranch, NewPlace,
 };
 pub use check::{check_repo, rebuild_index, CheckOut, Repair, Repaired};
+pub use doctor::{
+    doctor, record_key_export, CairnMount, DoctorOptions, DoctorReport, Finding, FuseFacts,
+    Severity,
+};
 pub use error::{Result, ServiceError};
 pub use exec::{call, exec, open_fs, Caller, Target};
 /// The live fraction under which `cairn gc` reclaims a container by

@@ -92,6 +92,36 @@ pub enum Request {
 }
 
 impl Request {
+    /// Whether the request can change the repository: refused by the
+    /// daemon of a read-only mount. `check` without repair, listings,
+    /// `stats`, `status`, `policy show` and a gc dry run only read.
+    pub fn writes(&self) -> bool {
+        match self {
+            Request::Gc { dry_run, .. } => !dry_run,
+            Request::Stats
+            | Request::Check
+            | Request::Roots
+            | Request::Get { .. }
+            | Request::SnapshotList { .. }
+            | Request::SnapshotDiff { .. }
+            | Request::PolicyShow { .. }
+            | Request::Status
+            | Request::StorageReads => false,
+            Request::Rm { .. }
+            | Request::Put { .. }
+            | Request::Version
+            | Request::SnapshotCreate { .. }
+            | Request::SnapshotDelete { .. }
+            | Request::Restore { .. }
+            | Request::Clone { .. }
+            | Request::Scrub
+            | Request::Reload
+            | Request::BranchAdd { .. }
+            | Request::BranchReplace { .. }
+            | Request::BranchDrain { .. } => true,
+        }
+    }
+
     /// Whether the request needs the file system, not just the store.
     pub fn needs_fs(&self) -> bool {
         !matches!(
