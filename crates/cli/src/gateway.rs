@@ -52,14 +52,18 @@ fn print_new_key(key: &gateway::keys::NewKey, endpoint: Option<SocketAddr>) {
 }
 
 /// The figures `/metrics` shows: the file system's and the gateway's,
-/// and the mount's when `fuse` is given one (registered here: the
+/// the daemon's jobs when given, and the mount's when `fuse` is given one (registered here: the
 /// registry is frozen once the gateway serves it).
 pub fn metrics(
     fs: &fs::Fs,
+    jobs: Option<&std::sync::Arc<service::jobs::Jobs>>,
     fuse: Option<&mut Option<std::sync::Arc<fuse::FuseMetrics>>>,
 ) -> gateway::Metrics {
     let mut registry = prometheus_client::registry::Registry::default();
     fs.register_metrics(&mut registry);
+    if let Some(jobs) = jobs {
+        jobs.register_metrics(&mut registry);
+    }
     if let Some(slot) = fuse {
         *slot = Some(fuse::FuseMetrics::new(&mut registry));
     }
@@ -106,7 +110,7 @@ pub fn gateway(root: &Path, args: &GatewayArgs, quiet: bool) -> Result<ExitCode>
     let repo = crate::ops::open(root, quiet)?;
     let fs = service::open_fs(&repo)?;
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
-    let figures = metrics(&fs, None);
+    let figures = metrics(&fs, None, None);
     let running = start(fs.clone(), &repo.root, args, figures, None, quiet)?;
     if !quiet {
         say!("cairn: serving {} (Ctrl-C to stop)", repo.root.display());

@@ -58,11 +58,13 @@ pub fn mount(
         chunking: repo.config.chunking,
         mountpoint: args.mountpoint.clone(),
         read_only: args.read_only,
+        jobs: Arc::default(),
     });
     let mut fuse_metrics = None;
     let served = match gateway {
         Some(args) => {
-            let figures = crate::gateway::metrics(&fs, Some(&mut fuse_metrics));
+            let figures =
+                crate::gateway::metrics(&fs, Some(&control_served.jobs), Some(&mut fuse_metrics));
             let console = Arc::new(dashboard::Dashboard::start(
                 repo.root.clone(),
                 control_served.clone(),

@@ -137,6 +137,8 @@ fn metrics_are_valid_openmetrics_and_count_a_workload() {
         "{}",
         String::from_utf8_lossy(&put.stderr)
     );
+    // A command's long operation runs in the daemon as a job.
+    common::ok(&repo, &["check"]);
 
     // What Prometheus asks for: OpenMetrics, ending in its EOF marker, with
     // every documented family (a family with no sample yet is left out).
@@ -162,6 +164,8 @@ fn metrics_are_valid_openmetrics_and_count_a_workload() {
         ("cairn_cache_dram_bytes", "gauge"),
         ("cairn_cache_misses", "counter"),
         ("cairn_store_reads", "counter"),
+        ("cairn_jobs_running", "gauge"),
+        ("cairn_jobs_finished", "counter"),
     ] {
         assert_eq!(
             t.get(name).map(String::as_str),
@@ -208,6 +212,15 @@ fn metrics_are_valid_openmetrics_and_count_a_workload() {
             > count(&b, "cairn_commit_duration_seconds_count")
     );
     assert_eq!(count(&a, "cairn_files"), 2.0, "{after}");
+    assert_eq!(
+        count(
+            &a,
+            "cairn_jobs_finished_total{kind=\"check\",state=\"done\"}"
+        ),
+        1.0,
+        "{after}"
+    );
+    assert_eq!(count(&a, "cairn_jobs_running{kind=\"check\"}"), 0.0);
 
     // The store's figures are the ones `cairn stats` reports.
     let stats: serde_json::Value =

@@ -17,7 +17,7 @@ use http::{Method, StatusCode};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use service::control::Served;
-use service::jobs::{JobView, Jobs};
+use service::jobs::JobView;
 use service::{BranchLine, PolicyShare, Request};
 
 use crate::assets;
@@ -65,7 +65,6 @@ struct Problem<'a> {
 struct Inner {
     served: Arc<Served>,
     root: PathBuf,
-    jobs: Jobs,
     cached: Mutex<Option<(Instant, Arc<Figures>)>>,
     trend: Mutex<Trend>,
     /// Held while an overview is computed: callers arriving meanwhile wait
@@ -107,7 +106,6 @@ impl Dashboard {
     /// thread sampling the trend every few minutes.
     pub fn start(root: PathBuf, served: Arc<Served>) -> Dashboard {
         let inner = Arc::new(Inner {
-            jobs: Jobs::new(root.clone(), served.clone()),
             served,
             root,
             cached: Mutex::new(None),
@@ -190,7 +188,7 @@ impl Inner {
     }
 
     fn overview(&self, operator: bool) -> Answer {
-        let jobs = self.jobs.list();
+        let jobs = self.served.jobs.list();
         let changed = jobs.iter().filter_map(|j| j.finished).max();
         match self.figures(changed) {
             Ok(figures) => json(
@@ -238,7 +236,7 @@ impl Inner {
                 )
             }
         };
-        match self.jobs.start(request) {
+        match service::jobs::start(&self.served, &self.root, request) {
             Ok(id) => json(StatusCode::ACCEPTED, &serde_json::json!({ "id": id })),
             Err(e) => problem(StatusCode::CONFLICT, &e.to_string()),
         }
@@ -250,7 +248,7 @@ impl Console for Dashboard {
         let inner = &self.inner;
         match (&call.method, call.path.as_str()) {
             (&Method::GET, "api/overview") => inner.overview(call.operator),
-            (&Method::GET, "api/jobs") => json(StatusCode::OK, &inner.jobs.list()),
+            (&Method::GET, "api/jobs") => json(StatusCode::OK, &inner.served.jobs.list()),
             (&Method::POST, "api/jobs") => inner.start_job(&call),
             (&Method::GET | &Method::HEAD, path) => match assets::get(path) {
                 Some((body, content_type)) => Answer {

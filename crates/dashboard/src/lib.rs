@@ -8,8 +8,9 @@
 //! thread of its own and at every overview computed).
 //!
 //! **Never:** runs an operation of its own: every figure and action is a
-//! [`service::Request`] executed by [`service::exec`] or a
-//! [`service::jobs::Jobs`] job, the same calls the CLI makes. Never acts
+//! [`service::Request`] executed by [`service::exec`] or started as a
+//! job by [`service::jobs::start`], the same calls the CLI makes (whose
+//! long operations show among the jobs too). Never acts
 //! for a caller the gateway did not call an operator (a read-write key
 //! for every bucket, see [`gateway::console`]); without one it is read
 //! only.

@@ -47,6 +47,7 @@ use nix::errno::Errno;
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 use serde::{Deserialize, Serialize};
 
+use crate::jobs::Jobs;
 use crate::{exec, Progress, Reply, Request, Result, ServiceError, Step, Target};
 
 /// The control protocol this build speaks.
@@ -125,6 +126,8 @@ pub struct Served {
     /// A read-only mount: requests that would change the repository
     /// ([`Request::writes`]) are refused.
     pub read_only: bool,
+    /// The long operations running and recently run ([`crate::jobs`]).
+    pub jobs: Arc<Jobs>,
 }
 
 impl Served {
@@ -179,7 +182,9 @@ pub fn serve(repo: &Path, served: Arc<Served>) -> Result<Server> {
                                 tracing::warn!("{e}");
                                 return Err(e);
                             }
-                            exec(&target, &req, stream, progress)
+                            served
+                                .jobs
+                                .attached(&req, progress, |p| exec(&target, &req, stream, p))
                         });
                     });
                 if let Err(e) = spawned {

@@ -1,24 +1,33 @@
-//! Operations started by a caller that does not wait for them (the web
-//! dashboard): each runs on a thread of its own, reports its progress into
-//! its record, and leaves its answer there for whoever looks next.
+//! The daemon's long operations, as jobs anyone can watch: those the web
+//! dashboard starts (on a thread of their own, [`start`]) and those a
+//! command asks for through the control socket ([`Jobs::attached`], run on
+//! the caller's connection as before). Each reports its progress into its
+//! record and leaves its outcome there for whoever looks next (the
+//! dashboard's jobs list, `/metrics`).
 //!
-//! Bounded: at most [`RUNNING_MAX`] run at once and one of each kind (a
-//! second scrub while one runs is refused, not queued); the last
-//! [`KEPT`] finished ones are kept. Only operations that make sense to
-//! start and watch are taken ([`Jobs::start`]).
+//! Bounded: the dashboard starts at most [`RUNNING_MAX`] at once and one of
+//! each kind (a second scrub while one runs is refused, not queued); the
+//! last [`KEPT`] finished jobs are kept, and a count of every finished job
+//! by kind and outcome (a few kinds, three outcomes).
 
-use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 use serde::Serialize;
 
 use crate::control::Served;
 use crate::{exec, Progress, Reply, Request, Result, ServiceError, Step};
 
-/// Jobs running at once.
+/// Jobs the dashboard runs at once.
 pub const RUNNING_MAX: usize = 4;
 /// Finished jobs remembered.
 pub const KEPT: usize = 32;
@@ -27,8 +36,11 @@ pub const KEPT: usize = 32;
 #[derive(Debug, Clone, Serialize)]
 pub struct JobView {
     pub id: u64,
-    /// The request's `op` (`scrub`, `gc`, `snapshot_create`, `check`).
+    /// The request's `op` (`scrub`, `gc`, `check`, `snapshot_create`,
+    /// `branch_replace`, `branch_drain`).
     pub kind: &'static str,
+    /// `dashboard` or `command` (asked through the control socket).
+    pub by: &'static str,
     /// Seconds since the Unix epoch.
     pub started: u64,
     pub finished: Option<u64>,
@@ -41,11 +53,10 @@ pub struct JobView {
     pub reply: Option<Reply>,
 }
 
-/// The daemon's jobs.
+/// The daemon's jobs (held by [`Served`]).
+#[derive(Default)]
 pub struct Jobs {
-    served: Arc<Served>,
-    root: PathBuf,
-    state: Arc<Mutex<State>>,
+    state: Mutex<State>,
 }
 
 #[derive(Default)]
@@ -53,18 +64,25 @@ struct State {
     next: u64,
     running: Vec<JobView>,
     finished: VecDeque<JobView>,
+    /// Finished jobs by (kind, state), since the daemon started.
+    counts: BTreeMap<(&'static str, &'static str), u64>,
 }
 
-/// The kind of a request a job may run, or `None`.
+/// The kind of a request recorded as a job, or `None`.
 fn kind_of(req: &Request) -> Option<&'static str> {
     Some(match req {
         Request::Scrub => "scrub",
         Request::Gc { .. } => "gc",
         Request::SnapshotCreate { .. } => "snapshot_create",
         Request::Check => "check",
+        Request::BranchReplace { .. } => "branch_replace",
+        Request::BranchDrain { .. } => "branch_drain",
         _ => return None,
     })
 }
+
+/// Kinds the dashboard may start.
+const STARTABLE: [&str; 4] = ["scrub", "gc", "snapshot_create", "check"];
 
 fn now() -> u64 {
     SystemTime::now()
@@ -72,70 +90,98 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-impl Jobs {
-    /// Jobs run against the mounted file system `served` of the
-    /// repository at `root`.
-    pub fn new(root: PathBuf, served: Arc<Served>) -> Jobs {
-        Jobs {
-            served,
-            root,
-            state: Arc::default(),
-        }
+/// Starts `req` against `served` (the repository at `root`) on a thread of
+/// its own; the job's id. Refused: a request the dashboard may not start,
+/// one that writes on a read-only mount, a kind already running,
+/// [`RUNNING_MAX`] running.
+pub fn start(served: &Arc<Served>, root: &Path, req: Request) -> Result<u64> {
+    let kind = kind_of(&req)
+        .filter(|k| STARTABLE.contains(k))
+        .ok_or(ServiceError::NotAJob)?;
+    if served.read_only && req.writes() {
+        return Err(ServiceError::ReadOnlyMount {
+            mountpoint: served.mountpoint.clone(),
+        });
     }
-
-    /// Starts `req` on a thread of its own; its id. Refused: a request
-    /// that is not a job's, one that writes on a read-only mount, a kind
-    /// already running, [`RUNNING_MAX`] running.
-    pub fn start(&self, req: Request) -> Result<u64> {
-        let kind = kind_of(&req).ok_or(ServiceError::NotAJob)?;
-        if self.served.read_only && req.writes() {
-            return Err(ServiceError::ReadOnlyMount {
-                mountpoint: self.served.mountpoint.clone(),
-            });
+    let jobs = &served.jobs;
+    let id = {
+        let mut s = jobs.state.lock();
+        if s.running.iter().any(|j| j.kind == kind) {
+            return Err(ServiceError::JobRunning(kind));
         }
-        let id = {
-            let mut s = self.state.lock();
-            if s.running.iter().any(|j| j.kind == kind) {
-                return Err(ServiceError::JobRunning(kind));
-            }
-            if s.running.len() >= RUNNING_MAX {
-                return Err(ServiceError::JobsFull(RUNNING_MAX));
-            }
-            s.next += 1;
-            let id = s.next;
-            s.running.push(JobView {
+        if s.running.iter().filter(|j| j.by == "dashboard").count() >= RUNNING_MAX {
+            return Err(ServiceError::JobsFull(RUNNING_MAX));
+        }
+        s.begin(kind, "dashboard")
+    };
+    let (served, root) = (served.clone(), root.to_path_buf());
+    let spawned = std::thread::Builder::new()
+        .name(format!("job-{kind}"))
+        .spawn(move || {
+            let target = served.target(&root);
+            let progress = JobProgress {
+                jobs: &served.jobs,
                 id,
-                kind,
-                started: now(),
-                finished: None,
-                state: "running",
-                step: None,
-                error: None,
-                reply: None,
-            });
-            id
-        };
-        let (served, root, state) = (self.served.clone(), self.root.clone(), self.state.clone());
-        let spawned = std::thread::Builder::new()
-            .name(format!("job-{kind}"))
-            .spawn(move || {
-                let target = served.target(&root);
-                tracing::info!(job = id, kind, "job started");
-                let progress = JobProgress { state: &state, id };
-                let result = exec(&target, &req, None, &progress);
-                finish(&state, id, result);
-            });
-        if let Err(e) = spawned {
-            let err = ServiceError::Io {
-                what: "start a thread for",
-                path: PathBuf::from(kind),
-                source: e,
+                caller: None,
             };
-            tracing::error!(job = id, kind, error = %err, "a job could not start");
-            self.state.lock().running.retain(|j| j.id != id);
-            return Err(err);
-        }
-        Ok(id)
+            let result = exec(&target, &req, None, &progress);
+            served.jobs.finish(id, result.as_ref());
+        });
+    if let Err(e) = spawned {
+        let err = ServiceError::Io {
+            what: "start a thread for",
+            path: kind.into(),
+            source: e,
+        };
+        tracing::error!(job = id, kind, error = %err, "a job could not start");
+        jobs.state.lock().running.retain(|j| j.id != id);
+        return Err(err);
+    }
+    Ok(id)
+}
+
+impl State {
+    fn begin(&mut self, kind: &'static str, by: &'static str) -> u64 {
+        self.next += 1;
+        let id = self.next;
+        self.running.push(JobView {
+            id,
+            kind,
+            by,
+            started: now(),
+            finished: None,
+            state: "running",
+            step: None,
+            error: None,
+            reply: None,
+        });
+        tracing::info!(job = id, kind, by, "job started");
+        id
+    }
+}
+
+impl Jobs {
+    /// Runs `run` (the operation `req` asked through the control socket)
+    /// on this thread, recorded as a job when it is one of the long kinds;
+    /// its progress goes to the job and on to `progress`.
+    pub fn attached(
+        &self,
+        req: &Request,
+        progress: &dyn Progress,
+        run: impl FnOnce(&dyn Progress) -> Result<Reply>,
+    ) -> Result<Reply> {
+        let Some(kind) = kind_of(req) else {
+            return run(progress);
+        };
+        let id = self.state.lock().begin(kind, "command");
+        let tee = JobProgress {
+            jobs: self,
+            id,
+            caller: Some(progress),
+        };
+        let result = run(&tee);
+        self.finish(id, result.as_ref());
+        result
     }
 
     /// Running jobs, then finished ones, newest first.
@@ -145,69 +191,139 @@ impl Jobs {
         out.extend(s.finished.iter().cloned());
         out
     }
-}
 
-fn finish(state: &Mutex<State>, id: u64, result: Result<Reply>) {
-    let mut s = state.lock();
-    let Some(at) = s.running.iter().position(|j| j.id == id) else {
-        return;
-    };
-    let mut job = s.running.remove(at);
-    job.finished = Some(now());
-    match result {
-        Ok(reply) => {
-            tracing::info!(job = id, kind = job.kind, "job done");
-            job.state = "done";
-            job.reply = Some(reply);
-        }
-        Err(e) => {
-            tracing::error!(job = id, kind = job.kind, error = %e, "job failed");
-            job.state = "failed";
-            job.error = Some(e.to_string());
-        }
+    /// Registers `cairn_jobs_running`, `cairn_jobs_finished_total` and
+    /// `cairn_job_progress_ratio` in `registry`, read at each scrape.
+    pub fn register_metrics(self: &Arc<Self>, registry: &mut Registry) {
+        registry.register_collector(Box::new(Figures(self.clone())));
     }
-    s.finished.push_front(job);
-    s.finished.truncate(KEPT);
+
+    fn finish(&self, id: u64, result: std::result::Result<&Reply, &ServiceError>) {
+        let mut s = self.state.lock();
+        let Some(at) = s.running.iter().position(|j| j.id == id) else {
+            return;
+        };
+        let mut job = s.running.remove(at);
+        job.finished = Some(now());
+        match result {
+            Ok(reply) => {
+                tracing::info!(job = id, kind = job.kind, "job done");
+                job.state = "done";
+                job.reply = Some(reply.clone());
+            }
+            Err(e) => {
+                tracing::error!(job = id, kind = job.kind, error = %e, "job failed");
+                job.state = "failed";
+                job.error = Some(e.to_string());
+            }
+        }
+        *s.counts.entry((job.kind, job.state)).or_default() += 1;
+        s.finished.push_front(job);
+        s.finished.truncate(KEPT);
+    }
 }
 
+/// A job's progress: into its record, and on to the caller waiting for
+/// it, if any.
 struct JobProgress<'a> {
-    state: &'a Mutex<State>,
+    jobs: &'a Jobs,
     id: u64,
+    caller: Option<&'a dyn Progress>,
 }
 
 impl Progress for JobProgress<'_> {
     fn step(&self, what: &str, done: u64, total: u64) {
-        let mut s = self.state.lock();
-        if let Some(job) = s.running.iter_mut().find(|j| j.id == self.id) {
-            job.step = Some(Step {
-                what: what.to_owned(),
-                done,
-                total,
-            });
+        {
+            let mut s = self.jobs.state.lock();
+            if let Some(job) = s.running.iter_mut().find(|j| j.id == self.id) {
+                job.step = Some(Step {
+                    what: what.to_owned(),
+                    done,
+                    total,
+                });
+            }
         }
+        if let Some(c) = self.caller {
+            c.step(what, done, total);
+        }
+    }
+
+    fn cancelled(&self) -> bool {
+        self.caller.is_some_and(|c| c.cancelled())
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Kind {
+    kind: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Outcome {
+    kind: &'static str,
+    state: &'static str,
+}
+
+/// The jobs' figures for `/metrics`.
+struct Figures(Arc<Jobs>);
+
+impl std::fmt::Debug for Figures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("jobs::Figures")
+    }
+}
+
+impl Collector for Figures {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        let (running, counts) = {
+            let s = self.0.state.lock();
+            (s.running.clone(), s.counts.clone())
+        };
+        let mut family = enc.encode_descriptor(
+            "cairn_jobs_running",
+            "Jobs running (scrub, gc, check, snapshots, branch moves), by kind",
+            None,
+            MetricType::Gauge,
+        )?;
+        for kind in [
+            "scrub",
+            "gc",
+            "check",
+            "snapshot_create",
+            "branch_replace",
+            "branch_drain",
+        ] {
+            let n = running.iter().filter(|j| j.kind == kind).count() as i64;
+            ConstGauge::new(n).encode(family.encode_family(&Kind { kind })?)?;
+        }
+        let mut family = enc.encode_descriptor(
+            "cairn_jobs_finished",
+            "Jobs finished since the daemon started, by kind and outcome",
+            None,
+            MetricType::Counter,
+        )?;
+        for ((kind, state), n) in counts {
+            ConstCounter::new(n).encode(family.encode_family(&Outcome { kind, state })?)?;
+        }
+        let mut family = enc.encode_descriptor(
+            "cairn_job_progress_ratio",
+            "How far each running job with a known total is (0 to 1), by kind",
+            None,
+            MetricType::Gauge,
+        )?;
+        for job in &running {
+            if let Some(step) = job.step.as_ref().filter(|s| s.total > 0) {
+                let ratio = step.done as f64 / step.total as f64;
+                ConstGauge::new(ratio).encode(family.encode_family(&Kind { kind: job.kind })?)?;
+            }
+        }
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn running(state: &Mutex<State>, kind: &'static str) -> u64 {
-        let mut s = state.lock();
-        s.next += 1;
-        let id = s.next;
-        s.running.push(JobView {
-            id,
-            kind,
-            started: 0,
-            finished: None,
-            state: "running",
-            step: None,
-            error: None,
-            reply: None,
-        });
-        id
-    }
 
     #[test]
     fn only_watchable_operations_are_jobs() {
@@ -218,31 +334,50 @@ mod tests {
     }
 
     #[test]
-    fn progress_lands_in_the_job_and_the_outcome_when_it_ends() {
-        let state = Mutex::new(State::default());
-        let id = running(&state, "scrub");
-        JobProgress { state: &state, id }.step("containers", 3, 10);
-        assert_eq!(state.lock().running[0].step.as_ref().unwrap().done, 3);
-        finish(&state, id, Err(ServiceError::NoStream));
-        let s = state.lock();
-        assert!(s.running.is_empty());
-        assert_eq!(s.finished[0].state, "failed");
-        assert!(s.finished[0]
+    fn an_attached_job_is_recorded_and_its_progress_reaches_the_caller() {
+        struct Seen(Mutex<Vec<u64>>);
+        impl Progress for Seen {
+            fn step(&self, _: &str, done: u64, _: u64) {
+                self.0.lock().push(done);
+            }
+        }
+        let jobs = Jobs::default();
+        let seen = Seen(Mutex::new(Vec::new()));
+        let out = jobs.attached(&Request::Scrub, &seen, |p| {
+            p.step("containers", 3, 10);
+            assert_eq!(jobs.list()[0].step.as_ref().unwrap().done, 3);
+            assert_eq!(jobs.list()[0].by, "command");
+            Err(ServiceError::NoStream)
+        });
+        assert!(out.is_err());
+        assert_eq!(*seen.0.lock(), vec![3]);
+        let list = jobs.list();
+        assert_eq!((list[0].kind, list[0].state), ("scrub", "failed"));
+        assert!(list[0]
             .error
             .as_deref()
             .unwrap()
             .contains("file descriptor"));
+        assert_eq!(jobs.state.lock().counts[&("scrub", "failed")], 1);
+        // Not a job's request: run as is, not recorded.
+        let out = jobs.attached(&Request::Stats, &seen, |_| Err(ServiceError::NotAJob));
+        assert!(out.is_err());
+        assert_eq!(jobs.list().len(), 1);
     }
 
     #[test]
     fn finished_jobs_are_kept_newest_first_up_to_the_bound() {
-        let state = Mutex::new(State::default());
+        let jobs = Jobs::default();
         for _ in 0..KEPT + 5 {
-            let id = running(&state, "gc");
-            finish(&state, id, Err(ServiceError::NotAJob));
+            let id = jobs.state.lock().begin("gc", "command");
+            jobs.finish(id, Err(&ServiceError::NotAJob));
         }
-        let s = state.lock();
-        assert_eq!(s.finished.len(), KEPT);
-        assert_eq!(s.finished[0].id, (KEPT + 5) as u64);
+        let list = jobs.list();
+        assert_eq!(list.len(), KEPT);
+        assert_eq!(list[0].id, (KEPT + 5) as u64);
+        assert_eq!(
+            jobs.state.lock().counts[&("gc", "failed")],
+            (KEPT + 5) as u64
+        );
     }
 }
