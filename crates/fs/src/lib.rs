@@ -396,6 +396,7 @@ impl Fs {
         let view = self.inner.meta.view()?;
         let mut report = space::report(&self.inner.store, Some(view.as_ref()))?;
         report.read_cache = Some(self.read_cache_report());
+        self.inner.recorded.space(&report);
         Ok(report)
     }
 

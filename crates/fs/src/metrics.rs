@@ -2,7 +2,9 @@
 //! how many failed (recorded as they happen), and the store's and the
 //! caches' counts (read when scraped, from counters the file system keeps
 //! anyway, so a scrape walks nothing). Logical bytes and the dedup ratio
-//! need a walk of every root and are left to `cairn stats`.
+//! need a walk of every root: they are those of the last space report
+//! (`cairn stats`, the dashboard and its five-minute sampler compute one),
+//! with its age.
 
 use std::sync::{Arc, Weak};
 use std::time::Instant;
@@ -23,6 +25,9 @@ use crate::{Fs, Inner};
 pub(crate) struct Recorded {
     commit_seconds: Histogram,
     commit_failures: Counter,
+    /// The last space report's logical bytes and dedup ratio, and when it
+    /// was computed (by `cairn stats`, the dashboard, its sampler).
+    last_space: parking_lot::Mutex<Option<(Instant, u64, f64)>>,
 }
 
 impl Default for Recorded {
@@ -31,11 +36,16 @@ impl Default for Recorded {
             // 100 µs to ~26 s in 4x steps: an empty commit to a slow disk.
             commit_seconds: Histogram::new(exponential_buckets(1e-4, 4.0, 10)),
             commit_failures: Counter::default(),
+            last_space: parking_lot::Mutex::new(None),
         }
     }
 }
 
 impl Recorded {
+    pub(crate) fn space(&self, report: &crate::space::SpaceReport) {
+        *self.last_space.lock() = Some((Instant::now(), report.logical_bytes, report.dedup_ratio));
+    }
+
     pub(crate) fn commit_done(&self, started: Instant, ok: bool) {
         if ok {
             self.commit_seconds.observe(started.elapsed().as_secs_f64());
@@ -228,6 +238,21 @@ impl Collector for Scraped {
                 }
             }
             Err(err) => tracing::warn!(error = %err, "metrics: cannot read the store's counts"),
+        }
+        if let Some((at, logical, dedup)) = *inner.recorded.last_space.lock() {
+            gauge(e, "cairn_logical", "Bytes the live files, versions, snapshots and streams hold, as of the last space report", Some(Unit::Bytes), logical)?;
+            gauge_f(
+                e,
+                "cairn_dedup_ratio",
+                "Logical bytes per unique byte, as of the last space report",
+                dedup,
+            )?;
+            gauge_f(
+                e,
+                "cairn_space_report_age_seconds",
+                "Seconds since the last space report (cairn stats, the dashboard)",
+                at.elapsed().as_secs_f64(),
+            )?;
         }
         gauge(
             e,
