@@ -208,6 +208,14 @@ fn metrics_are_valid_openmetrics_and_count_a_workload() {
     );
     assert!(count(&a, "cairn_s3_request_duration_seconds_count{method=\"GET\",resource=\"bucket\",status=\"4xx\"}") >= 1.0);
     assert!(
+        count(&a, "cairn_s3_bytes_total{direction=\"received\"}") >= 100_000.0,
+        "{after}"
+    );
+    assert!(
+        count(&a, "cairn_s3_bytes_total{direction=\"sent\"}") >= (3 << 20) as f64,
+        "{after}"
+    );
+    assert!(
         count(&a, "cairn_commit_duration_seconds_count")
             > count(&b, "cairn_commit_duration_seconds_count")
     );

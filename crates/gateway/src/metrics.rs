@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
@@ -26,6 +27,14 @@ struct Request {
 
 type Latencies = Family<Request, Histogram, fn() -> Histogram>;
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Direction {
+    /// `received` (request bodies) or `sent` (response bodies).
+    direction: &'static str,
+}
+
+type Bytes = Family<Direction, Counter>;
+
 /// 100 µs to ~26 s in 4x steps: a warm GET to a large PUT.
 fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1e-4, 4.0, 10))
@@ -36,15 +45,17 @@ fn latency_histogram() -> Histogram {
 pub struct Metrics {
     registry: Arc<Registry>,
     requests: Latencies,
+    bytes: Bytes,
 }
 
 /// The gateway's request figures, registered before the registry is
 /// frozen into [`Metrics::new`].
 #[derive(Debug, Clone)]
-pub struct RequestFigures(Latencies);
+pub struct RequestFigures(Latencies, Bytes);
 
 impl RequestFigures {
-    /// Registers `cairn_s3_request_duration_seconds` in `registry`.
+    /// Registers `cairn_s3_request_duration_seconds` and
+    /// `cairn_s3_bytes_total` in `registry`.
     pub fn register(registry: &mut Registry) -> RequestFigures {
         let latencies = Latencies::new_with_constructor(latency_histogram);
         registry.register_with_unit(
@@ -53,7 +64,14 @@ impl RequestFigures {
             Unit::Seconds,
             latencies.clone(),
         );
-        RequestFigures(latencies)
+        let bytes = Bytes::default();
+        registry.register_with_unit(
+            "cairn_s3",
+            "Body bytes the gateway received and sent (as announced by Content-Length)",
+            Unit::Bytes,
+            bytes.clone(),
+        );
+        RequestFigures(latencies, bytes)
     }
 }
 
@@ -63,10 +81,24 @@ impl Metrics {
         Metrics {
             registry,
             requests: requests.0,
+            bytes: requests.1,
         }
     }
 
-    pub(crate) fn record(&self, method: &http::Method, path: &str, status: u16, started: Instant) {
+    /// Records a request's latency, and the body bytes it moved.
+    pub(crate) fn record(
+        &self,
+        method: &http::Method,
+        path: &str,
+        status: u16,
+        started: Instant,
+        (received, sent): (u64, u64),
+    ) {
+        for (direction, n) in [("received", received), ("sent", sent)] {
+            if n > 0 {
+                self.bytes.get_or_create(&Direction { direction }).inc_by(n);
+            }
+        }
         let segments = path
             .trim_matches('/')
             .splitn(2, '/')

@@ -118,12 +118,22 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for CloseAfte
         }
         let started = std::time::Instant::now();
         let (method, path) = (req.method().clone(), req.uri().path().to_string());
+        let received = content_length(req.headers()).unwrap_or(0);
         let fut = hyper::service::Service::call(&self.s3, req);
         let figures = self.metrics.clone();
         Box::pin(async move {
             let mut resp = fut.await?;
             if let Some(m) = figures {
-                m.record(&method, &path, resp.status().as_u16(), started);
+                let sent = content_length(resp.headers())
+                    .or_else(|| hyper::body::Body::size_hint(resp.body()).exact())
+                    .unwrap_or(0);
+                m.record(
+                    &method,
+                    &path,
+                    resp.status().as_u16(),
+                    started,
+                    (received, sent),
+                );
             }
             if !resp.status().is_success() {
                 tracing::info!(%method, %path, status = resp.status().as_u16(), "the gateway refused a request");
@@ -137,6 +147,15 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for CloseAfte
             Ok(resp)
         })
     }
+}
+
+/// A message's announced body length.
+fn content_length(h: &http::HeaderMap) -> Option<u64> {
+    h.get(http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
 }
 
 /// A console request answered on a blocking thread.
