@@ -151,7 +151,7 @@ pub fn policy_mix(store: &Store) -> Result<Vec<PolicyShare>> {
         }]);
     }
     let mut mix: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    for key in layer.list("")? {
+    for key in layer.list(ContainerId::list_prefix())? {
         let Ok(placed) = layer.locate(&key) else {
             continue;
         };

@@ -78,6 +78,9 @@ try:
     branches = table("branches")
     assert [(b[0], b[1]) for b in branches] == [("left", "healthy"), ("right", "healthy")], branches
     assert [p[0] for p in table("policies")] == ["mirror:2"], table("policies")
+    # Every container is under the one policy.
+    containers = drv.execute_script("return document.getElementById('containers').textContent")
+    assert table("policies")[0][1] + " containers" == containers, (table("policies"), containers)
 
     drv.find_element(By.ID, "snapshot-name").send_keys("from-browser")
     drv.find_element(By.ID, "act-snapshot").click()
