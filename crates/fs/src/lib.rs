@@ -86,6 +86,7 @@ mod cut;
 pub mod damage;
 mod error;
 mod file;
+mod hints;
 pub mod history;
 mod migrate;
 mod namespace;
@@ -191,6 +192,9 @@ struct Inner {
     /// (a file, a sync, an index entry) per file, and a 4 MiB buffer each
     /// while it waited for the disk. A commit flushes them.
     small: Mutex<Vec<StreamWriter>>,
+    /// Small files recorded since the last commit, whose path-index
+    /// entries it gives their chunks' locations ([`hints`]).
+    hint_queue: Mutex<Vec<hints::Queued>>,
     /// Held shared while a file's content is recorded (chunks written,
     /// then the metadata pointing at them), exclusively by a commit from
     /// its first flush to the metadata sync, so that everything the sync
@@ -287,6 +291,7 @@ impl Fs {
             files: Mutex::new(HashMap::new()),
             pending: Mutex::new(Vec::new()),
             small: Mutex::new(Vec::new()),
+            hint_queue: Mutex::new(Vec::new()),
             recording: parking_lot::RwLock::new(()),
             dirty_total: AtomicUsize::new(0),
             appliers: behind::Appliers::start(),

@@ -20,7 +20,7 @@ use crate::list::{self, Item, Query};
 use crate::multipart;
 use crate::names::{self, KeyPath};
 use crate::server::Limits;
-use crate::tree::{precondition_failed, Attrs, Guard, Tree, Upload, PIECE};
+use crate::tree::{precondition_failed, Attrs, FoundObject, Guard, Tree, Upload, PIECE};
 
 /// What `EncodingType=url` leaves as it is (boto3 asks for it on every
 /// listing and decodes with `unquote_plus`, so `+` must be encoded).
@@ -71,6 +71,27 @@ fn too_large(limit: u64) -> S3Error {
         S3ErrorCode::EntityTooLarge,
         format!("the body is larger than this gateway takes ({limit} bytes)"),
     )
+}
+
+/// The `range` of a small chunked object read whole by where its chunks
+/// are ([`fs::Fs::read_small`]); `None` to read it as any other (a file
+/// being written, a larger one, any failure: that read gives the error).
+fn small_body(
+    t: &Tree,
+    inode: &Inode,
+    hints: Option<&meta::ContentHints>,
+    range: std::ops::Range<u64>,
+) -> Option<Bytes> {
+    match t.fs().read_small(inode, hints) {
+        Ok(Some(bytes)) if bytes.len() as u64 == inode.attr.size => Some(Bytes::copy_from_slice(
+            &bytes[range.start as usize..range.end as usize],
+        )),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::debug!(inode = inode.id.0, error = %e, "reading a small object by its chunk hints failed; reading it as usual");
+            None
+        }
+    }
 }
 
 /// Runs `f` on a blocking thread with a handle on the tree.
@@ -125,11 +146,6 @@ fn encode(s: &str, url: bool) -> String {
 }
 
 /// The object a GET or HEAD found, with its ETag.
-struct Found {
-    inode: Inode,
-    etag: String,
-    attrs: Attrs,
-}
 
 /// The conditional headers of a GET or HEAD.
 struct Conditions {
@@ -154,7 +170,7 @@ impl Conditions {
     /// RFC 9110's order: If-Match, else If-Unmodified-Since (412); then
     /// If-None-Match, else If-Modified-Since (304). HTTP dates have whole
     /// seconds, so the object's mtime is compared in whole seconds.
-    fn check(self, found: &Found) -> S3Result<()> {
+    fn check(self, found: &FoundObject) -> S3Result<()> {
         let mtime = found.inode.attr.mtime.secs;
         let failed = match (&self.if_match, self.if_unmodified_since) {
             (Some(c), _) => !matches(c, &found.etag),
@@ -177,12 +193,11 @@ impl Conditions {
 }
 
 impl Gateway {
-    async fn find(&self, bucket: &str, key: &str) -> S3Result<Found> {
+    async fn find(&self, bucket: &str, key: &str) -> S3Result<FoundObject> {
         let (parts, dir) = owned_key(key)?;
         let bucket = bucket.to_string();
         blocking(&self.tree, move |t| {
-            let (inode, etag, attrs) = t.found(&bucket, &key_path(&parts, dir))?;
-            Ok(Found { inode, etag, attrs })
+            t.found(&bucket, &key_path(&parts, dir))
         })
         .await
     }
@@ -669,7 +684,7 @@ impl S3 for Gateway {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let input = req.input;
-        let found = self.find(&input.bucket, &input.key).await?;
+        let mut found = self.find(&input.bucket, &input.key).await?;
         Conditions {
             if_match: input.if_match,
             if_none_match: input.if_none_match,
@@ -693,12 +708,24 @@ impl S3 for Gateway {
             }
         };
         let ino = found.inode.id;
-        // A small file's bytes came with its record: no second read.
-        let settled = self
+        // A small file's bytes came with its record: no second read. A
+        // small chunked one's are read where its entry says its chunks are.
+        let mut settled = self
             .tree
             .fs()
             .settled_inline(&found.inode)
             .map(|b| Bytes::copy_from_slice(&b[range.start as usize..range.end as usize]));
+        if settled.is_none()
+            && matches!(found.inode.content, meta::Content::Recipe(_))
+            && found.inode.attr.size <= meta::MAX_HINTED_SIZE
+        {
+            let (inode, hints) = (found.inode.clone(), found.hints.take());
+            let r = range.clone();
+            settled = blocking(&self.tree, move |t| {
+                Ok(small_body(t, &inode, hints.as_ref(), r))
+            })
+            .await?;
+        }
         let blob = if let Some(bytes) = settled {
             StreamingBlob::wrap(futures_util::stream::once(async move {
                 Ok::<_, std::io::Error>(bytes)
