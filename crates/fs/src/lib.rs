@@ -11,7 +11,9 @@
 //! pattern: a random reader's neighbours and tier admissions, never a
 //! sequential reader's) and the committer that makes
 //! data and then metadata durable in batches (`commit`, whose header states
-//! the lock order). Its errors and their errno values are in `error`.
+//! the lock order), giving the path-index entries of the small files it
+//! made durable their chunks' locations (`hints`, read back by
+//! [`Fs::read_small`]). Its errors and their errno values are in `error`.
 //! It also picks each file's redundancy protection when its write stream
 //! opens (`protection`, [`rules`]: the `user.cairn.policy` xattr, inherited
 //! by new children, else `cairn.toml`'s rules matched against the path the
