@@ -145,8 +145,6 @@ fn encode(s: &str, url: bool) -> String {
     }
 }
 
-/// The object a GET or HEAD found, with its ETag.
-
 /// The conditional headers of a GET or HEAD.
 struct Conditions {
     if_match: Option<ETagCondition>,
