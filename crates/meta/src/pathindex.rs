@@ -411,7 +411,8 @@ pub(crate) fn hit(
         return Ok(None);
     }
     let inode = decode(e.ino, e.rec)?.inode;
-    let hints = e.hints.map(decode_hints).transpose()?;
+    // Damaged hints are only a lost shortcut: the reader gives new ones.
+    let hints = e.hints.and_then(|h| decode_hints(h).ok());
     Ok(Some(PathFound {
         hints: hints.filter(|h| describes(h, &inode)),
         xattrs: e.xattrs.map(decode_xattrs).transpose()?,
