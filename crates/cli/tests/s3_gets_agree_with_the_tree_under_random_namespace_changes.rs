@@ -3,7 +3,8 @@
 //! link, rename of files and of directories, rmdir; S3: put, delete, copy),
 //! from a seeded RNG, and after every step a GET and a HEAD of every key
 //! ever used answer exactly what the tree holds: the bytes of the file the
-//! path names now, or NoSuchKey. GET and HEAD go through the path index
+//! path names now, or NoSuchKey. Some files are past the 16 KiB kept
+//! inline, so GETs also read chunks where the entries' hints say. GET and HEAD go through the path index
 //! (`gateway/src/fast.rs`), so a stale entry would show as wrong bytes or a
 //! key that should be gone.
 //!
@@ -253,7 +254,14 @@ fn gets_through_the_path_index_answer_what_the_tree_holds() {
     let mut seen: BTreeSet<String> = BTreeSet::new();
     let mut kinds = BTreeMap::<&str, u32>::new();
     for step in 0..120u64 {
-        let bytes = random(1 + rng.below(3000), step + 1);
+        // One in four past the 16 KiB kept inline: stored in chunks, read
+        // by the GET where the entry's hints say the chunks are.
+        let len = if step % 4 == 3 {
+            17 * 1024 + rng.below(8000)
+        } else {
+            1 + rng.below(3000)
+        };
+        let bytes = random(len, step + 1);
         let files: Vec<String> = model.files.keys().cloned().collect();
         let mine = |side: &str| -> Vec<String> {
             files
@@ -435,7 +443,7 @@ fn gets_through_the_path_index_answer_what_the_tree_holds() {
         .map(|(p, i)| (p.clone(), *i))
         .collect();
     for (n, (p, id)) in mounted.iter().enumerate() {
-        let bytes = random(100 + n, 7777 + n as u64);
+        let bytes = random(100 + n + (n % 2) * 20_000, 7777 + n as u64);
         fs::write(at(p), &bytes).unwrap();
         model.data.insert(*id, bytes);
     }

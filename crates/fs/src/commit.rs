@@ -114,6 +114,9 @@ impl Inner {
         if let Some(e) = self.store.waiting_for_space() {
             return Err(e.into());
         }
+        // The chunks of the files recorded since the last commit are in
+        // sealed containers now: their entries can say where.
+        self.give_queued_hints();
         self.meta.sync()?;
         Ok(())
     }

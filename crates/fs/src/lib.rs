@@ -11,7 +11,9 @@
 //! pattern: a random reader's neighbours and tier admissions, never a
 //! sequential reader's) and the committer that makes
 //! data and then metadata durable in batches (`commit`, whose header states
-//! the lock order). Its errors and their errno values are in `error`.
+//! the lock order), giving the path-index entries of the small files it
+//! made durable their chunks' locations (`hints`, read back by
+//! [`Fs::read_small`]). Its errors and their errno values are in `error`.
 //! Its figures for `/metrics` (commit latency, store and cache counts) are
 //! registered by [`Fs::register_metrics`] (`metrics`).
 //! It also picks each file's redundancy protection when its write stream
@@ -88,6 +90,7 @@ mod cut;
 pub mod damage;
 mod error;
 mod file;
+mod hints;
 pub mod history;
 mod metrics;
 mod migrate;
@@ -194,6 +197,9 @@ struct Inner {
     /// (a file, a sync, an index entry) per file, and a 4 MiB buffer each
     /// while it waited for the disk. A commit flushes them.
     small: Mutex<Vec<StreamWriter>>,
+    /// Small files recorded since the last commit, whose path-index
+    /// entries it gives their chunks' locations ([`hints`]).
+    hint_queue: Mutex<Vec<hints::Queued>>,
     /// Held shared while a file's content is recorded (chunks written,
     /// then the metadata pointing at them), exclusively by a commit from
     /// its first flush to the metadata sync, so that everything the sync
@@ -292,6 +298,7 @@ impl Fs {
             files: Mutex::new(HashMap::new()),
             pending: Mutex::new(Vec::new()),
             small: Mutex::new(Vec::new()),
+            hint_queue: Mutex::new(Vec::new()),
             recording: parking_lot::RwLock::new(()),
             dirty_total: AtomicUsize::new(0),
             appliers: behind::Appliers::start(),

@@ -405,6 +405,7 @@ impl Inner {
             let mtime = f.mtime.unwrap_or_else(now);
             self.meta
                 .set_content(f.ino, content.clone(), f.size, mtime)?;
+            self.queue_hints(f.ino, &content, f.size, &f.extents);
             f.content = content;
             f.changed = false;
             // Recorded: the engine's mtime is the file's from here on.

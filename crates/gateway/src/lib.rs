@@ -9,9 +9,10 @@
 //! temporary files (`sweep`), the HTTP server ([`start`]) and the
 //! repository's S3 access keys ([`keys`], in `REPO/gateway/keys.toml`).
 //! GET and HEAD find a file by the metadata engine's path index first
-//! (`fast`), the walk only on a miss. The same port answers an unsigned
-//! `GET /metrics` from the registry `serve` built, and records each
-//! request's latency there ([`Metrics`]).
+//! (`fast`), the walk only on a miss; a small object stored in chunks is
+//! read where its entry says the chunks are ([`fs::Fs::read_small`]). The
+//! same port answers an unsigned `GET /metrics` from the registry `serve`
+//! built, and records each request's latency there ([`Metrics`]).
 //!
 //! **Never:** reaches below `fs` (no chunk store, no metadata engine of its
 //! own): it is a client of [`fs::Fs`] like the FUSE mount, and may share

@@ -20,7 +20,7 @@ use crate::list::{self, Item, Query};
 use crate::multipart;
 use crate::names::{self, KeyPath};
 use crate::server::Limits;
-use crate::tree::{precondition_failed, Attrs, Guard, Tree, Upload, PIECE};
+use crate::tree::{precondition_failed, Attrs, FoundObject, Guard, Tree, Upload, PIECE};
 
 /// What `EncodingType=url` leaves as it is (boto3 asks for it on every
 /// listing and decodes with `unquote_plus`, so `+` must be encoded).
@@ -71,6 +71,27 @@ fn too_large(limit: u64) -> S3Error {
         S3ErrorCode::EntityTooLarge,
         format!("the body is larger than this gateway takes ({limit} bytes)"),
     )
+}
+
+/// The `range` of a small chunked object read whole by where its chunks
+/// are ([`fs::Fs::read_small`]); `None` to read it as any other (a file
+/// being written, a larger one, any failure: that read gives the error).
+fn small_body(
+    t: &Tree,
+    inode: &Inode,
+    hints: Option<&meta::ContentHints>,
+    range: std::ops::Range<u64>,
+) -> Option<Bytes> {
+    match t.fs().read_small(inode, hints) {
+        Ok(Some(bytes)) if bytes.len() as u64 == inode.attr.size => Some(Bytes::copy_from_slice(
+            &bytes[range.start as usize..range.end as usize],
+        )),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::debug!(inode = inode.id.0, error = %e, "reading a small object by its chunk hints failed; reading it as usual");
+            None
+        }
+    }
 }
 
 /// Runs `f` on a blocking thread with a handle on the tree.
@@ -124,13 +145,6 @@ fn encode(s: &str, url: bool) -> String {
     }
 }
 
-/// The object a GET or HEAD found, with its ETag.
-struct Found {
-    inode: Inode,
-    etag: String,
-    attrs: Attrs,
-}
-
 /// The conditional headers of a GET or HEAD.
 struct Conditions {
     if_match: Option<ETagCondition>,
@@ -154,7 +168,7 @@ impl Conditions {
     /// RFC 9110's order: If-Match, else If-Unmodified-Since (412); then
     /// If-None-Match, else If-Modified-Since (304). HTTP dates have whole
     /// seconds, so the object's mtime is compared in whole seconds.
-    fn check(self, found: &Found) -> S3Result<()> {
+    fn check(self, found: &FoundObject) -> S3Result<()> {
         let mtime = found.inode.attr.mtime.secs;
         let failed = match (&self.if_match, self.if_unmodified_since) {
             (Some(c), _) => !matches(c, &found.etag),
@@ -177,12 +191,11 @@ impl Conditions {
 }
 
 impl Gateway {
-    async fn find(&self, bucket: &str, key: &str) -> S3Result<Found> {
+    async fn find(&self, bucket: &str, key: &str) -> S3Result<FoundObject> {
         let (parts, dir) = owned_key(key)?;
         let bucket = bucket.to_string();
         blocking(&self.tree, move |t| {
-            let (inode, etag, attrs) = t.found(&bucket, &key_path(&parts, dir))?;
-            Ok(Found { inode, etag, attrs })
+            t.found(&bucket, &key_path(&parts, dir))
         })
         .await
     }
@@ -259,10 +272,15 @@ impl Gateway {
             tree: self.tree.clone(),
             up: Some(up.clone()),
         };
-        let mut md5 = Md5::new();
+        // Each piece is hashed and written on blocking threads, one hash
+        // and one write in flight at a time (each chain in order), while
+        // the next piece is received: the network, MD5 (a third of a large
+        // PUT's time) and the file system overlap.
+        let mut md5 = Some(Md5::new());
         let mut offset = 0u64;
         let mut buf = BytesMut::with_capacity(PIECE);
         let mut writing: Option<tokio::task::JoinHandle<S3Result<()>>> = None;
+        let mut hashing: Option<tokio::task::JoinHandle<Md5>> = None;
         let received: S3Result<()> = async {
             loop {
                 let next = body.next().await;
@@ -273,7 +291,6 @@ impl Gateway {
                     if offset + (buf.len() + piece.len()) as u64 > max {
                         return Err(too_large(max));
                     }
-                    md5.update(&piece);
                     declared.update(&piece);
                     buf.extend_from_slice(&piece);
                 }
@@ -282,9 +299,15 @@ impl Gateway {
                     let at = offset;
                     offset += data.len() as u64;
                     let up = up.clone();
-                    // One write in flight while the next piece is received
-                    // and hashed: writes stay in order, and the network,
-                    // MD5 and the file system overlap.
+                    if let Some(previous) = hashing.take() {
+                        md5 = Some(previous.await.map_err(s3_from_join)?);
+                    }
+                    let mut hash = md5.take().expect("back from the last hash");
+                    let piece = data.clone();
+                    hashing = Some(tokio::task::spawn_blocking(move || {
+                        hash.update(&piece);
+                        hash
+                    }));
                     if let Some(previous) = writing.take() {
                         joined(previous).await?;
                     }
@@ -305,7 +328,17 @@ impl Gateway {
             Some(w) => received.and(joined(w).await),
             None => received,
         };
-        let md5 = md5.finalize();
+        let received = match hashing.take() {
+            Some(h) => match h.await {
+                Ok(hash) => {
+                    md5 = Some(hash);
+                    received
+                }
+                Err(e) => received.and(Err(s3_from_join(e))),
+            },
+            None => received,
+        };
+        let md5 = md5.unwrap_or_default().finalize();
         let verdict = received.and_then(|()| declared.verify()).and_then(|()| {
             if length.is_some_and(|l| l != offset as i64) {
                 return Err(S3Error::with_message(
@@ -669,7 +702,7 @@ impl S3 for Gateway {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let input = req.input;
-        let found = self.find(&input.bucket, &input.key).await?;
+        let mut found = self.find(&input.bucket, &input.key).await?;
         Conditions {
             if_match: input.if_match,
             if_none_match: input.if_none_match,
@@ -693,12 +726,24 @@ impl S3 for Gateway {
             }
         };
         let ino = found.inode.id;
-        // A small file's bytes came with its record: no second read.
-        let settled = self
+        // A small file's bytes came with its record: no second read. A
+        // small chunked one's are read where its entry says its chunks are.
+        let mut settled = self
             .tree
             .fs()
             .settled_inline(&found.inode)
             .map(|b| Bytes::copy_from_slice(&b[range.start as usize..range.end as usize]));
+        if settled.is_none()
+            && matches!(found.inode.content, meta::Content::Recipe(_))
+            && found.inode.attr.size <= meta::MAX_HINTED_SIZE
+        {
+            let (inode, hints) = (found.inode.clone(), found.hints.take());
+            let r = range.clone();
+            settled = blocking(&self.tree, move |t| {
+                Ok(small_body(t, &inode, hints.as_ref(), r))
+            })
+            .await?;
+        }
         let blob = if let Some(bytes) = settled {
             StreamingBlob::wrap(futures_util::stream::once(async move {
                 Ok::<_, std::io::Error>(bytes)

@@ -6,7 +6,10 @@ use std::sync::{Arc, OnceLock};
 
 use fs::{Caller, Fs, FsError};
 use md5::{Digest, Md5};
-use meta::{Content, FileKind, Inode, InodeId, NewInode, RenameFlags, XattrFlags, Xattrs};
+use meta::{
+    Content, ContentHints, FileKind, Inode, InodeId, NewInode, PathFound, RenameFlags, XattrFlags,
+    Xattrs,
+};
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
 use crate::commit::GroupCommit;
@@ -114,6 +117,15 @@ pub struct Attrs {
     pub meta: Vec<(String, String)>,
 }
 
+/// An object a GET or HEAD found: its inode, ETag, attributes, and where
+/// its chunks are when the path index said so.
+pub struct FoundObject {
+    pub inode: Inode,
+    pub etag: String,
+    pub attrs: Attrs,
+    pub hints: Option<ContentHints>,
+}
+
 /// Told of each name the gateway changed (the directory, the name): a
 /// mount on the same `Fs` drops its kernel's cached entry for it.
 pub type NameChanged = Box<dyn Fn(InodeId, &[u8]) + Send + Sync>;
@@ -216,15 +228,19 @@ impl Tree {
 
     /// The inode a key names: a file, or with a trailing `/` a directory.
     pub fn object(&self, bucket: &str, key: &KeyPath<'_>) -> S3Result<Inode> {
-        self.object_with_xattrs(bucket, key).map(|(inode, _)| inode)
+        self.object_by_path(bucket, key).map(|found| found.inode)
     }
 
     /// What GET and HEAD answer from: the object a key names, its ETag
     /// and its attributes. A file the path index finds brings its xattrs
     /// (the cached ETag, Content-Type, user metadata), so none is read
-    /// apart.
-    pub fn found(&self, bucket: &str, key: &KeyPath<'_>) -> S3Result<(Inode, String, Attrs)> {
-        let (inode, xattrs) = self.object_with_xattrs(bucket, key)?;
+    /// apart, and a small file's chunk hints ([`fs::Fs::read_small`]).
+    pub fn found(&self, bucket: &str, key: &KeyPath<'_>) -> S3Result<FoundObject> {
+        let PathFound {
+            inode,
+            xattrs,
+            hints,
+        } = self.object_by_path(bucket, key)?;
         let xattrs = match xattrs {
             Some(x) => x,
             None => self.xattrs(inode.id)?,
@@ -234,18 +250,19 @@ impl Tree {
         } else {
             self.etag_with(&inode, Some(&xattrs))?
         };
-        Ok((inode, etag, attrs_of(&xattrs)))
+        Ok(FoundObject {
+            attrs: attrs_of(&xattrs),
+            inode,
+            etag,
+            hints,
+        })
     }
 
-    /// [`Tree::object`], with the inode's xattrs when the path index
-    /// carried them.
-    fn object_with_xattrs(
-        &self,
-        bucket: &str,
-        key: &KeyPath<'_>,
-    ) -> S3Result<(Inode, Option<Xattrs>)> {
+    /// [`Tree::object`], with the inode's xattrs and chunk hints when the
+    /// path index carried them.
+    fn object_by_path(&self, bucket: &str, key: &KeyPath<'_>) -> S3Result<PathFound> {
         if let Some(found) = crate::fast::object(&self.fs, bucket, key) {
-            return Ok((found.inode, found.xattrs));
+            return Ok(found);
         }
         let mut at = self.bucket(bucket)?;
         let mut inode = None;
@@ -266,7 +283,7 @@ impl Tree {
         if inode.attr.kind != wanted {
             return Err(S3Error::new(S3ErrorCode::NoSuchKey));
         }
-        Ok((inode, None))
+        Ok(PathFound::walked(inode))
     }
 
     /// The directories of `parts`, below the bucket, made where missing. A

@@ -25,8 +25,8 @@ use crate::record::{
 };
 use crate::rules::{check_name, check_xattr_name, new_size};
 use crate::{
-    Attr, Content, Counts, DirEntry, FileKind, Inode, InodeId, MetaError, MetaStore, NewInode,
-    PathFound, RenameFlags, Result, SetAttr, Timestamp, XattrChange, XattrFlags,
+    Attr, Content, ContentHints, Counts, DirEntry, FileKind, Inode, InodeId, MetaError, MetaStore,
+    NewInode, PathFound, RenameFlags, Result, SetAttr, Timestamp, XattrChange, XattrFlags,
 };
 use counted::Counted;
 
@@ -1067,6 +1067,14 @@ impl MetaStore for RedbMeta {
             other => other,
         }
         .map(PathFound::walked)
+    }
+
+    fn path_indexed(&self, ino: InodeId) -> Result<bool> {
+        self.write(|w| w.indexed(ino))
+    }
+
+    fn set_path_hints(&self, ino: InodeId, hints: &ContentHints) -> Result<bool> {
+        self.write(|w| w.set_hints(ino, hints))
     }
 
     fn storage_reads(&self) -> u64 {

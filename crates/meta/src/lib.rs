@@ -7,7 +7,10 @@
 //! Also the one byte layout of an inode's attributes ([`codec`]), which
 //! `fs` uses for the listings of versions and snapshots; the path index
 //! (hashFS, `pathindex`): a regular file found by a hash of its full path
-//! in one read ([`MetaStore::lookup_path`]); and a count of the reads the
+//! in one read ([`MetaStore::lookup_path`]), with, for a small file
+//! stored in chunks, where `fs` last saw those chunks (opaque location
+//! hints it gives with [`MetaStore::set_path_hints`], kept only for the
+//! recipe root they were computed from); and a count of the reads the
 //! engine makes of its storage ([`Counted`], from the `counted` crate;
 //! [`MetaStore::storage_reads`]).
 //!
@@ -64,7 +67,8 @@ mod view;
 
 pub use counted::Counted;
 pub use engine::RedbMeta;
-pub use pathindex::{MAX_ENTRY_XATTRS, MAX_MOVES};
+pub use ids::ChunkId;
+pub use pathindex::{MAX_ENTRY_XATTRS, MAX_HINTED_CHUNKS, MAX_HINTED_SIZE, MAX_MOVES};
 pub use types::*;
 pub use view::{ImportEntry, ImportInode};
 
@@ -295,6 +299,18 @@ pub trait MetaStore: Send + Sync {
     /// file (see `pathindex`). An index hit brings the inode's xattrs too
     /// when they are small ([`PathFound`]).
     fn lookup_path(&self, path: &[u8]) -> Result<PathFound>;
+
+    /// Whether regular file `ino` has a path-index entry (worth giving
+    /// hints to).
+    fn path_indexed(&self, ino: InodeId) -> Result<bool>;
+
+    /// Gives the path-index entry of `ino` where its data chunks are
+    /// ([`ContentHints`]), which [`MetaStore::lookup_path`] then answers
+    /// with while the file keeps that content. Nothing happens when `ino`
+    /// has no entry or the hints do not describe its content now (another
+    /// recipe root, a size they do not cover, more than
+    /// `MAX_HINTED_CHUNKS` chunks); whether its entry holds them.
+    fn set_path_hints(&self, ino: InodeId, hints: &ContentHints) -> Result<bool>;
 
     /// Reads the engine has made of its storage since it was opened (an
     /// exact count, for benchmarks: reads per operation on a cold cache).

@@ -11,7 +11,21 @@
 //!   and its extended attributes when they fit in [`MAX_ENTRY_XATTRS`]
 //!   bytes (the S3 gateway's ETag, Content-Type and user metadata), so a
 //!   hit answers a GET or HEAD without another read. Every change to the
-//!   inode or its xattrs rewrites the entry in the same transaction.
+//!   inode or its xattrs rewrites the entry in the same transaction. The
+//!   entry of a small file stored in chunks (at most [`MAX_HINTED_CHUNKS`]
+//!   chunks, [`MAX_HINTED_SIZE`] bytes) may also carry where its data
+//!   chunks were ([`ContentHints`]: ids, lengths, opaque locations from
+//!   the chunk store, and the recipe root they were computed from), so a
+//!   cold GET reads the entry and then the chunks, never the recipe or
+//!   the chunk index. `fs` gives them ([`crate::MetaStore::set_path_hints`])
+//!   once the chunks are in sealed containers, or again after a hint led
+//!   nowhere (garbage collection moved the chunk); a rewrite of the entry
+//!   keeps them only while they describe the record (its recipe root and
+//!   size), a new entry (a rename, a walk) starts without. A location is
+//!   never trusted: the reader verifies each chunk by its id.
+//!
+//!   Each optional block is flagged in the path length's top bits, so an
+//!   entry written before a block existed decodes as one without it.
 //! - `path_keys`: inode -> the key of its one entry, so a change to the
 //!   inode (a write, a truncate, a chmod) rewrites its entry, and a name
 //!   it loses drops it, without knowing its path.
@@ -41,12 +55,16 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::OnceLock;
 
+use ids::ChunkId;
 use redb::{ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use crate::batch::W;
 use crate::record::{corrupt, decode, encode, Rec, DIRS};
 use crate::rules::check_name;
-use crate::{FileKind, Inode, InodeId, MetaError, PathFound, Result, Xattrs};
+use crate::{
+    ChunkHint, Content, ContentHints, FileKind, Inode, InodeId, MetaError, PathFound, Result,
+    Xattrs, LOCATION_LEN,
+};
 
 pub(crate) const PATHS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("paths");
 pub(crate) const PATH_KEYS: TableDefinition<u64, &[u8]> = TableDefinition::new("path_keys");
@@ -81,25 +99,101 @@ pub const MAX_ENTRY_XATTRS: usize = 1024;
 /// Set in an entry's path length when an xattr block follows the path
 /// (entries written before xattrs were carried have it clear).
 const HAS_XATTRS: u32 = 1 << 31;
+/// Set in an entry's path length when a hints block follows the path and
+/// xattrs (entries written before hints were carried have it clear).
+const HAS_HINTS: u32 = 1 << 30;
+const FLAGS: u32 = HAS_XATTRS | HAS_HINTS;
+
+/// The most data chunks, and bytes, of a file whose entry carries where
+/// its chunks are ([`ContentHints`]); a larger file is read the usual way.
+pub const MAX_HINTED_CHUNKS: usize = 8;
+pub const MAX_HINTED_SIZE: u64 = 256 << 10;
+/// A hinted chunk's bytes in a hints block: id, length, location.
+const HINT_LEN: usize = ChunkId::LEN + 4 + LOCATION_LEN;
 
 /// An entry's bytes: generation (8), inode (8), path length (4, with
-/// [`HAS_XATTRS`]), path, [the xattr block's length (4), the block
-/// ([`encode_xattrs`])], then the inode record
+/// [`HAS_XATTRS`] and [`HAS_HINTS`]), path, [the xattr block's length (4),
+/// the block ([`encode_xattrs`])], [the hints block's length (4), the
+/// block ([`encode_hints`])], then the inode record
 /// ([`crate::record::encode`]); little-endian.
-fn encode_entry(gen: u64, ino: u64, path: &[u8], xattrs: Option<&[u8]>, rec: &[u8]) -> Vec<u8> {
-    let x = xattrs.map_or(0, |x| 4 + x.len());
-    let mut out = Vec::with_capacity(20 + path.len() + x + rec.len());
+fn encode_entry(
+    gen: u64,
+    ino: u64,
+    path: &[u8],
+    xattrs: Option<&[u8]>,
+    hints: Option<&[u8]>,
+    rec: &[u8],
+) -> Vec<u8> {
+    let block = |b: Option<&[u8]>| b.map_or(0, |b| 4 + b.len());
+    let mut out = Vec::with_capacity(20 + path.len() + block(xattrs) + block(hints) + rec.len());
     out.extend_from_slice(&gen.to_le_bytes());
     out.extend_from_slice(&ino.to_le_bytes());
-    let flag = if xattrs.is_some() { HAS_XATTRS } else { 0 };
-    out.extend_from_slice(&(path.len() as u32 | flag).to_le_bytes());
+    let flag = |b: Option<&[u8]>, f| if b.is_some() { f } else { 0 };
+    let flags = flag(xattrs, HAS_XATTRS) | flag(hints, HAS_HINTS);
+    out.extend_from_slice(&(path.len() as u32 | flags).to_le_bytes());
     out.extend_from_slice(path);
-    if let Some(x) = xattrs {
-        out.extend_from_slice(&(x.len() as u32).to_le_bytes());
-        out.extend_from_slice(x);
+    for b in [xattrs, hints].into_iter().flatten() {
+        out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        out.extend_from_slice(b);
     }
     out.extend_from_slice(rec);
     out
+}
+
+/// A hints block: the recipe root (32), then per chunk its id (32), length
+/// (4) and location ([`LOCATION_LEN`]).
+fn encode_hints(h: &ContentHints) -> Vec<u8> {
+    let mut out = Vec::with_capacity(ChunkId::LEN + h.chunks.len() * HINT_LEN);
+    out.extend_from_slice(h.root.as_bytes());
+    for c in &h.chunks {
+        out.extend_from_slice(c.id.as_bytes());
+        out.extend_from_slice(&c.len.to_le_bytes());
+        out.extend_from_slice(&c.location);
+    }
+    out
+}
+
+fn decode_hints(b: &[u8]) -> Result<ContentHints> {
+    let bad = || corrupt("a path index entry's hints are cut short".into());
+    let (root, rest) = b.split_first_chunk::<32>().ok_or_else(bad)?;
+    if rest.len() % HINT_LEN != 0 {
+        return Err(bad());
+    }
+    let chunks = rest
+        .chunks_exact(HINT_LEN)
+        .map(|c| {
+            let (id, c) = c.split_first_chunk::<32>().expect("HINT_LEN");
+            let (len, location) = c.split_first_chunk::<4>().expect("HINT_LEN");
+            ChunkHint {
+                id: ChunkId::from_bytes(*id),
+                len: u32::from_le_bytes(*len),
+                location: location.try_into().expect("HINT_LEN"),
+            }
+        })
+        .collect();
+    Ok(ContentHints {
+        root: ChunkId::from_bytes(*root),
+        chunks,
+    })
+}
+
+/// Whether `h` describes `inode`'s content as it is: its recipe root, at
+/// most [`MAX_HINTED_CHUNKS`] chunks covering its size exactly, a size up
+/// to [`MAX_HINTED_SIZE`].
+fn describes(h: &ContentHints, inode: &Inode) -> bool {
+    let size = inode.attr.size;
+    inode.content == Content::Recipe(h.root)
+        && (1..=MAX_HINTED_CHUNKS).contains(&h.chunks.len())
+        && size <= MAX_HINTED_SIZE
+        && h.chunks.iter().map(|c| u64::from(c.len)).sum::<u64>() == size
+}
+
+/// An old entry's hints block, if it still describes `rec`: a rewrite of
+/// the entry keeps it.
+fn kept_hints<'a>(hints: Option<&'a [u8]>, rec: &Rec) -> Option<&'a [u8]> {
+    let block = hints?;
+    let h = decode_hints(block).ok()?;
+    describes(&h, &rec.inode).then_some(block)
 }
 
 /// An inode's xattrs (name order) as an entry carries them: per xattr the
@@ -144,6 +238,8 @@ pub(crate) struct Entry<'a> {
     pub path: &'a [u8],
     /// The encoded xattrs, if the entry carries them.
     pub xattrs: Option<&'a [u8]>,
+    /// The encoded hints, if the entry carries them.
+    pub hints: Option<&'a [u8]>,
     pub rec: &'a [u8],
 }
 
@@ -161,22 +257,26 @@ pub(crate) fn decode_entry(b: &[u8]) -> Result<Entry<'_>> {
     };
     let (gen, ino) = (word(0)?, word(8)?);
     let flagged = u32_at(16)?;
-    let len = (flagged & !HAS_XATTRS) as usize;
+    let len = (flagged & !FLAGS) as usize;
     let path = b.get(20..20 + len).ok_or_else(bad)?;
     let mut at = 20 + len;
-    let xattrs = if flagged & HAS_XATTRS != 0 {
+    let mut block = |flag: u32| -> Result<Option<&[u8]>> {
+        if flagged & flag == 0 {
+            return Ok(None);
+        }
         let n = u32_at(at)? as usize;
         let x = b.get(at + 4..at + 4 + n).ok_or_else(bad)?;
         at += 4 + n;
-        Some(x)
-    } else {
-        None
+        Ok(Some(x))
     };
+    let xattrs = block(HAS_XATTRS)?;
+    let hints = block(HAS_HINTS)?;
     Ok(Entry {
         gen,
         ino,
         path,
         xattrs,
+        hints,
         rec: &b[at..],
     })
 }
@@ -310,9 +410,13 @@ pub(crate) fn hit(
     if e.path != path || moves.doubts(e.gen, path) {
         return Ok(None);
     }
+    let inode = decode(e.ino, e.rec)?.inode;
+    // Damaged hints are only a lost shortcut: the reader gives new ones.
+    let hints = e.hints.and_then(|h| decode_hints(h).ok());
     Ok(Some(PathFound {
-        inode: decode(e.ino, e.rec)?.inode,
+        hints: hints.filter(|h| describes(h, &inode)),
         xattrs: e.xattrs.map(decode_xattrs).transpose()?,
+        inode,
     }))
 }
 
@@ -478,15 +582,21 @@ impl W<'_> {
         let ino = rec.inode.id.0;
         let k = key(path);
         self.mutated = true;
+        // The hints of the inode's entry so far go on while they hold.
+        let mut hints = None;
         if let Some(old) = self.path_keys.get(ino)?.map(|v| v.value().to_vec()) {
-            if old != k {
-                let ours = match self.paths.get(old.as_slice())? {
-                    Some(v) => decode_entry(v.value())?.ino == ino,
-                    None => false,
-                };
-                if ours {
-                    self.paths.remove(old.as_slice())?;
+            let ours = match self.paths.get(old.as_slice())? {
+                Some(v) => {
+                    let e = decode_entry(v.value())?;
+                    hints = kept_hints(e.hints, rec).map(<[u8]>::to_vec);
+                    e.ino == ino
                 }
+                None => false,
+            };
+            if ours && old != k {
+                self.paths.remove(old.as_slice())?;
+            } else if !ours {
+                hints = None;
             }
         }
         let other = match self.paths.get(k.as_slice())? {
@@ -500,10 +610,8 @@ impl W<'_> {
             }
         }
         let x = xattrs_of(&self.xattrs, ino)?;
-        self.paths.insert(
-            k.as_slice(),
-            encode_entry(gen, ino, path, x.as_deref(), &encode(rec)).as_slice(),
-        )?;
+        let entry = encode_entry(gen, ino, path, x.as_deref(), hints.as_deref(), &encode(rec));
+        self.paths.insert(k.as_slice(), entry.as_slice())?;
         self.path_keys.insert(ino, k.as_slice())?;
         Ok(())
     }
@@ -547,8 +655,9 @@ impl W<'_> {
                 Some(v) => {
                     let e = decode_entry(v.value())?;
                     (e.ino == ino.0).then(|| {
-                        let rec = encode(&self.cache[&ino.0].0);
-                        encode_entry(e.gen, e.ino, e.path, x.as_deref(), &rec)
+                        let rec = &self.cache[&ino.0].0;
+                        let hints = kept_hints(e.hints, rec);
+                        encode_entry(e.gen, e.ino, e.path, x.as_deref(), hints, &encode(rec))
                     })
                 }
                 None => None,
@@ -564,6 +673,39 @@ impl W<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Whether `ino` has a path-index entry.
+    pub(crate) fn indexed(&self, ino: InodeId) -> Result<bool> {
+        Ok(self.path_keys.get(ino.0)?.is_some())
+    }
+
+    /// Gives `ino`'s entry `hints`, if it has an entry and they describe
+    /// its content now; whether the entry holds them then.
+    pub(crate) fn set_hints(&mut self, ino: InodeId, hints: &ContentHints) -> Result<bool> {
+        let Some(k) = self.path_keys.get(ino.0)?.map(|v| v.value().to_vec()) else {
+            return Ok(false);
+        };
+        if !describes(hints, &self.rec(ino)?.inode) {
+            return Ok(false);
+        }
+        let block = encode_hints(hints);
+        let rewritten = match self.paths.get(k.as_slice())? {
+            Some(v) => {
+                let e = decode_entry(v.value())?;
+                match (e.ino == ino.0, e.hints == Some(&block[..])) {
+                    (false, _) => return Ok(false),
+                    (true, true) => return Ok(true),
+                    (true, false) => {
+                        encode_entry(e.gen, e.ino, e.path, e.xattrs, Some(&block), e.rec)
+                    }
+                }
+            }
+            None => return Ok(false),
+        };
+        self.mutated = true;
+        self.paths.insert(k.as_slice(), rewritten.as_slice())?;
+        Ok(true)
     }
 
     /// The walk a lookup that missed the index does, name by name from the
@@ -654,6 +796,18 @@ pub(crate) fn verify(
                 e.ino
             )),
         }
+        if let Some(h) = e.hints {
+            let holds = decode_hints(h).is_ok_and(|h| {
+                recs.get(&e.ino)
+                    .is_some_and(|rec| describes(&h, &rec.inode))
+            });
+            if !holds {
+                problems.push(format!(
+                    "path index entry for {shown:?} holds chunk hints that do not describe inode {}",
+                    e.ino
+                ));
+            }
+        }
         if e.xattrs.is_some() && xattrs_of(&xattrs, e.ino)?.as_deref() != e.xattrs {
             problems.push(format!(
                 "path index entry for {shown:?} holds old xattrs of inode {}",
@@ -683,22 +837,115 @@ mod tests {
 
     #[test]
     fn an_entry_reads_back_and_a_short_one_is_damage() {
-        let b = encode_entry(7, 42, b"a/b", None, b"rec");
+        let b = encode_entry(7, 42, b"a/b", None, None, b"rec");
         let e = decode_entry(&b).unwrap();
         assert_eq!(
-            (e.gen, e.ino, e.path, e.xattrs, e.rec),
-            (7, 42, &b"a/b"[..], None, &b"rec"[..])
+            (e.gen, e.ino, e.path, e.xattrs, e.hints, e.rec),
+            (7, 42, &b"a/b"[..], None, None, &b"rec"[..])
         );
         assert!(decode_entry(&b[..10]).is_err());
         assert!(decode_entry(&b[..21]).is_err());
         let pairs = [(&b"user.a"[..], &b"1"[..]), (b"user.b", b"")];
         let x = encode_xattrs(pairs.map(Ok)).unwrap().unwrap();
-        let b = encode_entry(7, 42, b"a/b", Some(&x), b"rec");
+        let b = encode_entry(7, 42, b"a/b", Some(&x), None, b"rec");
         let e = decode_entry(&b).unwrap();
         assert_eq!((e.path, e.rec), (&b"a/b"[..], &b"rec"[..]));
         let back = decode_xattrs(e.xattrs.unwrap()).unwrap();
         assert_eq!(back, pairs.map(|(k, v)| (k.to_vec(), v.to_vec())));
         assert!(decode_entry(&b[..25]).is_err());
+    }
+
+    /// Entries written before xattrs and hints were carried keep their
+    /// meaning: the same bytes, decoded with neither.
+    #[test]
+    fn an_entry_of_the_first_format_still_decodes() {
+        let mut old = Vec::new();
+        old.extend_from_slice(&7u64.to_le_bytes());
+        old.extend_from_slice(&42u64.to_le_bytes());
+        old.extend_from_slice(&3u32.to_le_bytes());
+        old.extend_from_slice(b"a/brec");
+        let e = decode_entry(&old).unwrap();
+        assert_eq!(
+            (e.path, e.xattrs, e.hints, e.rec),
+            (&b"a/b"[..], None, None, &b"rec"[..])
+        );
+    }
+
+    #[test]
+    fn hints_read_back_beside_xattrs_and_a_short_block_is_damage() {
+        let hints = ContentHints {
+            root: ChunkId::from_bytes([1; 32]),
+            chunks: (0..3)
+                .map(|i| ChunkHint {
+                    id: ChunkId::from_bytes([i; 32]),
+                    len: 100 + u32::from(i),
+                    location: [i + 7; LOCATION_LEN],
+                })
+                .collect(),
+        };
+        let block = encode_hints(&hints);
+        let x = encode_xattrs([Ok((&b"user.a"[..], &b"1"[..]))])
+            .unwrap()
+            .unwrap();
+        let b = encode_entry(7, 42, b"a/b", Some(&x), Some(&block), b"rec");
+        let e = decode_entry(&b).unwrap();
+        assert_eq!(
+            (e.path, e.xattrs, e.rec),
+            (&b"a/b"[..], Some(&x[..]), &b"rec"[..])
+        );
+        assert_eq!(decode_hints(e.hints.unwrap()).unwrap(), hints);
+        assert!(decode_hints(&block[..block.len() - 1]).is_err());
+        assert!(decode_hints(&block[..10]).is_err());
+        let b = encode_entry(7, 42, b"a/b", None, Some(&block), b"rec");
+        let e = decode_entry(&b).unwrap();
+        assert_eq!(
+            (e.xattrs, e.hints, e.rec),
+            (None, Some(&block[..]), &b"rec"[..])
+        );
+    }
+
+    #[test]
+    fn hints_describe_only_the_content_they_were_computed_for() {
+        let now = crate::Timestamp::now();
+        let root = ChunkId::from_bytes([1; 32]);
+        let chunk = |len| ChunkHint {
+            id: ChunkId::from_bytes([2; 32]),
+            len,
+            location: [0; LOCATION_LEN],
+        };
+        let inode = |content, size| Inode {
+            id: InodeId(9),
+            attr: crate::Attr {
+                kind: FileKind::File,
+                perm: 0o644,
+                uid: 0,
+                gid: 0,
+                size,
+                nlink: 1,
+                rdev: 0,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                crtime: now,
+            },
+            content,
+        };
+        let h = ContentHints {
+            root,
+            chunks: vec![chunk(10), chunk(20)],
+        };
+        assert!(describes(&h, &inode(Content::Recipe(root), 30)));
+        // Another recipe, another size, inline bytes: not this content.
+        let other = ChunkId::from_bytes([3; 32]);
+        assert!(!describes(&h, &inode(Content::Recipe(other), 30)));
+        assert!(!describes(&h, &inode(Content::Recipe(root), 31)));
+        assert!(!describes(&h, &inode(Content::Inline(vec![0; 30]), 30)));
+        let many = ContentHints {
+            root,
+            chunks: vec![chunk(1); MAX_HINTED_CHUNKS + 1],
+        };
+        let n = many.chunks.len() as u64;
+        assert!(!describes(&many, &inode(Content::Recipe(root), n)));
     }
 
     #[test]
@@ -785,7 +1032,7 @@ mod tests {
         let put = |t: &mut redb::Table<&[u8], &[u8]>, at: &[u8], path: &[u8], ino| {
             t.insert(
                 key(at).as_slice(),
-                encode_entry(0, ino, path, None, &encode(&rec(ino))).as_slice(),
+                encode_entry(0, ino, path, None, None, &encode(&rec(ino))).as_slice(),
             )
             .unwrap();
         };

@@ -167,19 +167,48 @@ pub type Xattrs = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// What [`crate::MetaStore::lookup_path`] finds: the inode, and its
 /// extended attributes when the path index carried them (`None` when the
-/// path was walked or they are over the entry's bound: ask for them).
+/// path was walked or they are over the entry's bound: ask for them), and
+/// where a small file's data chunks were stored, when the entry carried
+/// that for the recipe the inode has now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PathFound {
     pub inode: Inode,
     pub xattrs: Option<Xattrs>,
+    pub hints: Option<ContentHints>,
 }
 
 impl PathFound {
-    /// An inode found without its xattrs.
+    /// An inode found without its xattrs or hints.
     pub fn walked(inode: Inode) -> Self {
         PathFound {
             inode,
             xattrs: None,
+            hints: None,
         }
     }
+}
+
+/// The bytes of a chunk's location as the chunk store encodes it: the
+/// engine keeps them for `fs`, and never reads them.
+pub const LOCATION_LEN: usize = 28;
+
+/// One data chunk of a small file as its path-index entry remembers it:
+/// the chunk, the bytes of the file it gives (from its start), and where
+/// the chunk store had it when the entry was written. Only a hint: the
+/// chunk may have moved since, and its reader verifies the id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkHint {
+    pub id: ChunkId,
+    pub len: u32,
+    pub location: [u8; LOCATION_LEN],
+}
+
+/// A small file's data chunks, in file order, with no holes between
+/// them, for the recipe root they were computed from
+/// ([`crate::MetaStore::set_path_hints`]). An entry keeps them only while
+/// its file has that root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContentHints {
+    pub root: ChunkId,
+    pub chunks: Vec<ChunkHint>,
 }

@@ -1,8 +1,9 @@
 //! Invariant 6 at the engine: after every random namespace operation
 //! (create, write, chmod, an xattr set or removed, unlink, link, rename of files and directories,
-//! exchange, rmdir, a reopen), every path ever seen answers through the
-//! path index exactly what a walk name by name answers, whether the index
-//! holds its entry, a stale one, or none.
+//! exchange, rmdir, a reopen, chunk location hints given), every path ever
+//! seen answers through the path index exactly what a walk name by name
+//! answers, whether the index holds its entry, a stale one, or none; and
+//! the chunk hints it answers with describe the file's content as it is.
 
 mod common;
 
@@ -10,7 +11,8 @@ use std::collections::BTreeSet;
 
 use common::*;
 use meta::{
-    Content, FileKind, Inode, InodeId, MetaStore, RedbMeta, RenameFlags, SetAttr, XattrFlags,
+    ChunkHint, ChunkId, Content, ContentHints, FileKind, Inode, InodeId, MetaStore, RedbMeta,
+    RenameFlags, SetAttr, XattrFlags,
 };
 use proptest::prelude::*;
 
@@ -21,6 +23,8 @@ enum Op {
     Create(usize, usize),
     Mkdir(usize, usize),
     Write(usize, u8),
+    Store(usize, u8),
+    Hint(usize, u8),
     Chmod(usize, u16),
     Xattr(usize, u8),
     Unlink(usize),
@@ -37,6 +41,8 @@ fn op() -> impl Strategy<Value = Op> {
         (i.clone(), n.clone()).prop_map(|(d, n)| Op::Create(d, n)),
         (i.clone(), n.clone()).prop_map(|(d, n)| Op::Mkdir(d, n)),
         (i.clone(), any::<u8>()).prop_map(|(f, b)| Op::Write(f, b)),
+        (i.clone(), any::<u8>()).prop_map(|(f, b)| Op::Store(f, b)),
+        (i.clone(), any::<u8>()).prop_map(|(f, b)| Op::Hint(f, b)),
         (i.clone(), 0u16..0o777).prop_map(|(f, m)| Op::Chmod(f, m)),
         (i.clone(), any::<u8>()).prop_map(|(f, b)| Op::Xattr(f, b)),
         i.clone().prop_map(Op::Unlink),
@@ -153,6 +159,40 @@ fn apply(path: &std::path::Path, m: &mut RedbMeta, op: &Op, step: i64) {
                     .unwrap();
             }
         }
+        Op::Store(f, b) => {
+            if let Some((_, inode)) = pick(&files, f) {
+                let root = ChunkId::from_bytes([b % 4; 32]);
+                m.set_content(
+                    inode.id,
+                    Content::Recipe(root),
+                    1000 + u64::from(b % 3),
+                    now,
+                )
+                .unwrap();
+            }
+        }
+        Op::Hint(f, b) => {
+            if let Some((_, inode)) = pick(&files, f) {
+                // Mostly hints for the content the file has; some for
+                // another recipe or size, which no entry may keep.
+                let root = match inode.content {
+                    Content::Recipe(r) if b % 4 != 0 => r,
+                    _ => ChunkId::from_bytes([b % 4; 32]),
+                };
+                let size = if b % 5 == 0 { 1001 } else { inode.attr.size };
+                let half = (size / 2) as u32;
+                let chunk = |len, n| ChunkHint {
+                    id: ChunkId::from_bytes([n; 32]),
+                    len,
+                    location: [b; meta::LOCATION_LEN],
+                };
+                let hints = ContentHints {
+                    root,
+                    chunks: vec![chunk(half, 1), chunk(size as u32 - half, 2)],
+                };
+                m.set_path_hints(inode.id, &hints).unwrap();
+            }
+        }
         Op::Chmod(f, mode) => {
             if let Some((_, inode)) = pick(&files, f) {
                 let change = SetAttr {
@@ -217,7 +257,18 @@ fn agree(m: &RedbMeta, seen: &BTreeSet<String>) {
             // The xattrs an index hit carries are the inode's, exactly.
             if let Ok(meta::PathFound {
                 inode,
+                hints: Some(h),
+                ..
+            }) = &found
+            {
+                assert_eq!(inode.content, Content::Recipe(h.root), "hints at {p:?}");
+                let covered: u64 = h.chunks.iter().map(|c| u64::from(c.len)).sum();
+                assert_eq!(covered, inode.attr.size, "hints at {p:?}");
+            }
+            if let Ok(meta::PathFound {
+                inode,
                 xattrs: Some(x),
+                ..
             }) = &found
             {
                 let names = m.list_xattr(inode.id).unwrap();
@@ -347,4 +398,63 @@ fn an_imported_namespace_is_answered_by_walks_then_the_index() {
     }
     assert!(back.lookup_path(b"d/g").is_err());
     assert!(back.verify().unwrap().is_empty());
+}
+
+/// Hints go on through every rewrite of the entry that keeps the file's
+/// content (a chmod, an xattr, a reopen) and go with the first change of
+/// its content, or of its name (its entry is new then).
+#[test]
+fn hints_last_as_long_as_the_content_they_describe() {
+    let (dir, m) = store();
+    let d = mkdir(&m, ROOT, "d");
+    let f = mkfile(&m, d, "f");
+    let root = ChunkId::from_bytes([5; 32]);
+    m.set_content(f, Content::Recipe(root), 300, t(2)).unwrap();
+    let hints = ContentHints {
+        root,
+        chunks: vec![ChunkHint {
+            id: ChunkId::from_bytes([6; 32]),
+            len: 300,
+            location: [7; meta::LOCATION_LEN],
+        }],
+    };
+    // No entry yet: nothing to give them to.
+    assert!(!m.path_indexed(f).unwrap());
+    assert!(!m.set_path_hints(f, &hints).unwrap());
+    assert_eq!(m.lookup_path(b"d/f").unwrap().hints, None);
+    assert!(m.path_indexed(f).unwrap());
+    assert!(m.set_path_hints(f, &hints).unwrap());
+    assert_eq!(m.lookup_path(b"d/f").unwrap().hints.as_ref(), Some(&hints));
+    let chmod = SetAttr {
+        perm: Some(0o600),
+        ..Default::default()
+    };
+    m.set_attr(f, &chmod, t(3)).unwrap();
+    m.set_xattr(f, b"user.x", b"1", XattrFlags::Either, t(4))
+        .unwrap();
+    assert_eq!(m.lookup_path(b"d/f").unwrap().hints.as_ref(), Some(&hints));
+    m.rename(d, b"f", d, b"g", RenameFlags::default(), &|_| false, t(5))
+        .unwrap();
+    assert_eq!(m.lookup_path(b"d/g").unwrap().hints, None);
+    assert!(m.set_path_hints(f, &hints).unwrap());
+    m.sync().unwrap();
+    drop(m);
+    let m = RedbMeta::open(&dir.path().join("meta.redb"), 0, 0).unwrap();
+    assert_eq!(m.lookup_path(b"d/g").unwrap().hints.as_ref(), Some(&hints));
+    assert!(m.verify().unwrap().is_empty());
+    // Hints for another size are refused; a new content drops the old.
+    let short = ContentHints {
+        chunks: vec![ChunkHint {
+            len: 299,
+            ..hints.chunks[0]
+        }],
+        ..hints.clone()
+    };
+    assert!(!m.set_path_hints(f, &short).unwrap());
+    m.set_content(f, Content::Recipe(ChunkId::from_bytes([8; 32])), 300, t(6))
+        .unwrap();
+    assert_eq!(m.lookup_path(b"d/g").unwrap().hints, None);
+    m.set_content(f, Content::Recipe(root), 300, t(7)).unwrap();
+    assert_eq!(m.lookup_path(b"d/g").unwrap().hints, None);
+    assert!(m.verify().unwrap().is_empty());
 }
