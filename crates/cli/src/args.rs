@@ -175,9 +175,13 @@ pub enum Command {
     /// directory of the mount, an object a file below it; see
     /// docs/gateway.md). Prints where; the first start also creates an
     /// access key and prints its secret, once, as lines for
-    /// ~/.aws/credentials. Runs in the foreground until Ctrl-C or SIGTERM,
-    /// which stop both and make everything written durable. Exit status 1
-    /// if the mount point or the address cannot be used.
+    /// ~/.aws/credentials. The same address answers GET /metrics for
+    /// Prometheus (docs/metrics.md) and shows a web dashboard at /-/
+    /// (capacity and dedup over time, branches, jobs; actions with an
+    /// operator's key; docs/dashboard.md). Runs in the foreground until
+    /// Ctrl-C or SIGTERM, which stop all of them and make everything
+    /// written durable. Exit status 1 if the mount point or the address
+    /// cannot be used.
     Serve {
         /// Where to mount [default: ~/cairn].
         mountpoint: Option<PathBuf>,
