@@ -25,6 +25,7 @@ macro_rules! say {
     }};
 }
 
+mod alloc;
 mod args;
 mod bench;
 mod branches;
@@ -42,13 +43,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// mimalloc keeps freed pages for reuse; with glibc's allocator the many
-/// multi-MiB buffers of ingest and read-back were returned to the kernel and
-/// faulted in again, which cost about a tenth of all CPU time.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
+    alloc::tune();
     let args = args::Cli::parse();
     log::init(args.verbose);
     match commands::run(args) {

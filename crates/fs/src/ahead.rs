@@ -34,9 +34,10 @@ const STEP: usize = 64;
 /// cache when the store decodes them anyway (DDFS admits the surrounding
 /// 128 KiB: a random reader often comes back near where it was).
 pub(crate) const AROUND: u64 = 128 << 10;
-/// Steps queued for the fetchers at most (64 MiB at the default sizes):
-/// read-ahead is a hint, so with the queue full a step is dropped, not
-/// waited for, however many files are being read.
+/// Steps queued for the fetchers at most: read-ahead is a hint, so with the
+/// queue full a step is dropped, not waited for, however many files are
+/// being read. The queue holds chunk ids; a step's bytes are reserved in
+/// the cache when a fetcher takes it ([`ChunkCache::try_reserve`]).
 const QUEUED: usize = 4 * FETCHERS;
 
 struct Shared {
@@ -54,7 +55,8 @@ struct Shared {
 /// Reads chunks for the file system; its threads end when it is dropped.
 pub(crate) struct Fetcher {
     shared: Arc<Shared>,
-    steps: Sender<Vec<ChunkId>>,
+    /// Steps: chunk ids and the bytes reading them holds at most.
+    steps: Sender<(Vec<ChunkId>, u64)>,
 }
 
 impl Fetcher {
@@ -71,14 +73,21 @@ impl Fetcher {
             pending: Mutex::new(HashSet::new()),
             fetched: Condvar::new(),
         });
-        let (steps, rx) = crossbeam_channel::bounded::<Vec<ChunkId>>(QUEUED);
+        let (steps, rx) = crossbeam_channel::bounded::<(Vec<ChunkId>, u64)>(QUEUED);
         for i in 0..FETCHERS {
             let rx = rx.clone();
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name(format!("fs-ahead-{i}"))
                 .spawn(move || {
-                    for step in rx {
+                    for (step, bytes) in rx {
+                        let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+                        // Past its share of the cache a step is dropped like
+                        // one the full queue refused.
+                        let Some(_held) = shared.cache.try_reserve(bytes) else {
+                            shared.release(&step);
+                            continue;
+                        };
                         // A failed step is retried by the reader that needs
                         // it, which then sees the error.
                         let _ = shared.fetch_claimed(&step, &[]);
@@ -109,12 +118,12 @@ impl Fetcher {
     /// pending, in steps on the fetcher threads.
     pub(crate) fn ahead(&self, ids: &[ChunkId]) {
         let claimed = self.shared.claim(ids);
-        for run in self.shared.store.read_ahead_runs(&claimed, STEP) {
+        for (run, bytes) in self.shared.store.read_ahead_runs(&claimed, STEP) {
             // The receivers live as long as `self`, so only a full queue
             // refuses a step: its chunks stop being pending, and a reader
             // that needs them reads them itself.
-            if let Err(e) = self.steps.try_send(claimed[run].to_vec()) {
-                self.shared.release(&e.into_inner());
+            if let Err(e) = self.steps.try_send((claimed[run].to_vec(), bytes)) {
+                self.shared.release(&e.into_inner().0);
             }
         }
     }

@@ -63,7 +63,7 @@ mod verify;
 mod view;
 
 pub use counted::Counted;
-pub use engine::RedbMeta;
+pub use engine::{RedbMeta, DEFAULT_CACHE};
 pub use pathindex::{MAX_ENTRY_XATTRS, MAX_MOVES};
 pub use types::*;
 pub use view::{ImportEntry, ImportInode};
