@@ -224,6 +224,20 @@ impl Fetcher {
     }
 }
 
+/// What the cache keeps of a chunk read for a random reader (`near` not
+/// empty): a copy. A random read's chunks share one small buffer, and a
+/// chunk read again outlives its neighbours in the cache, so kept as is it
+/// would pin the whole buffer while the cache counts only itself (a cache
+/// of 256 MiB held 344 MB under random reads). A sequential step's chunks
+/// enter and leave together and are kept without a copy.
+fn cached(b: &Bytes, near: &[ChunkId]) -> Bytes {
+    if near.is_empty() {
+        b.clone()
+    } else {
+        Bytes::copy_from_slice(b)
+    }
+}
+
 impl Shared {
     /// Marks the distinct ids that are neither cached nor pending as
     /// pending and returns them: the caller must fetch them.
@@ -289,13 +303,30 @@ impl Shared {
             }
             for (id, b) in extra {
                 admit(id, &b);
-                self.cache.put(id, b);
+                self.cache.put(id, cached(&b, near));
             }
         }
         let out: Vec<Bytes> = out.into_iter().map(|b| b.expect("filled above")).collect();
         for (id, b) in ids.iter().zip(&out) {
-            self.cache.put(*id, b.clone());
+            self.cache.put(*id, cached(b, near));
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_random_readers_chunk_is_cached_apart_from_its_buffer() {
+        let buffer = Bytes::from(vec![7u8; 128 << 10]);
+        let chunk = buffer.slice(4096..8192);
+        let near = [ChunkId::from_bytes([1; 32])];
+        let random = cached(&chunk, &near);
+        assert_eq!(random, chunk);
+        assert_ne!(random.as_ptr(), chunk.as_ptr(), "a copy, not the buffer");
+        let sequential = cached(&chunk, &[]);
+        assert_eq!(sequential.as_ptr(), chunk.as_ptr(), "kept without a copy");
     }
 }

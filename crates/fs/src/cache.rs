@@ -1,7 +1,9 @@
 //! The DRAM chunk cache: verified chunk bytes by id, least recently used
 //! out first, bounded in bytes.
 //!
-//! Chunks are kept as the store returned them, without a copy: the store
+//! A random reader's chunks are kept as copies (see `ahead::cached`): they
+//! share a small buffer with neighbours that leave the cache before them.
+//! Other chunks are kept as the store returned them, without a copy: the store
 //! guarantees that a chunk shares its buffer only with chunks of the same
 //! read that use most of it (cas invariant 6), so what the cache holds is
 //! about what it counts. Such chunks enter together and, read once, leave
