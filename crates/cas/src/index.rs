@@ -94,17 +94,21 @@ pub struct Index {
     reads: Arc<AtomicU64>,
 }
 
-/// redb's default page cache is 1 GiB. The compact index already answers
-/// "is it new?" from RAM, so the B-tree needs only its upper levels here;
-/// leaves come from the OS page cache. 64 MiB per database doubled a gc's
-/// peak RSS for no measurable speed.
-fn builder() -> redb::Builder {
+/// The default of redb's page caches for `index.redb` and `roots.redb`
+/// together (`memory.index_cache`, half each). redb's own default is 1 GiB
+/// per database. The compact index already answers "is it new?" from RAM,
+/// so the B-tree needs only its upper levels here; leaves come from the OS
+/// page cache. 64 MiB per database doubled a gc's peak RSS for no
+/// measurable speed.
+pub const DEFAULT_CACHE: usize = 32 << 20;
+
+fn builder(cache_bytes: usize) -> redb::Builder {
     let mut b = redb::Builder::new();
-    b.set_cache_size(16 << 20);
+    b.set_cache_size(cache_bytes);
     b
 }
 
-fn open_db(path: &Path, reads: &Arc<AtomicU64>) -> Result<Database> {
+fn open_db(path: &Path, reads: &Arc<AtomicU64>, cache_bytes: usize) -> Result<Database> {
     if !path.exists() {
         create_whole(path)?;
     }
@@ -117,7 +121,7 @@ fn open_db(path: &Path, reads: &Arc<AtomicU64>) -> Result<Database> {
             source: redb::Error::Io(e),
         })?;
     let opened = redb::backends::FileBackend::new(file)
-        .and_then(|b| builder().create_with_backend(Counted::new(b, reads.clone())));
+        .and_then(|b| builder(cache_bytes).create_with_backend(Counted::new(b, reads.clone())));
     match opened {
         Ok(db) => Ok(db),
         Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(CasError::Busy(path.to_path_buf())),
@@ -135,7 +139,7 @@ fn open_backend(
     name: &str,
     reads: &Arc<AtomicU64>,
 ) -> Result<Database> {
-    builder()
+    builder(DEFAULT_CACHE / 2)
         .create_with_backend(Counted::new(backend, reads.clone()))
         .map_err(|e| CasError::IndexOpen {
             path: name.into(),
@@ -186,11 +190,13 @@ redb_errors!(
 );
 
 impl Index {
-    pub fn open(index_path: &Path, roots_path: &Path) -> Result<Self> {
+    /// Opens (creating if missing) the index and the roots, with redb page
+    /// caches of `cache_bytes` together.
+    pub fn open(index_path: &Path, roots_path: &Path, cache_bytes: usize) -> Result<Self> {
         let reads = Arc::new(AtomicU64::new(0));
         Self::with_databases(
-            open_db(index_path, &reads)?,
-            open_db(roots_path, &reads)?,
+            open_db(index_path, &reads, cache_bytes / 2)?,
+            open_db(roots_path, &reads, cache_bytes / 2)?,
             reads,
         )
     }

@@ -400,7 +400,11 @@ impl Store {
     /// Only the index is asked, without waiting for containers still being
     /// written: chunks it cannot place yet are grouped by count and not
     /// hinted (their read waits for them, and reports any error).
-    pub fn read_ahead_runs(&self, ids: &[ChunkId], min: usize) -> Vec<Range<usize>> {
+    ///
+    /// Each run comes with the bytes reading it holds at most: its chunks
+    /// decoded plus its regions as stored (chunks not placed count none),
+    /// so that a reader can reserve memory for it first.
+    pub fn read_ahead_runs(&self, ids: &[ChunkId], min: usize) -> Vec<(Range<usize>, u64)> {
         let found = match self.shared.index.lookup_many(ids) {
             Ok(found) => found,
             Err(_) => vec![None; ids.len()],
@@ -412,6 +416,24 @@ impl Store {
             .map(|l| l.map(|l| (l.container, l.region_offset)))
             .collect();
         region_runs(&regions, min.max(1))
+            .into_iter()
+            .map(|run| {
+                let mut seen = HashSet::new();
+                let bytes = found[run.clone()]
+                    .iter()
+                    .flatten()
+                    .map(|l| {
+                        let stored = if seen.insert((l.container, l.region_offset)) {
+                            u64::from(l.region_len)
+                        } else {
+                            0
+                        };
+                        u64::from(l.len) + stored
+                    })
+                    .sum();
+                (run, bytes)
+            })
+            .collect()
     }
 
     /// The I/O half of [`Store::read_chunks`]: reads the regions of `ids`

@@ -33,10 +33,17 @@ pub struct StoreSettings {
     /// counted: a writer blocked on the budget must never hold what the
     /// budget waits for.)
     pub memory_budget: usize,
+    /// Bytes of redb's page caches for the chunk index and the roots.
+    #[serde(default = "index_cache")]
+    pub index_cache: usize,
     /// How storage reads are shared between random readers, streams and
     /// background work.
     #[serde(default)]
     pub qos: crate::qos::QosSettings,
+}
+
+fn index_cache() -> usize {
+    crate::index::DEFAULT_CACHE
 }
 
 impl Default for StoreSettings {
@@ -46,6 +53,7 @@ impl Default for StoreSettings {
             container_size: 4 << 20,
             region_size: 1 << 20,
             memory_budget: 256 << 20,
+            index_cache: crate::index::DEFAULT_CACHE,
             qos: crate::qos::QosSettings::default(),
         }
     }
@@ -227,7 +235,11 @@ impl Store {
         settings: StoreSettings,
     ) -> Result<Store> {
         let roots_lost = !meta_dir.join(ROOTS_FILE).exists();
-        let index = Index::open(&meta_dir.join(INDEX_FILE), &meta_dir.join(ROOTS_FILE))?;
+        let index = Index::open(
+            &meta_dir.join(INDEX_FILE),
+            &meta_dir.join(ROOTS_FILE),
+            settings.index_cache,
+        )?;
         let layer = Arc::new(Redundant::plain(branch));
         let plain = Protection::plain();
         Self::open_with(layer, plain, index, roots_lost, key, settings)
@@ -266,7 +278,11 @@ impl Store {
     ) -> Result<Store> {
         layer.validate(&default.policy, &default.branches)?;
         let roots_lost = !meta_dir.join(ROOTS_FILE).exists();
-        let index = Index::open(&meta_dir.join(INDEX_FILE), &meta_dir.join(ROOTS_FILE))?;
+        let index = Index::open(
+            &meta_dir.join(INDEX_FILE),
+            &meta_dir.join(ROOTS_FILE),
+            settings.index_cache,
+        )?;
         Self::open_with(layer, default, index, roots_lost, key, settings)
     }
 

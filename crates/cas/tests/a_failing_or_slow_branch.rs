@@ -150,7 +150,7 @@ fn writers_that_outrun_the_branch_stay_within_the_budget() {
         region_size: 64 << 10,
         memory_budget: 1 << 20,
         compression: Compression::None,
-        qos: Default::default(),
+        ..Default::default()
     };
     let store = Store::open(
         Arc::new(Slow(local)),

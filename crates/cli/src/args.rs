@@ -158,6 +158,12 @@ pub enum Command {
     /// data durable. Needs /dev/fuse and fusermount3 (Debian package fuse3).
     /// Run as root, the mount is shared with other users (allow_other) and the
     /// kernel checks permissions (default_permissions).
+    ///
+    /// The daemon's memory stays within the budgets of cairn.toml: data in
+    /// flight (`[memory] budget`), dirty file data (`[fs] total_dirty`), the
+    /// chunk cache with read-ahead (`[fs] cache`) and the redb page caches
+    /// (`[memory] metadata_cache`, `index_cache`); docs/file-system.md,
+    /// "Memory", lists what counts toward which and what does not.
     Mount(MountArgs),
 
     /// Unmount a cairn file system (fusermount3 -u), or clear a dead one

@@ -26,6 +26,7 @@ macro_rules! say {
     }};
 }
 
+mod alloc;
 mod args;
 mod bench;
 mod branches;
@@ -45,13 +46,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// mimalloc keeps freed pages for reuse; with glibc's allocator the many
-/// multi-MiB buffers of ingest and read-back were returned to the kernel and
-/// faulted in again, which cost about a tenth of all CPU time.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
+    alloc::tune();
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cli = <args::Cli as clap::CommandFactory>::command();
     let subcommands: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();

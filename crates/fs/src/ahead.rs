@@ -34,9 +34,10 @@ const STEP: usize = 64;
 /// cache when the store decodes them anyway (DDFS admits the surrounding
 /// 128 KiB: a random reader often comes back near where it was).
 pub(crate) const AROUND: u64 = 128 << 10;
-/// Steps queued for the fetchers at most (64 MiB at the default sizes):
-/// read-ahead is a hint, so with the queue full a step is dropped, not
-/// waited for, however many files are being read.
+/// Steps queued for the fetchers at most: read-ahead is a hint, so with the
+/// queue full a step is dropped, not waited for, however many files are
+/// being read. The queue holds chunk ids; a step's bytes are reserved in
+/// the cache when a fetcher takes it ([`ChunkCache::try_reserve`]).
 const QUEUED: usize = 4 * FETCHERS;
 
 struct Shared {
@@ -54,7 +55,8 @@ struct Shared {
 /// Reads chunks for the file system; its threads end when it is dropped.
 pub(crate) struct Fetcher {
     shared: Arc<Shared>,
-    steps: Sender<Vec<ChunkId>>,
+    /// Steps: chunk ids and the bytes reading them holds at most.
+    steps: Sender<(Vec<ChunkId>, u64)>,
 }
 
 impl Fetcher {
@@ -71,14 +73,21 @@ impl Fetcher {
             pending: Mutex::new(HashSet::new()),
             fetched: Condvar::new(),
         });
-        let (steps, rx) = crossbeam_channel::bounded::<Vec<ChunkId>>(QUEUED);
+        let (steps, rx) = crossbeam_channel::bounded::<(Vec<ChunkId>, u64)>(QUEUED);
         for i in 0..FETCHERS {
             let rx = rx.clone();
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name(format!("fs-ahead-{i}"))
                 .spawn(move || {
-                    for step in rx {
+                    for (step, bytes) in rx {
+                        let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+                        // Past its share of the cache a step is dropped like
+                        // one the full queue refused.
+                        let Some(_held) = shared.cache.try_reserve(bytes) else {
+                            shared.release(&step);
+                            continue;
+                        };
                         // A failed step is retried by the reader that needs
                         // it, which then sees the error.
                         let _ = shared.fetch_claimed(&step, &[]);
@@ -109,12 +118,12 @@ impl Fetcher {
     /// pending, in steps on the fetcher threads.
     pub(crate) fn ahead(&self, ids: &[ChunkId]) {
         let claimed = self.shared.claim(ids);
-        for run in self.shared.store.read_ahead_runs(&claimed, STEP) {
+        for (run, bytes) in self.shared.store.read_ahead_runs(&claimed, STEP) {
             // The receivers live as long as `self`, so only a full queue
             // refuses a step: its chunks stop being pending, and a reader
             // that needs them reads them itself.
-            if let Err(e) = self.steps.try_send(claimed[run].to_vec()) {
-                self.shared.release(&e.into_inner());
+            if let Err(e) = self.steps.try_send((claimed[run].to_vec(), bytes)) {
+                self.shared.release(&e.into_inner().0);
             }
         }
     }
@@ -215,6 +224,20 @@ impl Fetcher {
     }
 }
 
+/// What the cache keeps of a chunk read for a random reader (`near` not
+/// empty): a copy. A random read's chunks share one small buffer, and a
+/// chunk read again outlives its neighbours in the cache, so kept as is it
+/// would pin the whole buffer while the cache counts only itself (a cache
+/// of 256 MiB held 344 MB under random reads). A sequential step's chunks
+/// enter and leave together and are kept without a copy.
+fn cached(b: &Bytes, near: &[ChunkId]) -> Bytes {
+    if near.is_empty() {
+        b.clone()
+    } else {
+        Bytes::copy_from_slice(b)
+    }
+}
+
 impl Shared {
     /// Marks the distinct ids that are neither cached nor pending as
     /// pending and returns them: the caller must fetch them.
@@ -280,13 +303,30 @@ impl Shared {
             }
             for (id, b) in extra {
                 admit(id, &b);
-                self.cache.put(id, b);
+                self.cache.put(id, cached(&b, near));
             }
         }
         let out: Vec<Bytes> = out.into_iter().map(|b| b.expect("filled above")).collect();
         for (id, b) in ids.iter().zip(&out) {
-            self.cache.put(*id, b.clone());
+            self.cache.put(*id, cached(b, near));
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_random_readers_chunk_is_cached_apart_from_its_buffer() {
+        let buffer = Bytes::from(vec![7u8; 128 << 10]);
+        let chunk = buffer.slice(4096..8192);
+        let near = [ChunkId::from_bytes([1; 32])];
+        let random = cached(&chunk, &near);
+        assert_eq!(random, chunk);
+        assert_ne!(random.as_ptr(), chunk.as_ptr(), "a copy, not the buffer");
+        let sequential = cached(&chunk, &[]);
+        assert_eq!(sequential.as_ptr(), chunk.as_ptr(), "kept without a copy");
     }
 }

@@ -1,13 +1,21 @@
 //! The DRAM chunk cache: verified chunk bytes by id, least recently used
 //! out first, bounded in bytes.
 //!
-//! Chunks are kept as the store returned them, without a copy: the store
+//! A random reader's chunks are kept as copies (see `ahead::cached`): they
+//! share a small buffer with neighbours that leave the cache before them.
+//! Other chunks are kept as the store returned them, without a copy: the store
 //! guarantees that a chunk shares its buffer only with chunks of the same
 //! read that use most of it (cas invariant 6), so what the cache holds is
 //! about what it counts. Such chunks enter together and, read once, leave
 //! together; a few kept long after their neighbours left hold their whole
 //! buffer (a span of at most 8 MiB). Copying every chunk instead cost a
 //! tenth of a cold read's CPU, half of it faulting in fresh pages.
+//!
+//! Read-ahead in flight counts toward the same capacity: a fetcher
+//! reserves the bytes of its step (chunks decoded plus regions as stored)
+//! before it reads them, the cache evicts to make room, and reservations
+//! together are refused past half the capacity (the step is dropped, as
+//! read-ahead is only a hint).
 //!
 //! Recipe nodes do not pass through here: an open file keeps its whole
 //! extent list (its fast range map), so streaming data cannot evict the
@@ -26,7 +34,38 @@ pub struct ChunkCache {
 
 struct Inner {
     lru: LruCache<ChunkId, Bytes>,
+    /// Bytes counted: the entries' charges plus `reserved`.
     bytes: usize,
+    /// Bytes of the reservations held now.
+    reserved: usize,
+}
+
+impl Inner {
+    /// Drops least recently used entries until the count fits `capacity`
+    /// (or nothing is left to drop but reservations).
+    fn evict(&mut self, capacity: usize) {
+        while self.bytes > capacity {
+            match self.lru.pop_lru() {
+                Some((_, old)) => self.bytes -= charge(&old),
+                None => break,
+            }
+        }
+    }
+}
+
+/// Bytes held against a [`ChunkCache`] for chunks on their way in;
+/// returned on drop.
+pub(crate) struct Reservation<'a> {
+    cache: &'a ChunkCache,
+    bytes: usize,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut inner = self.cache.inner.lock();
+        inner.bytes -= self.bytes;
+        inner.reserved -= self.bytes;
+    }
 }
 
 /// What an entry costs besides its bytes (id, handle, list links, table
@@ -43,6 +82,7 @@ impl ChunkCache {
             inner: Mutex::new(Inner {
                 lru: LruCache::unbounded(),
                 bytes: 0,
+                reserved: 0,
             }),
             capacity,
         }
@@ -65,14 +105,25 @@ impl ChunkCache {
         if let Some(old) = inner.lru.put(id, data) {
             inner.bytes -= charge(&old);
         }
-        while inner.bytes > self.capacity {
-            match inner.lru.pop_lru() {
-                Some((_, old)) => inner.bytes -= charge(&old),
-                None => break,
-            }
-        }
+        inner.evict(self.capacity);
     }
 
+    /// Counts `bytes` about to be read (a read-ahead step) toward the
+    /// capacity until the reservation is dropped, evicting entries to make
+    /// room; `None` if reservations would then hold more than half the
+    /// capacity.
+    pub(crate) fn try_reserve(&self, bytes: usize) -> Option<Reservation<'_>> {
+        let mut inner = self.inner.lock();
+        if inner.reserved + bytes > self.capacity / 2 {
+            return None;
+        }
+        inner.reserved += bytes;
+        inner.bytes += bytes;
+        inner.evict(self.capacity);
+        Some(Reservation { cache: self, bytes })
+    }
+
+    /// Bytes counted: the entries and the reservations held.
     pub fn bytes(&self) -> usize {
         self.inner.lock().bytes
     }
@@ -96,5 +147,26 @@ mod tests {
         assert!(c.contains(&id(1)) && c.contains(&id(3)));
         assert!(!c.contains(&id(2)), "2 was least recently used");
         assert!(c.bytes() <= 2 * (100 + ENTRY_OVERHEAD) + 50);
+    }
+
+    #[test]
+    fn a_reservation_evicts_counts_and_returns_its_bytes() {
+        let entry = 100 + ENTRY_OVERHEAD;
+        let c = ChunkCache::new(4 * entry);
+        for n in 1..=4 {
+            c.put(id(n), Bytes::from(vec![n; 100]));
+        }
+        let held = c.try_reserve(2 * entry).expect("half the capacity fits");
+        assert_eq!(c.bytes(), 4 * entry, "two entries made room");
+        assert!(!c.contains(&id(1)) && !c.contains(&id(2)));
+        assert!(c.contains(&id(3)) && c.contains(&id(4)));
+        assert!(c.try_reserve(1).is_none(), "past half the capacity");
+        drop(held);
+        assert_eq!(c.bytes(), 2 * entry, "only the entries are left");
+        let again = c.try_reserve(2 * entry).expect("room again");
+        drop(again);
+        c.put(id(3), Bytes::new());
+        c.put(id(4), Bytes::new());
+        assert_eq!(c.bytes(), 2 * ENTRY_OVERHEAD);
     }
 }

@@ -66,6 +66,9 @@
 //!   an applier thread once the file's previous apply is done (they count
 //!   as dirty until stored); a writer past the global limit writes its own
 //!   dirty bytes behind, and waits for them, before it continues.
+//! - The DRAM cache's bytes, with the read-ahead steps being read (which
+//!   reserve their bytes in it first, half the capacity at most), stay
+//!   within `fs.cache`.
 //! - Retention drops only `version/<n>` roots, never a snapshot nor the
 //!   newest version, and nothing while the live namespace is empty.
 //! - No recursion whose depth a user controls: a tree is as deep as its

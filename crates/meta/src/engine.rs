@@ -72,6 +72,8 @@ pub struct RedbMeta {
     db: RwLock<Option<Arc<Database>>>,
     /// The file, when the store is one (not a test's storage backend).
     path: Option<PathBuf>,
+    /// Bytes of redb's page cache, also when the database is reopened.
+    cache_bytes: usize,
     batch: Mutex<Batch>,
     /// The path index's memory, consistent with the open batch (reset
     /// whenever a batch is lost). Locked after `batch`, never before.
@@ -113,11 +115,15 @@ fn free_bytes(dir: &Path) -> Option<u64> {
 /// Operations per commit at most, which bounds redb's dirty pages.
 const MAX_BATCH: usize = 256;
 
-/// redb's default page cache is 1 GiB: with many inline files it grew the
-/// daemon by that much. 64 MiB keeps the hot namespace in memory.
-fn builder() -> redb::Builder {
+/// The default of redb's page cache for the metadata engine
+/// (`memory.metadata_cache`). redb's own default is 1 GiB: with many inline
+/// files it grew the daemon by that much. 64 MiB keeps the hot namespace in
+/// memory.
+pub const DEFAULT_CACHE: usize = 64 << 20;
+
+fn builder(cache_bytes: usize) -> redb::Builder {
     let mut b = redb::Builder::new();
-    b.set_cache_size(64 << 20);
+    b.set_cache_size(cache_bytes);
     b
 }
 
@@ -145,6 +151,17 @@ impl RedbMeta {
     /// so a process killed while creating it leaves either no file or a
     /// whole one, never a half-written file that would read as damage.
     pub fn open(path: &Path, root_uid: u32, root_gid: u32) -> Result<Self> {
+        Self::open_cached(path, root_uid, root_gid, DEFAULT_CACHE)
+    }
+
+    /// [`RedbMeta::open`] with a page cache of `cache_bytes` (redb keeps
+    /// the pages it read or wrote there, up to that many bytes).
+    pub fn open_cached(
+        path: &Path,
+        root_uid: u32,
+        root_gid: u32,
+        cache_bytes: usize,
+    ) -> Result<Self> {
         if !path.exists() {
             let mut tmp = path.as_os_str().to_owned();
             tmp.push(".creating");
@@ -157,7 +174,7 @@ impl RedbMeta {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
                 _ => {}
             }
-            drop(Self::open_at(&tmp, root_uid, root_gid)?);
+            drop(Self::open_at(&tmp, root_uid, root_gid, cache_bytes)?);
             std::fs::rename(&tmp, path).map_err(io)?;
             if let Some(dir) = path.parent() {
                 std::fs::File::open(dir)
@@ -165,10 +182,10 @@ impl RedbMeta {
                     .map_err(io)?;
             }
         }
-        Self::open_at(path, root_uid, root_gid)
+        Self::open_at(path, root_uid, root_gid, cache_bytes)
     }
 
-    fn open_db(path: &Path, reads: &Arc<AtomicU64>) -> Result<Database> {
+    fn open_db(path: &Path, reads: &Arc<AtomicU64>, cache_bytes: usize) -> Result<Database> {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -180,7 +197,7 @@ impl RedbMeta {
                 source: redb::Error::Io(e),
             })?;
         let opened = redb::backends::FileBackend::new(file)
-            .and_then(|b| builder().create_with_backend(Counted::new(b, reads.clone())));
+            .and_then(|b| builder(cache_bytes).create_with_backend(Counted::new(b, reads.clone())));
         match opened {
             Ok(db) => Ok(db),
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
@@ -206,7 +223,7 @@ impl RedbMeta {
             .path
             .as_deref()
             .ok_or(MetaError::Store(redb::Error::PreviousIo))?;
-        let db = Arc::new(Self::open_db(path, &self.reads)?);
+        let db = Arc::new(Self::open_db(path, &self.reads, self.cache_bytes)?);
         tracing::warn!(path = %path.display(), "reopened the metadata engine after an I/O error; changes since the last commit were lost");
         *slot = Some(db.clone());
         Ok(db)
@@ -229,10 +246,11 @@ impl RedbMeta {
         e
     }
 
-    fn open_at(path: &Path, root_uid: u32, root_gid: u32) -> Result<Self> {
+    fn open_at(path: &Path, root_uid: u32, root_gid: u32, cache_bytes: usize) -> Result<Self> {
         let reads = Arc::new(AtomicU64::new(0));
-        let db = Self::open_db(path, &reads)?;
-        Self::with_database(db, Some(path.to_path_buf()), reads, root_uid, root_gid)
+        let db = Self::open_db(path, &reads, cache_bytes)?;
+        let path = Some(path.to_path_buf());
+        Self::with_database(db, path, cache_bytes, reads, root_uid, root_gid)
     }
 
     /// [`RedbMeta::open`] over a redb storage backend instead of a file
@@ -245,18 +263,19 @@ impl RedbMeta {
     ) -> Result<Self> {
         let name = format!("{backend:?}");
         let reads = Arc::new(AtomicU64::new(0));
-        let db = builder()
+        let db = builder(DEFAULT_CACHE)
             .create_with_backend(Counted::new(backend, reads.clone()))
             .map_err(|e| MetaError::Open {
                 path: name.into(),
                 source: e.into(),
             })?;
-        Self::with_database(db, None, reads, root_uid, root_gid)
+        Self::with_database(db, None, DEFAULT_CACHE, reads, root_uid, root_gid)
     }
 
     fn with_database(
         db: Database,
         path: Option<PathBuf>,
+        cache_bytes: usize,
         reads: Arc<AtomicU64>,
         root_uid: u32,
         root_gid: u32,
@@ -302,6 +321,7 @@ impl RedbMeta {
         Ok(RedbMeta {
             db: RwLock::new(Some(Arc::new(db))),
             path,
+            cache_bytes,
             batch: Mutex::new(Batch::default()),
             index,
             reads,
@@ -1137,7 +1157,7 @@ mod tests {
         let db = b
             .create_with_backend(Counted::new(backend, reads.clone()))
             .unwrap();
-        let m = RedbMeta::with_database(db, None, reads, 0, 0).unwrap();
+        let m = RedbMeta::with_database(db, None, 0, reads, 0, 0).unwrap();
         let now = Timestamp::now();
         let mut at = InodeId::ROOT;
         let mut path = Vec::new();

@@ -66,7 +66,7 @@ mod verify;
 mod view;
 
 pub use counted::Counted;
-pub use engine::RedbMeta;
+pub use engine::{RedbMeta, DEFAULT_CACHE};
 pub use ids::ChunkId;
 pub use pathindex::{MAX_ENTRY_XATTRS, MAX_HINTED_CHUNKS, MAX_HINTED_SIZE, MAX_MOVES};
 pub use types::*;

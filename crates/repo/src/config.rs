@@ -21,6 +21,9 @@ pub struct Config {
     pub chunking: ChunkerParams,
     pub store: StoreSettings,
     pub fs: FsSettings,
+    /// `memory.metadata_cache`: bytes of the metadata engine's page cache
+    /// (`meta::RedbMeta::open_cached`).
+    pub metadata_cache: usize,
     /// `fs.page_cache_max`: files larger than this are read around the
     /// kernel's page cache (see `fuse::MountOptions::page_cache_max`).
     pub page_cache_max: u64,
@@ -180,7 +183,11 @@ region = "1MiB"     # raw bytes of consecutive chunks compressed together
 size = "4MiB"       # containers are sealed and written at about this size
 
 [memory]
+# What the mount daemon's memory is made of, each part bounded here or in
+# [fs] (cache, total_dirty); see docs/file-system.md, "Memory".
 budget = "256MiB"   # data in flight (chunked, compressing, unwritten) at once
+metadata_cache = "64MiB" # the metadata engine's page cache (fs.redb)
+index_cache = "32MiB"    # the chunk index's page caches (index.redb, roots.redb)
 
 [qos]
 # Storage reads in flight at once, and each kind's weight while kinds
@@ -276,8 +283,30 @@ mod tests {
             )
         );
         assert_eq!(c.page_cache_max, PAGE_CACHE_MAX);
+        assert_eq!(c.metadata_cache, meta::DEFAULT_CACHE);
         assert_eq!(c.fs.retention, d.retention);
         assert_eq!(Config::parse("").unwrap(), c);
+    }
+
+    #[test]
+    fn memory_section_sets_the_redb_caches_within_bounds() {
+        let c = Config::parse(
+            "[memory]
+metadata_cache = \"8MiB\"
+index_cache = \"2MiB\"
+",
+        )
+        .unwrap();
+        assert_eq!((c.metadata_cache, c.store.index_cache), (8 << 20, 2 << 20));
+        for key in ["metadata_cache", "index_cache"] {
+            let e = Config::parse(&format!("[memory]\n{key} = \"512KiB\"\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("memory.{key}")) && e.contains("line 2"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -488,7 +488,7 @@ impl Repo {
                 _ => {}
             }
         }
-        let meta = match meta::RedbMeta::open(&path, uid, gid) {
+        let meta = match meta::RedbMeta::open_cached(&path, uid, gid, self.config.metadata_cache) {
             Ok(m) => m,
             // A full disk or a permission problem is not damage: `recover`
             // would not help, and the file may be perfectly sound.

@@ -86,6 +86,8 @@ pub enum KeyProblem {
     CacheDir(String),
     #[error("{0} must be at least 1MiB")]
     CacheAtLeastMiB(u64),
+    #[error("{0} is outside 1MiB..=64GiB")]
+    CacheMiBToGiB(u64),
 }
 
 #[derive(Debug, thiserror::Error)]

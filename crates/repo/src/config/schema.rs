@@ -280,13 +280,30 @@ impl Default for RawContainers {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawMemory {
+    #[serde(default = "memory_budget")]
     pub(super) budget: Spanned<Size>,
+    #[serde(default = "metadata_cache")]
+    pub(super) metadata_cache: Spanned<Size>,
+    #[serde(default = "index_cache")]
+    pub(super) index_cache: Spanned<Size>,
+}
+
+fn memory_budget() -> Spanned<Size> {
+    absent(Size(256 << 20))
+}
+fn metadata_cache() -> Spanned<Size> {
+    absent(Size(meta::DEFAULT_CACHE as u64))
+}
+fn index_cache() -> Spanned<Size> {
+    absent(Size(cas::StoreSettings::default().index_cache as u64))
 }
 
 impl Default for RawMemory {
     fn default() -> Self {
         RawMemory {
-            budget: absent(Size(256 << 20)),
+            budget: memory_budget(),
+            metadata_cache: metadata_cache(),
+            index_cache: index_cache(),
         }
     }
 }

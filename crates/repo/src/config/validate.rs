@@ -88,6 +88,17 @@ pub(super) fn config(mut raw: Raw, text: &str) -> Result<Config> {
         };
         return Err(at(text, budget, "memory", "budget", problem));
     }
+    let m = &raw.memory;
+    for (value, key) in [
+        (&m.metadata_cache, "metadata_cache"),
+        (&m.index_cache, "index_cache"),
+    ] {
+        let v = value.get_ref().0;
+        if !(1 << 20..=64 << 30).contains(&v) {
+            let problem = KeyProblem::CacheMiBToGiB(v);
+            return Err(at(text, value, "memory", key, problem));
+        }
+    }
     let f = &raw.fs;
     let inline_max = f.inline_max.get_ref().0;
     if inline_max > 64 << 10 {
@@ -132,6 +143,7 @@ pub(super) fn config(mut raw: Raw, text: &str) -> Result<Config> {
             container_size: container as usize,
             region_size: region as usize,
             memory_budget: budget.get_ref().0 as usize,
+            index_cache: m.index_cache.get_ref().0 as usize,
             qos,
         },
         fs: FsSettings {
@@ -145,6 +157,7 @@ pub(super) fn config(mut raw: Raw, text: &str) -> Result<Config> {
             retention,
             tier,
         },
+        metadata_cache: m.metadata_cache.get_ref().0 as usize,
         page_cache_max: f.page_cache_max.0,
         writeback_cache: f.writeback_cache,
     })
