@@ -374,17 +374,25 @@ READ_KINDS = ("meta", "index", "containers")
 
 def counters(repo: str) -> dict | None:
     """The running daemon's storage read counts (`storage_reads`), or None when it does
-    not answer them."""
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(120)
-            conn.connect(os.path.join(repo, "run", "control.sock"))
-            conn.sendall(b'{"protocol": 1, "request": {"op": "storage_reads"}}\n')
-            data = b""
-            while chunk := conn.recv(65536):
-                data += chunk
-    except OSError:
-        return None
+    not answer them. The control socket opens just after the mount, so a daemon that
+    has only just started is given up to 30 s to open it."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.settimeout(120)
+                conn.connect(os.path.join(repo, "run", "control.sock"))
+                conn.sendall(b'{"protocol": 1, "request": {"op": "storage_reads"}}\n')
+                data = b""
+                while chunk := conn.recv(65536):
+                    data += chunk
+            break
+        except (FileNotFoundError, ConnectionRefusedError):
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.05)
+        except OSError:
+            return None
     lines = [ln for ln in data.decode(errors="replace").splitlines() if ln.strip()]
     try:
         doc = json.loads(lines[-1]) if lines else None
