@@ -28,7 +28,7 @@
 
 use parking_lot::RwLock;
 use std::collections::HashSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -84,9 +84,24 @@ impl ContainerInfo {
     }
 }
 
+/// What [`Index::compact`] did; sizes of `index.redb` in bytes, unknown
+/// for an index on storage backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compaction {
+    pub before: Option<u64>,
+    pub after: Option<u64>,
+    pub done: bool,
+}
+
 pub struct Index {
-    db: Database,
+    /// Behind a lock only so that [`Index::compact`] can have it to itself;
+    /// everything else takes the read side for the moment it begins a
+    /// transaction (a redb transaction does not borrow its database).
+    db: RwLock<Database>,
     roots: Database,
+    /// `index.redb`, when the index lives in a file: its size is what a
+    /// compaction reports.
+    file: Option<PathBuf>,
     compact: RwLock<CompactIndex>,
     /// The `damaged_chunks` table, for the write path's dedup lookups.
     damaged: RwLock<HashSet<(ContainerId, ChunkId)>>,
@@ -194,11 +209,13 @@ impl Index {
     /// caches of `cache_bytes` together.
     pub fn open(index_path: &Path, roots_path: &Path, cache_bytes: usize) -> Result<Self> {
         let reads = Arc::new(AtomicU64::new(0));
-        Self::with_databases(
+        let mut index = Self::with_databases(
             open_db(index_path, &reads, cache_bytes / 2)?,
             open_db(roots_path, &reads, cache_bytes / 2)?,
             reads,
-        )
+        )?;
+        index.file = Some(index_path.to_path_buf());
+        Ok(index)
     }
 
     /// The index and roots over storage backends instead of files (a test
@@ -234,8 +251,9 @@ impl Index {
         tx.open_table(ROOTS)?;
         tx.commit()?;
         let index = Index {
-            db,
+            db: RwLock::new(db),
             roots,
+            file: None,
             compact: RwLock::new(CompactIndex::default()),
             damaged: RwLock::new(HashSet::new()),
             reads,
@@ -250,7 +268,7 @@ impl Index {
     /// rebuild): a commit racing the rebuild's read would drop out of it.
     pub(crate) fn reload_compact(&self) -> Result<()> {
         let mut compact = CompactIndex::default();
-        let tx = self.db.begin_read()?;
+        let tx = self.db.read().begin_read()?;
         let table = tx.open_table(CHUNKS)?;
         for entry in table.iter()? {
             let (k, _) = entry?;
@@ -279,7 +297,7 @@ impl Index {
 
     /// [`Index::lookup`] of many chunks, in one read transaction.
     pub fn lookup_many(&self, ids: &[ChunkId]) -> Result<Vec<Option<ChunkLocation>>> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db.read().begin_read()?;
         let table = tx.open_table(CHUNKS)?;
         let compact = self.compact.read();
         ids.iter()
@@ -295,7 +313,7 @@ impl Index {
     }
 
     fn lookup_persistent(&self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db.read().begin_read()?;
         let table = tx.open_table(CHUNKS)?;
         Ok(table
             .get(id.as_bytes())?
@@ -305,7 +323,7 @@ impl Index {
     /// Records durable containers: their chunks (a chunk already indexed keeps
     /// its first location) and their accounting, in one durable transaction.
     pub fn commit_containers(&self, sealed: &[&Sealed]) -> Result<()> {
-        let mut tx = self.db.begin_write()?;
+        let mut tx = self.db.read().begin_write()?;
         tx.set_durability(Durability::Immediate)
             .expect("no persistent savepoints are used");
         let mut added = Vec::new();
@@ -363,7 +381,7 @@ impl Index {
         entries: impl IntoIterator<Item = (ChunkId, ChunkLocation)>,
         infos: &[(ContainerId, ContainerInfo, Policy)],
     ) -> Result<()> {
-        let tx = self.db.begin_write()?;
+        let tx = self.db.read().begin_write()?;
         tx.delete_table(CHUNKS)?;
         tx.delete_table(CONTAINERS)?;
         tx.delete_table(CONTAINER_POLICY)?;
@@ -408,7 +426,7 @@ impl Index {
     }
 
     fn reload_damaged(&self) -> Result<()> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db.read().begin_read()?;
         let table = tx.open_table(DAMAGED_CHUNKS)?;
         let mut damaged = HashSet::new();
         for entry in table.iter()? {
@@ -434,7 +452,7 @@ impl Index {
         if fresh.is_empty() {
             return Ok(0);
         }
-        let tx = self.db.begin_write()?;
+        let tx = self.db.read().begin_write()?;
         {
             let mut table = tx.open_table(DAMAGED_CHUNKS)?;
             for (id, c) in &fresh {
@@ -457,7 +475,7 @@ impl Index {
     /// Records that a container's footer or trailer is damaged, and why.
     /// Returns whether it was not known before.
     pub fn mark_damaged_container(&self, container: ContainerId, why: &str) -> Result<bool> {
-        let tx = self.db.begin_write()?;
+        let tx = self.db.read().begin_write()?;
         let fresh = tx
             .open_table(DAMAGED_CONTAINERS)?
             .insert(container.0, why)?
@@ -469,7 +487,7 @@ impl Index {
     /// Every container known to hold a damaged chunk or to have a damaged
     /// footer, in id order.
     pub fn damaged_containers(&self) -> Result<Vec<ContainerId>> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db.read().begin_read()?;
         let mut out: Vec<ContainerId> = Vec::new();
         for entry in tx.open_table(DAMAGED_CONTAINERS)?.iter()? {
             out.push(ContainerId(entry?.0.value()));
@@ -489,7 +507,7 @@ impl Index {
         count: u64,
         floor: impl FnOnce() -> Result<u64>,
     ) -> Result<u64> {
-        let tx = self.db.begin_write()?;
+        let tx = self.db.read().begin_write()?;
         let first;
         {
             let mut meta = tx.open_table(META)?;
@@ -508,7 +526,7 @@ impl Index {
     /// handed out has a lower id. `None` for an index that never allocated
     /// one (new, or lost and recreated empty).
     pub fn container_mark(&self) -> Result<Option<u64>> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db.read().begin_read()?;
         let meta = tx.open_table(META)?;
         let mark = meta.get(CONTAINER_HWM)?.map(|v| v.value());
         Ok(mark)
@@ -520,7 +538,7 @@ impl Index {
     /// most once, where removing ids one by one would touch pages at random.
     /// Returns how many entries went.
     pub fn forget_containers(&self, containers: &HashSet<ContainerId>) -> Result<u64> {
-        let mut tx = self.db.begin_write()?;
+        let mut tx = self.db.read().begin_write()?;
         tx.set_durability(Durability::Immediate)
             .expect("no persistent savepoints are used");
         let mut removed = 0;
@@ -552,7 +570,7 @@ impl Index {
 
     /// Every index entry, in id order.
     pub fn for_each_chunk(&self, mut f: impl FnMut(ChunkId, ChunkLocation)) -> Result<()> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db.read().begin_read()?;
         let table = tx.open_table(CHUNKS)?;
         for entry in table.iter()? {
             let (k, v) = entry?;
@@ -565,7 +583,7 @@ impl Index {
     }
 
     pub fn containers(&self) -> Result<Vec<(ContainerId, ContainerInfo)>> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db.read().begin_read()?;
         let table = tx.open_table(CONTAINERS)?;
         let mut out = Vec::new();
         for entry in table.iter()? {
@@ -578,18 +596,49 @@ impl Index {
     /// The policy container `id` was stored under (`single` when it has
     /// no row).
     pub fn container_policy(&self, id: ContainerId) -> Result<Policy> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db.read().begin_read()?;
         policy_in(&tx.open_table(CONTAINER_POLICY)?, id)
     }
 
     pub fn chunk_count(&self) -> Result<u64> {
-        let tx = self.db.begin_read()?;
+        let tx = self.db.read().begin_read()?;
         Ok(redb::ReadableTableMetadata::len(&tx.open_table(CHUNKS)?)?)
     }
 
     pub fn compact_ram_bytes(&self) -> (usize, f64) {
         let c = self.compact.read();
         (c.ram_bytes(), c.bytes_per_chunk())
+    }
+
+    /// Gives the pages of deleted rows back to the file system: redb reuses
+    /// them but never shrinks its file, so after a collection dropped most
+    /// chunks the file would stay as large as it ever was. Needs the index
+    /// to itself: when a transaction begun elsewhere is still open the file
+    /// is left as it was ([`Compaction::done`] false), which is not an
+    /// error. `roots.redb` is left alone (a few rows).
+    pub fn compact(&self) -> Result<Compaction> {
+        let size = || {
+            self.file
+                .as_ref()
+                .and_then(|f| std::fs::metadata(f).ok())
+                .map(|m| m.len())
+        };
+        let before = size();
+        let mut db = self.db.write();
+        let done = match db.compact() {
+            Ok(_) => true,
+            Err(redb::CompactionError::Storage(e)) => return Err(e.into()),
+            Err(e) => {
+                tracing::info!("index.redb not compacted: {e}");
+                false
+            }
+        };
+        drop(db);
+        Ok(Compaction {
+            before,
+            after: size(),
+            done,
+        })
     }
 
     pub fn put_root(&self, label: &str, id: &ChunkId) -> Result<()> {

@@ -112,7 +112,7 @@ pub use check::{CheckProgress, CheckReport, Dropped, Problem, RebuildReport};
 pub use container::{ChunkLocation, ContainerError};
 pub use gc::{Assessment, Collection, Prepared, Reclaimed};
 pub use id::{ChunkId, ContainerId, RepoKey, ShortFp};
-pub use index::ContainerInfo;
+pub use index::{Compaction, ContainerInfo};
 pub use protection::{needs_restore, BranchId, Policy, PolicyError, Protection};
 pub use read::{Around, Fetched};
 pub use region::{Compression, RegionError};

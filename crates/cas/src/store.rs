@@ -617,6 +617,12 @@ impl Store {
         self.shared.reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Shrinks `index.redb` to its live rows (see [`crate::Compaction`]):
+    /// after a collection, by a process that has the repository to itself.
+    pub fn compact_index(&self) -> Result<crate::Compaction> {
+        self.shared.index.compact()
+    }
+
     /// Storage reads admitted since the store opened, by kind (see
     /// [`crate::qos`]).
     pub fn reads_by_class(&self) -> crate::qos::ReadsByClass {

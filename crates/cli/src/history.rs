@@ -181,6 +181,12 @@ pub fn gc(
         r.dropped_chunks,
         r.sweep_seconds,
     );
+    if r.index_bytes_freed > 0 {
+        out!(
+            "compacted the fingerprint index: {} given back",
+            ui::bytes(r.index_bytes_freed)
+        );
+    }
     if r.orphans_removed > 0 {
         out!(
             "removed {} orphaned container(s) left by an interrupted write or gc",

@@ -148,7 +148,12 @@ fn every_json_output_parses_with_its_documented_fields() {
     json(
         &repo,
         &["gc", "--json"],
-        &["marked_chunks", "reclaimed_containers", "freed_bytes"],
+        &[
+            "marked_chunks",
+            "reclaimed_containers",
+            "freed_bytes",
+            "index_bytes_freed",
+        ],
     );
     json(
         &repo,

@@ -178,6 +178,7 @@ fn every_history_walk_handles_a_30000_level_tree() {
         threshold: 1.0,
         dry_run: false,
         max_garbage: 1.0,
+        compact_index: false,
     };
     let report = gc::collect(fs.store(), gc::Live::Mounted(&fs), options, &|_| {}).unwrap();
     // Two chunks (a listing and its recipe node) per directory of the

@@ -65,6 +65,7 @@ fn gc(fs: &Fs) -> gc::GcReport {
         threshold: 1.0,
         dry_run: false,
         max_garbage: 1.0,
+        compact_index: false,
     };
     gc::collect(fs.store(), gc::Live::Mounted(fs), options, &|_| {}).unwrap()
 }

@@ -68,6 +68,7 @@ mod tests {
             threshold,
             max_garbage,
             dry_run: false,
+            compact_index: false,
         }
     }
 

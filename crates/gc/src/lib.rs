@@ -118,6 +118,11 @@ pub struct GcOptions {
     pub max_garbage: f64,
     /// Only report what would be reclaimed.
     pub dry_run: bool,
+    /// After the sweep, shrink `index.redb` to its live rows (see
+    /// [`cas::Store::compact_index`]). Only for a process that has the
+    /// repository to itself: it waits for every index transaction, and a
+    /// mounted file system would stall behind it.
+    pub compact_index: bool,
 }
 
 impl Default for GcOptions {
@@ -126,6 +131,7 @@ impl Default for GcOptions {
             threshold: 0.5,
             max_garbage: MAX_GARBAGE,
             dry_run: false,
+            compact_index: false,
         }
     }
 }
@@ -162,6 +168,8 @@ pub struct GcReport {
     pub dropped_parked: u64,
     pub orphans_removed: u64,
     pub orphan_bytes: u64,
+    /// Bytes `index.redb` shrank by when the collection compacted it.
+    pub index_bytes_freed: u64,
     pub mark_seconds: f64,
     pub sweep_seconds: f64,
     /// Containers that could not be reclaimed (damaged), with why; they are
@@ -324,6 +332,12 @@ fn collect_inner(
     report.orphans_removed = orphans;
     report.orphan_bytes = orphan_bytes;
     report.freed_bytes += orphan_bytes;
+    if options.compact_index {
+        let c = store.compact_index()?;
+        if let (Some(before), Some(after)) = (c.before, c.after) {
+            report.index_bytes_freed = before.saturating_sub(after);
+        }
+    }
     if let (Live::Mounted(fs), false) = (&live, skipped.is_empty()) {
         let lost: std::collections::HashSet<cas::ChunkId> =
             store.chunks_in(&skipped)?.into_iter().collect();

@@ -35,6 +35,7 @@ fn a_chunk_deduplicated_during_a_collection_is_kept() {
         threshold: 1.0,
         dry_run: false,
         max_garbage: 1.0,
+        compact_index: false,
     };
     gc::collect(&store, Live::StoreOnly, options, &progress).unwrap();
 

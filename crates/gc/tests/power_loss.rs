@@ -347,6 +347,7 @@ fn collect(fs: &Fs) -> Result<(), gc::GcError> {
         threshold: 1.0,
         dry_run: false,
         max_garbage: 1.0,
+        compact_index: false,
     };
     gc::collect(fs.store(), Live::Mounted(fs), options, &|_| {}).map(drop)
 }

@@ -55,6 +55,7 @@ fn collect_mounted(fs: &Fs) -> gc::GcReport {
         threshold: 1.0,
         dry_run: false,
         max_garbage: 1.0,
+        compact_index: false,
     };
     gc::collect(fs.store(), Live::Mounted(fs), options, &|_| {}).unwrap()
 }

@@ -167,6 +167,9 @@ pub fn exec(
                 threshold: *threshold,
                 max_garbage: *max_garbage,
                 dry_run: *dry_run,
+                // This process opened the repository (no daemon serves it):
+                // nothing else can be using the index.
+                compact_index: t.repo.is_some(),
             };
             let fs = t.fs()?;
             Reply::Gc(gc::collect(

@@ -80,6 +80,7 @@ pub fn collect(store: &Store, threshold: f64, dry_run: bool) -> GcReport {
         threshold,
         max_garbage: 1.0,
         dry_run,
+        compact_index: false,
     };
     gc::collect(store, Live::StoreOnly, options, &|_| {}).unwrap()
 }
