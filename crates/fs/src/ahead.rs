@@ -128,6 +128,11 @@ impl Fetcher {
         }
     }
 
+    /// A chunk if the DRAM cache holds it: no storage read, no wait.
+    pub(crate) fn cached(&self, id: &ChunkId) -> Option<Bytes> {
+        self.shared.cache.get(id)
+    }
+
     /// Chunks by id, in order: from the cache, else from the fetch already
     /// reading them, else from the store (the missing ones together).
     pub(crate) fn get_many(&self, ids: &[ChunkId]) -> Result<Vec<Bytes>> {

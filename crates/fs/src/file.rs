@@ -652,6 +652,54 @@ impl ReadPlan {
     }
 }
 
+impl ReadPlan {
+    /// The runs of the read that need only chunks `cached` gives (a hole
+    /// needs none), each with its offset and bytes: what can be read
+    /// without a storage read.
+    pub fn assemble_cached(
+        &self,
+        cached: impl Fn(&ChunkId) -> Option<Bytes>,
+    ) -> Vec<(u64, Vec<u8>)> {
+        let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut open = false;
+        for e in &self.covering {
+            let from = self.offset.max(e.offset);
+            let to = self.end.min(e.offset + e.len);
+            let piece = match e.chunk {
+                None => Some(None),
+                Some(id) => cached(&id).map(Some),
+            };
+            let Some(piece) = piece else {
+                open = false;
+                continue;
+            };
+            if !open {
+                runs.push((from, Vec::with_capacity((self.end - from) as usize)));
+                open = true;
+            }
+            let run = &mut runs.last_mut().expect("opened").1;
+            match piece {
+                None => run.resize(run.len() + (to - from) as usize, 0),
+                Some(b) => {
+                    run.extend_from_slice(&b[(from - e.offset) as usize..(to - e.offset) as usize])
+                }
+            }
+        }
+        for (at, bytes) in &self.overlays {
+            let end = at + bytes.len() as u64;
+            for (start, run) in &mut runs {
+                let run_end = *start + run.len() as u64;
+                let (from, to) = ((*at).max(*start), end.min(run_end));
+                if from < to {
+                    run[(from - *start) as usize..(to - *start) as usize]
+                        .copy_from_slice(&bytes[(from - at) as usize..(to - at) as usize]);
+                }
+            }
+        }
+        runs
+    }
+}
+
 /// Regions of a file to re-chunk and store, taken out by
 /// [`FileState::plan`].
 pub struct Job {
@@ -846,6 +894,25 @@ mod tests {
         let mid = f.read(model.len() as u64 / 3, 777, &read).unwrap();
         let from = model.len() / 3;
         assert!(mid[..] == model[from..(from + 777).min(model.len())]);
+        // What a cache holding about half the chunks gives: runs of the
+        // file's bytes, holes and dirty bytes included.
+        let half = |id: &ChunkId| {
+            id.as_bytes()[0].is_multiple_of(2).then(|| {
+                cache
+                    .get(id)
+                    .map_or_else(|| w.store().read_chunk(id), Ok)
+                    .unwrap()
+            })
+        };
+        let mut seen = 0;
+        for (at, run) in f.read_plan(0, f.size).assemble_cached(half) {
+            assert!(at >= seen, "runs overlap");
+            seen = at + run.len() as u64;
+            assert!(
+                run[..] == model[at as usize..seen as usize],
+                "a cached run differs"
+            );
+        }
         let mut end = 0;
         for e in &f.extents {
             assert_eq!(e.offset, end, "extents are contiguous");

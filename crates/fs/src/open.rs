@@ -72,12 +72,27 @@ impl Fs {
     }
 
     pub fn read(&self, ino: InodeId, offset: u64, len: u32) -> Result<Vec<u8>> {
+        self.read_near(ino, offset, len).map(|(data, _)| data)
+    }
+
+    /// [`Fs::read`], also saying, for a random reader, the part of the file
+    /// around the read whose chunks it brought into the DRAM cache (whole
+    /// chunks, at most [`crate::ahead::AROUND`] bytes): what a reader is
+    /// likely to ask for next, which [`Fs::read_cached`] then gives
+    /// without a storage read (the mount pushes it into the kernel's page
+    /// cache). `None` for other readers.
+    pub fn read_near(
+        &self,
+        ino: InodeId,
+        offset: u64,
+        len: u32,
+    ) -> Result<(Vec<u8>, Option<std::ops::Range<u64>>)> {
         if is_virtual(ino) {
-            return self.snap_read(ino, offset, len);
+            return Ok((self.snap_read(ino, offset, len)?, None));
         }
         let state = self.inner.state(ino)?;
         let mut f = state.lock();
-        let near = self.inner.near_random_read(&mut f, offset, len);
+        let (near, around) = self.inner.near_random_read(&mut f, offset, len);
         let ahead = self.inner.read_ahead(&mut f, offset, len);
         let plan = f.read_plan(offset, len as u64);
         // The chunks are fetched without the file's lock: the kernel's
@@ -88,9 +103,27 @@ impl Fs {
             .inner
             .fetcher
             .get_around(&plan.ids(), &near)
-            .map(|chunks| plan.assemble(chunks));
+            .map(|chunks| (plan.assemble(chunks), around));
         self.inner.release_state(ino, state);
         out
+    }
+
+    /// The parts of `range` of a regular file, as it is now, whose chunks
+    /// the DRAM cache holds, each with its offset and bytes: no storage
+    /// read, and no reader's access pattern or read-ahead moves.
+    pub fn read_cached(
+        &self,
+        ino: InodeId,
+        range: std::ops::Range<u64>,
+    ) -> Result<Vec<(u64, Vec<u8>)>> {
+        if is_virtual(ino) || range.is_empty() {
+            return Ok(Vec::new());
+        }
+        let state = self.inner.state(ino)?;
+        let plan = state.lock().read_plan(range.start, range.end - range.start);
+        let out = plan.assemble_cached(|id| self.inner.fetcher.cached(id));
+        self.inner.release_state(ino, state);
+        Ok(out)
     }
 
     /// Writes at `offset` as root does; see [`Fs::write_as`].
@@ -468,7 +501,7 @@ impl Inner {
         f: &mut FileState,
         offset: u64,
         len: u32,
-    ) -> Vec<ChunkId> {
+    ) -> (Vec<ChunkId>, Option<std::ops::Range<u64>>) {
         use crate::pattern::Access;
         let jumped = offset.abs_diff(f.read_next) > self.settings.readahead / 4;
         let random = match f.read_pattern.observe(offset, len as u64) {
@@ -476,17 +509,31 @@ impl Inner {
             None => jumped,
         };
         if !random {
-            return Vec::new();
+            return (Vec::new(), None);
         }
         let half = crate::ahead::AROUND / 2;
         let from = offset.saturating_sub(half);
         let to = (offset + len as u64 + half).min(f.extents_end());
         let first = f.extents.partition_point(|e| e.offset + e.len <= from);
-        f.extents[first..]
+        let near: Vec<_> = f.extents[first..]
             .iter()
             .take_while(|e| e.offset < to)
-            .filter_map(|e| e.chunk)
-            .collect()
+            .collect();
+        // Whole extents, but never more than AROUND: a big chunk at either
+        // end is left out rather than widening the range.
+        let start = near
+            .iter()
+            .map(|e| e.offset)
+            .find(|&o| o >= from)
+            .unwrap_or(offset);
+        let end = near
+            .iter()
+            .map(|e| e.offset + e.len)
+            .take_while(|&e| e <= to)
+            .last()
+            .unwrap_or(offset);
+        let ids = near.iter().filter_map(|e| e.chunk).collect();
+        (ids, (start < end).then_some(start..end))
     }
 
     /// The chunks to fetch so that `readahead` bytes past a sequential

@@ -11,7 +11,10 @@
 //! the kernel's mount table for every cairn mount ([`cairn_mounts`], which
 //! `cairn doctor` uses to find mounts left dead by a crash). With
 //! [`FuseMetrics`] given, each request's latency and the bytes moved are
-//! counted for `/metrics` (`metrics`).
+//! counted for `/metrics` (`metrics`). The page cache is the kernel's, so
+//! pushing a random reader's neighbours into it (`FUSE_NOTIFY_STORE`) is
+//! this crate's too (`push`): `fs` says what it decoded around a read, and
+//! which of those bytes its DRAM cache holds.
 //!
 //! **Never:** stores, chunks, caches or commits data, and never touches the
 //! metadata engine directly: every operation goes through [`fs::Fs`], which
@@ -22,7 +25,8 @@
 //! ACLs, a set-group-id directory's group, the set-id bits a write or
 //! truncate clears, `fallocate`, `copy_file_range`'s clones, a directory's
 //! `..`) are `fs`'s. It keeps
-//! no state about inodes: only open directory listings and the session.
+//! no state about inodes but open directory listings, the session, and
+//! which inodes are open for writing (what a store must never race).
 //!
 //! **Invariants:**
 //! - With the writeback cache asked for (`MountOptions::writeback_cache`)
@@ -50,6 +54,11 @@
 //! - A read-only mount ([`MountOptions::read_only`]) is mounted `ro`: the
 //!   kernel refuses every change with `EROFS` before `fs` sees it, and an
 //!   `open` for writing that got past it is refused here too.
+//! - Bytes are stored into the page cache only for an inode no handle has
+//!   open for writing and whose size is not being changed, checked under
+//!   the lock an open for writing takes, and only after the read that
+//!   brought them was answered (so a store never waits for a page locked
+//!   by a read waiting for the daemon).
 //! - Locks are `parking_lot`'s, which do not poison: a panic under a lock
 //!   does not spread to later callers (`docs/engineering.md`).
 
@@ -57,6 +66,7 @@ mod convert;
 mod dir;
 mod metrics;
 mod ops;
+mod push;
 mod session;
 
 pub use metrics::FuseMetrics;

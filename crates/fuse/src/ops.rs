@@ -33,6 +33,13 @@ use crate::session::{MountOptions, Shared};
 pub(crate) const TTL: Duration = Duration::from_secs(1);
 /// The largest write the kernel is asked to send in one request.
 const MAX_WRITE: u32 = 1 << 20;
+/// The file handle of a read-only handle of a file read in place, whose
+/// random reads get their neighbours pushed into the page cache
+/// (`crate::push`); every other handle is 0.
+const PUSHING: u64 = 1;
+/// Files up to this size are not asked whether they are read in place at
+/// open (the kernel's read-ahead covers most of a small file anyway).
+const PUSH_MIN: u64 = 1 << 20;
 /// A cap on read-ahead so that fuser's page count stays representable.
 const MAX_READAHEAD: u32 = 16 << 20;
 
@@ -70,6 +77,14 @@ impl CairnFs {
 
     /// Times a request of kind `op` (when figures are kept) until the
     /// guard drops.
+    /// See [`crate::push`]. Called after the read was answered.
+    fn push(&self, ino: InodeId, around: std::ops::Range<u64>, read: std::ops::Range<u64>) {
+        let pushed = self.shared.pushes.push(&self.fs, ino, around, read);
+        if let (Some(m), true) = (&self.metrics, pushed > 0) {
+            m.transferred("pushed", pushed);
+        }
+    }
+
     fn timed(&self, op: &'static str) -> Option<Timer<'_>> {
         self.metrics.as_ref().map(|m| m.time(op))
     }
@@ -278,7 +293,15 @@ impl Filesystem for CairnFs {
         };
         // With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves the set-id bits a
         // truncate clears to `fs`.
-        match self.fs.setattr_as(id(ino), &changes, size, &writer(req)) {
+        // A size change is a write no handle may carry: no store while it runs.
+        if size.is_some() {
+            self.shared.pushes.writing(id(ino));
+        }
+        let changed = self.fs.setattr_as(id(ino), &changes, size, &writer(req));
+        if size.is_some() {
+            self.shared.pushes.done_writing(id(ino));
+        }
+        match changed {
             Ok(inode) => reply.attr(&TTL, &file_attr(inode.id, &inode.attr)),
             Err(e) => reply.error(self.fail("setattr", id(ino), &e)),
         }
@@ -436,18 +459,32 @@ impl Filesystem for CairnFs {
             return reply.error(Errno::EROFS);
         }
         let ino = id(ino);
+        let writer = flags.0 & libc::O_ACCMODE != libc::O_RDONLY;
+        if writer {
+            self.shared.pushes.writing(ino);
+        }
         let opened = self.fs.open(ino).and_then(|()| self.fs.getattr(ino));
         match opened {
-            Ok(inode) => reply.opened(
-                FileHandle(0),
-                open_flags(flags.0, inode.attr.size, self.page_cache_max, || {
-                    self.fs.random_access(ino).unwrap_or_else(|e| {
+            Ok(inode) => {
+                // Asked only of a reader of a file big enough for it to
+                // matter: it may cost a metadata read.
+                let in_place = !writer
+                    && inode.attr.size > PUSH_MIN
+                    && self.fs.random_access(ino).unwrap_or_else(|e| {
                         tracing::warn!(file = %self.fs.describe(ino), error = %e, "cannot tell how a file is read; streaming it past the page cache");
                         false
-                    })
-                }),
-            ),
-            Err(e) => reply.error(self.fail("open", ino, &e)),
+                    });
+                let open = open_flags(flags.0, inode.attr.size, self.page_cache_max, || in_place);
+                // Such a handle keeps the page cache: its random reads get
+                // their neighbours pushed into it (`push`).
+                reply.opened(FileHandle(if in_place { PUSHING } else { 0 }), open)
+            }
+            Err(e) => {
+                if writer {
+                    self.shared.pushes.done_writing(ino);
+                }
+                reply.error(self.fail("open", ino, &e))
+            }
         }
     }
 
@@ -455,7 +492,7 @@ impl Filesystem for CairnFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         size: u32,
         _flags: OpenFlags,
@@ -463,12 +500,17 @@ impl Filesystem for CairnFs {
         reply: ReplyData,
     ) {
         let _timer = self.timed("read");
-        match self.fs.read(id(ino), offset, size) {
-            Ok(data) => {
+        match self.fs.read_near(id(ino), offset, size) {
+            Ok((data, around)) => {
                 if let Some(m) = &self.metrics {
                     m.transferred("read", data.len());
                 }
-                reply.data(&data)
+                let read = offset..offset + data.len() as u64;
+                let short = data.len() < size as usize;
+                reply.data(&data);
+                if let (Some(around), PUSHING, false) = (around, fh.0, short) {
+                    self.push(id(ino), around, read);
+                }
             }
             Err(e) => reply.error(self.fail("read", id(ino), &e)),
         }
@@ -517,13 +559,18 @@ impl Filesystem for CairnFs {
         _req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
         let _timer = self.timed("release");
-        self.reply_empty("release", id(ino), reply, self.fs.release(id(ino)))
+        let released = self.fs.release(id(ino));
+        // The kernel wrote the handle's dirty pages back before releasing it.
+        if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+            self.shared.pushes.done_writing(id(ino));
+        }
+        self.reply_empty("release", id(ino), reply, released)
     }
 
     fn fsync(
@@ -715,13 +762,18 @@ impl Filesystem for CairnFs {
             .create_posix(parent, name, new, (umask & 0o777) as u16)
             .and_then(|inode| self.fs.open(inode.id).map(|()| inode));
         match created {
-            Ok(inode) => reply.created(
-                &TTL,
-                &file_attr(inode.id, &inode.attr),
-                Generation(0),
-                FileHandle(0),
-                open_flags(flags, inode.attr.size, self.page_cache_max, || false),
-            ),
+            Ok(inode) => {
+                if flags & libc::O_ACCMODE != libc::O_RDONLY {
+                    self.shared.pushes.writing(inode.id);
+                }
+                reply.created(
+                    &TTL,
+                    &file_attr(inode.id, &inode.attr),
+                    Generation(0),
+                    FileHandle(0),
+                    open_flags(flags, inode.attr.size, self.page_cache_max, || false),
+                )
+            }
             Err(e) => reply.error(self.fail("create", parent, &e)),
         }
     }

@@ -435,6 +435,7 @@ pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> Result<Moun
         }
     };
     let session = fuser::Session::new(filesystem, &path, &config).map_err(mount_error)?;
+    shared.pushes.set_notifier(session.notifier());
     let session = session.spawn().map_err(mount_error)?;
     raise_kernel_readahead(&path);
     Ok(Mounted {
@@ -677,11 +678,13 @@ fn unmount_path(path: &Path, lazy: bool) -> io::Result<()> {
 }
 
 /// What the file system and the [`Mounted`] handle share: whether the
-/// session ended, and how making the data durable at its end went.
+/// session ended, how making the data durable at its end went, and the
+/// page-cache pushes with the session's notifier.
 #[derive(Default, Debug)]
 pub(crate) struct Shared {
     pub(crate) state: Mutex<SessionState>,
     pub(crate) ended: Condvar,
+    pub(crate) pushes: crate::push::Pushes,
 }
 
 #[derive(Default, Debug)]
