@@ -25,6 +25,8 @@ const AROUND_RAW: u32 = 128 << 10;
 /// Chunks a random read asks for at most to take the raw-region path (a
 /// random request is a few KiB: a chunk or two).
 const RAW_PARTS_MAX: usize = 8;
+/// Regions beside a random read's own that its neighbours may add to it.
+const NEIGHBOUR_REGIONS: usize = 2;
 
 /// What [`Store::read_around`] returns: the asked chunks in order, and the
 /// neighbours it read with them.
@@ -286,7 +288,8 @@ impl Store {
     /// [`Store::read_around`] when every asked chunk is sealed and in a raw
     /// region: per region, one read of the bytes from the first to the end
     /// of the last of its asked chunks and of the neighbours within
-    /// [`AROUND_RAW`] of them. `None` sends the caller the ordinary way.
+    /// [`AROUND_RAW`] of them; and, for up to [`NEIGHBOUR_REGIONS`] raw
+    /// regions that hold only neighbours, one read of those. `None` sends the caller the ordinary way.
     fn read_raw_parts(&self, ids: &[ChunkId], near: &[ChunkId]) -> Option<Around> {
         if ids.is_empty() || ids.len() > RAW_PARTS_MAX {
             return None;
@@ -299,30 +302,50 @@ impl Store {
         }
         let locs = self.locate_many(ids).ok()?;
         let found = self.shared.index.lookup_many(near).ok()?;
-        let (regions, region_of) = Self::regions_of(&locs);
+        let (mut regions, region_of) = Self::regions_of(&locs);
+        // A region (or a container) ends wherever its writer's flush fell,
+        // often right next to the read: the neighbours in the regions
+        // beside it are read too (a header and a range each).
+        let asked_regions = regions.len();
+        for l in found.iter().flatten() {
+            let known = regions
+                .iter()
+                .any(|r| (r.container, r.region_offset) == (l.container, l.region_offset));
+            if !known && regions.len() < asked_regions + NEIGHBOUR_REGIONS {
+                regions.push(*l);
+            }
+        }
         let mut out: Vec<Option<Bytes>> = vec![None; ids.len()];
         let mut extra = Vec::new();
         for (r, region) in regions.iter().enumerate() {
             let asked: Vec<usize> = (0..ids.len()).filter(|&i| region_of[i] == r).collect();
-            let lo = asked.iter().map(|&i| locs[i].offset_in_region).min()?;
-            let hi = asked
-                .iter()
-                .map(|&i| locs[i].offset_in_region + locs[i].len)
-                .max()?;
             let same = |l: &ChunkLocation| {
                 (l.container, l.region_offset) == (region.container, region.region_offset)
             };
-            let neighbours: Vec<(ChunkId, ChunkLocation)> = near
+            let mut neighbours: Vec<(ChunkId, ChunkLocation)> = near
                 .iter()
                 .zip(&found)
                 .filter_map(|(id, l)| Some((*id, (*l)?)))
-                .filter(|(id, l)| {
-                    same(l)
-                        && !ids.contains(id)
-                        && l.offset_in_region + l.len <= hi + AROUND_RAW
-                        && l.offset_in_region + AROUND_RAW >= lo
-                })
+                .filter(|(id, l)| same(l) && !ids.contains(id))
                 .collect();
+            let span = |l: &ChunkLocation| (l.offset_in_region, l.offset_in_region + l.len);
+            let (lo, hi) = if asked.is_empty() {
+                // Only neighbours here (`near` is bounded by the caller):
+                // read if it can be, else left out.
+                let (Some(lo), Some(hi)) = (
+                    neighbours.iter().map(|(_, l)| span(l).0).min(),
+                    neighbours.iter().map(|(_, l)| span(l).1).max(),
+                ) else {
+                    continue;
+                };
+                (lo, hi)
+            } else {
+                let lo = asked.iter().map(|&i| span(&locs[i]).0).min()?;
+                let hi = asked.iter().map(|&i| span(&locs[i]).1).max()?;
+                neighbours
+                    .retain(|(_, l)| span(l).1 <= hi + AROUND_RAW && span(l).0 + AROUND_RAW >= lo);
+                (lo, hi)
+            };
             let from = neighbours
                 .iter()
                 .map(|(_, l)| l.offset_in_region)
@@ -331,19 +354,12 @@ impl Store {
                 .iter()
                 .map(|(_, l)| l.offset_in_region + l.len)
                 .fold(hi, u32::max);
-            let header = self
-                .shared
-                .read_container_range(region.container, region.region_offset, region::HEADER_LEN)
-                .ok()?;
-            if !region::is_raw(&header) || region::decoded_len(&header)? < to as usize {
+            let Some(bytes) = self.raw_range(region, from, to) else {
+                if asked.is_empty() {
+                    continue;
+                }
                 return None;
-            }
-            let at = region.region_offset + region::HEADER_LEN as u64 + from as u64;
-            let bytes = Bytes::from(
-                self.shared
-                    .read_container_range(region.container, at, (to - from) as usize)
-                    .ok()?,
-            );
+            };
             let cut = |l: &ChunkLocation| {
                 let start = (l.offset_in_region - from) as usize;
                 bytes.slice(start..start + l.len as usize)
@@ -364,6 +380,23 @@ impl Store {
         }
         let out = out.into_iter().collect::<Option<Vec<Bytes>>>()?;
         Some((out, extra))
+    }
+
+    /// Bytes `from..to` of the data of the raw region at `region`; `None`
+    /// when it is not raw, shorter, or cannot be read.
+    fn raw_range(&self, region: &ChunkLocation, from: u32, to: u32) -> Option<Bytes> {
+        let header = self
+            .shared
+            .read_container_range(region.container, region.region_offset, region::HEADER_LEN)
+            .ok()?;
+        if !region::is_raw(&header) || region::decoded_len(&header)? < to as usize {
+            return None;
+        }
+        let at = region.region_offset + region::HEADER_LEN as u64 + from as u64;
+        self.shared
+            .read_container_range(region.container, at, (to - from) as usize)
+            .ok()
+            .map(Bytes::from)
     }
 
     /// The distinct chunks of `near`, not in `ids`, stored in a region that

@@ -55,8 +55,10 @@ fn resident(f: &fs::File) -> Vec<bool> {
 }
 
 /// The pages within 32 KiB on either side of each probe that are cached,
-/// fewest first: those in the container region the read decoded (a region
-/// may end next to the read).
+/// fewest first. The probes sit at the start of a container region, so the
+/// pages before them come from the region beside the read's, which is
+/// read when the store can (most often: both sides); the read's own
+/// region always gives the pages after it.
 fn fewest_near_probes(resident: &[bool]) -> (usize, usize) {
     probes()
         .map(|at| {
