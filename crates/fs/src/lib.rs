@@ -319,6 +319,10 @@ impl Fs {
             recorded: metrics::Recorded::default(),
             stop: (Mutex::new(false), Condvar::new()),
         });
+        inner
+            .store
+            .layer()
+            .watch_io(inner.recorded.branches.clone());
         let bg = inner.clone();
         let committer = std::thread::Builder::new()
             .name("fs-commit".into())
@@ -412,11 +416,11 @@ impl Fs {
 
     /// What the read caches did since the mount.
     pub fn read_cache_report(&self) -> space::ReadCacheReport {
-        let (store_reads, tier) = self.inner.fetcher.figures();
+        let caches = self.inner.fetcher.figures();
         space::ReadCacheReport {
             dram_bytes: self.inner.cache.bytes() as u64,
-            store_chunk_reads: store_reads,
-            tier,
+            store_chunk_reads: caches.store_reads,
+            tier: caches.tier,
         }
     }
 }

@@ -1,5 +1,7 @@
 //! The file system's figures for `/metrics`: how long commits take and
-//! how many failed (recorded as they happen), and the store's and the
+//! how many failed, how long writers waited for dirty-bytes admission,
+//! and every branch read and write (time, bytes, faults, heard from the
+//! redundancy layer's watcher), all recorded as they happen; and the store's and the
 //! caches' counts (read when scraped, from counters the file system keeps
 //! anyway, so a scrape walks nothing). Logical bytes and the dedup ratio
 //! need a walk of every root: they are those of the last space report
@@ -12,6 +14,7 @@ use std::time::Instant;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
@@ -19,12 +22,104 @@ use prometheus_client::registry::{Registry, Unit};
 use crate::history::{SNAPSHOT_PREFIX, VERSION_PREFIX};
 use crate::{Fs, Inner};
 
+/// Which dirty-bytes limit held a writer back ([`Recorded::admission_waited`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Limit {
+    /// `fs.total_dirty`: the writer stored its own bytes before going on.
+    Total,
+    /// `fs.file_dirty`: it waited for its file's write-behind in flight.
+    File,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabel {
+    limit: &'static str,
+}
+
+type Waits = Family<LimitLabel, Histogram, fn() -> Histogram>;
+
+/// 10 µs to ~2.6 s in 4x steps: a settled file to a slow disk's apply.
+fn wait_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-5, 4.0, 10))
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BranchOp {
+    branch: String,
+    op: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BranchOpFault {
+    branch: String,
+    op: &'static str,
+    kind: &'static str,
+}
+
+type BranchLatencies = Family<BranchOp, Histogram, fn() -> Histogram>;
+
+/// 50 µs to ~13 s in 4x steps: a page-cached shard to a slow bucket.
+fn branch_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(5e-5, 4.0, 10))
+}
+
+/// Every branch read and write, by branch and op: the redundancy layer's
+/// watcher ([`redundancy::IoWatcher`]).
+#[derive(Debug)]
+pub(crate) struct BranchFigures {
+    seconds: BranchLatencies,
+    bytes: Family<BranchOp, Counter>,
+    faults: Family<BranchOpFault, Counter>,
+}
+
+impl Default for BranchFigures {
+    fn default() -> BranchFigures {
+        BranchFigures {
+            seconds: BranchLatencies::new_with_constructor(branch_histogram),
+            bytes: Family::default(),
+            faults: Family::default(),
+        }
+    }
+}
+
+impl redundancy::IoWatcher for BranchFigures {
+    fn io(&self, io: &redundancy::BranchIo<'_>) {
+        let labels = BranchOp {
+            branch: io.branch.to_owned(),
+            op: io.op.as_str(),
+        };
+        self.seconds
+            .get_or_create(&labels)
+            .observe(io.took.as_secs_f64());
+        if io.bytes > 0 {
+            self.bytes.get_or_create(&labels).inc_by(io.bytes);
+        }
+        for kind in &io.faults {
+            let kind = match kind {
+                redundancy::FaultKind::Missing => "missing",
+                redundancy::FaultKind::Unavailable => "unavailable",
+                redundancy::FaultKind::Corrupt => "corrupt",
+                redundancy::FaultKind::Full => "full",
+            };
+            self.faults
+                .get_or_create(&BranchOpFault {
+                    branch: labels.branch.clone(),
+                    op: labels.op,
+                    kind,
+                })
+                .inc();
+        }
+    }
+}
+
 /// Figures recorded as things happen; kept whether or not anything
 /// scrapes them (a few atomics).
 #[derive(Debug)]
 pub(crate) struct Recorded {
     commit_seconds: Histogram,
     commit_failures: Counter,
+    admission: Waits,
+    pub(crate) branches: Arc<BranchFigures>,
     /// The last space report's logical bytes and dedup ratio, and when it
     /// was computed (by `cairn stats`, the dashboard, its sampler).
     last_space: parking_lot::Mutex<Option<(Instant, u64, f64)>>,
@@ -36,6 +131,8 @@ impl Default for Recorded {
             // 100 µs to ~26 s in 4x steps: an empty commit to a slow disk.
             commit_seconds: Histogram::new(exponential_buckets(1e-4, 4.0, 10)),
             commit_failures: Counter::default(),
+            admission: Waits::new_with_constructor(wait_histogram),
+            branches: Arc::default(),
             last_space: parking_lot::Mutex::new(None),
         }
     }
@@ -44,6 +141,17 @@ impl Default for Recorded {
 impl Recorded {
     pub(crate) fn space(&self, report: &crate::space::SpaceReport) {
         *self.last_space.lock() = Some((Instant::now(), report.logical_bytes, report.dedup_ratio));
+    }
+
+    /// A writer held back by `limit` since `started` goes on.
+    pub(crate) fn admission_waited(&self, limit: Limit, started: Instant) {
+        let limit = match limit {
+            Limit::Total => "total",
+            Limit::File => "file",
+        };
+        self.admission
+            .get_or_create(&LimitLabel { limit })
+            .observe(started.elapsed().as_secs_f64());
     }
 
     pub(crate) fn commit_done(&self, started: Instant, ok: bool) {
@@ -70,6 +178,30 @@ impl Fs {
             "cairn_commit_failures",
             "Commits that failed (retried at the next interval)",
             recorded.commit_failures.clone(),
+        );
+        registry.register_with_unit(
+            "cairn_admission_wait",
+            "Time writers past a dirty-bytes limit waited before going on, by limit (total, file)",
+            Unit::Seconds,
+            recorded.admission.clone(),
+        );
+        let branches = &recorded.branches;
+        registry.register_with_unit(
+            "cairn_branch_io_duration",
+            "Time each branch read and write call took, by branch and op",
+            Unit::Seconds,
+            branches.seconds.clone(),
+        );
+        registry.register_with_unit(
+            "cairn_branch_io",
+            "Bytes read from and written to each branch, by branch and op",
+            Unit::Bytes,
+            branches.bytes.clone(),
+        );
+        registry.register(
+            "cairn_branch_io_faults",
+            "Branch reads and writes that failed, by branch, op and kind",
+            branches.faults.clone(),
         );
         registry.register_collector(Box::new(Scraped(Arc::downgrade(&self.inner))));
     }
@@ -261,7 +393,7 @@ impl Collector for Scraped {
             Some(Unit::Bytes),
             inner.dirty_total.load(std::sync::atomic::Ordering::Relaxed) as u64,
         )?;
-        let (store_reads, tier) = inner.fetcher.figures();
+        let caches = inner.fetcher.figures();
         gauge(
             e,
             "cairn_cache_dram",
@@ -271,11 +403,23 @@ impl Collector for Scraped {
         )?;
         counters(
             e,
+            "cairn_cache_hits",
+            "Chunk lookups the DRAM cache answered",
+            &[(Cache { cache: "dram" }, caches.dram_hits)],
+        )?;
+        counters(
+            e,
             "cairn_cache_misses",
             "Chunk reads no cache answered (the store did), by the last cache asked",
-            &[(Cache { cache: "dram" }, store_reads)],
+            &[(Cache { cache: "dram" }, caches.store_reads)],
         )?;
-        if let Some(t) = tier {
+        counters(
+            e,
+            "cairn_cache_fetch_joins",
+            "Chunks a reader missed in DRAM, found being fetched (by read-ahead or another reader) and waited for",
+            &[(Cache { cache: "dram" }, caches.joined)],
+        )?;
+        if let Some(t) = caches.tier {
             counters(
                 e,
                 "cairn_cache_tier_hits",
