@@ -13,7 +13,7 @@ use std::fs;
 use std::process::Command;
 
 use common::metrics::{get, none_fell, promtool_clean, samples, scrape, value};
-use common::{ok, random, Mount};
+use common::{edit_config, ok, random, Mount};
 
 /// A loopback port free now (the daemon binds it a moment later).
 fn free_port() -> u16 {
@@ -41,13 +41,13 @@ fn a_plain_mount_serves_metrics_when_asked() {
     ok(&repo, &["init"]);
     // A file past 1 MiB of dirty bytes waits for admission; files past
     // 1 MiB are read around the page cache, so a second read asks cairn.
-    let config = repo.join("cairn.toml");
-    let text = fs::read_to_string(&config)
-        .unwrap()
-        .replace("file_dirty = \"32MiB\"", "file_dirty = \"1MiB\"")
-        .replace("page_cache_max = \"16MiB\"", "page_cache_max = \"1MiB\"");
-    assert!(text.contains("file_dirty = \"1MiB\"") && text.contains("page_cache_max = \"1MiB\""));
-    fs::write(&config, text).unwrap();
+    edit_config(
+        &repo,
+        &[
+            ("file_dirty = \"32MiB\"", "file_dirty = \"1MiB\""),
+            ("page_cache_max = \"16MiB\"", "page_cache_max = \"1MiB\""),
+        ],
+    );
     let addr = format!("127.0.0.1:{}", free_port());
     let m = Mount::start_cmd(repo.clone(), dir.clone(), &["mount", "--metrics", &addr]);
     let url = format!("http://{addr}/metrics");

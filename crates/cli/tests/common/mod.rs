@@ -171,6 +171,18 @@ impl Drop for Mount {
     }
 }
 
+/// Edits `repo`'s cairn.toml: each `(from, to)` replaces text that must
+/// be there (a line of the default file, say).
+pub fn edit_config(repo: &Path, edits: &[(&str, &str)]) {
+    let path = repo.join("cairn.toml");
+    let mut text = fs::read_to_string(&path).unwrap();
+    for (from, to) in edits {
+        assert!(text.contains(from), "no {from:?} in {}", path.display());
+        text = text.replace(from, to);
+    }
+    fs::write(&path, text).unwrap();
+}
+
 /// `sh -c SCRIPT`, asserting success; its standard output.
 pub fn sh(script: &str) -> String {
     let out = Command::new("sh").args(["-c", script]).output().unwrap();
