@@ -232,8 +232,14 @@ fn dashboard_queries_exported_series(scrape: &str) {
                 docs.contains(&format!("`{family}`")),
                 "{family} (in {expr}) is not documented"
             );
-            // Absent here: no branches, no tier, no job running.
-            let sometimes = ["cairn_branch_", "cairn_cache_tier_", "cairn_job_progress_"];
+            // Absent here: no branches, no tier, no job running, no write
+            // held by admission.
+            let sometimes = [
+                "cairn_branch_",
+                "cairn_cache_tier_",
+                "cairn_job_progress_",
+                "cairn_admission_",
+            ];
             if !sometimes.iter().any(|p| family.starts_with(p)) {
                 assert!(
                     scrape.lines().any(|l| l.starts_with(&name)),
