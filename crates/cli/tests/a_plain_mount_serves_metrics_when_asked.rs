@@ -2,7 +2,7 @@
 //! unsigned `GET /metrics` at ADDR (promtool clean, no S3 figures) and 404
 //! to anything else; over a workload through the mount and the CLI, the
 //! mount's requests, dirty-bytes admission waits (a file past a small
-//! `fs.file_dirty`), the DRAM cache's hits, the branch's reads and writes
+//! `fs.file_dirty`), the DRAM and redb page caches' hits, the branch's reads and writes
 //! and the CLI's requests by kind all rise, none falls, and a snapshot
 //! taken is counted among the roots. The
 //! repository checks clean after the unmount, the file byte-exact.
@@ -93,6 +93,8 @@ fn a_plain_mount_serves_metrics_when_asked() {
     rose("cairn_fuse_request_duration_seconds_count{op=\"write\"}");
     rose("cairn_admission_wait_seconds_count{limit=\"file\"}");
     rose("cairn_cache_hits_total{cache=\"dram\"}");
+    rose("cairn_cache_hits_total{cache=\"metadata\"}");
+    rose("cairn_cache_hits_total{cache=\"index\"}");
     rose("cairn_branch_io_duration_seconds_count{branch=\"local\",op=\"write\"}");
     rose("cairn_branch_io_duration_seconds_count{branch=\"local\",op=\"read\"}");
     rose("cairn_branch_io_bytes_total{branch=\"local\",op=\"read\"}");

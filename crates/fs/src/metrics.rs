@@ -401,17 +401,26 @@ impl Collector for Scraped {
             Some(Unit::Bytes),
             inner.cache.bytes() as u64,
         )?;
+        let (pages_hit, pages_missed) = page_caches(&inner);
         counters(
             e,
             "cairn_cache_hits",
-            "Chunk lookups the DRAM cache answered",
-            &[(Cache { cache: "dram" }, caches.dram_hits)],
+            "Lookups a cache answered: chunks in DRAM, pages in the metadata and index redb caches",
+            &[
+                (Cache { cache: "dram" }, caches.dram_hits),
+                (Cache { cache: "metadata" }, pages_hit[0]),
+                (Cache { cache: "index" }, pages_hit[1]),
+            ],
         )?;
         counters(
             e,
             "cairn_cache_misses",
-            "Chunk reads no cache answered (the store did), by the last cache asked",
-            &[(Cache { cache: "dram" }, caches.store_reads)],
+            "Lookups no cache answered: chunks read from the store (by the last cache asked), pages read from disk",
+            &[
+                (Cache { cache: "dram" }, caches.store_reads),
+                (Cache { cache: "metadata" }, pages_missed[0]),
+                (Cache { cache: "index" }, pages_missed[1]),
+            ],
         )?;
         counters(
             e,
@@ -464,6 +473,22 @@ impl Collector for Scraped {
         roots(e, &inner)?;
         branches(e, &inner)
     }
+}
+
+/// Page lookups the redb caches answered and missed: of the metadata
+/// engine (`fs.redb`), and of the chunk index and roots together.
+fn page_caches(inner: &Inner) -> ([u64; 2], [u64; 2]) {
+    let (mut hits, mut misses) = ([0; 2], [0; 2]);
+    let metadata = inner.meta.page_cache().into_iter();
+    let index = inner.store.index_page_caches().into_iter();
+    for (i, stats) in metadata
+        .map(|s| (0, s))
+        .chain(index.map(|s| (1, s)))
+    {
+        hits[i] += stats.read_hits() + stats.write_hits();
+        misses[i] += stats.read_misses() + stats.write_misses();
+    }
+    (hits, misses)
 }
 
 /// Versions, snapshots and stored streams (`cairn put`), by kind.
