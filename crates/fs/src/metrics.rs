@@ -481,10 +481,7 @@ fn page_caches(inner: &Inner) -> ([u64; 2], [u64; 2]) {
     let (mut hits, mut misses) = ([0; 2], [0; 2]);
     let metadata = inner.meta.page_cache().into_iter();
     let index = inner.store.index_page_caches().into_iter();
-    for (i, stats) in metadata
-        .map(|s| (0, s))
-        .chain(index.map(|s| (1, s)))
-    {
+    for (i, stats) in metadata.map(|s| (0, s)).chain(index.map(|s| (1, s))) {
         hits[i] += stats.read_hits() + stats.write_hits();
         misses[i] += stats.read_misses() + stats.write_misses();
     }
@@ -599,4 +596,87 @@ fn branches(e: &mut DescriptorEncoder, inner: &Inner) -> std::fmt::Result {
         Some(Unit::Seconds),
         &latency,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redundancy::{BranchIo, FaultKind, IoOp, IoWatcher};
+    use std::time::Duration;
+
+    fn text(registry: &Registry) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
+        out
+    }
+
+    #[test]
+    fn branch_calls_are_counted_by_branch_op_and_fault() {
+        let recorded = Recorded::default();
+        let mut registry = Registry::default();
+        registry.register(
+            "cairn_branch_io_faults",
+            "faults",
+            recorded.branches.faults.clone(),
+        );
+        registry.register_with_unit(
+            "cairn_branch_io",
+            "bytes",
+            Unit::Bytes,
+            recorded.branches.bytes.clone(),
+        );
+        registry.register_with_unit(
+            "cairn_branch_io_duration",
+            "time",
+            Unit::Seconds,
+            recorded.branches.seconds.clone(),
+        );
+        let call = |op, took_ms, bytes, faults: Vec<FaultKind>| BranchIo {
+            branch: "a",
+            op,
+            took: Duration::from_millis(took_ms),
+            bytes,
+            faults,
+        };
+        let w: &dyn IoWatcher = recorded.branches.as_ref();
+        w.io(&call(IoOp::Write, 2, 1000, vec![]));
+        w.io(&call(IoOp::Write, 4, 500, vec![FaultKind::Full]));
+        w.io(&call(IoOp::Read, 1, 0, vec![FaultKind::Missing]));
+        let t = text(&registry);
+        for line in [
+            r#"cairn_branch_io_bytes_total{branch="a",op="write"} 1500"#,
+            r#"cairn_branch_io_faults_total{branch="a",op="write",kind="full"} 1"#,
+            r#"cairn_branch_io_faults_total{branch="a",op="read",kind="missing"} 1"#,
+            r#"cairn_branch_io_duration_seconds_count{branch="a",op="write"} 2"#,
+            r#"cairn_branch_io_duration_seconds_sum{branch="a",op="write"} 0.006"#,
+            r#"cairn_branch_io_duration_seconds_count{branch="a",op="read"} 1"#,
+        ] {
+            assert!(t.contains(line), "{line} in\n{t}");
+        }
+        assert!(!t.contains(r#"cairn_branch_io_bytes_total{branch="a",op="read"}"#));
+    }
+
+    #[test]
+    fn admission_waits_are_counted_by_limit() {
+        let recorded = Recorded::default();
+        let mut registry = Registry::default();
+        registry.register_with_unit(
+            "cairn_admission_wait",
+            "waits",
+            Unit::Seconds,
+            recorded.admission.clone(),
+        );
+        recorded.admission_waited(Limit::File, Instant::now());
+        recorded.admission_waited(Limit::File, Instant::now());
+        recorded.admission_waited(Limit::Total, Instant::now());
+        let t = text(&registry);
+        assert!(
+            t.contains(r#"cairn_admission_wait_seconds_count{limit="file"} 2"#),
+            "{t}"
+        );
+        assert!(
+            t.contains(r#"cairn_admission_wait_seconds_count{limit="total"} 1"#),
+            "{t}"
+        );
+    }
 }
