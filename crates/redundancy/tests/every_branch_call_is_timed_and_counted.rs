@@ -13,9 +13,12 @@ use common::{key, pattern, policy, Rig};
 use parking_lot::Mutex;
 use redundancy::{BranchIo, FaultKind, IoOp, IoWatcher};
 
-/// Every call heard: branch, op, time, bytes, faults.
+/// One call heard: branch, op, time, bytes, faults.
+type Call = (String, IoOp, Duration, u64, Vec<FaultKind>);
+
+/// Every call heard.
 #[derive(Default)]
-struct Heard(Mutex<Vec<(String, IoOp, Duration, u64, Vec<FaultKind>)>>);
+struct Heard(Mutex<Vec<Call>>);
 
 impl IoWatcher for Heard {
     fn io(&self, io: &BranchIo<'_>) {
@@ -30,7 +33,7 @@ impl IoWatcher for Heard {
 }
 
 impl Heard {
-    fn take(&self) -> Vec<(String, IoOp, Duration, u64, Vec<FaultKind>)> {
+    fn take(&self) -> Vec<Call> {
         std::mem::take(&mut *self.0.lock())
     }
 }
