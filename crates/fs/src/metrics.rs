@@ -553,7 +553,10 @@ fn branches(e: &mut DescriptorEncoder, inner: &Inner) -> std::fmt::Result {
         None,
         &retired,
     )?;
-    let reads: Vec<_> = status.iter().map(|s| (label(&s.name), s.reads)).collect();
+    let reads: Vec<_> = status
+        .iter()
+        .map(|s| (label(&s.name), s.totals.reads))
+        .collect();
     counters(
         e,
         "cairn_branch_reads",
@@ -564,9 +567,9 @@ fn branches(e: &mut DescriptorEncoder, inner: &Inner) -> std::fmt::Result {
         .iter()
         .flat_map(|s| {
             [
-                ("missing", s.missing),
-                ("unavailable", s.unavailable),
-                ("corrupt", s.corrupt),
+                ("missing", s.totals.missing),
+                ("unavailable", s.totals.unavailable),
+                ("corrupt", s.totals.corrupt),
             ]
             .map(|(kind, n)| {
                 (

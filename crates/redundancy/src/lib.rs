@@ -74,7 +74,7 @@ pub use discover::Discovery;
 pub use error::{Error, Result, ShardFault};
 pub use io::{BranchIo, IoOp, IoWatcher};
 pub use map::{parse_shard_key, shard_key, Placement, ShardPlace};
-pub use members::{BranchId, BranchStatus, FaultKind};
+pub use members::{BranchId, BranchStatus, BranchTotals, FaultKind};
 pub use policy::{Count, Policy, PolicyError, PolicyProblem, Strength, MAX_BRANCH_NAME};
 pub use repair::{Progress, RebuildReport, Repair, ScrubReport, ScrubSummary};
 pub use write::PutRequest;
@@ -357,7 +357,8 @@ impl Redundant {
     }
 
     /// Forgets a branch's faults (after it was repaired or replaced); its
-    /// latency estimate is kept.
+    /// latency estimate, and its counts since the layer took it
+    /// ([`BranchStatus::totals`]), are kept.
     pub fn reset_health(&self, id: BranchId) {
         if let Some(m) = self.members.read().get(usize::from(id.0)) {
             m.reset();
