@@ -70,11 +70,11 @@ pub fn metrics(
 /// recorder goes into `fuse`.
 pub fn registry(
     fs: &fs::Fs,
-    jobs: Option<&std::sync::Arc<service::jobs::Jobs>>,
+    jobs: &std::sync::Arc<service::jobs::Jobs>,
     fuse: &mut Option<std::sync::Arc<fuse::FuseMetrics>>,
 ) -> std::sync::Arc<prometheus_client::registry::Registry> {
     let mut registry = prometheus_client::registry::Registry::default();
-    register(&mut registry, fs, jobs, Some(fuse));
+    register(&mut registry, fs, Some(jobs), Some(fuse));
     std::sync::Arc::new(registry)
 }
 

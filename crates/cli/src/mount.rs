@@ -39,7 +39,8 @@ enum Http {
 }
 
 /// Mounts `root` at `args.mountpoint` in the foreground; with `gateway`,
-/// serves the same file system over S3 there too until the unmount.
+/// serves the same file system over S3 there too until the unmount, else
+/// with `args.metrics` its figures alone at that address.
 pub fn mount(
     root: &Path,
     args: &MountArgs,
@@ -88,7 +89,7 @@ pub fn mount(
         None => match args.metrics {
             Some(addr) => {
                 let figures =
-                    crate::gateway::registry(&fs, Some(&control_served.jobs), &mut fuse_metrics);
+                    crate::gateway::registry(&fs, &control_served.jobs, &mut fuse_metrics);
                 let scrapes = gateway::serve_metrics(addr, gateway::Metrics::alone(figures))?;
                 if !quiet {
                     say!("cairn: metrics at http://{}/metrics", scrapes.addr());

@@ -14,7 +14,9 @@
 //! the lock order), giving the path-index entries of the small files it
 //! made durable their chunks' locations (`hints`, read back by
 //! [`Fs::read_small`]). Its errors and their errno values are in `error`.
-//! Its figures for `/metrics` (commit latency, store and cache counts) are
+//! Its figures for `/metrics` (commit latency, admission waits, store and
+//! cache counts, and every branch read and write, heard from the
+//! redundancy layer's watcher set when the file system opens) are
 //! registered by [`Fs::register_metrics`] (`metrics`).
 //! It also picks each file's redundancy protection when its write stream
 //! opens (`protection`, [`rules`]: the `user.cairn.policy` xattr, inherited
