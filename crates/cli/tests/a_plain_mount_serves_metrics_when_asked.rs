@@ -1,6 +1,7 @@
-//! `cairn mount --metrics ADDR`: a mount without the S3 gateway answers an
-//! unsigned `GET /metrics` at ADDR (promtool clean, no S3 figures) and 404
-//! to anything else; over a workload through the mount and the CLI, the
+//! `cairn mount --metrics ADDR`: an ADDR in use is refused before anything
+//! is mounted; a mount without the S3 gateway answers an unsigned
+//! `GET /metrics` at ADDR (promtool clean, no S3 figures) and 404 to
+//! anything else; over a workload through the mount and the CLI, the
 //! mount's requests, dirty-bytes admission waits (a file past a small
 //! `fs.file_dirty`), the DRAM and redb page caches' hits, the branch's reads and writes
 //! and the CLI's requests by kind all rise, none falls, and a snapshot
@@ -147,6 +148,19 @@ fn a_plain_mount_serves_metrics_when_asked() {
         std::net::TcpStream::connect(&addr).is_err(),
         "the listener ends with the mount"
     );
+    // An address in use is refused before anything is mounted.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_addr = taken.local_addr().unwrap().to_string();
+    let out = common::cairn(
+        &repo,
+        &["mount", "--metrics", &taken_addr, dir.to_str().unwrap()],
+    );
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains(&taken_addr), "{said}");
+    assert!(!common::is_cairn_mounted(&dir));
+    drop(taken);
+
     let check = ok(&repo, &["check"]);
     assert!(check.contains("clean"), "{check}");
     let m = Mount::start(repo, dir);
