@@ -1,12 +1,14 @@
 //! The file system's figures for `/metrics`: how long commits take and
 //! how many failed, how long writers waited for dirty-bytes admission,
 //! and every branch read and write (time, bytes, faults, heard from the
-//! redundancy layer's watcher), all recorded as they happen; and the store's and the
-//! caches' counts (read when scraped, from counters the file system keeps
+//! redundancy layer's watcher: `branch_io`), all recorded as they happen;
+//! and the store's and the caches' counts (read when scraped, from counters the file system keeps
 //! anyway, so a scrape walks nothing). Logical bytes and the dedup ratio
 //! need a walk of every root: they are those of the last space report
 //! (`cairn stats`, the dashboard and its five-minute sampler compute one),
 //! with its age.
+
+mod branch_io;
 
 use std::sync::{Arc, Weak};
 use std::time::Instant;
@@ -43,75 +45,6 @@ fn wait_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1e-5, 4.0, 10))
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BranchOp {
-    branch: String,
-    op: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BranchOpFault {
-    branch: String,
-    op: &'static str,
-    kind: &'static str,
-}
-
-type BranchLatencies = Family<BranchOp, Histogram, fn() -> Histogram>;
-
-/// 50 µs to ~13 s in 4x steps: a page-cached shard to a slow bucket.
-fn branch_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(5e-5, 4.0, 10))
-}
-
-/// Every branch read and write, by branch and op: the redundancy layer's
-/// watcher ([`redundancy::IoWatcher`]).
-#[derive(Debug)]
-pub(crate) struct BranchFigures {
-    seconds: BranchLatencies,
-    bytes: Family<BranchOp, Counter>,
-    faults: Family<BranchOpFault, Counter>,
-}
-
-impl Default for BranchFigures {
-    fn default() -> BranchFigures {
-        BranchFigures {
-            seconds: BranchLatencies::new_with_constructor(branch_histogram),
-            bytes: Family::default(),
-            faults: Family::default(),
-        }
-    }
-}
-
-impl redundancy::IoWatcher for BranchFigures {
-    fn io(&self, io: &redundancy::BranchIo<'_>) {
-        let labels = BranchOp {
-            branch: io.branch.to_owned(),
-            op: io.op.as_str(),
-        };
-        self.seconds
-            .get_or_create(&labels)
-            .observe(io.took.as_secs_f64());
-        if io.bytes > 0 {
-            self.bytes.get_or_create(&labels).inc_by(io.bytes);
-        }
-        for kind in &io.faults {
-            let kind = match kind {
-                redundancy::FaultKind::Missing => "missing",
-                redundancy::FaultKind::Unavailable => "unavailable",
-                redundancy::FaultKind::Corrupt => "corrupt",
-                redundancy::FaultKind::Full => "full",
-            };
-            self.faults
-                .get_or_create(&BranchOpFault {
-                    branch: labels.branch.clone(),
-                    op: labels.op,
-                    kind,
-                })
-                .inc();
-        }
-    }
-}
-
 /// Figures recorded as things happen; kept whether or not anything
 /// scrapes them (a few atomics).
 #[derive(Debug)]
@@ -119,7 +52,7 @@ pub(crate) struct Recorded {
     commit_seconds: Histogram,
     commit_failures: Counter,
     admission: Waits,
-    pub(crate) branches: Arc<BranchFigures>,
+    pub(crate) branches: Arc<branch_io::BranchFigures>,
     /// The last space report's logical bytes and dedup ratio, and when it
     /// was computed (by `cairn stats`, the dashboard, its sampler).
     last_space: parking_lot::Mutex<Option<(Instant, u64, f64)>>,
@@ -185,24 +118,7 @@ impl Fs {
             Unit::Seconds,
             recorded.admission.clone(),
         );
-        let branches = &recorded.branches;
-        registry.register_with_unit(
-            "cairn_branch_io_duration",
-            "Time each branch read and write call took, by branch and op",
-            Unit::Seconds,
-            branches.seconds.clone(),
-        );
-        registry.register_with_unit(
-            "cairn_branch_io",
-            "Bytes read from and written to each branch, by branch and op",
-            Unit::Bytes,
-            branches.bytes.clone(),
-        );
-        registry.register(
-            "cairn_branch_io_faults",
-            "Branch reads and writes that failed, by branch, op and kind",
-            branches.faults.clone(),
-        );
+        recorded.branches.register(registry);
         registry.register_collector(Box::new(Scraped(Arc::downgrade(&self.inner))));
     }
 }
@@ -604,59 +520,11 @@ fn branches(e: &mut DescriptorEncoder, inner: &Inner) -> std::fmt::Result {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use redundancy::{BranchIo, FaultKind, IoOp, IoWatcher};
-    use std::time::Duration;
 
     fn text(registry: &Registry) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
         out
-    }
-
-    #[test]
-    fn branch_calls_are_counted_by_branch_op_and_fault() {
-        let recorded = Recorded::default();
-        let mut registry = Registry::default();
-        registry.register(
-            "cairn_branch_io_faults",
-            "faults",
-            recorded.branches.faults.clone(),
-        );
-        registry.register_with_unit(
-            "cairn_branch_io",
-            "bytes",
-            Unit::Bytes,
-            recorded.branches.bytes.clone(),
-        );
-        registry.register_with_unit(
-            "cairn_branch_io_duration",
-            "time",
-            Unit::Seconds,
-            recorded.branches.seconds.clone(),
-        );
-        let call = |op, took_ms, bytes, faults: Vec<FaultKind>| BranchIo {
-            branch: "a",
-            op,
-            took: Duration::from_millis(took_ms),
-            bytes,
-            faults,
-        };
-        let w: &dyn IoWatcher = recorded.branches.as_ref();
-        w.io(&call(IoOp::Write, 2, 1000, vec![]));
-        w.io(&call(IoOp::Write, 4, 500, vec![FaultKind::Full]));
-        w.io(&call(IoOp::Read, 1, 0, vec![FaultKind::Missing]));
-        let t = text(&registry);
-        for line in [
-            r#"cairn_branch_io_bytes_total{branch="a",op="write"} 1500"#,
-            r#"cairn_branch_io_faults_total{branch="a",op="write",kind="full"} 1"#,
-            r#"cairn_branch_io_faults_total{branch="a",op="read",kind="missing"} 1"#,
-            r#"cairn_branch_io_duration_seconds_count{branch="a",op="write"} 2"#,
-            r#"cairn_branch_io_duration_seconds_sum{branch="a",op="write"} 0.006"#,
-            r#"cairn_branch_io_duration_seconds_count{branch="a",op="read"} 1"#,
-        ] {
-            assert!(t.contains(line), "{line} in\n{t}");
-        }
-        assert!(!t.contains(r#"cairn_branch_io_bytes_total{branch="a",op="read"}"#));
     }
 
     #[test]
