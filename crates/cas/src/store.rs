@@ -635,6 +635,12 @@ impl Store {
         self.shared.index.storage_reads()
     }
 
+    /// What the page caches of the chunk index's and the roots' redb
+    /// files did since the store opened.
+    pub fn index_page_caches(&self) -> [redb::CacheStats; 2] {
+        self.shared.index.page_caches()
+    }
+
     pub fn stats(&self) -> Result<StoreStats> {
         let containers = self.shared.index.containers()?;
         let (ram, per_chunk) = self.shared.index.compact_ram_bytes();

@@ -810,8 +810,18 @@ pub struct MountArgs {
     /// refused while it is mounted; nothing in the repository changes.
     #[arg(long, short = 'r')]
     pub read_only: bool,
+    /// Serve the daemon's figures for Prometheus at http://ADDR/metrics
+    /// (port 0: any free port; the address is printed and logged): the
+    /// mount's requests and bytes, the store, the caches, the branches'
+    /// I/O, commands and jobs, as docs/metrics.md lists. Only an unsigned
+    /// GET /metrics is answered; anything else is 404. Figures hold no
+    /// names, keys or secrets; listen on 127.0.0.1 unless a scraper
+    /// elsewhere needs them. `cairn serve` answers /metrics on its own
+    /// port already.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
     /// Mount options as mount(8) takes them, comma-separated: ro, rw,
-    /// allow_other, nonempty, threads=N; the generic ones (defaults, dev,
+    /// allow_other, nonempty, threads=N, metrics=ADDR; the generic ones (defaults, dev,
     /// nodev, suid, nosuid, exec, noexec, atime, noatime, relatime,
     /// strictatime, auto, noauto, user, nouser, _netdev, nofail,
     /// comment=..., x-...) are accepted and ignored. Anything else is

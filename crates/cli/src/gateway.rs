@@ -60,15 +60,37 @@ pub fn metrics(
     fuse: Option<&mut Option<std::sync::Arc<fuse::FuseMetrics>>>,
 ) -> gateway::Metrics {
     let mut registry = prometheus_client::registry::Registry::default();
-    fs.register_metrics(&mut registry);
-    if let Some(jobs) = jobs {
-        jobs.register_metrics(&mut registry);
-    }
-    if let Some(slot) = fuse {
-        *slot = Some(fuse::FuseMetrics::new(&mut registry));
-    }
+    register(&mut registry, fs, jobs, fuse);
     let requests = gateway::RequestFigures::register(&mut registry);
     gateway::Metrics::new(std::sync::Arc::new(registry), requests)
+}
+
+/// The figures of a mount without the gateway (`mount --metrics`): the
+/// file system's, the daemon's jobs and commands, and the mount's, whose
+/// recorder goes into `fuse`.
+pub fn registry(
+    fs: &fs::Fs,
+    jobs: &std::sync::Arc<service::jobs::Jobs>,
+    fuse: &mut Option<std::sync::Arc<fuse::FuseMetrics>>,
+) -> std::sync::Arc<prometheus_client::registry::Registry> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    register(&mut registry, fs, Some(jobs), Some(fuse));
+    std::sync::Arc::new(registry)
+}
+
+fn register(
+    registry: &mut prometheus_client::registry::Registry,
+    fs: &fs::Fs,
+    jobs: Option<&std::sync::Arc<service::jobs::Jobs>>,
+    fuse: Option<&mut Option<std::sync::Arc<fuse::FuseMetrics>>>,
+) {
+    fs.register_metrics(registry);
+    if let Some(jobs) = jobs {
+        jobs.register_metrics(registry);
+    }
+    if let Some(slot) = fuse {
+        *slot = Some(fuse::FuseMetrics::new(registry));
+    }
 }
 
 /// Starts the gateway on `fs` and says where; on the first start it makes

@@ -31,8 +31,16 @@ fn prepare_mountpoint(dir: &Path, nonempty: bool, quiet: bool) -> Result<()> {
     Ok(())
 }
 
+/// What serves HTTP beside a mount: the S3 gateway (with `/metrics` and
+/// the dashboard), or `/metrics` alone.
+enum Http {
+    Gateway(gateway::Running),
+    Metrics(gateway::Scrapes),
+}
+
 /// Mounts `root` at `args.mountpoint` in the foreground; with `gateway`,
-/// serves the same file system over S3 there too until the unmount.
+/// serves the same file system over S3 there too until the unmount, else
+/// with `args.metrics` its figures alone at that address.
 pub fn mount(
     root: &Path,
     args: &MountArgs,
@@ -69,16 +77,27 @@ pub fn mount(
                 repo.root.clone(),
                 control_served.clone(),
             ));
-            Some(crate::gateway::start(
+            Some(Http::Gateway(crate::gateway::start(
                 fs.clone(),
                 &repo.root,
                 args,
                 figures,
                 Some(console),
                 quiet,
-            )?)
+            )?))
         }
-        None => None,
+        None => match args.metrics {
+            Some(addr) => {
+                let figures =
+                    crate::gateway::registry(&fs, &control_served.jobs, &mut fuse_metrics);
+                let scrapes = gateway::serve_metrics(addr, gateway::Metrics::alone(figures))?;
+                if !quiet {
+                    say!("cairn: metrics at http://{}/metrics", scrapes.addr());
+                }
+                Some(Http::Metrics(scrapes))
+            }
+            None => None,
+        },
     };
     // SAFETY: a plain getter.
     let is_root = unsafe { libc::geteuid() } == 0;
@@ -95,7 +114,7 @@ pub fn mount(
     let mounted = fuse::mount(fs.clone(), &args.mountpoint, &opts)?;
     // Names the gateway changes are dropped from the kernel's entry cache,
     // so the mount sees them at once.
-    if let (Some(g), Some(inval)) = (&served, mounted.invalidator()) {
+    if let (Some(Http::Gateway(g)), Some(inval)) = (&served, mounted.invalidator()) {
         g.on_name_change(Box::new(move |dir, name| inval.entry(dir, name)));
     }
     let mountpoint = mounted.mountpoint().to_path_buf();
@@ -126,8 +145,10 @@ pub fn mount(
     mounted.wait();
     handle.close();
     let _ = watcher.join();
-    if let Some(g) = served {
-        g.stop();
+    match served {
+        Some(Http::Gateway(g)) => g.stop(),
+        Some(Http::Metrics(m)) => m.stop(),
+        None => {}
     }
     drop(mounted);
     drop(control);
@@ -227,6 +248,7 @@ pub fn serve(
         allow_other: false,
         threads: 4,
         read_only: false,
+        metrics: None,
         options: Vec::new(),
     };
     mount(root, &args, Some(gateway), quiet)

@@ -91,9 +91,14 @@ pub fn apply_options(args: &mut MountArgs) -> Result<()> {
                     .parse()
                     .with_context(|| format!("mount option {opt:?}: not a number"))?;
             }
+            Some(("metrics", addr)) => {
+                args.metrics = Some(addr.parse().with_context(|| {
+                    format!("mount option {opt:?}: not an address such as 127.0.0.1:9100")
+                })?);
+            }
             _ => bail!(
                 "unknown mount option {opt:?} (cairn takes ro, rw, allow_other, nonempty, \
-                 threads=N and the generic ones: see `cairn mount --help`)"
+                 threads=N, metrics=ADDR and the generic ones: see `cairn mount --help`)"
             ),
         }
     }
@@ -157,6 +162,7 @@ pub fn run(args: &[OsString]) -> Result<ExitCode> {
         allow_other: false,
         threads: 4,
         read_only: false,
+        metrics: None,
         options: h.options.clone(),
     };
     apply_options(&mut check)?;
@@ -234,6 +240,7 @@ mod tests {
             allow_other: false,
             threads: 4,
             read_only: false,
+            metrics: None,
             options: opts.iter().map(|s| s.to_string()).collect(),
         }
     }
@@ -242,11 +249,13 @@ mod tests {
     fn options_map_to_flags_and_unknown_ones_are_refused() {
         let mut a = args(&[
             "defaults,ro,allow_other",
-            "threads=2,_netdev,x-systemd.automount",
+            "threads=2,_netdev,x-systemd.automount,metrics=127.0.0.1:9100",
         ]);
         apply_options(&mut a).unwrap();
         assert!(a.read_only && a.allow_other && !a.nonempty);
         assert_eq!(a.threads, 2);
+        assert_eq!(a.metrics, Some("127.0.0.1:9100".parse().unwrap()));
+        assert!(apply_options(&mut args(&["metrics=localhost"])).is_err());
         let e = apply_options(&mut args(&["rw,bogus"])).unwrap_err();
         assert!(e.to_string().contains("\"bogus\""), "{e}");
         assert!(apply_options(&mut args(&["threads=x"])).is_err());

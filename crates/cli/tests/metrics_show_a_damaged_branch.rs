@@ -10,27 +10,13 @@ mod serve;
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::process::Command;
 
 use common::shards::{assert_reads_back, repo_over, shard_files};
 use common::{ok, random, write_synced};
 
-/// Every sample of an unsigned scrape: `name{labels}` to its value.
+/// Every sample of an unsigned scrape of `endpoint`'s `/metrics`.
 fn scrape(endpoint: &str) -> BTreeMap<String, f64> {
-    let out = Command::new("curl")
-        .args(["-sf", &format!("{endpoint}/metrics")])
-        .output()
-        .expect("curl");
-    assert!(out.status.success());
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|l| {
-            let (k, v) = l.rsplit_once(' ').unwrap();
-            (k.to_string(), v.parse().unwrap())
-        })
-        .collect()
+    common::metrics::scrape(&format!("{endpoint}/metrics"))
 }
 
 #[test]

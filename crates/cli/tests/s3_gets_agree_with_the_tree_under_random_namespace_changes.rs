@@ -18,117 +18,19 @@
 //! model.
 
 mod common;
+#[path = "s3_clients/driver.rs"]
+mod driver;
+#[path = "s3_clients/serve.rs"]
+mod serve;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use common::{is_cairn_mounted, ok, random, require_fuse, Mount, CAIRN};
+use common::{ok, random, Mount};
+use driver::{hex, storage_reads, Driver};
 
-fn field(lines: &[String], name: &str) -> String {
-    let prefix = format!("{name} = ");
-    lines
-        .iter()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("no {name} in {lines:?}"))
-        .to_string()
-}
-
-/// Starts `cairn serve` on any free port: the mount and the lines it
-/// printed (the first key and the endpoint).
-fn serve(repo: &Path, dir: &Path) -> (Mount, Vec<String>) {
-    require_fuse();
-    let mut child = Command::new(CAIRN)
-        .args(["--repo", repo.to_str().unwrap(), "serve", "--listen"])
-        .arg("127.0.0.1:0")
-        .arg(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = Vec::new();
-    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
-        let line = line.unwrap();
-        let done = line.starts_with("then: ");
-        lines.push(line);
-        if done {
-            break;
-        }
-    }
-    let m = Mount {
-        repo: repo.to_path_buf(),
-        dir: dir.to_path_buf(),
-        child: Some(child),
-    };
-    let started = Instant::now();
-    while !is_cairn_mounted(dir) {
-        assert!(started.elapsed() < Duration::from_secs(30), "no mount");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (m, lines)
-}
-
-/// A boto3 process answering one JSON request a line.
-const DRIVER: &str = r#"
-import binascii, json, os, sys
-import boto3
-from botocore.config import Config
-from botocore.exceptions import ClientError
-s3 = boto3.client("s3", endpoint_url=os.environ["ENDPOINT"],
-    aws_access_key_id=os.environ["KEY_ID"], aws_secret_access_key=os.environ["SECRET"],
-    region_name="us-east-1",
-    config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
-B = "bkt"
-def err(e):
-    return e.response["Error"]["Code"]
-for line in sys.stdin:
-    r = json.loads(line)
-    out = None
-    try:
-        if r["op"] == "put":
-            s3.put_object(Bucket=B, Key=r["key"], Body=binascii.unhexlify(r["data"]))
-            out = "ok"
-        elif r["op"] == "delete":
-            s3.delete_object(Bucket=B, Key=r["key"])
-            out = "ok"
-        elif r["op"] == "copy":
-            s3.copy_object(Bucket=B, Key=r["key"], CopySource={"Bucket": B, "Key": r["src"]})
-            out = "ok"
-        elif r["op"] == "check":
-            out = {}
-            for k in r["keys"]:
-                try:
-                    body = s3.get_object(Bucket=B, Key=k)["Body"].read()
-                    size = s3.head_object(Bucket=B, Key=k)["ContentLength"]
-                    out[k] = [binascii.hexlify(body).decode(), size]
-                except ClientError as e:
-                    out[k] = err(e)
-                except Exception as e:
-                    # A body cut short of its Content-Length, for one.
-                    out[k] = "broken: " + repr(e)
-    except ClientError as e:
-        out = err(e)
-    print(json.dumps(out), flush=True)
-"#;
-
-struct Driver {
-    child: Child,
-    tx: ChildStdin,
-    rx: BufReader<ChildStdout>,
-}
-
-impl Driver {
-    fn ask(&mut self, req: serde_json::Value) -> serde_json::Value {
-        writeln!(self.tx, "{req}").unwrap();
-        let mut line = String::new();
-        self.rx.read_line(&mut line).unwrap();
-        assert!(!line.is_empty(), "the boto3 driver died on {req}");
-        serde_json::from_str(&line).unwrap()
-    }
-}
+/// The bucket both sides change.
+const B: &str = "bkt";
 
 /// What the tree holds: paths below the bucket to file identities, the
 /// bytes of each identity, and the directories.
@@ -220,28 +122,8 @@ fn gets_through_the_path_index_answer_what_the_tree_holds() {
     let repo = base.path().join("repo");
     let dir = base.path().join("mnt");
     fs::create_dir_all(&dir).unwrap();
-    let (m, lines) = serve(&repo, &dir);
-    let endpoint = lines
-        .last()
-        .unwrap()
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("http://"))
-        .map(|a| format!("http://{a}"))
-        .unwrap();
-    let mut child = Command::new("python3")
-        .args(["-c", DRIVER])
-        .env("ENDPOINT", &endpoint)
-        .env("KEY_ID", field(&lines, "aws_access_key_id"))
-        .env("SECRET", field(&lines, "aws_secret_access_key"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 with boto3 (pip install boto3)");
-    let mut s3 = Driver {
-        tx: child.stdin.take().unwrap(),
-        rx: BufReader::new(child.stdout.take().unwrap()),
-        child,
-    };
+    let served = serve::serve(&repo, &dir);
+    let mut s3 = Driver::start(&served);
 
     let bucket = dir.join("bkt");
     let at = |p: &str| bucket.join(p);
@@ -374,21 +256,17 @@ fn gets_through_the_path_index_answer_what_the_tree_holds() {
                     continue;
                 }
                 let copy = rng.below(2) == 0;
-                let reply = match rng.pick(&files).cloned() {
+                match rng.pick(&files).cloned() {
                     Some(src) if copy => {
-                        let r = s3.ask(serde_json::json!({"op": "copy", "src": src, "key": p}));
+                        s3.copy(B, &src, &p);
                         let id = model.files[&src];
                         model.new_file(&p, model.data[&id].clone());
-                        r
                     }
                     _ => {
-                        let r =
-                            s3.ask(serde_json::json!({"op": "put", "key": p, "data": hex(&bytes)}));
+                        s3.put(B, &p, &bytes);
                         model.new_file(&p, bytes);
-                        r
                     }
                 };
-                assert_eq!(reply, "ok", "step {step}: S3 write of {p}");
                 // The directories S3 made on the way.
                 let mut d = parent(&p).to_string();
                 while d != "s" && model.dirs.insert(d.clone()) {
@@ -400,7 +278,7 @@ fn gets_through_the_path_index_answer_what_the_tree_holds() {
                 let Some(p) = rng.pick(&mine("s")).cloned() else {
                     continue;
                 };
-                assert_eq!(s3.ask(serde_json::json!({"op": "delete", "key": p})), "ok");
+                s3.delete(B, &p);
                 model.files.remove(&p);
                 // S3 removes the directories the delete left empty.
                 let mut d = parent(&p).to_string();
@@ -414,7 +292,7 @@ fn gets_through_the_path_index_answer_what_the_tree_holds() {
         *kinds.entry(kind).or_default() += 1;
         seen.extend(model.files.keys().cloned());
         let keys: Vec<&String> = seen.iter().collect();
-        let got = s3.ask(serde_json::json!({"op": "check", "keys": keys}));
+        let got = s3.check(B, &keys);
         for k in &seen {
             let answer = &got[k.as_str()];
             match model.files.get(k) {
@@ -448,7 +326,7 @@ fn gets_through_the_path_index_answer_what_the_tree_holds() {
         model.data.insert(*id, bytes);
     }
     let keys: Vec<&String> = model.files.keys().collect();
-    let got = s3.ask(serde_json::json!({"op": "check", "keys": keys}));
+    let got = s3.check(B, &keys);
     for (k, id) in &model.files {
         let want = &model.data[id];
         assert_eq!(
@@ -471,8 +349,7 @@ fn gets_through_the_path_index_answer_what_the_tree_holds() {
             "no {k} in {kinds:?}"
         );
     }
-    drop(s3.tx);
-    s3.child.wait().unwrap();
+    s3.stop();
 
     // The daemon counts its storage reads by what was read, for the
     // benchmark's reads per GET, and answers them over the control socket:
@@ -484,7 +361,7 @@ fn gets_through_the_path_index_answer_what_the_tree_holds() {
     let again = storage_reads(&repo);
     assert!(again[2] >= containers, "the container count went back");
 
-    let (repo, dir) = m.unmount();
+    let (repo, dir) = served.mount.unmount();
     let check = ok(&repo, &["check"]);
     assert!(check.contains("clean"), "{check}");
     // What GET could not show (the gateway reads a file's bytes by its
@@ -503,32 +380,4 @@ fn gets_through_the_path_index_answer_what_the_tree_holds() {
         );
     }
     m.unmount();
-}
-
-/// The `storage_reads` control request, sent as `docs/control-protocol.md`
-/// says: the reads of the metadata, of the chunk index, of containers.
-fn storage_reads(repo: &Path) -> [u64; 3] {
-    let mut conn = std::os::unix::net::UnixStream::connect(repo.join("run/control.sock")).unwrap();
-    writeln!(
-        conn,
-        r#"{{"protocol": 1, "request": {{"op": "storage_reads"}}}}"#
-    )
-    .unwrap();
-    let mut last = None;
-    for line in BufReader::new(conn).lines() {
-        let line = line.unwrap();
-        if !line.trim().is_empty() {
-            last = Some(line);
-        }
-    }
-    let answer: serde_json::Value = serde_json::from_str(&last.unwrap()).unwrap();
-    ["meta", "index", "containers"].map(|k| {
-        answer["ok"]["reply"][k]
-            .as_u64()
-            .unwrap_or_else(|| panic!("no {k} count in {answer}"))
-    })
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }

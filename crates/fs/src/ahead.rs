@@ -40,6 +40,17 @@ pub(crate) const AROUND: u64 = 128 << 10;
 /// the cache when a fetcher takes it ([`ChunkCache::try_reserve`]).
 const QUEUED: usize = 4 * FETCHERS;
 
+/// What the chunk caches did, counted since the file system opened.
+pub(crate) struct CacheFigures {
+    /// Chunks read from the store (no cache had them).
+    pub store_reads: u64,
+    /// Chunk lookups the DRAM cache answered.
+    pub dram_hits: u64,
+    /// Chunks a reader waited for while another fetch read them.
+    pub joined: u64,
+    pub tier: Option<::cache::TierStats>,
+}
+
 struct Shared {
     store: Store,
     cache: Arc<ChunkCache>,
@@ -47,6 +58,9 @@ struct Shared {
     tier: Option<Arc<ChunkTier>>,
     /// Chunks read from the store (misses of every cache).
     store_reads: AtomicU64,
+    /// Chunks a reader missed in DRAM but found being fetched (by
+    /// read-ahead or another reader) and waited for, reading nothing.
+    joined: AtomicU64,
     pending: Mutex<HashSet<ChunkId>>,
     /// Signalled whenever a fetch ends and its chunks stop being pending.
     fetched: Condvar,
@@ -70,6 +84,7 @@ impl Fetcher {
             cache,
             tier,
             store_reads: AtomicU64::new(0),
+            joined: AtomicU64::new(0),
             pending: Mutex::new(HashSet::new()),
             fetched: Condvar::new(),
         });
@@ -98,13 +113,15 @@ impl Fetcher {
         Fetcher { shared, steps }
     }
 
-    /// Chunks read from the store so far, and the tier's figures.
-    pub(crate) fn figures(&self) -> (u64, Option<::cache::TierStats>) {
+    /// What the caches did so far, for `/metrics`.
+    pub(crate) fn figures(&self) -> CacheFigures {
         let s = &self.shared;
-        (
-            s.store_reads.load(Ordering::Relaxed),
-            s.tier.as_ref().map(|t| t.stats()),
-        )
+        CacheFigures {
+            store_reads: s.store_reads.load(Ordering::Relaxed),
+            dram_hits: s.cache.hits(),
+            joined: s.joined.load(Ordering::Relaxed),
+            tier: s.tier.as_ref().map(|t| t.stats()),
+        }
     }
 
     /// Lets the tier's writer finish what is queued (at unmount).
@@ -191,6 +208,9 @@ impl Fetcher {
             .filter(|id| !got.contains_key(id))
             .collect();
         if !others.is_empty() {
+            shared
+                .joined
+                .fetch_add(others.len() as u64, Ordering::Relaxed);
             let mut pending = shared.pending.lock();
             shared
                 .fetched

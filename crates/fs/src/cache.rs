@@ -22,6 +22,7 @@
 //! metadata a read needs (HydraFS's concern behind its weighted LRU).
 
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use cas::ChunkId;
@@ -30,6 +31,8 @@ use lru::LruCache;
 pub struct ChunkCache {
     inner: Mutex<Inner>,
     capacity: usize,
+    /// Lookups that found their chunk (`/metrics`).
+    hits: AtomicU64,
 }
 
 struct Inner {
@@ -85,11 +88,21 @@ impl ChunkCache {
                 reserved: 0,
             }),
             capacity,
+            hits: AtomicU64::new(0),
         }
     }
 
     pub fn get(&self, id: &ChunkId) -> Option<Bytes> {
-        self.inner.lock().lru.get(id).cloned()
+        let found = self.inner.lock().lru.get(id).cloned();
+        if found.is_some() {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+        }
+        found
+    }
+
+    /// Lookups ([`ChunkCache::get`]) that found their chunk so far.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
     }
 
     pub fn contains(&self, id: &ChunkId) -> bool {
@@ -146,6 +159,9 @@ mod tests {
         c.put(id(3), Bytes::from(vec![3; 100]));
         assert!(c.contains(&id(1)) && c.contains(&id(3)));
         assert!(!c.contains(&id(2)), "2 was least recently used");
+        assert_eq!(c.hits(), 1, "contains() is no lookup");
+        assert!(c.get(&id(2)).is_none());
+        assert_eq!(c.hits(), 1);
         assert!(c.bytes() <= 2 * (100 + ENTRY_OVERHEAD) + 50);
     }
 

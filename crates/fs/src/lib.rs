@@ -14,7 +14,9 @@
 //! the lock order), giving the path-index entries of the small files it
 //! made durable their chunks' locations (`hints`, read back by
 //! [`Fs::read_small`]). Its errors and their errno values are in `error`.
-//! Its figures for `/metrics` (commit latency, store and cache counts) are
+//! Its figures for `/metrics` (commit latency, admission waits, store and
+//! cache counts, and every branch read and write, heard from the
+//! redundancy layer's watcher set when the file system opens) are
 //! registered by [`Fs::register_metrics`] (`metrics`).
 //! It also picks each file's redundancy protection when its write stream
 //! opens (`protection`, [`rules`]: the `user.cairn.policy` xattr, inherited
@@ -319,6 +321,10 @@ impl Fs {
             recorded: metrics::Recorded::default(),
             stop: (Mutex::new(false), Condvar::new()),
         });
+        inner
+            .store
+            .layer()
+            .watch_io(inner.recorded.branches.clone());
         let bg = inner.clone();
         let committer = std::thread::Builder::new()
             .name("fs-commit".into())
@@ -412,11 +418,11 @@ impl Fs {
 
     /// What the read caches did since the mount.
     pub fn read_cache_report(&self) -> space::ReadCacheReport {
-        let (store_reads, tier) = self.inner.fetcher.figures();
+        let caches = self.inner.fetcher.figures();
         space::ReadCacheReport {
             dram_bytes: self.inner.cache.bytes() as u64,
-            store_chunk_reads: store_reads,
-            tier,
+            store_chunk_reads: caches.store_reads,
+            tier: caches.tier,
         }
     }
 }

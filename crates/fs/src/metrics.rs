@@ -1,10 +1,14 @@
 //! The file system's figures for `/metrics`: how long commits take and
-//! how many failed (recorded as they happen), and the store's and the
-//! caches' counts (read when scraped, from counters the file system keeps
+//! how many failed, how long writers waited for dirty-bytes admission,
+//! and every branch read and write (time, bytes, faults, heard from the
+//! redundancy layer's watcher: `branch_io`), all recorded as they happen;
+//! and the store's and the caches' counts (read when scraped, from counters the file system keeps
 //! anyway, so a scrape walks nothing). Logical bytes and the dedup ratio
 //! need a walk of every root: they are those of the last space report
 //! (`cairn stats`, the dashboard and its five-minute sampler compute one),
 //! with its age.
+
+mod branch_io;
 
 use std::sync::{Arc, Weak};
 use std::time::Instant;
@@ -12,6 +16,7 @@ use std::time::Instant;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
@@ -19,12 +24,35 @@ use prometheus_client::registry::{Registry, Unit};
 use crate::history::{SNAPSHOT_PREFIX, VERSION_PREFIX};
 use crate::{Fs, Inner};
 
+/// Which dirty-bytes limit held a writer back ([`Recorded::admission_waited`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Limit {
+    /// `fs.total_dirty`: the writer stored its own bytes before going on.
+    Total,
+    /// `fs.file_dirty`: it waited for its file's write-behind in flight.
+    File,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabel {
+    limit: &'static str,
+}
+
+type Waits = Family<LimitLabel, Histogram, fn() -> Histogram>;
+
+/// 10 µs to ~2.6 s in 4x steps: a settled file to a slow disk's apply.
+fn wait_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-5, 4.0, 10))
+}
+
 /// Figures recorded as things happen; kept whether or not anything
 /// scrapes them (a few atomics).
 #[derive(Debug)]
 pub(crate) struct Recorded {
     commit_seconds: Histogram,
     commit_failures: Counter,
+    admission: Waits,
+    pub(crate) branches: Arc<branch_io::BranchFigures>,
     /// The last space report's logical bytes and dedup ratio, and when it
     /// was computed (by `cairn stats`, the dashboard, its sampler).
     last_space: parking_lot::Mutex<Option<(Instant, u64, f64)>>,
@@ -36,6 +64,8 @@ impl Default for Recorded {
             // 100 µs to ~26 s in 4x steps: an empty commit to a slow disk.
             commit_seconds: Histogram::new(exponential_buckets(1e-4, 4.0, 10)),
             commit_failures: Counter::default(),
+            admission: Waits::new_with_constructor(wait_histogram),
+            branches: Arc::default(),
             last_space: parking_lot::Mutex::new(None),
         }
     }
@@ -44,6 +74,17 @@ impl Default for Recorded {
 impl Recorded {
     pub(crate) fn space(&self, report: &crate::space::SpaceReport) {
         *self.last_space.lock() = Some((Instant::now(), report.logical_bytes, report.dedup_ratio));
+    }
+
+    /// A writer held back by `limit` since `started` goes on.
+    pub(crate) fn admission_waited(&self, limit: Limit, started: Instant) {
+        let limit = match limit {
+            Limit::Total => "total",
+            Limit::File => "file",
+        };
+        self.admission
+            .get_or_create(&LimitLabel { limit })
+            .observe(started.elapsed().as_secs_f64());
     }
 
     pub(crate) fn commit_done(&self, started: Instant, ok: bool) {
@@ -71,6 +112,13 @@ impl Fs {
             "Commits that failed (retried at the next interval)",
             recorded.commit_failures.clone(),
         );
+        registry.register_with_unit(
+            "cairn_admission_wait",
+            "Time writers past a dirty-bytes limit waited before going on, by limit (total, file)",
+            Unit::Seconds,
+            recorded.admission.clone(),
+        );
+        recorded.branches.register(registry);
         registry.register_collector(Box::new(Scraped(Arc::downgrade(&self.inner))));
     }
 }
@@ -261,7 +309,7 @@ impl Collector for Scraped {
             Some(Unit::Bytes),
             inner.dirty_total.load(std::sync::atomic::Ordering::Relaxed) as u64,
         )?;
-        let (store_reads, tier) = inner.fetcher.figures();
+        let caches = inner.fetcher.figures();
         gauge(
             e,
             "cairn_cache_dram",
@@ -269,13 +317,34 @@ impl Collector for Scraped {
             Some(Unit::Bytes),
             inner.cache.bytes() as u64,
         )?;
+        let (pages_hit, pages_missed) = page_caches(&inner);
+        counters(
+            e,
+            "cairn_cache_hits",
+            "Lookups a cache answered: chunks in DRAM, pages in the metadata and index redb caches",
+            &[
+                (Cache { cache: "dram" }, caches.dram_hits),
+                (Cache { cache: "metadata" }, pages_hit[0]),
+                (Cache { cache: "index" }, pages_hit[1]),
+            ],
+        )?;
         counters(
             e,
             "cairn_cache_misses",
-            "Chunk reads no cache answered (the store did), by the last cache asked",
-            &[(Cache { cache: "dram" }, store_reads)],
+            "Lookups no cache answered: chunks read from the store (by the last cache asked), pages read from disk",
+            &[
+                (Cache { cache: "dram" }, caches.store_reads),
+                (Cache { cache: "metadata" }, pages_missed[0]),
+                (Cache { cache: "index" }, pages_missed[1]),
+            ],
         )?;
-        if let Some(t) = tier {
+        counters(
+            e,
+            "cairn_cache_fetch_joins",
+            "Chunks a reader missed in DRAM, found being fetched (by read-ahead or another reader) and waited for",
+            &[(Cache { cache: "dram" }, caches.joined)],
+        )?;
+        if let Some(t) = caches.tier {
             counters(
                 e,
                 "cairn_cache_tier_hits",
@@ -320,6 +389,19 @@ impl Collector for Scraped {
         roots(e, &inner)?;
         branches(e, &inner)
     }
+}
+
+/// Page lookups the redb caches answered and missed: of the metadata
+/// engine (`fs.redb`), and of the chunk index and roots together.
+fn page_caches(inner: &Inner) -> ([u64; 2], [u64; 2]) {
+    let (mut hits, mut misses) = ([0; 2], [0; 2]);
+    let metadata = inner.meta.page_cache().into_iter();
+    let index = inner.store.index_page_caches().into_iter();
+    for (i, stats) in metadata.map(|s| (0, s)).chain(index.map(|s| (1, s))) {
+        hits[i] += stats.read_hits() + stats.write_hits();
+        misses[i] += stats.read_misses() + stats.write_misses();
+    }
+    (hits, misses)
 }
 
 /// Versions, snapshots and stored streams (`cairn put`), by kind.
@@ -387,7 +469,10 @@ fn branches(e: &mut DescriptorEncoder, inner: &Inner) -> std::fmt::Result {
         None,
         &retired,
     )?;
-    let reads: Vec<_> = status.iter().map(|s| (label(&s.name), s.reads)).collect();
+    let reads: Vec<_> = status
+        .iter()
+        .map(|s| (label(&s.name), s.totals.reads))
+        .collect();
     counters(
         e,
         "cairn_branch_reads",
@@ -398,9 +483,9 @@ fn branches(e: &mut DescriptorEncoder, inner: &Inner) -> std::fmt::Result {
         .iter()
         .flat_map(|s| {
             [
-                ("missing", s.missing),
-                ("unavailable", s.unavailable),
-                ("corrupt", s.corrupt),
+                ("missing", s.totals.missing),
+                ("unavailable", s.totals.unavailable),
+                ("corrupt", s.totals.corrupt),
             ]
             .map(|(kind, n)| {
                 (
@@ -430,4 +515,39 @@ fn branches(e: &mut DescriptorEncoder, inner: &Inner) -> std::fmt::Result {
         Some(Unit::Seconds),
         &latency,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(registry: &Registry) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
+        out
+    }
+
+    #[test]
+    fn admission_waits_are_counted_by_limit() {
+        let recorded = Recorded::default();
+        let mut registry = Registry::default();
+        registry.register_with_unit(
+            "cairn_admission_wait",
+            "waits",
+            Unit::Seconds,
+            recorded.admission.clone(),
+        );
+        recorded.admission_waited(Limit::File, Instant::now());
+        recorded.admission_waited(Limit::File, Instant::now());
+        recorded.admission_waited(Limit::Total, Instant::now());
+        let t = text(&registry);
+        assert!(
+            t.contains(r#"cairn_admission_wait_seconds_count{limit="file"} 2"#),
+            "{t}"
+        );
+        assert!(
+            t.contains(r#"cairn_admission_wait_seconds_count{limit="total"} 1"#),
+            "{t}"
+        );
+    }
 }

@@ -13,6 +13,7 @@ use meta::{Content, FileKind, Inode, InodeId, MetaError};
 use recipe::Recipe;
 
 use crate::file::FileState;
+use crate::metrics::Limit;
 use crate::snapview::is_virtual;
 use crate::{now, writable, Caller, Fs, FsError, Inner, Result};
 
@@ -168,11 +169,19 @@ impl Fs {
         let result = if self.inner.dirty_total.load(Ordering::Relaxed) > settings.total_dirty_max {
             // Past the global limit the writer waits until its bytes are
             // stored, so that all files together stay within it.
+            let started = std::time::Instant::now();
             f = self.inner.settle(f);
-            self.inner.apply(&mut f, false)
+            let applied = self.inner.apply(&mut f, false);
+            self.inner.recorded.admission_waited(Limit::Total, started);
+            applied
         } else if f.dirty_bytes > settings.file_dirty_max {
+            // Past the file's limit it waits for the file's apply in
+            // flight, then hands its bytes to an applier.
+            let started = std::time::Instant::now();
             f = self.inner.settle(f);
-            self.inner.apply_behind(&state, &mut f)
+            let handed = self.inner.apply_behind(&state, &mut f);
+            self.inner.recorded.admission_waited(Limit::File, started);
+            handed
         } else {
             Ok(())
         };

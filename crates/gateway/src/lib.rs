@@ -12,7 +12,9 @@
 //! (`fast`), the walk only on a miss; a small object stored in chunks is
 //! read where its entry says the chunks are ([`fs::Fs::read_small`]). The
 //! same port answers an unsigned `GET /metrics` from the registry `serve`
-//! built, and records each request's latency there ([`Metrics`]).
+//! built, and records each request's latency there ([`Metrics`]);
+//! [`serve_metrics`] answers `/metrics` alone on a port of its own (a
+//! mount without the gateway).
 //!
 //! **Never:** reaches below `fs` (no chunk store, no metadata engine of its
 //! own): it is a client of [`fs::Fs`] like the FUSE mount, and may share
@@ -52,11 +54,13 @@ mod metrics;
 mod multipart;
 mod names;
 mod s3;
+mod scrape;
 mod server;
 mod sweep;
 mod tree;
 
 pub use error::{GatewayError, Result};
 pub use metrics::{Metrics, RequestFigures};
+pub use scrape::{serve_metrics, Scrapes};
 pub use server::{start, Limits, Options, Running};
 pub use tree::NameChanged;

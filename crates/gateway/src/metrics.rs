@@ -85,6 +85,16 @@ impl Metrics {
         }
     }
 
+    /// What `/metrics` shows where no S3 request is served (a mount's
+    /// own listener, [`crate::serve_metrics`]): `registry` alone.
+    pub fn alone(registry: Arc<Registry>) -> Metrics {
+        Metrics {
+            registry,
+            requests: Latencies::new_with_constructor(latency_histogram),
+            bytes: Bytes::default(),
+        }
+    }
+
     /// Records a request's latency, and the body bytes it moved.
     pub(crate) fn record(
         &self,

@@ -242,23 +242,83 @@ impl Drop for Running {
     }
 }
 
+/// A listening socket at `listen`, ready for tokio, and its address (the
+/// port chosen, for `:0`).
+pub(crate) fn bind(listen: SocketAddr) -> Result<(std::net::TcpListener, SocketAddr)> {
+    let refused = |source| GatewayError::Listen {
+        addr: listen,
+        source,
+    };
+    let listener = std::net::TcpListener::bind(listen).map_err(refused)?;
+    let addr = listener.local_addr().map_err(refused)?;
+    listener.set_nonblocking(true).map_err(refused)?;
+    Ok((listener, addr))
+}
+
+/// Answers connections on `listener` with `service` until `stop` fires,
+/// then lets requests in flight finish for up to [`DRAIN`]; `who` names
+/// the server in the log.
+pub(crate) async fn accept<S, B>(
+    listener: std::net::TcpListener,
+    service: S,
+    stop: oneshot::Receiver<()>,
+    who: &'static str,
+) where
+    S: hyper::service::Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "{who} cannot use its socket");
+            return;
+        }
+    };
+    let http = ConnBuilder::new(TokioExecutor::new());
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let socket = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "{who} could not accept a connection");
+                    continue;
+                }
+            },
+            _ = stop.as_mut() => break,
+        };
+        // A reply's head and body leave in separate writes; with Nagle on,
+        // the body waits for the client's delayed ACK (40 ms on Linux) on
+        // every small GET.
+        if let Err(e) = socket.set_nodelay(true) {
+            tracing::warn!(error = %e, "{who} could not set TCP_NODELAY");
+        }
+        let conn = http.serve_connection(TokioIo::new(socket), service.clone());
+        let conn = graceful.watch(conn.into_owned());
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+    }
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(DRAIN) => {
+            tracing::warn!("{who} stopped with requests still in flight");
+        }
+    }
+}
+
 /// Serves `fs` over S3 at `opts.listen`, checking requests against the
 /// access keys kept in the repository at `repo_root`.
 pub fn start(fs: Arc<fs::Fs>, repo_root: &Path, opts: &Options) -> Result<Running> {
-    let listener =
-        std::net::TcpListener::bind(opts.listen).map_err(|source| GatewayError::Listen {
-            addr: opts.listen,
-            source,
-        })?;
-    let addr = listener
-        .local_addr()
-        .map_err(|source| GatewayError::Listen {
-            addr: opts.listen,
-            source,
-        })?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|source| GatewayError::Listen { addr, source })?;
+    let (listener, addr) = bind(opts.listen)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(opts.blocking_threads.max(1))
@@ -293,47 +353,7 @@ pub fn start(fs: Arc<fs::Fs>, repo_root: &Path, opts: &Options) -> Result<Runnin
     let thread = std::thread::Builder::new()
         .name("cairn-gateway".into())
         .spawn(move || {
-            runtime.block_on(async move {
-                let listener = match tokio::net::TcpListener::from_std(listener) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        tracing::error!(error = %e, "the gateway cannot use its socket");
-                        return;
-                    }
-                };
-                let http = ConnBuilder::new(TokioExecutor::new());
-                let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-                let mut rx = std::pin::pin!(rx);
-                loop {
-                    let socket = tokio::select! {
-                        r = listener.accept() => match r {
-                            Ok((s, _)) => s,
-                            Err(e) => {
-                                tracing::warn!(error = %e, "the gateway could not accept a connection");
-                                continue;
-                            }
-                        },
-                        _ = rx.as_mut() => break,
-                    };
-                    // A reply's head and body leave in separate writes; with
-                    // Nagle on, the body waits for the client's delayed ACK
-                    // (40 ms on Linux) on every small GET.
-                    if let Err(e) = socket.set_nodelay(true) {
-                        tracing::warn!(error = %e, "the gateway could not set TCP_NODELAY");
-                    }
-                    let conn = http.serve_connection(TokioIo::new(socket), service.clone());
-                    let conn = graceful.watch(conn.into_owned());
-                    tokio::spawn(async move {
-                        let _ = conn.await;
-                    });
-                }
-                tokio::select! {
-                    () = graceful.shutdown() => {}
-                    () = tokio::time::sleep(DRAIN) => {
-                        tracing::warn!("the gateway stopped with requests still in flight");
-                    }
-                }
-            });
+            runtime.block_on(accept(listener, service, rx, "the gateway"));
             // Blocking tasks still running (a slow read) are waited for
             // only up to the same bound.
             runtime.shutdown_timeout(DRAIN);

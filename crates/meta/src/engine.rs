@@ -1100,6 +1100,10 @@ impl MetaStore for RedbMeta {
     fn storage_reads(&self) -> u64 {
         self.reads.load(Ordering::Relaxed)
     }
+
+    fn page_cache(&self) -> Option<redb::CacheStats> {
+        self.db.read().as_ref().map(|db| db.cache_stats())
+    }
 }
 
 #[cfg(test)]

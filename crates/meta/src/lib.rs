@@ -315,6 +315,11 @@ pub trait MetaStore: Send + Sync {
     /// Reads the engine has made of its storage since it was opened (an
     /// exact count, for benchmarks: reads per operation on a cold cache).
     fn storage_reads(&self) -> u64;
+
+    /// What the engine's page cache did since it was opened (redb's count
+    /// of page lookups it answered and missed, `/metrics`); `None` while
+    /// an I/O error has the database closed.
+    fn page_cache(&self) -> Option<redb::CacheStats>;
 }
 
 /// See [`MetaStore::view`].

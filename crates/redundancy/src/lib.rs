@@ -39,6 +39,9 @@
 //!   and lists the branch itself.
 //! - Locks are `parking_lot`'s, which do not poison: a panic under a lock
 //!   does not spread to later callers (`docs/engineering.md`).
+//! - Every read and write of a branch passes through its `io::Measured`
+//!   wrapper, so the [`IoWatcher`] given to [`Redundant::watch_io`] hears
+//!   of each one (time on the layer's clock, bytes, faults).
 //!
 //! See [`shard`] for the blob format and [`shard_key`] for how shard blobs
 //! are named.
@@ -46,6 +49,7 @@
 mod codec;
 mod discover;
 mod error;
+mod io;
 mod latency;
 mod map;
 mod members;
@@ -68,12 +72,14 @@ use branch::{BlobKey, Branch};
 
 pub use discover::Discovery;
 pub use error::{Error, Result, ShardFault};
+pub use io::{BranchIo, IoOp, IoWatcher};
 pub use map::{parse_shard_key, shard_key, Placement, ShardPlace};
-pub use members::{BranchId, BranchStatus, FaultKind};
+pub use members::{BranchId, BranchStatus, BranchTotals, FaultKind};
 pub use policy::{Count, Policy, PolicyError, PolicyProblem, Strength, MAX_BRANCH_NAME};
 pub use repair::{Progress, RebuildReport, Repair, ScrubReport, ScrubSummary};
 pub use write::PutRequest;
 
+use io::{Measured, Watch};
 use map::Map;
 use members::Member;
 use plain::{plain_list, plain_locate, plain_size, plain_validate};
@@ -95,6 +101,8 @@ pub struct Redundant {
     balancing: AtomicBool,
     /// What read latencies are measured on.
     clock: Arc<dyn branch::Clock>,
+    /// The same clock, and who hears of every branch call ([`io`]).
+    watch: Arc<Watch>,
     /// What balancing draws its choices from.
     rng: parking_lot::Mutex<rand::rngs::StdRng>,
     /// The one branch of a layer in the plain layout ([`Redundant::plain`]),
@@ -107,9 +115,11 @@ impl Redundant {
     /// and by [`BranchId`]s in list order. The map starts empty: call
     /// [`Redundant::discover`] to learn what the branches already hold.
     pub fn new(branches: Vec<Arc<dyn Branch>>) -> Result<Redundant> {
+        let clock: Arc<dyn branch::Clock> = Arc::new(branch::SystemClock::default());
+        let watch = Watch::new(clock.clone());
         let members: Vec<Arc<Member>> = branches
             .into_iter()
-            .map(|b| Arc::new(Member::new(b)))
+            .map(|b| Arc::new(Member::new(Measured::wrap(b, &watch))))
             .collect();
         for (i, m) in members.iter().enumerate() {
             if members[..i].iter().any(|o| o.name == m.name) {
@@ -122,7 +132,8 @@ impl Redundant {
             placing: RwLock::new(()),
             map: Map::default(),
             balancing: AtomicBool::new(true),
-            clock: Arc::new(branch::SystemClock::default()),
+            clock,
+            watch,
             rng: parking_lot::Mutex::new(rand::SeedableRng::from_entropy()),
             plain: None,
         })
@@ -133,6 +144,7 @@ impl Redundant {
     /// [`branch::VirtualClock`] (also to its slow branches) and a seed gets
     /// the same reads on every machine.
     pub fn with_timing(mut self, clock: Arc<dyn branch::Clock>, seed: u64) -> Self {
+        self.watch.set_clock(clock.clone());
         self.clock = clock;
         self.rng = parking_lot::Mutex::new(rand::SeedableRng::seed_from_u64(seed));
         self
@@ -143,15 +155,25 @@ impl Redundant {
     /// `[[branch]]` entries keeps them (see the `plain` module). It takes
     /// no other policy and no other branch; it needs no discovery.
     pub fn plain(branch: Arc<dyn Branch>) -> Redundant {
+        let clock: Arc<dyn branch::Clock> = Arc::new(branch::SystemClock::default());
+        let watch = Watch::new(clock.clone());
+        let branch = Measured::wrap(branch, &watch);
         Redundant {
             members: RwLock::new(vec![Arc::new(Member::new(branch.clone()))]),
             placing: RwLock::new(()),
             map: Map::default(),
             balancing: AtomicBool::new(false),
-            clock: Arc::new(branch::SystemClock::default()),
+            clock,
+            watch,
             rng: parking_lot::Mutex::new(rand::SeedableRng::from_entropy()),
             plain: Some(branch),
         }
+    }
+
+    /// Tells `watcher` of every read and write of a branch from now on
+    /// (replacing any watcher before): the figures of `/metrics`.
+    pub fn watch_io(&self, watcher: Arc<dyn IoWatcher>) {
+        self.watch.set_watcher(watcher);
     }
 
     /// Whether this layer keeps the plain layout ([`Redundant::plain`]).
@@ -218,13 +240,13 @@ impl Redundant {
         let name = branch.name().to_string();
         match members.iter().position(|m| m.name == name) {
             Some(i) if members[i].retired() => {
-                members[i] = Arc::new(Member::new(branch));
+                members[i] = Arc::new(Member::new(Measured::wrap(branch, &self.watch)));
                 Ok(BranchId(i as u16))
             }
             Some(_) => Err(Error::DuplicateBranch(name)),
             None => {
                 assert!(members.len() < usize::from(u16::MAX), "too many branches");
-                members.push(Arc::new(Member::new(branch)));
+                members.push(Arc::new(Member::new(Measured::wrap(branch, &self.watch))));
                 Ok(BranchId(members.len() as u16 - 1))
             }
         }
@@ -335,7 +357,8 @@ impl Redundant {
     }
 
     /// Forgets a branch's faults (after it was repaired or replaced); its
-    /// latency estimate is kept.
+    /// latency estimate, and its counts since the layer took it
+    /// ([`BranchStatus::totals`]), are kept.
     pub fn reset_health(&self, id: BranchId) {
         if let Some(m) = self.members.read().get(usize::from(id.0)) {
             m.reset();

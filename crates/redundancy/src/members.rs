@@ -75,6 +75,18 @@ pub struct BranchStatus {
     /// Taking no new shards (see [`crate::Redundant::retire`]); what it
     /// holds stays readable until it is moved off.
     pub retired: bool,
+    /// The same counts since the layer took the branch, never reset
+    /// (`/metrics` counters, which must not fall).
+    pub totals: BranchTotals,
+}
+
+/// A branch's shard reads served and failed, by kind of fault.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BranchTotals {
+    pub reads: u64,
+    pub missing: u64,
+    pub unavailable: u64,
+    pub corrupt: u64,
 }
 
 #[derive(Default)]
@@ -85,6 +97,7 @@ struct Stats {
     unavailable: u64,
     corrupt: u64,
     last_error: Option<String>,
+    totals: BranchTotals,
 }
 
 pub(crate) struct Member {
@@ -126,14 +139,24 @@ impl Member {
         let mut s = self.stats.lock();
         s.latency.observe(took);
         s.reads += 1;
+        s.totals.reads += 1;
     }
 
     pub fn fault(&self, kind: FaultKind, detail: &str) {
         let mut s = self.stats.lock();
         match kind {
-            FaultKind::Missing => s.missing += 1,
-            FaultKind::Unavailable | FaultKind::Full => s.unavailable += 1,
-            FaultKind::Corrupt => s.corrupt += 1,
+            FaultKind::Missing => {
+                s.missing += 1;
+                s.totals.missing += 1;
+            }
+            FaultKind::Unavailable | FaultKind::Full => {
+                s.unavailable += 1;
+                s.totals.unavailable += 1;
+            }
+            FaultKind::Corrupt => {
+                s.corrupt += 1;
+                s.totals.corrupt += 1;
+            }
         }
         s.last_error = Some(detail.to_string());
     }
@@ -151,6 +174,7 @@ impl Member {
         let latency = std::mem::take(&mut s.latency);
         *s = Stats {
             latency,
+            totals: s.totals,
             ..Stats::default()
         };
     }
@@ -168,6 +192,36 @@ impl Member {
             last_error: s.last_error.clone(),
             read_latency: s.latency.score().map(Duration::from_secs_f64),
             retired: self.retired(),
+            totals: s.totals,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_health_reset_keeps_the_totals() {
+        let dir = tempfile::tempdir().unwrap();
+        let (local, _) = branch::LocalDir::open("a", dir.path().join("a")).unwrap();
+        let m = Member::new(Arc::new(local));
+        m.read_ok(Duration::from_millis(1));
+        m.read_ok(Duration::from_millis(1));
+        m.fault(FaultKind::Corrupt, "bad block");
+        m.fault(FaultKind::Full, "no room");
+        m.reset();
+        let s = m.status(BranchId(0));
+        assert!(!s.degraded);
+        assert_eq!((s.reads, s.corrupt, s.unavailable), (0, 0, 0));
+        let want = BranchTotals {
+            reads: 2,
+            missing: 0,
+            unavailable: 1,
+            corrupt: 1,
+        };
+        assert_eq!(s.totals, want);
+        m.read_ok(Duration::from_millis(1));
+        assert_eq!(m.status(BranchId(0)).totals.reads, 3);
     }
 }

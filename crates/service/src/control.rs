@@ -175,16 +175,19 @@ pub fn serve(repo: &Path, served: Arc<Served>) -> Result<Server> {
                         let _slot = slot;
                         let target = served.target(&root);
                         let _ = answer(conn, |req, stream, progress| {
-                            if served.read_only && req.writes() {
+                            let result = if served.read_only && req.writes() {
                                 let e = ServiceError::ReadOnlyMount {
                                     mountpoint: served.mountpoint.clone(),
                                 };
                                 tracing::warn!("{e}");
-                                return Err(e);
-                            }
-                            served
-                                .jobs
-                                .attached(&req, progress, |p| exec(&target, &req, stream, p))
+                                Err(e)
+                            } else {
+                                served
+                                    .jobs
+                                    .attached(&req, progress, |p| exec(&target, &req, stream, p))
+                            };
+                            served.jobs.answered(req.op(), result.is_ok());
+                            result
                         });
                     });
                 if let Err(e) = spawned {

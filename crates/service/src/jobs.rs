@@ -8,7 +8,10 @@
 //! Bounded: the dashboard starts at most [`RUNNING_MAX`] at once and one of
 //! each kind (a second scrub while one runs is refused, not queued); the
 //! last [`KEPT`] finished jobs are kept, and a count of every finished job
-//! by kind and outcome (a few kinds, three outcomes).
+//! by kind and outcome (a few kinds, three outcomes). Beside them, a count
+//! of every request the control socket answered, by kind and outcome
+//! (`cairn_control_requests_total`: the CLI's share of the daemon's work,
+//! next to FUSE's and S3's; as many kinds as [`Request`] has).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
@@ -66,6 +69,8 @@ struct State {
     finished: VecDeque<JobView>,
     /// Finished jobs by (kind, state), since the daemon started.
     counts: BTreeMap<(&'static str, &'static str), u64>,
+    /// Control-socket requests answered, by (kind, outcome).
+    requests: BTreeMap<(&'static str, &'static str), u64>,
 }
 
 /// The kind of a request recorded as a job, or `None`.
@@ -184,6 +189,13 @@ impl Jobs {
         result
     }
 
+    /// Counts a request of kind `op` the control socket answered, done or
+    /// failed.
+    pub fn answered(&self, op: &'static str, ok: bool) {
+        let outcome = if ok { "done" } else { "failed" };
+        *self.state.lock().requests.entry((op, outcome)).or_default() += 1;
+    }
+
     /// Running jobs, then finished ones, newest first.
     pub fn list(&self) -> Vec<JobView> {
         let s = self.state.lock();
@@ -192,8 +204,9 @@ impl Jobs {
         out
     }
 
-    /// Registers `cairn_jobs_running`, `cairn_jobs_finished_total` and
-    /// `cairn_job_progress_ratio` in `registry`, read at each scrape.
+    /// Registers `cairn_jobs_running`, `cairn_jobs_finished_total`,
+    /// `cairn_job_progress_ratio` and `cairn_control_requests_total` in
+    /// `registry`, read at each scrape.
     pub fn register_metrics(self: &Arc<Self>, registry: &mut Registry) {
         registry.register_collector(Box::new(Figures(self.clone())));
     }
@@ -275,9 +288,9 @@ impl std::fmt::Debug for Figures {
 
 impl Collector for Figures {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
-        let (running, counts) = {
+        let (running, counts, requests) = {
             let s = self.0.state.lock();
-            (s.running.clone(), s.counts.clone())
+            (s.running.clone(), s.counts.clone(), s.requests.clone())
         };
         let mut family = enc.encode_descriptor(
             "cairn_jobs_running",
@@ -303,6 +316,15 @@ impl Collector for Figures {
             MetricType::Counter,
         )?;
         for ((kind, state), n) in counts {
+            ConstCounter::new(n).encode(family.encode_family(&Outcome { kind, state })?)?;
+        }
+        let mut family = enc.encode_descriptor(
+            "cairn_control_requests",
+            "Requests the control socket (the CLI) answered, by kind and outcome",
+            None,
+            MetricType::Counter,
+        )?;
+        for ((kind, state), n) in requests {
             ConstCounter::new(n).encode(family.encode_family(&Outcome { kind, state })?)?;
         }
         let mut family = enc.encode_descriptor(
@@ -363,6 +385,23 @@ mod tests {
         let out = jobs.attached(&Request::Stats, &seen, |_| Err(ServiceError::NotAJob));
         assert!(out.is_err());
         assert_eq!(jobs.list().len(), 1);
+    }
+
+    #[test]
+    fn answered_requests_are_counted_by_kind_and_outcome() {
+        let jobs = Arc::new(Jobs::default());
+        jobs.answered("stats", true);
+        jobs.answered("stats", true);
+        jobs.answered("put", false);
+        let mut registry = Registry::default();
+        jobs.register_metrics(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("cairn_control_requests_total{kind=\"stats\",state=\"done\"} 2"),
+            "{text}"
+        );
+        assert!(text.contains("cairn_control_requests_total{kind=\"put\",state=\"failed\"} 1"));
     }
 
     #[test]

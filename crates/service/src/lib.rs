@@ -18,7 +18,8 @@
 //! (that is the `cli`'s); stores or reads a byte itself (that is `fs`,
 //! `cas`, `recipe` and `redundancy`'s); keeps state between requests,
 //! but for a daemon's list of the jobs it runs for callers that do not
-//! wait ([`jobs`]: the dashboard's scrub, gc, check and snapshots).
+//! wait ([`jobs`]: the dashboard's scrub, gc, check and snapshots) and its
+//! count of the requests the control socket answered, by kind.
 //!
 //! **Invariants:**
 //! - One computation per answer: `stats` is [`fs::space::report`] over the

@@ -92,6 +92,35 @@ pub enum Request {
 }
 
 impl Request {
+    /// The request's kind, as its `op` on the wire (`stats`,
+    /// `snapshot_create`, ...): a label of `/metrics`.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::Stats => "stats",
+            Request::Check => "check",
+            Request::Roots => "roots",
+            Request::Rm { .. } => "rm",
+            Request::Put { .. } => "put",
+            Request::Get { .. } => "get",
+            Request::Version => "version",
+            Request::SnapshotCreate { .. } => "snapshot_create",
+            Request::SnapshotList { .. } => "snapshot_list",
+            Request::SnapshotDelete { .. } => "snapshot_delete",
+            Request::SnapshotDiff { .. } => "snapshot_diff",
+            Request::Restore { .. } => "restore",
+            Request::Clone { .. } => "clone",
+            Request::Gc { .. } => "gc",
+            Request::PolicyShow { .. } => "policy_show",
+            Request::Status => "status",
+            Request::Scrub => "scrub",
+            Request::Reload => "reload",
+            Request::BranchAdd { .. } => "branch_add",
+            Request::BranchReplace { .. } => "branch_replace",
+            Request::BranchDrain { .. } => "branch_drain",
+            Request::StorageReads => "storage_reads",
+        }
+    }
+
     /// Whether the request can change the repository: refused by the
     /// daemon of a read-only mount. `check` without repair, listings,
     /// `stats`, `status`, `policy show` and a gc dry run only read.
@@ -289,5 +318,31 @@ mod tests {
         );
         assert!(!req.needs_fs());
         assert!(Request::Scrub.needs_fs());
+    }
+
+    #[test]
+    fn a_requests_kind_is_its_op_on_the_wire() {
+        let s = String::new;
+        for req in [
+            Request::Stats,
+            Request::Rm { label: s() },
+            Request::SnapshotCreate { name: s() },
+            Request::SnapshotDiff { a: s(), b: s() },
+            Request::PolicyShow { path: s() },
+            Request::Gc {
+                threshold: 0.5,
+                max_garbage: 0.5,
+                dry_run: true,
+            },
+            Request::BranchReplace {
+                old: s(),
+                new: s(),
+                config: s(),
+            },
+            Request::StorageReads,
+        ] {
+            let wire = serde_json::to_value(&req).unwrap();
+            assert_eq!(wire["op"], req.op(), "{req:?}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! A real `cairn mount` for integration tests, shared by the test files.
 #![allow(dead_code)]
 
+pub mod metrics;
 pub mod s3;
 pub mod shards;
 pub mod tier;
@@ -168,6 +169,18 @@ impl Drop for Mount {
             let _ = child.wait();
         }
     }
+}
+
+/// Edits `repo`'s cairn.toml: each `(from, to)` replaces text that must
+/// be there (a line of the default file, say).
+pub fn edit_config(repo: &Path, edits: &[(&str, &str)]) {
+    let path = repo.join("cairn.toml");
+    let mut text = fs::read_to_string(&path).unwrap();
+    for (from, to) in edits {
+        assert!(text.contains(from), "no {from:?} in {}", path.display());
+        text = text.replace(from, to);
+    }
+    fs::write(&path, text).unwrap();
 }
 
 /// `sh -c SCRIPT`, asserting success; its standard output.

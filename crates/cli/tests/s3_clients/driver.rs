@@ -1,6 +1,7 @@
 //! A boto3 process answering one JSON request a line (create a bucket,
-//! put, get, delete), for tests that count what each request does, and
-//! the daemon's `storage_reads` control request.
+//! put, get, copy, delete, and a GET and HEAD of many keys at once), for
+//! tests that count what each request does or compare what S3 answers
+//! with the tree, and the daemon's `storage_reads` control request.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
@@ -13,6 +14,7 @@ const DRIVER: &str = r#"
 import binascii, json, os, sys
 import boto3
 from botocore.config import Config
+from botocore.exceptions import ClientError
 s3 = boto3.client("s3", endpoint_url=os.environ["ENDPOINT"],
     aws_access_key_id=os.environ["KEY_ID"], aws_secret_access_key=os.environ["SECRET"],
     region_name="us-east-1",
@@ -30,6 +32,22 @@ for line in sys.stdin:
     elif r["op"] == "delete":
         s3.delete_object(Bucket=r["bucket"], Key=r["key"])
         out = "ok"
+    elif r["op"] == "copy":
+        s3.copy_object(Bucket=r["bucket"], Key=r["key"],
+            CopySource={"Bucket": r["bucket"], "Key": r["src"]})
+        out = "ok"
+    elif r["op"] == "check":
+        out = {}
+        for k in r["keys"]:
+            try:
+                body = s3.get_object(Bucket=r["bucket"], Key=k)["Body"].read()
+                size = s3.head_object(Bucket=r["bucket"], Key=k)["ContentLength"]
+                out[k] = [binascii.hexlify(body).decode(), size]
+            except ClientError as e:
+                out[k] = e.response["Error"]["Code"]
+            except Exception as e:
+                # A body cut short of its Content-Length, for one.
+                out[k] = "broken: " + repr(e)
     print(json.dumps(out), flush=True)
 "#;
 
@@ -84,6 +102,19 @@ impl Driver {
             .collect()
     }
 
+    /// CopyObject of `src` to `key`, both in `bucket`.
+    pub fn copy(&mut self, bucket: &str, src: &str, key: &str) {
+        let req = serde_json::json!({"op": "copy", "bucket": bucket, "src": src, "key": key});
+        assert_eq!(self.ask(req), "ok", "COPY {src} to {key}");
+    }
+
+    /// A GET and a HEAD of each of `keys`: by key, `[hex of the body,
+    /// ContentLength]`, the S3 error code (`NoSuchKey`), or `broken: ...`
+    /// for a body cut short.
+    pub fn check(&mut self, bucket: &str, keys: &[&String]) -> serde_json::Value {
+        self.ask(serde_json::json!({"op": "check", "bucket": bucket, "keys": keys}))
+    }
+
     pub fn delete(&mut self, bucket: &str, key: &str) {
         let req = serde_json::json!({"op": "delete", "bucket": bucket, "key": key});
         assert_eq!(self.ask(req), "ok", "DELETE {key}");
@@ -97,7 +128,8 @@ impl Driver {
     }
 }
 
-fn hex(b: &[u8]) -> String {
+/// `b` in lowercase hex, as the driver sends and answers bodies.
+pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
