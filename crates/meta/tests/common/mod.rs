@@ -76,6 +76,7 @@ pub fn kind(e: &MetaError) -> &'static str {
         MetaError::Busy(_) => "Busy",
         MetaError::NoSpace { .. } => "NoSpace",
         MetaError::RootMissing(_) => "RootMissing",
+        MetaError::Remote(_) => "Remote",
     }
 }
 
