@@ -56,6 +56,8 @@
 
 mod batch;
 pub mod codec;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod engine;
 mod parents;
 mod pathindex;
