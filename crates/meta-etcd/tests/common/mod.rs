@@ -131,7 +131,11 @@ pub fn quick() -> EtcdOptions {
 pub fn fsid() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
-    format!("fs{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "fs{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// The etcd error inside a metadata error, if it is one.
