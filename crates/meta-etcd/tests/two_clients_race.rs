@@ -105,39 +105,23 @@ fn two_clients_race_without_breaking_the_tree() {
     let counts = y.counts().unwrap();
     assert_eq!((counts.files, counts.dirs), (files, dirs));
 
-    // a/x and b/y; one client moves a into b/y, the other b into a/x.
+    // p/a/x and q/b/y; one client moves a into b/y, the other b into
+    // a/x. The two write no common key (each its source's parent, target
+    // and moved directory): only the ancestors each compares keep the
+    // second from committing a loop.
     let mut moved = 0;
     for i in 0..ROUNDS {
-        let (an, bn) = (format!("a{i}"), format!("b{i}"));
-        let a = mkdir(&x, ROOT, &an);
-        let b = mkdir(&x, ROOT, &bn);
+        let p = mkdir(&x, ROOT, &format!("p{i}"));
+        let q = mkdir(&x, ROOT, &format!("q{i}"));
+        let a = mkdir(&x, p, "a");
+        let b = mkdir(&x, q, "b");
         let ax: InodeId = mkdir(&x, a, "x");
         let by: InodeId = mkdir(&x, b, "y");
         let (ra, rb) = race(
             &x,
             &y,
-            |m| {
-                m.rename(
-                    ROOT,
-                    an.as_bytes(),
-                    by,
-                    b"a",
-                    RenameFlags::default(),
-                    &nokeep,
-                    t(3),
-                )
-            },
-            |m| {
-                m.rename(
-                    ROOT,
-                    bn.as_bytes(),
-                    ax,
-                    b"b",
-                    RenameFlags::default(),
-                    &nokeep,
-                    t(3),
-                )
-            },
+            |m| m.rename(p, b"a", by, b"a", RenameFlags::default(), &nokeep, t(3)),
+            |m| m.rename(q, b"b", ax, b"b", RenameFlags::default(), &nokeep, t(3)),
         );
         match (&ra, &rb) {
             (Ok(None), Err(e)) | (Err(e), Ok(None)) => {
