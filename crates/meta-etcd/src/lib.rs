@@ -51,7 +51,8 @@
 //! - Limits: at most 128 compares and 128 operations per transaction and
 //!   1.5 MiB per request (etcd's defaults). The largest operations are a
 //!   create with xattrs (at most [`MAX_OP_XATTRS`] of at most 64 KiB, and
-//!   at most [`MAX_INLINE`] bytes inline: about 1.3 MiB) and a directory
+//!   at most [`MAX_INLINE`] bytes inline, held twice: in the record and in
+//!   the result record; about 1.3 MB) and a directory
 //!   rename (10 compares plus one per ancestor); a transaction that would
 //!   pass a limit is refused before it is sent ([`EtcdError::TooBig`]).
 //! - Every request has a timeout; an unreachable cluster fails an

@@ -24,7 +24,7 @@ pub const MAX_OP_XATTRS: usize = 16;
 /// The largest inline content (a small file's bytes, a symlink target):
 /// with [`MAX_OP_XATTRS`] values at their largest, a create stays under
 /// etcd's request limit.
-pub const MAX_INLINE: usize = 256 << 10;
+pub const MAX_INLINE: usize = 128 << 10;
 
 fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > NAME_MAX {
@@ -62,7 +62,7 @@ fn check_xattr(name: &[u8], value: Option<&[u8]>) -> Result<()> {
 
 fn new_size(new: &NewInode) -> Result<u64> {
     if matches!(&new.content, Content::Inline(b) if b.len() > MAX_INLINE) {
-        return Err(MetaError::Invalid("inline content over 256 KiB"));
+        return Err(MetaError::Invalid("inline content over 128 KiB"));
     }
     match (new.kind, &new.content) {
         (FileKind::Symlink, Content::Inline(t)) if !t.is_empty() => Ok(t.len() as u64),
@@ -411,7 +411,7 @@ impl MetaStore for EtcdMeta {
         mtime: Timestamp,
     ) -> Result<Inode> {
         if matches!(&content, Content::Inline(b) if b.len() > MAX_INLINE) {
-            return Err(MetaError::Invalid("inline content over 256 KiB"));
+            return Err(MetaError::Invalid("inline content over 128 KiB"));
         }
         self.mutate(|tx| {
             let rec = tx.rec_mut(ino)?;

@@ -217,7 +217,7 @@ impl<'a> Tx<'a> {
     /// pointers, each record read (so compared by the transaction: a
     /// concurrent rename that moves any of them fails this one).
     pub(crate) fn is_within(&mut self, mut dir: InodeId, ancestor: InodeId) -> Result<bool> {
-        for _ in 0..MAX_ANCESTORS {
+        for _ in 0..=MAX_ANCESTORS {
             if dir == ancestor {
                 return Ok(true);
             }
