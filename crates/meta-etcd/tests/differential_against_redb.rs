@@ -155,7 +155,7 @@ fn apply_raw(m: &dyn MetaStore, inos: &[InodeId], op: &Op, step: i64) -> Out {
                 noreplace: flags == 1,
                 exchange: flags == 2,
             };
-            let keep = |i: InodeId| i.0 % 2 == 0;
+            let keep = |i: InodeId| i.0.is_multiple_of(2);
             res(m
                 .rename(
                     at(dir),

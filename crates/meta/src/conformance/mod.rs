@@ -3,8 +3,6 @@
 //! (redb here, etcd in `meta-etcd`) runs the same assertions. Built only
 //! with the `conformance` feature (tests enable it).
 
-#![allow(clippy::missing_panics_doc)]
-
 use std::collections::{BTreeMap, HashMap};
 
 use crate::{Content, FileKind, InodeId, MetaError, MetaStore, NewInode, RenameFlags, Timestamp};
