@@ -71,7 +71,7 @@ mod tx;
 mod view;
 
 pub use ops::{MAX_INLINE, MAX_OP_XATTRS, XATTR_SIZE_MAX};
-pub use store::{EtcdMeta, EtcdOptions, INO_BATCH, MAX_CONFLICTS};
+pub use store::{parse_url, EtcdMeta, EtcdOptions, INO_BATCH, MAX_CONFLICTS};
 pub use tx::{MAX_ANCESTORS, MAX_TXN_BYTES, MAX_TXN_OPS};
 
 use std::time::Duration;
@@ -116,6 +116,8 @@ pub enum EtcdError {
     ParentCycle(u64),
     #[error("file system id {0:?}: use 1 to 64 letters, digits, `-` or `_`")]
     BadFsid(String),
+    #[error("{0:?} is not an etcd URL: use etcd://HOST:PORT[,HOST:PORT...]/FSID")]
+    BadUrl(String),
     #[error("starting the etcd client's runtime: {0}")]
     Runtime(#[source] std::io::Error),
 }

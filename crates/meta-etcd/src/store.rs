@@ -70,6 +70,24 @@ impl std::fmt::Debug for EtcdMeta {
     }
 }
 
+/// The etcd endpoints (`http://HOST:PORT`) and file-system id of
+/// `etcd://HOST:PORT[,HOST:PORT...]/FSID`.
+pub fn parse_url(url: &str) -> Result<(Vec<String>, String), EtcdError> {
+    let bad = || EtcdError::BadUrl(url.to_string());
+    let rest = url.strip_prefix("etcd://").ok_or_else(bad)?;
+    let (hosts, fsid) = rest.split_once('/').ok_or_else(bad)?;
+    let endpoints: Vec<String> = hosts
+        .split(',')
+        .map(|h| match h.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                Ok(format!("http://{h}"))
+            }
+            _ => Err(bad()),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((endpoints, fsid.to_string()))
+}
+
 /// Whether an error is the cluster not answering (worth another try
 /// before the deadline), not an answer.
 fn transient(e: &MetaError) -> bool {
@@ -95,10 +113,7 @@ impl EtcdMeta {
         root_gid: u32,
         opts: EtcdOptions,
     ) -> Result<Self> {
-        let ok = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
-        if fsid.is_empty() || fsid.len() > 64 || !fsid.chars().all(ok) {
-            return Err(EtcdError::BadFsid(fsid.to_string()).into());
-        }
+        check_fsid(fsid)?;
         let rpc = Rpc::connect(endpoints, opts.rpc_timeout)?;
         let store = EtcdMeta {
             rpc: Arc::new(rpc),
@@ -112,6 +127,19 @@ impl EtcdMeta {
         };
         store.make_root(root_uid, root_gid)?;
         Ok(store)
+    }
+
+    /// [`EtcdMeta::open`] of `etcd://HOST:PORT[,HOST:PORT...]/FSID` (see
+    /// [`parse_url`]) with the default options.
+    pub fn open_url(url: &str, root_uid: u32, root_gid: u32) -> Result<Self> {
+        let (endpoints, fsid) = parse_url(url)?;
+        Self::open(
+            &endpoints,
+            &fsid,
+            root_uid,
+            root_gid,
+            EtcdOptions::default(),
+        )
     }
 
     /// Fault injection for tests: the next transaction is sent and
@@ -307,4 +335,37 @@ impl EtcdMeta {
 
 fn is_reply_lost(e: &MetaError) -> bool {
     matches!(e, MetaError::Remote(src) if matches!(src.downcast_ref::<EtcdError>(), Some(EtcdError::ReplyLost)))
+}
+
+fn check_fsid(fsid: &str) -> Result<(), EtcdError> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    if fsid.is_empty() || fsid.len() > 64 || !fsid.chars().all(ok) {
+        return Err(EtcdError::BadFsid(fsid.to_string()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_endpoints_and_a_file_system() {
+        let (eps, fsid) = parse_url("etcd://127.0.0.1:2379,db2:2380/home").unwrap();
+        assert_eq!(eps, ["http://127.0.0.1:2379", "http://db2:2380"]);
+        assert_eq!(fsid, "home");
+        for bad in [
+            "http://h:1/fs",
+            "etcd://h/fs",
+            "etcd://h:port/fs",
+            "etcd://:1/fs",
+            "etcd://h:1",
+        ] {
+            assert!(matches!(parse_url(bad), Err(EtcdError::BadUrl(_))), "{bad}");
+        }
+        assert!(check_fsid("a-b_9").is_ok());
+        for bad in ["", "a/b", "a b", &"x".repeat(65)] {
+            assert!(check_fsid(bad).is_err(), "{bad}");
+        }
+    }
 }
