@@ -158,6 +158,7 @@ pub fn run(args: &[OsString]) -> Result<ExitCode> {
         threads: 4,
         read_only: false,
         options: h.options.clone(),
+        meta: None,
     };
     apply_options(&mut check)?;
     if h.fake {
@@ -235,6 +236,7 @@ mod tests {
             threads: 4,
             read_only: false,
             options: opts.iter().map(|s| s.to_string()).collect(),
+            meta: None,
         }
     }
 
