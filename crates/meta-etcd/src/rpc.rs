@@ -17,7 +17,8 @@ use crate::EtcdError;
 pub(crate) const PAGE: i64 = 512;
 
 pub(crate) struct Rpc {
-    rt: tokio::runtime::Runtime,
+    /// Taken only by `drop`.
+    rt: Option<tokio::runtime::Runtime>,
     client: Client,
     timeout: Duration,
     /// Read requests sent so far ([`meta::MetaStore::storage_reads`]).
@@ -42,7 +43,7 @@ impl Rpc {
             Client::connect(eps, Some(opts)).await
         })?;
         Ok(Rpc {
-            rt,
+            rt: Some(rt),
             client,
             timeout,
             reads: AtomicU64::new(0),
@@ -62,12 +63,9 @@ impl Rpc {
         F: FnOnce(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
     {
-        run_on(
-            &self.rt,
-            self.timeout,
-            &self.endpoints,
-            f(self.client.clone()),
-        )
+        // Taken only by `drop`, after which nothing calls.
+        let rt = self.rt.as_ref().expect("the runtime lives until drop");
+        run_on(rt, self.timeout, &self.endpoints, f(self.client.clone()))
     }
 
     /// A range read (`opts` says which keys and at which revision).
@@ -113,6 +111,16 @@ impl Rpc {
             if !more {
                 return Ok(());
             }
+        }
+    }
+}
+
+impl Drop for Rpc {
+    /// Stops the runtime without waiting for it: a runtime dropped the
+    /// usual way inside another one's task (the gateway's) panics.
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
         }
     }
 }

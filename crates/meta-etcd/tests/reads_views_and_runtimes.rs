@@ -1,6 +1,7 @@
 //! Reads: a view is one instant (later changes do not show in it), every
 //! read request is counted, and the store works when called from inside
-//! another tokio runtime (as the S3 gateway calls it), never panicking.
+//! another tokio runtime (as the S3 gateway calls it), never panicking,
+//! also when it is opened and dropped there.
 
 mod common;
 
@@ -42,4 +43,8 @@ fn views_are_instants_reads_are_counted_and_any_thread_may_call() {
     let blocking =
         rt.block_on(async { tokio::task::block_in_place(|| m.lookup(d, b"from-async")) });
     assert_eq!(inside.unwrap().id, blocking.unwrap().id);
+    // Opened and dropped inside an async task: no panic either.
+    let fs = common::fsid();
+    let other = rt.block_on(async { etcd.open(&fs) });
+    rt.block_on(async move { drop(other) });
 }
