@@ -143,19 +143,6 @@ impl Outcome for Option<Inode> {
     }
 }
 
-impl Outcome for bool {
-    fn encode(&self) -> Vec<u8> {
-        vec![*self as u8]
-    }
-    fn decode(b: &[u8]) -> Result<Self, EtcdError> {
-        match b {
-            [0] => Ok(false),
-            [1] => Ok(true),
-            _ => Err(EtcdError::BadOutcome),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,7 +193,6 @@ mod tests {
             );
         }
         assert_eq!(<Option<Inode>>::decode(&None.encode()).unwrap(), None);
-        assert!(<bool>::decode(&true.encode()).unwrap());
         let v = dval(InodeId(5), FileKind::Symlink);
         assert_eq!(dval_decode(&v).unwrap(), (InodeId(5), FileKind::Symlink));
         assert!(dval_decode(&v[..8]).is_err());

@@ -327,7 +327,12 @@ impl EtcdMeta {
                     }
                 }
                 Err(e) if transient(&e) || is_reply_lost(&e) => last = Some(e),
-                Err(e) => return Err(e),
+                Err(e) => {
+                    if let MetaError::Remote(src) = &e {
+                        tracing::error!(error = %src, "a metadata operation failed in etcd");
+                    }
+                    return Err(e);
+                }
             }
         }
     }
