@@ -65,9 +65,14 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Two reads: the entry, then its inode. Only a live directory holds
+    /// entries, so the parent is read only when the entry is missing (to
+    /// answer `NotDir` for a non-directory).
     pub(crate) fn lookup(&mut self, parent: InodeId, name: &[u8]) -> Result<Inode> {
-        self.dir(parent)?;
-        let (ino, _) = self.entry(parent, name)?.ok_or(MetaError::NotFound)?;
+        let Some((ino, _)) = self.entry(parent, name)? else {
+            self.dir(parent)?;
+            return Err(MetaError::NotFound);
+        };
         match self.rec(ino) {
             Err(MetaError::NotFound) => Err(EtcdError::DanglingEntry(ino.0).into()),
             other => Ok(other?.inode),
