@@ -157,6 +157,9 @@ impl EtcdMeta {
             if !resp.take_kvs().is_empty() {
                 return Ok(());
             }
+            // Counted at the revision the root was missing at: another
+            // client's root made since is not taken for other inodes.
+            let rev = resp.header().map_or(0, |h| h.revision());
             let inodes = self.keys.inodes();
             let count = self
                 .rpc
@@ -164,6 +167,7 @@ impl EtcdMeta {
                     inodes.clone(),
                     GetOptions::new()
                         .with_range(crate::keys::prefix_end(&inodes))
+                        .with_revision(rev)
                         .with_count_only(),
                 )?
                 .count();
@@ -192,16 +196,30 @@ impl EtcdMeta {
                 parent: InodeId::ROOT,
                 entries: 0,
             };
+            // The counter starts after the root, unless numbers were handed
+            // out before (they are never handed out again).
             let next = self.keys.next_ino();
+            let counted = self
+                .rpc
+                .get(next.clone(), GetOptions::new().with_revision(rev))?
+                .kvs()
+                .first()
+                .map_or(0, |kv| kv.mod_revision());
+            let mut ops = vec![
+                TxnOp::put(root.clone(), encode(&rec), None),
+                TxnOp::put(self.keys.dir_mark(InodeId::ROOT), Vec::new(), None),
+            ];
+            if counted == 0 {
+                ops.push(TxnOp::put(next.clone(), 2u64.to_le_bytes().to_vec(), None));
+            }
             // Another client may create it at once: one of the two wins,
             // the other reads the winner's root.
             let txn = Txn::new()
-                .when([Compare::version(root.clone(), CompareOp::Equal, 0)])
-                .and_then([
-                    TxnOp::put(root.clone(), encode(&rec), None),
-                    TxnOp::put(self.keys.dir_mark(InodeId::ROOT), Vec::new(), None),
-                    TxnOp::put(next, 2u64.to_le_bytes().to_vec(), None),
-                ]);
+                .when([
+                    Compare::version(root.clone(), CompareOp::Equal, 0),
+                    Compare::mod_revision(next, CompareOp::Equal, counted),
+                ])
+                .and_then(ops);
             if self.rpc.txn(txn)?.succeeded() {
                 return Ok(());
             }
