@@ -830,6 +830,19 @@ pub struct MountArgs {
     /// see docs/operations.md.
     #[arg(short = 'o', long = "options", value_name = "OPTS")]
     pub options: Vec<String>,
+    /// Keep the file system's metadata (names, directories, attributes,
+    /// extended attributes) in an etcd cluster instead of the repository:
+    /// etcd://HOST:PORT/FSID, or etcd://H1:P1,H2:P2,H3:P3/FSID for a
+    /// cluster of several members; FSID (letters, digits, - and _) names
+    /// the file system in the cluster, which may hold many. File data stays
+    /// in the repository. The first such mount records the URL in the
+    /// repository (meta/remote); from then on the repository mounts only
+    /// with the same --meta, and commands that open the file system
+    /// themselves (gc, check, recover while unmounted) are refused: run
+    /// them while it is mounted. An unreachable etcd makes operations fail
+    /// with EIO after 30 s, never hang. See docs/metadata-on-etcd.md.
+    #[arg(long, value_name = "URL")]
+    pub meta: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -58,7 +58,10 @@ pub fn mount(
         // and the unmount would still write version records.
         repo.config.fs.version_interval = std::time::Duration::ZERO;
     }
-    let fs = service::open_fs(&repo)?;
+    let fs = match &args.meta {
+        Some(url) => service::open_fs_on_etcd(&repo, url)?,
+        None => service::open_fs(&repo)?,
+    };
     // Listening first: an address in use is refused before anything is
     // mounted.
     let control_served = Arc::new(service::control::Served {
@@ -250,6 +253,7 @@ pub fn serve(
         read_only: false,
         metrics: None,
         options: Vec::new(),
+        meta: None,
     };
     mount(root, &args, Some(gateway), quiet)
 }

@@ -164,6 +164,7 @@ pub fn run(args: &[OsString]) -> Result<ExitCode> {
         read_only: false,
         metrics: None,
         options: h.options.clone(),
+        meta: None,
     };
     apply_options(&mut check)?;
     if h.fake {
@@ -242,6 +243,7 @@ mod tests {
             read_only: false,
             metrics: None,
             options: opts.iter().map(|s| s.to_string()).collect(),
+            meta: None,
         }
     }
 

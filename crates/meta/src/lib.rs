@@ -56,6 +56,8 @@
 
 mod batch;
 pub mod codec;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod engine;
 mod parents;
 mod pathindex;
@@ -114,6 +116,11 @@ pub enum MetaError {
         path.display()
     )]
     NoSpace { path: std::path::PathBuf, free: u64 },
+    /// A metadata engine over the network (etcd, the `meta-etcd` crate)
+    /// failed: unreachable within its deadline, too contended, or holding
+    /// a record it cannot read. The source is that engine's typed error.
+    #[error("metadata engine: {0}")]
+    Remote(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl MetaError {
@@ -138,7 +145,7 @@ impl MetaError {
     /// leaves the file as it was.
     pub fn is_damage(&self) -> bool {
         match self {
-            MetaError::Busy(_) => false,
+            MetaError::Busy(_) | MetaError::Remote(_) => false,
             MetaError::Open {
                 source: redb::Error::Io(io),
                 ..

@@ -121,6 +121,26 @@ pub enum RepoError {
         path.display()
     )]
     MetaDamaged { path: PathBuf, reason: String },
+    /// The namespace is kept by a metadata engine elsewhere (etcd): the
+    /// local one is not the file system, and a command that read it (a
+    /// `gc` would collect every chunk of the real one) is refused.
+    #[error(
+        "this repository's file system keeps its metadata in {url} (recorded in {}): mount it \
+         with `cairn mount --meta {url}` and run commands while it is mounted",
+        path.display()
+    )]
+    MetaRemote { url: String, path: PathBuf },
+    /// A mount asked for a metadata engine other than the recorded one.
+    #[error(
+        "this repository's file system keeps its metadata in {recorded} (recorded in {}), not \
+         in {asked}",
+        path.display()
+    )]
+    MetaRemoteDiffers {
+        recorded: String,
+        asked: String,
+        path: PathBuf,
+    },
     #[error("{}: {reason}", path.display())]
     Redundancy { path: PathBuf, reason: String },
     /// Branches are configured, but the plain local branch already holds
@@ -425,11 +445,62 @@ impl Repo {
         self.root.join(META).join("fs.redb")
     }
 
+    /// Where the URL of a metadata engine kept elsewhere is recorded.
+    pub fn remote_meta_path(&self) -> PathBuf {
+        self.root.join(META).join("remote")
+    }
+
+    /// The recorded URL of the metadata engine kept elsewhere, if any.
+    pub fn remote_meta(&self) -> Result<Option<String>> {
+        let path = self.remote_meta_path();
+        match fs::read_to_string(&path) {
+            Ok(url) => Ok(Some(url.trim().to_string())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io("read", &path)(e)),
+        }
+    }
+
+    /// Opens the repository's file system over `meta`, a metadata engine
+    /// kept elsewhere at `url` (etcd): chunks stay in this repository.
+    /// The first time, `url` is recorded (durably, before anything is
+    /// written), and from then on the local engine is refused
+    /// ([`RepoError::MetaRemote`]) and so is another URL.
+    pub fn open_fs_on(&self, meta: Arc<dyn meta::MetaStore>, url: &str) -> Result<::fs::Fs> {
+        let path = self.remote_meta_path();
+        match self.remote_meta()? {
+            Some(recorded) if recorded != url => {
+                return Err(RepoError::MetaRemoteDiffers {
+                    recorded,
+                    asked: url.to_string(),
+                    path,
+                })
+            }
+            Some(_) => {}
+            None => {
+                let tmp = self.root.join(META).join(".remote.new");
+                fs::write(&tmp, format!("{url}\n")).map_err(io("write", &tmp))?;
+                fs::File::open(&tmp)
+                    .and_then(|f| f.sync_all())
+                    .map_err(io("sync", &tmp))?;
+                fs::rename(&tmp, &path).map_err(io("create", &path))?;
+                let dir = self.root.join(META);
+                fs::File::open(&dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(io("sync", &dir))?;
+            }
+        }
+        self.fs_over(meta)
+    }
+
     /// Opens the repository's file system (its metadata engine, created on
     /// first use with a root directory owned by `uid`/`gid`), refused as
     /// [`Repo::open_meta`] refuses.
     pub fn open_fs(&self, uid: u32, gid: u32) -> Result<::fs::Fs> {
         let meta = self.open_meta(uid, gid)?;
+        self.fs_over(Arc::new(meta))
+    }
+
+    fn fs_over(&self, meta: Arc<dyn meta::MetaStore>) -> Result<::fs::Fs> {
         let mut rules = self.rules.clone();
         if let Some(specs) = &self.config.chunking_rules {
             let chunking = specs
@@ -439,7 +510,7 @@ impl Repo {
             rules = rules.with_chunking(chunking);
         }
         Ok(::fs::Fs::with_rules(
-            Arc::new(meta),
+            meta,
             self.store.clone(),
             self.config.chunking,
             self.config.fs.clone(),
@@ -448,6 +519,8 @@ impl Repo {
     }
 
     /// Opens the file system's metadata engine (created on first use).
+    /// Refused when the file system keeps its metadata elsewhere
+    /// ([`RepoError::MetaRemote`], see [`Repo::open_fs_on`]).
     ///
     /// While the store holds versions, an engine that cannot be the file
     /// system they describe is [`RepoError::MetaDamaged`], before anything
@@ -456,6 +529,12 @@ impl Repo {
     /// Mounting an empty tree over a store full of history would hide it,
     /// and retention would then drop the versions that are its only copy.
     pub fn open_meta(&self, uid: u32, gid: u32) -> Result<meta::RedbMeta> {
+        if let Some(url) = self.remote_meta()? {
+            return Err(RepoError::MetaRemote {
+                url,
+                path: self.remote_meta_path(),
+            });
+        }
         let path = self.fs_meta_path();
         let damaged = |reason: String| RepoError::MetaDamaged {
             path: path.clone(),

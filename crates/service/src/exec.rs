@@ -281,3 +281,15 @@ pub fn open_fs(repo: &Repo) -> Result<Arc<Fs>> {
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     Ok(Arc::new(repo.open_fs(uid, gid)?))
 }
+
+/// Opens the repository's file system with its metadata in etcd at `url`
+/// (`etcd://HOST:PORT/FSID`, `docs/metadata-on-etcd.md`): chunks stay in
+/// the repository, which records the URL ([`Repo::open_fs_on`]).
+pub fn open_fs_on_etcd(repo: &Repo, url: &str) -> Result<Arc<Fs>> {
+    // SAFETY: plain getters without preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let meta = meta_etcd::EtcdMeta::open_url(url, uid, gid).inspect_err(|e| {
+        tracing::error!(url, error = %e, "opening the metadata in etcd failed");
+    })?;
+    Ok(Arc::new(repo.open_fs_on(Arc::new(meta), url)?))
+}

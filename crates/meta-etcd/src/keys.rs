@@ -1,0 +1,149 @@
+//! The keys of one file system in etcd (the layout is in the crate doc).
+//! Numbers are 8-byte big-endian, so keys sort in number order and one
+//! directory's entries (or one inode's xattrs) are one contiguous range.
+
+use meta::InodeId;
+
+/// The key builder of one file system: every key starts with `/<fsid>/`.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    prefix: Vec<u8>,
+}
+
+impl Keys {
+    pub(crate) fn new(fsid: &str) -> Self {
+        Keys {
+            prefix: format!("/{fsid}/").into_bytes(),
+        }
+    }
+
+    fn key(&self, tag: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+        let mut k = self.prefix.clone();
+        k.extend_from_slice(tag);
+        for p in parts {
+            k.extend_from_slice(p);
+        }
+        k
+    }
+
+    pub(crate) fn inode(&self, ino: InodeId) -> Vec<u8> {
+        self.key(b"i/", &[&ino.0.to_be_bytes()])
+    }
+
+    /// Where every inode record is: `i/`.
+    pub(crate) fn inodes(&self) -> Vec<u8> {
+        self.key(b"i/", &[])
+    }
+
+    pub(crate) fn entry(&self, parent: InodeId, name: &[u8]) -> Vec<u8> {
+        self.key(b"d/", &[&parent.0.to_be_bytes(), b"/", name])
+    }
+
+    /// The prefix of `dir`'s entries: `d/<dir>/`.
+    pub(crate) fn entries(&self, dir: InodeId) -> Vec<u8> {
+        self.key(b"d/", &[&dir.0.to_be_bytes(), b"/"])
+    }
+
+    pub(crate) fn xattr(&self, ino: InodeId, name: &[u8]) -> Vec<u8> {
+        self.key(b"x/", &[&ino.0.to_be_bytes(), b"/", name])
+    }
+
+    /// The prefix of `ino`'s xattrs: `x/<ino>/`.
+    pub(crate) fn xattrs(&self, ino: InodeId) -> Vec<u8> {
+        self.key(b"x/", &[&ino.0.to_be_bytes(), b"/"])
+    }
+
+    pub(crate) fn orphan(&self, ino: InodeId) -> Vec<u8> {
+        self.key(b"o/", &[&ino.0.to_be_bytes()])
+    }
+
+    pub(crate) fn orphans(&self) -> Vec<u8> {
+        self.key(b"o/", &[])
+    }
+
+    /// The mark of a directory inode (`k/<ino>`), counted by `counts`.
+    pub(crate) fn dir_mark(&self, ino: InodeId) -> Vec<u8> {
+        self.key(b"k/", &[&ino.0.to_be_bytes()])
+    }
+
+    pub(crate) fn dir_marks(&self) -> Vec<u8> {
+        self.key(b"k/", &[])
+    }
+
+    /// The first inode number no client has reserved yet.
+    pub(crate) fn next_ino(&self) -> Vec<u8> {
+        self.key(b"n", &[])
+    }
+
+    /// The result record of operation `seq` of client `client`.
+    pub(crate) fn op(&self, client: u64, seq: u64) -> Vec<u8> {
+        self.key(b"r/", &[&client.to_be_bytes(), b"/", &seq.to_be_bytes()])
+    }
+
+    /// The number in an `i/`, `o/` or `k/` key.
+    pub(crate) fn number_of(&self, key: &[u8]) -> Option<InodeId> {
+        let n = key.get(self.prefix.len() + 2..)?;
+        Some(InodeId(u64::from_be_bytes(n.try_into().ok()?)))
+    }
+
+    /// The name in a `d/<n>/` or `x/<n>/` key.
+    pub(crate) fn name_of<'k>(&self, key: &'k [u8]) -> Option<&'k [u8]> {
+        key.get(self.prefix.len() + 2 + 8 + 1..)
+    }
+}
+
+/// The first key after every key starting with `prefix` (etcd's range end
+/// of a prefix).
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Only a prefix of 0xff bytes: every key from it on (etcd's "\0").
+    vec![0]
+}
+
+/// The first key after `key` itself.
+pub(crate) fn key_after(key: &[u8]) -> Vec<u8> {
+    let mut k = key.to_vec();
+    k.push(0);
+    k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_directory_s_entries_are_one_range_in_name_order() {
+        let k = Keys::new("fs");
+        let dir = InodeId(0x100);
+        let (lo, hi) = (k.entries(dir), prefix_end(&k.entries(dir)));
+        for name in [&b"a"[..], b"zz", &[0xff; 255]] {
+            let e = k.entry(dir, name);
+            assert!(e >= lo && e < hi);
+            assert_eq!(k.name_of(&e), Some(name));
+        }
+        for other in [InodeId(0xff), InodeId(0x101), InodeId(0x1_0000_0000)] {
+            let e = k.entry(other, b"a");
+            assert!(e < lo || e >= hi, "{other:?}");
+        }
+        assert!(k.entry(dir, b"a") < k.entry(dir, b"ab"));
+        assert!(k.entry(dir, b"ab") < k.entry(dir, b"b"));
+        assert_eq!(k.number_of(&k.inode(InodeId(7))), Some(InodeId(7)));
+        assert_eq!(k.number_of(&k.orphan(InodeId(9))), Some(InodeId(9)));
+        assert_eq!(prefix_end(b"a/"), b"a0");
+        assert_eq!(prefix_end(&[1, 0xff]), [2]);
+    }
+
+    #[test]
+    fn file_systems_do_not_share_keys() {
+        let (a, b) = (Keys::new("a"), Keys::new("ab"));
+        let ino = InodeId(1);
+        assert!(!b.inode(ino).starts_with(&a.inodes()));
+        assert!(!a.inode(ino).starts_with(&b.inodes()));
+    }
+}

@@ -1,0 +1,129 @@
+//! The metadata engine over one etcd cluster: [`EtcdMeta`], a
+//! [`meta::MetaStore`] whose every operation is one etcd transaction, so
+//! that several cairn processes (clients) can share one file system's
+//! namespace (issue 18, first slice; `docs/metadata-on-etcd.md`).
+//!
+//! **Owns:** the key layout of a file system in etcd, the optimistic
+//! transaction of each operation (reads at one revision, then one `Txn`
+//! comparing every key read), its bounded retries, result records for
+//! retries after an unknown outcome, and inode-number reservations.
+//!
+//! **Never:** holds an etcd lock or lease to fence (a compare inside the
+//! transaction fences, as Jepsen found etcd's locks unsafe); splits one
+//! operation over two transactions (`purge_orphans` is many operations,
+//! one per orphan); stores file data or recipes (they stay in the chunk
+//! store); replicates, elects or fences anything itself (etcd does).
+//!
+//! **Key layout** (every key under `/<fsid>/`; numbers are 8-byte
+//! big-endian so keys sort by number):
+//! - `i/<ino>`: the inode record: attributes with link count, the parent
+//!   pointer, a directory's number of entries, the content (inline bytes
+//!   or the recipe id).
+//! - `d/<parent>/<name>`: a directory entry -> inode (8, little-endian)
+//!   and kind (1). One directory's entries are one contiguous range in
+//!   name order, so a readdir page is one range read from `after`.
+//! - `x/<ino>/<name>`: an extended attribute's value.
+//! - `o/<ino>`: an orphan mark (an inode with no name kept for a handle).
+//! - `k/<ino>`: a directory mark, counted by `counts` (files are the
+//!   inodes that are not directories).
+//! - `n`: the first inode number no client has reserved.
+//! - `r/<client>/<seq>`: the result of operation `seq` of a client,
+//!   written by the operation's own transaction under a lease (120 s).
+//!
+//! **Invariants** (besides `meta`'s, which every operation keeps):
+//! - Every mutation is exactly one etcd transaction. It compares the
+//!   `mod_revision` of every key it read (0 for a key it found absent) and
+//!   that its result record is absent; on a failed compare it reads again
+//!   (at most [`MAX_CONFLICTS`] times, then [`EtcdError::Contended`]).
+//! - A directory's entry count and link count are in its own record, which
+//!   every create, link, unlink, rmdir and rename in it reads and writes:
+//!   an rmdir and a create in the directory always conflict.
+//! - A rename of a directory reads every ancestor of its target up to the
+//!   root, so its transaction compares them all: two crossing renames
+//!   cannot both commit, and no loop is ever made. A target more than
+//!   [`MAX_ANCESTORS`] levels deep is refused ([`EtcdError::TooDeep`]).
+//! - A retry after an unknown outcome (the reply was lost) first reads its
+//!   result record, and returns the first result when it is there; its
+//!   own transaction cannot apply twice (it compares the record absent).
+//! - Inode numbers come from reservations of [`INO_BATCH`] numbers (one
+//!   transaction on `n` per batch), never reused; a client's unused
+//!   reservation is skipped, not handed out again.
+//! - Limits: at most 128 compares and 128 operations per transaction and
+//!   1.5 MiB per request (etcd's defaults). The largest operations are a
+//!   create with xattrs (at most [`MAX_OP_XATTRS`] of at most 64 KiB, and
+//!   at most [`MAX_INLINE`] bytes inline, held twice: in the record and in
+//!   the result record; about 1.3 MB) and a directory
+//!   rename (10 compares plus one per ancestor); a transaction that would
+//!   pass a limit is refused before it is sent ([`EtcdError::TooBig`]).
+//! - Every request has a timeout; an unreachable cluster fails an
+//!   operation with [`EtcdError::Unavailable`] (as `MetaError::Remote`,
+//!   EIO at the file system) after [`EtcdOptions::op_deadline`], never hangs.
+//!
+//! The trait is synchronous and the client async: the store owns a tokio
+//! runtime of two threads and waits for each request on a channel (`rpc`).
+
+mod keys;
+mod ops;
+mod record;
+mod rpc;
+mod store;
+mod tx;
+mod view;
+
+pub use ops::{MAX_INLINE, MAX_OP_XATTRS, XATTR_SIZE_MAX};
+pub use store::{parse_url, EtcdMeta, EtcdOptions, INO_BATCH, MAX_CONFLICTS};
+pub use tx::{MAX_ANCESTORS, MAX_TXN_BYTES, MAX_TXN_OPS};
+
+use std::time::Duration;
+
+use meta::MetaError;
+
+/// What goes wrong between the store and etcd. Reaches callers as
+/// [`MetaError::Remote`] (downcast to read it).
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    #[error("etcd request failed: {0}")]
+    Rpc(#[from] etcd_client::Error),
+    #[error("etcd at {endpoints} did not answer within {after:?}")]
+    Timeout { endpoints: String, after: Duration },
+    #[error("etcd was unreachable for {after:?} (last: {last})")]
+    Unavailable { after: Duration, last: String },
+    #[error("the reply of a transaction was lost (fault injection)")]
+    ReplyLost,
+    #[error("gave up after {0} transactions that conflicted with other clients")]
+    Contended(u32),
+    #[error(
+        "one transaction would carry {compares} compares, {ops} operations, {bytes} bytes: over etcd's limits"
+    )]
+    TooBig {
+        compares: usize,
+        ops: usize,
+        bytes: usize,
+    },
+    #[error("the target is more than {0} directories deep: a rename there cannot be checked in one transaction")]
+    TooDeep(usize),
+    #[error("inode record {ino} is damaged: {why}")]
+    Corrupt { ino: u64, why: &'static str },
+    #[error("a damaged directory entry")]
+    BadEntry,
+    #[error("a damaged result record")]
+    BadOutcome,
+    #[error("the inode-number counter is damaged")]
+    BadCounter,
+    #[error("a directory entry names inode {0}, which does not exist")]
+    DanglingEntry(u64),
+    #[error("a parent-pointer cycle above inode {0}")]
+    ParentCycle(u64),
+    #[error("file system id {0:?}: use 1 to 64 letters, digits, `-` or `_`")]
+    BadFsid(String),
+    #[error("{0:?} is not an etcd URL: use etcd://HOST:PORT[,HOST:PORT...]/FSID")]
+    BadUrl(String),
+    #[error("starting the etcd client's runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+impl From<EtcdError> for MetaError {
+    fn from(e: EtcdError) -> Self {
+        MetaError::Remote(Box::new(e))
+    }
+}

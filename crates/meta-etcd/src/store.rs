@@ -1,0 +1,394 @@
+//! [`EtcdMeta`]: opening a file system in etcd, the loop that runs one
+//! operation as one transaction (retries, result records), inode-number
+//! reservations and the lease of the result records.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
+use meta::{Attr, Content, FileKind, Inode, InodeId, MetaError, Result, Timestamp};
+use parking_lot::Mutex;
+
+use crate::keys::Keys;
+use crate::record::{encode, Outcome, Rec};
+use crate::rpc::Rpc;
+use crate::tx::Tx;
+use crate::EtcdError;
+
+/// Inode numbers one reservation takes (one transaction on the counter
+/// key per this many creates of a client).
+pub const INO_BATCH: u64 = 1024;
+/// Attempts of one operation whose transaction found a key changed since
+/// it was read, before it gives up with [`EtcdError::Contended`].
+pub const MAX_CONFLICTS: u32 = 64;
+/// Seconds a result record lives (its lease's TTL). A lease is used for
+/// half of it, so a record outlives every retry of its operation (at most
+/// the operation deadline, far shorter).
+const RESULT_TTL: i64 = 120;
+
+/// How the store talks to etcd.
+#[derive(Debug, Clone)]
+pub struct EtcdOptions {
+    /// Longest wait for one request.
+    pub rpc_timeout: Duration,
+    /// Longest one operation keeps retrying an unreachable cluster before
+    /// it fails with [`EtcdError::Unavailable`].
+    pub op_deadline: Duration,
+}
+
+impl Default for EtcdOptions {
+    fn default() -> Self {
+        EtcdOptions {
+            rpc_timeout: Duration::from_secs(5),
+            op_deadline: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The metadata of one file system in one etcd cluster.
+pub struct EtcdMeta {
+    pub(crate) rpc: Arc<Rpc>,
+    pub(crate) keys: Keys,
+    opts: EtcdOptions,
+    /// This client's id in its result records' keys (random per open).
+    client: u64,
+    seq: AtomicU64,
+    /// Reserved inode numbers not handed out yet: `[next, end)`.
+    inos: Mutex<(u64, u64)>,
+    /// The lease result records are written under, and when it was granted.
+    lease: Mutex<Option<(i64, Instant)>>,
+    /// Fault injection: the next transaction's reply is dropped.
+    lose_reply: AtomicBool,
+}
+
+impl std::fmt::Debug for EtcdMeta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdMeta")
+            .field("client", &self.client)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The etcd endpoints (`http://HOST:PORT`) and file-system id of
+/// `etcd://HOST:PORT[,HOST:PORT...]/FSID`.
+pub fn parse_url(url: &str) -> Result<(Vec<String>, String), EtcdError> {
+    let bad = || EtcdError::BadUrl(url.to_string());
+    let rest = url.strip_prefix("etcd://").ok_or_else(bad)?;
+    let (hosts, fsid) = rest.split_once('/').ok_or_else(bad)?;
+    let endpoints: Vec<String> = hosts
+        .split(',')
+        .map(|h| match h.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                Ok(format!("http://{h}"))
+            }
+            _ => Err(bad()),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((endpoints, fsid.to_string()))
+}
+
+/// Whether an error is the cluster not answering (worth another try
+/// before the deadline), not an answer.
+fn transient(e: &MetaError) -> bool {
+    match e {
+        MetaError::Remote(src) => matches!(
+            src.downcast_ref::<EtcdError>(),
+            Some(EtcdError::Rpc(_) | EtcdError::Timeout { .. })
+        ),
+        _ => false,
+    }
+}
+
+impl EtcdMeta {
+    /// Opens file system `fsid` in the etcd cluster at `endpoints`
+    /// (`http://host:port`), creating its root directory (owned by
+    /// `root_uid`/`root_gid`, mode 0755) if the file system has no inodes
+    /// yet. A file system with inodes but no root is refused
+    /// ([`MetaError::RootMissing`]). `fsid` is letters, digits, `-`, `_`.
+    pub fn open(
+        endpoints: &[String],
+        fsid: &str,
+        root_uid: u32,
+        root_gid: u32,
+        opts: EtcdOptions,
+    ) -> Result<Self> {
+        check_fsid(fsid)?;
+        let rpc = Rpc::connect(endpoints, opts.rpc_timeout)?;
+        let store = EtcdMeta {
+            rpc: Arc::new(rpc),
+            keys: Keys::new(fsid),
+            opts,
+            client: rand::random(),
+            seq: AtomicU64::new(0),
+            inos: Mutex::new((0, 0)),
+            lease: Mutex::new(None),
+            lose_reply: AtomicBool::new(false),
+        };
+        store.make_root(root_uid, root_gid)?;
+        Ok(store)
+    }
+
+    /// [`EtcdMeta::open`] of `etcd://HOST:PORT[,HOST:PORT...]/FSID` (see
+    /// [`parse_url`]) with the default options.
+    pub fn open_url(url: &str, root_uid: u32, root_gid: u32) -> Result<Self> {
+        let (endpoints, fsid) = parse_url(url)?;
+        Self::open(
+            &endpoints,
+            &fsid,
+            root_uid,
+            root_gid,
+            EtcdOptions::default(),
+        )
+    }
+
+    /// Fault injection for tests: the next transaction is sent and
+    /// applied, and its reply is dropped, as when the connection breaks
+    /// after the request left. The operation then retries as after any
+    /// unknown outcome.
+    pub fn lose_next_reply(&self) {
+        self.lose_reply.store(true, Ordering::SeqCst);
+    }
+
+    fn make_root(&self, uid: u32, gid: u32) -> Result<()> {
+        let root = self.keys.inode(InodeId::ROOT);
+        loop {
+            let mut resp = self.rpc.get(root.clone(), GetOptions::new())?;
+            if !resp.take_kvs().is_empty() {
+                return Ok(());
+            }
+            // Counted at the revision the root was missing at: another
+            // client's root made since is not taken for other inodes.
+            let rev = resp.header().map_or(0, |h| h.revision());
+            let inodes = self.keys.inodes();
+            let count = self
+                .rpc
+                .get(
+                    inodes.clone(),
+                    GetOptions::new()
+                        .with_range(crate::keys::prefix_end(&inodes))
+                        .with_revision(rev)
+                        .with_count_only(),
+                )?
+                .count();
+            if count > 0 {
+                return Err(MetaError::RootMissing(count as u64));
+            }
+            let now = Timestamp::now();
+            let rec = Rec {
+                inode: Inode {
+                    id: InodeId::ROOT,
+                    attr: Attr {
+                        kind: FileKind::Dir,
+                        perm: 0o755,
+                        uid,
+                        gid,
+                        size: 0,
+                        nlink: 2,
+                        rdev: 0,
+                        atime: now,
+                        mtime: now,
+                        ctime: now,
+                        crtime: now,
+                    },
+                    content: Content::Empty,
+                },
+                parent: InodeId::ROOT,
+                entries: 0,
+            };
+            // The counter starts after the root, unless numbers were handed
+            // out before (they are never handed out again).
+            let next = self.keys.next_ino();
+            let counted = self
+                .rpc
+                .get(next.clone(), GetOptions::new().with_revision(rev))?
+                .kvs()
+                .first()
+                .map_or(0, |kv| kv.mod_revision());
+            let mut ops = vec![
+                TxnOp::put(root.clone(), encode(&rec), None),
+                TxnOp::put(self.keys.dir_mark(InodeId::ROOT), Vec::new(), None),
+            ];
+            if counted == 0 {
+                ops.push(TxnOp::put(next.clone(), 2u64.to_le_bytes().to_vec(), None));
+            }
+            // Another client may create it at once: one of the two wins,
+            // the other reads the winner's root.
+            let txn = Txn::new()
+                .when([
+                    Compare::version(root.clone(), CompareOp::Equal, 0),
+                    Compare::mod_revision(next, CompareOp::Equal, counted),
+                ])
+                .and_then(ops);
+            if self.rpc.txn(txn)?.succeeded() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// An inode number no client ever had: from this client's reserved
+    /// batch, reserving the next batch in one transaction when it is used up.
+    pub(crate) fn alloc_ino(&self) -> Result<InodeId> {
+        let mut inos = self.inos.lock();
+        if inos.0 == inos.1 {
+            let key = self.keys.next_ino();
+            let mut conflicts = 0;
+            loop {
+                let mut resp = self.rpc.get(key.clone(), GetOptions::new())?;
+                let (modrev, next) = match resp.take_kvs().pop() {
+                    Some(kv) => {
+                        let v: [u8; 8] =
+                            kv.value().try_into().map_err(|_| EtcdError::BadCounter)?;
+                        (kv.mod_revision(), u64::from_le_bytes(v))
+                    }
+                    None => (0, 2),
+                };
+                let end = next.checked_add(INO_BATCH).ok_or(EtcdError::BadCounter)?;
+                let txn = Txn::new()
+                    .when([Compare::mod_revision(key.clone(), CompareOp::Equal, modrev)])
+                    .and_then([TxnOp::put(key.clone(), end.to_le_bytes().to_vec(), None)]);
+                // An unknown outcome only wastes numbers: the next read
+                // sees the counter moved, whoever moved it.
+                if self.rpc.txn(txn)?.succeeded() {
+                    *inos = (next, end);
+                    break;
+                }
+                conflicts += 1;
+                if conflicts >= MAX_CONFLICTS {
+                    return Err(EtcdError::Contended(conflicts).into());
+                }
+            }
+        }
+        let ino = InodeId(inos.0);
+        inos.0 += 1;
+        Ok(ino)
+    }
+
+    /// The lease of result records, granted anew when half its TTL is gone.
+    fn lease(&self) -> Result<i64, EtcdError> {
+        let mut slot = self.lease.lock();
+        if let Some((id, at)) = *slot {
+            if at.elapsed() < Duration::from_secs(RESULT_TTL as u64 / 2) {
+                return Ok(id);
+            }
+        }
+        let at = Instant::now();
+        let id = self
+            .rpc
+            .call(|mut c| async move { c.lease_grant(RESULT_TTL, None).await })?
+            .id();
+        *slot = Some((id, at));
+        Ok(id)
+    }
+
+    /// Runs one operation: `f` reads what it needs through a [`Tx`] and
+    /// computes; the attempt then commits as one transaction. A conflict
+    /// runs `f` again (bounded); an unknown outcome first looks for the
+    /// operation's result record; an unreachable cluster is retried until
+    /// the deadline. An error of `f` itself is the operation's answer.
+    pub(crate) fn mutate<T: Outcome>(
+        &self,
+        mut f: impl FnMut(&mut Tx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let op_key = self.keys.op(self.client, seq);
+        let deadline = Instant::now() + self.opts.op_deadline;
+        let mut unknown = false;
+        let mut conflicts = 0;
+        let mut last: Option<MetaError> = None;
+        loop {
+            if let Some(e) = last.take() {
+                if Instant::now() >= deadline {
+                    tracing::error!(error = %e, "etcd unreachable; the metadata operation failed");
+                    return Err(EtcdError::Unavailable {
+                        after: self.opts.op_deadline,
+                        last: e.to_string(),
+                    }
+                    .into());
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let attempt = (|| -> Result<Option<T>> {
+                if unknown {
+                    let mut resp = self.rpc.get(op_key.clone(), GetOptions::new())?;
+                    if let Some(kv) = resp.take_kvs().pop() {
+                        return Ok(Some(T::decode(kv.value())?));
+                    }
+                }
+                let mut tx = Tx::new(&self.rpc, &self.keys);
+                let out = f(&mut tx)?;
+                let txn = tx.into_txn(op_key.clone(), out.encode(), self.lease()?)?;
+                let sent = self.rpc.txn(txn);
+                if self.lose_reply.swap(false, Ordering::SeqCst) {
+                    unknown = true;
+                    return Err(EtcdError::ReplyLost.into());
+                }
+                match sent {
+                    Ok(resp) if resp.succeeded() => Ok(Some(out)),
+                    Ok(_) => Ok(None),
+                    Err(e) => {
+                        unknown = true;
+                        // The lease may be what failed (expired while
+                        // the cluster was away): take a new one.
+                        *self.lease.lock() = None;
+                        Err(e.into())
+                    }
+                }
+            })();
+            match attempt {
+                Ok(Some(out)) => return Ok(out),
+                Ok(None) => {
+                    conflicts += 1;
+                    if conflicts >= MAX_CONFLICTS {
+                        tracing::error!(conflicts, "a metadata operation met too many conflicts");
+                        return Err(EtcdError::Contended(conflicts).into());
+                    }
+                }
+                Err(e) if transient(&e) || is_reply_lost(&e) => last = Some(e),
+                Err(e) => {
+                    if let MetaError::Remote(src) = &e {
+                        tracing::error!(error = %src, "a metadata operation failed in etcd");
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+fn is_reply_lost(e: &MetaError) -> bool {
+    matches!(e, MetaError::Remote(src) if matches!(src.downcast_ref::<EtcdError>(), Some(EtcdError::ReplyLost)))
+}
+
+fn check_fsid(fsid: &str) -> Result<(), EtcdError> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    if fsid.is_empty() || fsid.len() > 64 || !fsid.chars().all(ok) {
+        return Err(EtcdError::BadFsid(fsid.to_string()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_endpoints_and_a_file_system() {
+        let (eps, fsid) = parse_url("etcd://127.0.0.1:2379,db2:2380/home").unwrap();
+        assert_eq!(eps, ["http://127.0.0.1:2379", "http://db2:2380"]);
+        assert_eq!(fsid, "home");
+        for bad in [
+            "http://h:1/fs",
+            "etcd://h/fs",
+            "etcd://h:port/fs",
+            "etcd://:1/fs",
+            "etcd://h:1",
+        ] {
+            assert!(matches!(parse_url(bad), Err(EtcdError::BadUrl(_))), "{bad}");
+        }
+        assert!(check_fsid("a-b_9").is_ok());
+        for bad in ["", "a/b", "a b", &"x".repeat(65)] {
+            assert!(check_fsid(bad).is_err(), "{bad}");
+        }
+    }
+}
