@@ -239,7 +239,7 @@ impl Index {
     /// What the page caches of `index.redb` and `roots.redb` did since
     /// they were opened (redb's counts, `/metrics`).
     pub fn page_caches(&self) -> [redb::CacheStats; 2] {
-        [self.db.cache_stats(), self.roots.cache_stats()]
+        [self.db.read().cache_stats(), self.roots.cache_stats()]
     }
 
     fn with_databases(db: Database, roots: Database, reads: Arc<AtomicU64>) -> Result<Self> {

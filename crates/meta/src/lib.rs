@@ -324,9 +324,12 @@ pub trait MetaStore: Send + Sync {
     fn storage_reads(&self) -> u64;
 
     /// What the engine's page cache did since it was opened (redb's count
-    /// of page lookups it answered and missed, `/metrics`); `None` while
-    /// an I/O error has the database closed.
-    fn page_cache(&self) -> Option<redb::CacheStats>;
+    /// of page lookups it answered and missed, `/metrics`); `None` for an
+    /// engine without one (etcd), or while an I/O error has the database
+    /// closed.
+    fn page_cache(&self) -> Option<redb::CacheStats> {
+        None
+    }
 }
 
 /// See [`MetaStore::view`].
