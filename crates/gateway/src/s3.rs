@@ -503,38 +503,46 @@ impl Drop for Reader {
     }
 }
 
+/// Pieces of a GET's body being read at once: the next piece is read (its
+/// chunks fetched, verified and assembled on a blocking thread) while the
+/// one before it goes out on the socket, so a large GET takes about the
+/// longer of the two, not their sum.
+const READS_AHEAD: usize = 2;
+
 fn body(tree: Tree, ino: meta::InodeId, start: u64, end: u64) -> StreamingBlob {
     let reader = Arc::new(Reader { tree, ino });
-    let stream = futures_util::stream::unfold(start, move |at| {
+    let pieces = (start..end).step_by(PIECE).map(move |at| {
         let reader = reader.clone();
+        let len = (end - at).min(PIECE as u64) as u32;
         async move {
-            if at >= end {
-                return None;
-            }
-            let len = (end - at).min(PIECE as u64) as u32;
             let got = tokio::task::spawn_blocking(move || reader.tree.read(reader.ino, at, len))
                 .await
                 .map_err(std::io::Error::other)
                 .and_then(|r| r.map_err(std::io::Error::other));
             match got {
-                Ok(b) if b.is_empty() => Some((
-                    Err(std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        "the object got shorter while it was read",
-                    )),
-                    end,
+                // A read ends short only at the end of the file.
+                Ok(b) if b.len() < len as usize => Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the object got shorter while it was read",
                 )),
-                Ok(b) => {
-                    let next = at + b.len() as u64;
-                    Some((Ok(Bytes::from(b)), next))
-                }
+                Ok(b) => Ok(Bytes::from(b)),
                 Err(e) => {
                     tracing::error!(inode = ino.0, error = %e, "reading an object for a GET failed");
-                    Some((Err(e), end))
+                    Err(e)
                 }
             }
         }
     });
+    // The body ends at its first error.
+    let stream = futures_util::stream::iter(pieces)
+        .buffered(READS_AHEAD)
+        .scan(false, |failed, piece| {
+            let out = (!*failed).then(|| {
+                *failed = piece.is_err();
+                piece
+            });
+            std::future::ready(out)
+        });
     StreamingBlob::wrap(sync_wrapper::SyncStream::new(stream))
 }
 
