@@ -275,10 +275,17 @@ impl Gateway {
         // Each piece is hashed and written on blocking threads, one hash
         // and one write in flight at a time (each chain in order), while
         // the next piece is received: the network, MD5 (a third of a large
-        // PUT's time) and the file system overlap.
+        // PUT's time) and the file system overlap. Pieces are received into
+        // two buffers in turn, each taken back once the hash and the write
+        // of its last piece are done: fresh memory for every piece cost as
+        // much CPU in page faults as the copy into it.
         let mut md5 = Some(Md5::new());
         let mut offset = 0u64;
-        let mut buf = BytesMut::with_capacity(PIECE);
+        let mut bufs = [
+            BytesMut::with_capacity(PIECE),
+            BytesMut::with_capacity(PIECE),
+        ];
+        let mut filling = 0;
         let mut writing: Option<tokio::task::JoinHandle<S3Result<()>>> = None;
         let mut hashing: Option<tokio::task::JoinHandle<Md5>> = None;
         let received: S3Result<()> = async {
@@ -288,14 +295,17 @@ impl Gateway {
                 if let Some(piece) = next {
                     let piece = piece.map_err(|e| body_error(&e))?;
                     // A body without a length is counted as it comes.
+                    let buf = &mut bufs[filling];
                     if offset + (buf.len() + piece.len()) as u64 > max {
                         return Err(too_large(max));
                     }
                     declared.update(&piece);
                     buf.extend_from_slice(&piece);
                 }
+                let buf = &mut bufs[filling];
                 if buf.len() >= PIECE || (last && !buf.is_empty()) {
                     let data: Bytes = buf.split().freeze();
+                    filling = 1 - filling;
                     let at = offset;
                     offset += data.len() as u64;
                     let up = up.clone();
@@ -311,6 +321,9 @@ impl Gateway {
                     if let Some(previous) = writing.take() {
                         joined(previous).await?;
                     }
+                    // The last piece's bytes are dropped: its buffer is the
+                    // next one's, whole again.
+                    bufs[filling].reserve(PIECE);
                     let tree = self.tree.clone();
                     writing = Some(tokio::task::spawn_blocking(move || {
                         tree.write(&up, at, &data)
