@@ -33,7 +33,8 @@
 //! new directory), the set-id bits a chown, a write or a truncate clears,
 //! `fallocate`'s modes and sizes (a punched or zeroed range becomes holes
 //! in the extent list, `punch`), `copy_file_range` (a whole file onto an
-//! empty one as a recipe clone, `reflink`), and access ACLs kept in step
+//! empty one as a recipe clone, onto the end of one held in chunks as a
+//! splice of recipes, `reflink`), and access ACLs kept in step
 //! with the mode. It writes versions and snapshots of the namespace ([`history`])
 //! and drops the versions its retention rule no longer keeps
 //! ([`retention`], on a clock tests can set), and reports what holds the

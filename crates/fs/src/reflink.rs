@@ -1,10 +1,13 @@
 //! `copy_file_range(2)` between files of the mount, without the data
 //! passing through the kernel: a whole file copied onto an empty one is a
 //! recipe clone, the mechanism `history`'s `clone_path` uses (the copy
-//! points at the source's recorded recipe; no chunk is read or stored),
-//! and any other range is read and written inside the daemon. Both files
-//! stay independent: a recipe is immutable, and a write to either builds
-//! a new one for that file alone.
+//! points at the source's recorded recipe; no chunk is read or stored); a
+//! whole file copied onto the end of one whose bytes are all in recorded
+//! chunks is a splice (its chunks listed after the others, none read or
+//! stored: how the gateway joins a multipart upload's parts); any other
+//! range is read and written inside the daemon. Both files stay
+//! independent: a recipe is immutable, and a write to either builds a new
+//! one for that file alone.
 
 use meta::{Content, FileKind, Inode, InodeId};
 
@@ -52,6 +55,12 @@ impl Fs {
             if src_off == 0 && dst_off == 0 && whole && self.clone_into(dst, &from, caller)? {
                 return Ok(len.min(rest));
             }
+            if src_off == 0
+                && len >= from.attr.size
+                && self.splice_onto(dst, dst_off, &from, caller)?
+            {
+                return Ok(from.attr.size);
+            }
         }
         self.copy_through(src, src_off, dst, dst_off, len, caller)
     }
@@ -97,6 +106,47 @@ impl Fs {
                 set.map(|_| true).map_err(Into::into)
             })
         };
+        drop(f);
+        drop(recording);
+        inner.release_state(dst, state);
+        result
+    }
+
+    /// Appends `from`'s recorded chunks to `dst` at `at`, its end: the
+    /// recipe `dst` records next lists them after its own, no byte read or
+    /// stored. Only where `dst`'s bytes are all in chunks ending at `at`
+    /// (no dirty bytes, not inline, not cut in fixed-size blocks, whose
+    /// chunks must stay aligned) and `from` is held in a recipe; `false`
+    /// (nothing done) otherwise.
+    fn splice_onto(&self, dst: InodeId, at: u64, from: &Inode, caller: &Caller) -> Result<bool> {
+        if at == 0 || !matches!(from.content, Content::Recipe(_)) {
+            return Ok(false);
+        }
+        let inner = &self.inner;
+        let extents = inner.extents_of(&from.content)?;
+        let state = inner.state(dst)?;
+        let recording = inner.recording.read();
+        let mut f = inner.lock_settled(&state);
+        let result = inner.know_chunking(&mut f).and_then(|()| {
+            let whole_chunks = f.size == at
+                && f.dirty_bytes == 0
+                && f.extents_end() == at
+                && matches!(f.content, Content::Recipe(_))
+                && f.chunking.block().is_none();
+            if !whole_chunks {
+                return Ok(false);
+            }
+            inner.kill_priv_for(dst, caller)?;
+            f.extents
+                .extend(extents.into_iter().map(|e| recipe::Extent {
+                    offset: e.offset + at,
+                    ..e
+                }));
+            f.size = at + from.attr.size;
+            f.changed = true;
+            f.mtime = Some(now());
+            Ok(true)
+        });
         drop(f);
         drop(recording);
         inner.release_state(dst, state);
@@ -188,6 +238,75 @@ mod tests {
         assert_eq!(&rb[100..106], b"only b");
         assert_eq!(&rb[200..206], &want[200..206]);
         assert_eq!(&ra[200..206], b"only a");
+    }
+
+    #[test]
+    fn whole_files_copied_end_to_end_are_spliced_and_store_only_a_recipe() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = fs_in(dir.path());
+        let (a, b, c) = (file(&fs, b"a"), file(&fs, b"b"), file(&fs, b"c"));
+        let first = data(3 << 20);
+        let second: Vec<u8> = data((2 << 20) + 12_345).into_iter().rev().collect();
+        fs.write(a, 0, &first).unwrap();
+        fs.write(b, 0, &second).unwrap();
+        fs.fsync(a).unwrap();
+        fs.fsync(b).unwrap();
+        let stored = fs.stats().unwrap().stored_bytes;
+        let root = &Caller::root();
+        let n = fs.copy_range(a, 0, c, 0, 1 << 30, root).unwrap();
+        assert_eq!(n, first.len() as u64);
+        let at = first.len() as u64;
+        let n = fs.copy_range(b, 0, c, at, 1 << 30, root).unwrap();
+        assert_eq!(n, second.len() as u64);
+        let held = fs
+            .inner
+            .dirty_total
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(held, 0, "a splice reads and writes no byte");
+        fs.fsync(c).unwrap();
+        let added = fs.stats().unwrap().stored_bytes - stored;
+        assert!(
+            added < 64 << 10,
+            "a splice stores its recipe only, not the {} bytes: {added}",
+            second.len()
+        );
+        // The copy's chunks are the two files' own, end to end (no chunk
+        // cut anew across where they meet).
+        let chunks = |ino| {
+            let content = fs.getattr(ino).unwrap().content;
+            let extents = fs.inner.extents_of(&content).unwrap();
+            extents.into_iter().map(|e| e.chunk).collect::<Vec<_>>()
+        };
+        assert_eq!(chunks(c), [chunks(a), chunks(b)].concat());
+        let want = [first.as_slice(), second.as_slice()].concat();
+        assert_eq!(fs.getattr(c).unwrap().attr.size, want.len() as u64);
+        assert!(fs.read(c, 0, want.len() as u32).unwrap() == want);
+        // Recorded: the file reads the same once nobody holds it open.
+        fs.release(c).unwrap();
+        fs.open(c).unwrap();
+        assert!(fs.read(c, 0, want.len() as u32).unwrap() == want);
+        // Independent: a write to the copy leaves the source as it was.
+        fs.write(c, at + 10, b"only c").unwrap();
+        assert_eq!(&fs.read(b, 10, 6).unwrap()[..], &second[10..16]);
+        assert_eq!(&fs.read(c, at + 10, 6).unwrap()[..], b"only c");
+    }
+
+    #[test]
+    fn a_whole_file_copied_after_unrecorded_bytes_is_copied_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = fs_in(dir.path());
+        let (a, c) = (file(&fs, b"a"), file(&fs, b"c"));
+        let src = data((1 << 20) + 7);
+        fs.write(a, 0, &src).unwrap();
+        fs.fsync(a).unwrap();
+        fs.write(c, 0, b"not yet in chunks").unwrap();
+        let n = fs
+            .copy_range(a, 0, c, 17, 1 << 30, &Caller::root())
+            .unwrap();
+        assert_eq!(n, src.len() as u64);
+        let got = fs.read(c, 0, 17 + src.len() as u32).unwrap();
+        assert_eq!(&got[..17], b"not yet in chunks");
+        assert!(got[17..] == src[..]);
     }
 
     #[test]

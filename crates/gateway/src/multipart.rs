@@ -3,8 +3,8 @@
 //! parts files `00001` ... stored like any PUT (deduplicated like any
 //! data). Completing copies the parts, in order, into a temporary file
 //! renamed over the key, inside the file system (`Fs::copy_range`): the
-//! first part is a recipe clone, the others' bytes are read once more
-//! (the file system has no splicing of recipes).
+//! first part is a recipe clone and each next one a splice (its chunks
+//! listed after the others'), so no byte is read or stored again.
 
 use md5::{Digest, Md5};
 use meta::{FileKind, Inode, InodeId, XattrFlags};
@@ -180,8 +180,9 @@ pub fn complete(
         let mut at = 0u64;
         for part in &chosen {
             // Inside the file system: the first part, copied whole onto
-            // the empty new file, is a recipe clone (no data read); the
-            // others are read and written there, their chunks found
+            // the empty new file, is a recipe clone, and each next one,
+            // copied whole onto its end, a splice (no data read); a part
+            // over COPY_STEP is read and written there, its chunks found
             // stored.
             let size = part.attr.size;
             let mut offset = 0;

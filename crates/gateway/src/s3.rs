@@ -275,10 +275,17 @@ impl Gateway {
         // Each piece is hashed and written on blocking threads, one hash
         // and one write in flight at a time (each chain in order), while
         // the next piece is received: the network, MD5 (a third of a large
-        // PUT's time) and the file system overlap.
+        // PUT's time) and the file system overlap. Pieces are received into
+        // two buffers in turn, each taken back once the hash and the write
+        // of its last piece are done: fresh memory for every piece cost as
+        // much CPU in page faults as the copy into it.
         let mut md5 = Some(Md5::new());
         let mut offset = 0u64;
-        let mut buf = BytesMut::with_capacity(PIECE);
+        let mut bufs = [
+            BytesMut::with_capacity(PIECE),
+            BytesMut::with_capacity(PIECE),
+        ];
+        let mut filling = 0;
         let mut writing: Option<tokio::task::JoinHandle<S3Result<()>>> = None;
         let mut hashing: Option<tokio::task::JoinHandle<Md5>> = None;
         let received: S3Result<()> = async {
@@ -288,14 +295,17 @@ impl Gateway {
                 if let Some(piece) = next {
                     let piece = piece.map_err(|e| body_error(&e))?;
                     // A body without a length is counted as it comes.
+                    let buf = &mut bufs[filling];
                     if offset + (buf.len() + piece.len()) as u64 > max {
                         return Err(too_large(max));
                     }
                     declared.update(&piece);
                     buf.extend_from_slice(&piece);
                 }
+                let buf = &mut bufs[filling];
                 if buf.len() >= PIECE || (last && !buf.is_empty()) {
                     let data: Bytes = buf.split().freeze();
+                    filling = 1 - filling;
                     let at = offset;
                     offset += data.len() as u64;
                     let up = up.clone();
@@ -311,6 +321,9 @@ impl Gateway {
                     if let Some(previous) = writing.take() {
                         joined(previous).await?;
                     }
+                    // The last piece's bytes are dropped: its buffer is the
+                    // next one's, whole again.
+                    bufs[filling].reserve(PIECE);
                     let tree = self.tree.clone();
                     writing = Some(tokio::task::spawn_blocking(move || {
                         tree.write(&up, at, &data)
@@ -503,38 +516,46 @@ impl Drop for Reader {
     }
 }
 
+/// Pieces of a GET's body being read at once: the next piece is read (its
+/// chunks fetched, verified and assembled on a blocking thread) while the
+/// one before it goes out on the socket, so a large GET takes about the
+/// longer of the two, not their sum.
+const READS_AHEAD: usize = 2;
+
 fn body(tree: Tree, ino: meta::InodeId, start: u64, end: u64) -> StreamingBlob {
     let reader = Arc::new(Reader { tree, ino });
-    let stream = futures_util::stream::unfold(start, move |at| {
+    let pieces = (start..end).step_by(PIECE).map(move |at| {
         let reader = reader.clone();
+        let len = (end - at).min(PIECE as u64) as u32;
         async move {
-            if at >= end {
-                return None;
-            }
-            let len = (end - at).min(PIECE as u64) as u32;
             let got = tokio::task::spawn_blocking(move || reader.tree.read(reader.ino, at, len))
                 .await
                 .map_err(std::io::Error::other)
                 .and_then(|r| r.map_err(std::io::Error::other));
             match got {
-                Ok(b) if b.is_empty() => Some((
-                    Err(std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        "the object got shorter while it was read",
-                    )),
-                    end,
+                // A read ends short only at the end of the file.
+                Ok(b) if b.len() < len as usize => Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the object got shorter while it was read",
                 )),
-                Ok(b) => {
-                    let next = at + b.len() as u64;
-                    Some((Ok(Bytes::from(b)), next))
-                }
+                Ok(b) => Ok(Bytes::from(b)),
                 Err(e) => {
                     tracing::error!(inode = ino.0, error = %e, "reading an object for a GET failed");
-                    Some((Err(e), end))
+                    Err(e)
                 }
             }
         }
     });
+    // The body ends at its first error.
+    let stream = futures_util::stream::iter(pieces)
+        .buffered(READS_AHEAD)
+        .scan(false, |failed, piece| {
+            let out = (!*failed).then(|| {
+                *failed = piece.is_err();
+                piece
+            });
+            std::future::ready(out)
+        });
     StreamingBlob::wrap(sync_wrapper::SyncStream::new(stream))
 }
 
