@@ -6,7 +6,7 @@ use etcd_client::GetOptions;
 use meta::{
     Attr, Content, ContentHints, Counts, DirEntry, FileKind, Inode, InodeId, MetaError, MetaStore,
     MetaView, NewInode, PathFound, RenameFlags, Result, SetAttr, Timestamp, XattrChange,
-    XattrFlags, NAME_MAX,
+    XattrFlags,
 };
 
 use crate::keys::{key_after, prefix_end};
@@ -14,8 +14,6 @@ use crate::record::{decode, dval_decode, Rec};
 use crate::store::EtcdMeta;
 use crate::view::{EtcdView, Reader};
 
-/// The longest extended-attribute name (Linux's `XATTR_NAME_MAX`).
-const XATTR_NAME_MAX: usize = 255;
 /// The largest extended-attribute value (Linux's `XATTR_SIZE_MAX`).
 pub const XATTR_SIZE_MAX: usize = 64 << 10;
 /// Extended attributes one `create` or `update` may carry (an inherited
@@ -26,54 +24,24 @@ pub const MAX_OP_XATTRS: usize = 16;
 /// etcd's request limit.
 pub const MAX_INLINE: usize = 128 << 10;
 
-fn check_name(name: &[u8]) -> Result<()> {
-    if name.len() > NAME_MAX {
-        return Err(MetaError::NameTooLong);
-    }
-    if name.is_empty() {
-        return Err(MetaError::Invalid("empty name"));
-    }
-    if name == b"." || name == b".." {
-        return Err(MetaError::Invalid("`.` and `..` cannot be named"));
-    }
-    if name.iter().any(|&b| b == b'/' || b == 0) {
-        return Err(MetaError::Invalid("a name cannot contain `/` or NUL"));
-    }
-    Ok(())
-}
+use meta::rules::check_name;
 
+/// [`meta::rules::check_xattr_name`], and a value within what one etcd
+/// request may carry.
 fn check_xattr(name: &[u8], value: Option<&[u8]>) -> Result<()> {
-    if name.len() > XATTR_NAME_MAX {
-        return Err(MetaError::NameTooLong);
-    }
-    if name.is_empty() {
-        return Err(MetaError::Invalid("empty extended-attribute name"));
-    }
-    if name.contains(&0) {
-        return Err(MetaError::Invalid(
-            "an extended-attribute name cannot contain NUL",
-        ));
-    }
+    meta::rules::check_xattr_name(name)?;
     if value.is_some_and(|v| v.len() > XATTR_SIZE_MAX) {
         return Err(MetaError::Invalid("extended-attribute value over 64 KiB"));
     }
     Ok(())
 }
 
+/// [`meta::rules::new_size`], and inline content within [`MAX_INLINE`].
 fn new_size(new: &NewInode) -> Result<u64> {
     if matches!(&new.content, Content::Inline(b) if b.len() > MAX_INLINE) {
         return Err(MetaError::Invalid("inline content over 128 KiB"));
     }
-    match (new.kind, &new.content) {
-        (FileKind::Symlink, Content::Inline(t)) if !t.is_empty() => Ok(t.len() as u64),
-        (FileKind::Symlink, _) => Err(MetaError::Invalid("a symlink needs a non-empty target")),
-        (FileKind::File, Content::Inline(b)) => Ok(b.len() as u64),
-        (_, Content::Empty) => Ok(0),
-        (FileKind::File, Content::Recipe(_)) => Err(MetaError::Invalid(
-            "a new file's content is empty or inline (set_content gives a recipe)",
-        )),
-        _ => Err(MetaError::Invalid("only files and symlinks have content")),
-    }
+    meta::rules::new_size(new)
 }
 
 impl EtcdMeta {

@@ -62,7 +62,7 @@ mod engine;
 mod parents;
 mod pathindex;
 mod record;
-mod rules;
+pub mod rules;
 mod types;
 mod verify;
 mod view;

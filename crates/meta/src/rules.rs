@@ -1,12 +1,15 @@
-//! What the engine accepts before it changes anything: names, extended
-//! attribute names, a new inode's content.
+//! What an engine accepts before it changes anything: names, extended
+//! attribute names, a new inode's content. Public so that every
+//! `MetaStore` (redb here, etcd in `meta-etcd`) refuses the same things.
 
 use crate::{Content, FileKind, MetaError, NewInode, Result, NAME_MAX};
 
 /// The longest extended-attribute name (Linux's `XATTR_NAME_MAX`).
 const XATTR_NAME_MAX: usize = 255;
 
-pub(crate) fn check_name(name: &[u8]) -> Result<()> {
+/// A directory entry's name: not empty, `.`, `..`, nor over
+/// [`NAME_MAX`], without `/` or NUL.
+pub fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > NAME_MAX {
         return Err(MetaError::NameTooLong);
     }
@@ -22,7 +25,8 @@ pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn check_xattr_name(name: &[u8]) -> Result<()> {
+/// An extended attribute's name: not empty, at most 255 bytes, no NUL.
+pub fn check_xattr_name(name: &[u8]) -> Result<()> {
     if name.len() > XATTR_NAME_MAX {
         return Err(MetaError::NameTooLong);
     }
@@ -38,7 +42,7 @@ pub(crate) fn check_xattr_name(name: &[u8]) -> Result<()> {
 }
 
 /// The size a new inode starts with, or why `new` is refused.
-pub(crate) fn new_size(new: &NewInode) -> Result<u64> {
+pub fn new_size(new: &NewInode) -> Result<u64> {
     match (new.kind, &new.content) {
         (FileKind::Symlink, Content::Inline(t)) if !t.is_empty() => Ok(t.len() as u64),
         (FileKind::Symlink, _) => Err(MetaError::Invalid("a symlink needs a non-empty target")),
