@@ -436,6 +436,12 @@ impl Store {
         self.shared.index.container_policy(id)
     }
 
+    /// The policy the container holding chunk `id` is stored under.
+    pub fn chunk_policy(&self, id: &ChunkId) -> Result<Policy> {
+        let at = self.locate(id)?;
+        self.container_policy(at.container)
+    }
+
     /// Garbage collection's stream: stores chunks even when they are indexed
     /// (in a container being reclaimed) and points their entries at the copy.
     pub(crate) fn relocation_stream(&self, protection: Protection) -> StreamWriter {

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::reach::{self, MarkSet};
 use crate::retention::Dated;
+use crate::rules::POLICY_XATTR;
 use crate::tree::{self, Record, TreeContent, TreeEntry, TreeStats};
 use crate::{Caller, Existing, Fs, FsError, Inner, Missing, NameProblem, Result};
 
@@ -551,6 +552,12 @@ impl Fs {
         }
         for (name, value) in &entry.xattrs {
             self.set_xattr(created.id, name, value, XattrFlags::Either, &Caller::root())?;
+        }
+        let policy_set = entry.xattrs.iter().any(|(n, _)| n == POLICY_XATTR);
+        if let (TreeContent::Recipe(root), false) = (&entry.content, policy_set) {
+            // A policy xattr re-stores the copy itself (`set_xattr`); else
+            // the copy's place may ask more than the source's chunks have.
+            self.inner.protect_shared(created.id, a.size, *root);
         }
         if a.kind == FileKind::Dir {
             cx.report.dirs += 1;

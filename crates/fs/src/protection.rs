@@ -93,6 +93,33 @@ impl Inner {
         self.small.lock().push(w);
     }
 
+    /// Re-stores, in the background, the chunks a file shares with the one
+    /// it was copied from (a clone, a splice, a restore: the recipe `root`
+    /// lists chunks stored under the source's protection) when the file's
+    /// own protection, at `size`, asks for a stronger policy than they
+    /// have. The policy of the recipe's root node stands for its chunks':
+    /// the stream that stored the root stored or found every chunk it lists
+    /// at least that strong. A failed check is logged, not returned: the
+    /// copy is made and readable; only its protection is not raised.
+    pub(crate) fn protect_shared(self: &Arc<Self>, ino: InodeId, size: u64, root: ChunkId) {
+        let wanted = || -> Result<Option<Protection>> {
+            let mut inode = self.meta.get(ino)?;
+            inode.attr.size = size;
+            let want = self.choose(&inode, None)?.protection;
+            let have = self.store.chunk_policy(&root)?;
+            Ok(cas::needs_restore(&have, &want.policy).then_some(want))
+        };
+        match wanted() {
+            Ok(Some(protection)) => self.migrate(ino, root, protection),
+            Ok(None) => {}
+            Err(e) => tracing::error!(
+                file = %self.describe(ino),
+                error = %e,
+                "cannot tell whether a copy's shared chunks need a stronger policy; they keep the source's"
+            ),
+        }
+    }
+
     /// Stores the chunks of a file's recipe again under `protection`, in
     /// the background. The recipe's ids do not change, so no metadata does:
     /// under a stronger policy each chunk's index entry moves to the new

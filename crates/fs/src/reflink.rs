@@ -109,6 +109,9 @@ impl Fs {
         drop(f);
         drop(recording);
         inner.release_state(dst, state);
+        if let (Ok(true), Content::Recipe(root)) = (&result, &from.content) {
+            inner.protect_shared(dst, from.attr.size, *root);
+        }
         result
     }
 
@@ -150,6 +153,10 @@ impl Fs {
         drop(f);
         drop(recording);
         inner.release_state(dst, state);
+        if let (Ok(true), Content::Recipe(root)) = (&result, &from.content) {
+            // The spliced chunks are the source's; its recipe stands for them.
+            inner.protect_shared(dst, at + from.attr.size, *root);
+        }
         result
     }
 
