@@ -106,11 +106,12 @@ class Mounts:
                 self.killed.append(m)
 
     # ---- cairn
-    def cairn_mount(self, repo: str, mnt: str, purpose: str) -> None:
+    def cairn_mount(self, repo: str, mnt: str, purpose: str, extra: tuple = ()) -> None:
+        """`cairn mount` of repo on mnt, with `extra` options (e.g. `--meta URL`)."""
         self.seq += 1
         os.makedirs(mnt, exist_ok=True)
         err_path = os.path.join(self.r.logdir, f"mount-{self.seq:02d}-cairn.err")
-        cmd = [self.bin, "--repo", repo, "-q", "mount", mnt]
+        cmd = [self.bin, "--repo", repo, "-q", "mount", *extra, mnt]
         env = dict(os.environ)
         env.pop("CAIRN_REPO", None)
         err = open(err_path, "wb")

@@ -981,6 +981,22 @@ pub enum BenchCommand {
     /// Exit status: 0 when it ran (also with targets NOT MET), 1 when a
     /// command or request failed or an object came back with other bytes.
     Gateway(ScriptArgs),
+    /// Metadata operations through the mount: redb against etcd.
+    ///
+    /// Runs `bench/cluster.py`: creates, stats (after a remount), readdirs,
+    /// renames in a directory and across directories, by several worker
+    /// processes at once, on ext4, on a mount with the embedded redb engine,
+    /// and with `--meta etcd://` on one etcd cluster of one and of three
+    /// members started on loopback (etcd-server is installed with apt-get
+    /// when missing). Prints ops/s per phase and the ratio to the redb
+    /// mount; every name is checked at the end.
+    ///
+    /// Options (after `--`): --files N (default 4000), --workers N (default
+    /// 4), --listings N, --workdir DIR, --json FILE.
+    ///
+    /// Exit status: 0 when it ran, 1 when a command failed or a name was
+    /// wrong.
+    Cluster(ScriptArgs),
 }
 
 /// Arguments passed on to a bench/ script.

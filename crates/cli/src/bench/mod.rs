@@ -1,6 +1,6 @@
 //! Measurements the benchmark scripts under `bench/` call, benchmarks that
 //! run whole inside cairn (`bench redundancy`), and those scripts themselves
-//! (`bench fs`, `ingest`, `gc`, `random`, `gateway`).
+//! (`bench fs`, `ingest`, `gc`, `random`, `gateway`, `cluster`).
 
 use std::fs::File;
 use std::process::ExitCode;
@@ -42,5 +42,6 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
         BenchCommand::Gc(a) => scripts::run("gc.py", &a.args),
         BenchCommand::Random(a) => scripts::run("random_io.py", &a.args),
         BenchCommand::Gateway(a) => scripts::run("gateway.py", &a.args),
+        BenchCommand::Cluster(a) => scripts::run("cluster.py", &a.args),
     }
 }

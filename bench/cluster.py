@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""Metadata operations through the FUSE mount: the embedded redb engine against etcd.
+
+Everything is measured in one run, on one machine, on the same disk:
+
+ * "ext4": a plain directory (the kernel's own metadata, for scale);
+ * "cairn redb": `cairn mount` of a fresh repository, its namespace in the embedded
+   redb file;
+ * "cairn etcd 1x1": the same with `--meta etcd://.../bench`, one etcd cluster of one
+   member on loopback (etcd started here, fsync on, as etcd always runs);
+ * "cairn etcd 1x3": one etcd cluster of three members on loopback (every write on a
+   quorum of two).
+
+Phases, each timed over --workers processes working at once, each in a directory of its
+own (so the figure is what parallel clients of one mount get):
+ 1. create: --files empty files (open O_CREAT|O_EXCL, close);
+ 2. stat: every file, after a remount (the kernel's caches empty, every lookup reaches
+    the daemon);
+ 3. readdir: each worker lists its directory --listings times;
+ 4. rename: every file renamed inside its directory;
+ 5. rename across: every file moved into the next worker's directory.
+Then every name is checked (listing of each directory equals what was made): a wrong
+name fails the run.
+
+This is a benchmark, not a test: it prints ops/s and the ratio to the redb mount; the
+exit status is 0 when every command succeeded, 1 when one failed (with its stderr).
+
+Not here yet (issue 18): several etcd clusters (RFS placement), the simulation for m up
+to 16 clusters, bytes a second client sends for a duplicate file and two clients writing
+at once; they need `cairn cluster` and `cairn chunkd`.
+
+Usage (as root, from the repository root, after `cargo build --release`):
+
+    cairn bench cluster -- --files 4000
+    python3 bench/cluster.py --cairn target/release/cairn --files 4000 --json out.json
+
+etcd (Debian's etcd-server) is installed with apt-get when missing. Progress goes to
+stderr, the tables to stdout. Standard library only (Python 3.11).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.dont_write_bytecode = True  # no bench/__pycache__
+from common import Mounts, ensure_tools, is_mounted, tool_version  # noqa: E402
+from ingest import BenchError, Runner, fmt_table, log  # noqa: E402
+
+PHASES = ("create", "stat", "readdir", "rename", "rename across")
+ETCD_START_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Etcd:
+    """An etcd cluster of `members` processes on loopback, data under `base`."""
+
+    def __init__(self, base: str, members: int, logdir: str, name: str):
+        self.procs: list[subprocess.Popen] = []
+        self.clients = [free_port() for _ in range(members)]
+        peers = [free_port() for _ in range(members)]
+        initial = ",".join(f"{name}{i}=http://127.0.0.1:{p}" for i, p in enumerate(peers))
+        for i in range(members):
+            data = os.path.join(base, f"{name}{i}")
+            os.makedirs(data, exist_ok=True)
+            err = open(os.path.join(logdir, f"etcd-{name}{i}.log"), "wb")
+            cmd = ["etcd", "--name", f"{name}{i}", "--data-dir", data,
+                   "--listen-client-urls", f"http://127.0.0.1:{self.clients[i]}",
+                   "--advertise-client-urls", f"http://127.0.0.1:{self.clients[i]}",
+                   "--listen-peer-urls", f"http://127.0.0.1:{peers[i]}",
+                   "--initial-advertise-peer-urls", f"http://127.0.0.1:{peers[i]}",
+                   "--initial-cluster", initial, "--initial-cluster-state", "new",
+                   "--initial-cluster-token", name]
+            self.procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err,
+                                               stderr=err, close_fds=True))
+            err.close()
+        self.wait_ready()
+
+    def endpoints(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.clients)
+
+    def healthy(self) -> bool:
+        """Every member answers `/health` with `"health":"true"` (a leader is elected)."""
+        for port in self.clients:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if json.load(r).get("health") != "true":
+                        return False
+            except (OSError, ValueError):
+                return False
+        return True
+
+    def wait_ready(self) -> None:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < ETCD_START_S:
+            if self.healthy():
+                return
+            if any(p.poll() is not None for p in self.procs):
+                break
+            time.sleep(0.2)
+        self.stop()
+        raise BenchError(f"etcd ({self.endpoints()}) did not become healthy")
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+# ---------------------------------------------------------------- the work of one worker
+
+def names(n: int, worker: int, tag: str) -> list[str]:
+    return [f"{tag}-{worker}-{i:06d}" for i in range(n)]
+
+
+def work(phase: str, root: str, worker: int, workers: int, n: int, listings: int,
+         barrier, out) -> None:
+    """One worker's part of a phase, started at the barrier; its op count to `out`."""
+    mine = os.path.join(root, f"w{worker}")
+    nxt = os.path.join(root, f"w{(worker + 1) % workers}")
+    barrier.wait()
+    ops = 0
+    if phase == "create":
+        for nm in names(n, worker, "f"):
+            os.close(os.open(os.path.join(mine, nm), os.O_CREAT | os.O_EXCL | os.O_WRONLY,
+                             0o644))
+            ops += 1
+    elif phase == "stat":
+        for nm in names(n, worker, "f"):
+            os.stat(os.path.join(mine, nm))
+            ops += 1
+    elif phase == "readdir":
+        for _ in range(listings):
+            ops += len(os.listdir(mine))
+    elif phase == "rename":
+        for a, b in zip(names(n, worker, "f"), names(n, worker, "g")):
+            os.rename(os.path.join(mine, a), os.path.join(mine, b))
+            ops += 1
+    elif phase == "rename across":
+        for a, b in zip(names(n, worker, "g"), names(n, worker, "h")):
+            os.rename(os.path.join(mine, a), os.path.join(nxt, b))
+            ops += 1
+    out.put(ops)
+
+
+def run_phase(phase: str, root: str, workers: int, per: int, listings: int) -> dict:
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(workers + 1)
+    out = ctx.Queue()
+    procs = [ctx.Process(target=work, args=(phase, root, w, workers, per, listings,
+                                             barrier, out)) for w in range(workers)]
+    for p in procs:
+        p.start()
+    barrier.wait()
+    t0 = time.monotonic()
+    ops = sum(out.get() for _ in procs)
+    secs = time.monotonic() - t0
+    for p in procs:
+        p.join()
+        if p.exitcode != 0:
+            raise BenchError(f"a {phase} worker failed (exit {p.exitcode}) under {root}")
+    return {"ops": ops, "seconds": secs, "ops_s": ops / secs if secs else None}
+
+
+def verify(root: str, workers: int, per: int) -> None:
+    for w in range(workers):
+        want = sorted(names(per, (w - 1) % workers, "h"))
+        got = sorted(os.listdir(os.path.join(root, f"w{w}")))
+        if got != want:
+            raise BenchError(f"{root}/w{w} lists {len(got)} names, not the {len(want)} "
+                             f"moved there (first difference: "
+                             f"{next((a, b) for a, b in zip(got + [None], want + [None]) if a != b)})")
+
+
+# ---------------------------------------------------------------- targets
+
+def measure(label: str, root: str, remount, args) -> dict:
+    per = args.files // args.workers
+    for w in range(args.workers):
+        os.makedirs(os.path.join(root, f"w{w}"), exist_ok=True)
+    res = {}
+    for phase in PHASES:
+        if phase == "stat":
+            root = remount()
+        res[phase] = run_phase(phase, root, args.workers, per, args.listings)
+        log(f"{label}: {phase}: {res[phase]['ops_s']:,.0f} ops/s")
+    verify(root, args.workers, per)
+    return res
+
+
+def run_cairn(label: str, work_dir: str, runner: Runner, mounts: Mounts, args,
+              members: int | None) -> dict:
+    repo = os.path.join(work_dir, f"repo-{label.replace(' ', '-')}")
+    mnt = os.path.join(work_dir, "mnt")
+    runner.run([args.cairn, "--repo", repo, "-q", "init"], name="cairn-init",
+               env={"CAIRN_REPO": None})
+    etcd = None
+    extra: tuple = ()
+    if members:
+        etcd = Etcd(os.path.join(work_dir, "etcd-" + label.replace(" ", "-")), members,
+                    runner.logdir, "e" + str(members))
+        extra = ("--meta", f"etcd://{etcd.endpoints()}/bench")
+    try:
+        mounts.cairn_mount(repo, mnt, label, extra)
+
+        def remount() -> str:
+            mounts.cairn_umount(mnt)
+            mounts.cairn_mount(repo, mnt, label, extra)
+            return mnt
+        res = measure(label, mnt, remount, args)
+        mounts.cairn_umount(mnt)
+        return res
+    finally:
+        if is_mounted(mnt):
+            mounts.cleanup()
+        if etcd:
+            etcd.stop()
+
+
+def run_ext4(work_dir: str, args) -> dict:
+    root = os.path.join(work_dir, "ext4")
+    os.makedirs(root)
+
+    def remount() -> str:
+        subprocess.run(["sync"], check=True)
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return root
+    return measure("ext4", root, remount, args)
+
+
+def report(results: dict, args) -> str:
+    base = results.get("cairn redb", {})
+    rows = []
+    for label, res in results.items():
+        row = [label]
+        for phase in PHASES:
+            v = res[phase]["ops_s"]
+            b = base.get(phase, {}).get("ops_s")
+            row.append(f"{v:,.0f}" + (f" ({v / b:.2f}x)" if b and label != "cairn redb" else ""))
+        rows.append(row)
+    head = (f"cairn metadata benchmark: {args.files:,} files, {args.workers} workers "
+            f"at once, ops/s (x the redb mount)")
+    return head + "\n" + fmt_table(["target", *PHASES], rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cairn", default="target/release/cairn")
+    ap.add_argument("--files", type=int, default=4000)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--listings", type=int, default=20)
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    args.cairn = os.path.abspath(args.cairn)
+    if args.files < args.workers:
+        raise BenchError("--files must be at least --workers")
+    installed = ensure_tools({"etcd": "etcd-server"})
+    work_dir = tempfile.mkdtemp(prefix="cairn-bench-cluster-", dir=args.workdir)
+    runner = Runner(os.path.join(work_dir, "logs"))
+    mounts = Mounts(runner, args.cairn)
+    results: dict = {}
+    try:
+        results["ext4"] = run_ext4(work_dir, args)
+        results["cairn redb"] = run_cairn("cairn redb", work_dir, runner, mounts, args, None)
+        results["cairn etcd 1x1"] = run_cairn("cairn etcd 1x1", work_dir, runner, mounts,
+                                              args, 1)
+        results["cairn etcd 1x3"] = run_cairn("cairn etcd 1x3", work_dir, runner, mounts,
+                                              args, 3)
+    finally:
+        mounts.cleanup()
+    print(report(results, args))
+    print(f"\n  etcd: {tool_version(['etcd', '--version'])}"
+          + (f"; installed now: {', '.join(installed)}" if installed else ""))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "results": results}, f, indent=1)
+    shutil.rmtree(work_dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BenchError as e:
+        log(f"FAILED: {e}")
+        sys.exit(1)
