@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use meta::conformance::{consistent, new, t, ROOT};
 use meta::{FileKind, MetaStore};
 use meta_etcd::{EtcdError, EtcdMeta};
-use netfault::{Link, Proxy};
+use testkit::proxy::{Link, Proxy};
 
 fn names(m: &dyn MetaStore) -> Vec<String> {
     let mut names: Vec<String> = m
