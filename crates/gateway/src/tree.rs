@@ -67,7 +67,7 @@ fn new_inode(kind: FileKind, perm: u16) -> NewInode {
 /// What the cached ETag of a file stored in the chunk store was computed
 /// for: its recipe, size and mtime. A change through the mount changes at
 /// least one, so a stale ETag is never shown. Inline and empty files have
-/// none: their MD5 is computed from the inode's bytes each time.
+/// none: their MD5 comes from the inode's bytes ([`InlineEtags`]).
 fn identity(inode: &Inode) -> Option<String> {
     match &inode.content {
         Content::Recipe(root) => Some(format!(
@@ -135,6 +135,36 @@ pub struct Tree {
     fs: Arc<Fs>,
     changed: Arc<OnceLock<NameChanged>>,
     group: Arc<GroupCommit>,
+    inline_etags: Arc<InlineEtags>,
+}
+
+/// Inline objects' ETags seen lately. Their MD5 is not kept with them (an
+/// xattr write per small PUT would cost PUT/s), and computing it on every
+/// GET and HEAD cost a tenth of a warm GET's CPU. Keyed by a BLAKE3 of the
+/// bytes, which is several times cheaper than MD5 and names the content
+/// itself, so an entry can never be stale.
+struct InlineEtags(parking_lot::Mutex<lru::LruCache<[u8; 32], String>>);
+
+/// Entries kept: about 100 bytes each.
+const INLINE_ETAGS: usize = 16 << 10;
+
+impl InlineEtags {
+    fn etag(&self, bytes: &[u8]) -> String {
+        let key = *blake3::hash(bytes).as_bytes();
+        if let Some(md5) = self.0.lock().get(&key) {
+            return md5.clone();
+        }
+        let md5 = hex::encode(Md5::digest(bytes));
+        self.0.lock().put(key, md5.clone());
+        md5
+    }
+}
+
+impl Default for InlineEtags {
+    fn default() -> Self {
+        let cap = std::num::NonZeroUsize::new(INLINE_ETAGS).expect("a positive bound");
+        InlineEtags(parking_lot::Mutex::new(lru::LruCache::new(cap)))
+    }
 }
 
 impl Tree {
@@ -143,6 +173,7 @@ impl Tree {
             fs,
             changed,
             group: Arc::default(),
+            inline_etags: Arc::default(),
         }
     }
 
@@ -492,7 +523,7 @@ impl Tree {
     fn known_etag_with(&self, inode: &Inode, xattrs: Option<&Xattrs>) -> Option<String> {
         match &inode.content {
             Content::Inline(bytes) if inode.attr.size == bytes.len() as u64 => {
-                return Some(hex::encode(Md5::digest(bytes)))
+                return Some(self.inline_etags.etag(bytes))
             }
             Content::Empty if inode.attr.size == 0 => return Some(hex::encode(Md5::digest([]))),
             _ => {}
@@ -730,5 +761,23 @@ impl Tree {
             let _ = self.fs.unlink(dir, tmp.as_bytes());
         }
         done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_inline_etag_is_the_md5_of_exactly_those_bytes() {
+        let etags = InlineEtags::default();
+        let a = b"some object".to_vec();
+        let mut b = a.clone();
+        b[3] ^= 1;
+        for _ in 0..2 {
+            assert_eq!(etags.etag(&a), hex::encode(Md5::digest(&a)));
+            assert_eq!(etags.etag(&b), hex::encode(Md5::digest(&b)));
+        }
+        assert_eq!(etags.etag(b""), hex::encode(Md5::digest([])));
     }
 }
