@@ -53,8 +53,30 @@ impl Keys {
         self.key(b"x/", &[&ino.0.to_be_bytes(), b"/"])
     }
 
-    pub(crate) fn orphan(&self, ino: InodeId) -> Vec<u8> {
-        self.key(b"o/", &[&ino.0.to_be_bytes()])
+    /// The orphan mark client `client` keeps on `ino`: `o/<ino>/<client>`.
+    pub(crate) fn orphan(&self, ino: InodeId, client: u64) -> Vec<u8> {
+        self.key(b"o/", &[&ino.0.to_be_bytes(), b"/", &client.to_be_bytes()])
+    }
+
+    /// The prefix of every client's orphan mark on `ino`: `o/<ino>/`.
+    pub(crate) fn orphan_marks(&self, ino: InodeId) -> Vec<u8> {
+        self.key(b"o/", &[&ino.0.to_be_bytes(), b"/"])
+    }
+
+    /// The inode and client of an `o/<ino>/<client>` key.
+    pub(crate) fn orphan_of(&self, key: &[u8]) -> Option<(InodeId, u64)> {
+        let rest = key.get(self.prefix.len() + 2..)?;
+        let (ino, client) = (rest.get(..8)?, rest.get(9..)?);
+        Some((
+            InodeId(u64::from_be_bytes(ino.try_into().ok()?)),
+            u64::from_be_bytes(client.try_into().ok()?),
+        ))
+    }
+
+    /// A client's registration (`c/<client>`), under the client's lease:
+    /// gone once the client closed or stopped renewing it.
+    pub(crate) fn client(&self, client: u64) -> Vec<u8> {
+        self.key(b"c/", &[&client.to_be_bytes()])
     }
 
     pub(crate) fn orphans(&self) -> Vec<u8> {
@@ -80,7 +102,7 @@ impl Keys {
         self.key(b"r/", &[&client.to_be_bytes(), b"/", &seq.to_be_bytes()])
     }
 
-    /// The number in an `i/`, `o/` or `k/` key.
+    /// The number in an `i/` or `k/` key.
     pub(crate) fn number_of(&self, key: &[u8]) -> Option<InodeId> {
         let n = key.get(self.prefix.len() + 2..)?;
         Some(InodeId(u64::from_be_bytes(n.try_into().ok()?)))
@@ -134,7 +156,10 @@ mod tests {
         assert!(k.entry(dir, b"a") < k.entry(dir, b"ab"));
         assert!(k.entry(dir, b"ab") < k.entry(dir, b"b"));
         assert_eq!(k.number_of(&k.inode(InodeId(7))), Some(InodeId(7)));
-        assert_eq!(k.number_of(&k.orphan(InodeId(9))), Some(InodeId(9)));
+        let mark = k.orphan(InodeId(9), 77);
+        assert!(mark.starts_with(&k.orphan_marks(InodeId(9))));
+        assert!(mark.starts_with(&k.orphans()));
+        assert_eq!(k.orphan_of(&mark), Some((InodeId(9), 77)));
         assert_eq!(prefix_end(b"a/"), b"a0");
         assert_eq!(prefix_end(&[1, 0xff]), [2]);
     }

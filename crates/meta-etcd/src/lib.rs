@@ -23,7 +23,10 @@
 //!   and kind (1). One directory's entries are one contiguous range in
 //!   name order, so a readdir page is one range read from `after`.
 //! - `x/<ino>/<name>`: an extended attribute's value.
-//! - `o/<ino>`: an orphan mark (an inode with no name kept for a handle).
+//! - `o/<ino>/<client>`: an orphan mark (an inode with no name kept for
+//!   a handle of that client).
+//! - `c/<client>`: a client's registration, under a lease the client
+//!   renews ([`EtcdOptions::client_ttl`]) and revokes when it closes.
 //! - `k/<ino>`: a directory mark, counted by `counts` (files are the
 //!   inodes that are not directories).
 //! - `n`: the first inode number no client has reserved.
@@ -45,6 +48,9 @@
 //! - A retry after an unknown outcome (the reply was lost) first reads its
 //!   result record, and returns the first result when it is there; its
 //!   own transaction cannot apply twice (it compares the record absent).
+//! - `purge_orphans` drops only the orphans of its own client and of
+//!   clients not registered (each drop compares the registration absent):
+//!   never one a live client still holds open.
 //! - Inode numbers come from reservations of [`INO_BATCH`] numbers (one
 //!   transaction on `n` per batch), never reused; a client's unused
 //!   reservation is skipped, not handed out again.

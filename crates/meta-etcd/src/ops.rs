@@ -450,18 +450,23 @@ impl MetaStore for EtcdMeta {
         })
     }
 
+    /// Drops this client's mark; the inode goes with it (marks are only
+    /// written by the client whose unlink took the last name).
     fn drop_orphan(&self, ino: InodeId) -> Result<()> {
         self.mutate(|tx| {
-            if tx.get(&tx.keys.orphan(ino))?.is_some() {
+            if tx.get(&tx.keys.orphan(ino, self.client))?.is_some() {
                 tx.delete_inode(ino)?;
             }
             Ok(())
         })
     }
 
-    /// Not one operation: each orphan is dropped by its own transaction
-    /// (orphans are independent, and all of them together could pass
-    /// etcd's limits).
+    /// Drops this client's orphans and those of clients no longer
+    /// registered (closed, or dead past their TTL); another live client's
+    /// orphans stay. Not one operation: each orphan is dropped by its own
+    /// transaction (orphans are independent, and all of them together
+    /// could pass etcd's limits), which compares the mark present and its
+    /// client's registration absent.
     fn purge_orphans(&self) -> Result<u64> {
         let prefix = self.keys.orphans();
         let mut all = Vec::new();
@@ -471,14 +476,25 @@ impl MetaStore for EtcdMeta {
             &prefix_end(&prefix),
             usize::MAX,
             &mut |kv| {
-                all.extend(keys.number_of(kv.key()));
+                all.extend(keys.orphan_of(kv.key()));
                 Ok(true)
             },
         )?;
-        for &ino in &all {
-            self.drop_orphan(ino)?;
+        let mut dropped = 0;
+        for (ino, client) in all {
+            let gone = self.mutate(|tx| {
+                let mine = client == self.client;
+                if tx.get(&tx.keys.orphan(ino, client))?.is_none()
+                    || (!mine && tx.get(&tx.keys.client(client))?.is_some())
+                {
+                    return Ok(false);
+                }
+                tx.delete_inode(ino)?;
+                Ok(true)
+            })?;
+            dropped += u64::from(gone);
         }
-        Ok(all.len() as u64)
+        Ok(dropped)
     }
 
     fn for_each_content(&self, f: &mut dyn FnMut(InodeId, &Content, u64)) -> Result<()> {

@@ -68,6 +68,17 @@ impl Rpc {
         run_on(rt, self.timeout, &self.endpoints, f(self.client.clone()))
     }
 
+    /// Runs `f`'s future in the background on the store's runtime, until
+    /// it ends or the store is dropped.
+    pub(crate) fn spawn<F, Fut>(&self, f: F)
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let rt = self.rt.as_ref().expect("the runtime lives until drop");
+        rt.spawn(f(self.client.clone()));
+    }
+
     /// A range read (`opts` says which keys and at which revision).
     pub(crate) fn get(&self, key: Vec<u8>, opts: GetOptions) -> Result<GetResponse, EtcdError> {
         self.reads.fetch_add(1, Ordering::Relaxed);

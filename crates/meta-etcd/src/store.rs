@@ -2,7 +2,7 @@
 //! operation as one transaction (retries, result records), inode-number
 //! reservations and the lease of the result records.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,11 @@ pub struct EtcdOptions {
     /// Longest one operation keeps retrying an unreachable cluster before
     /// it fails with [`EtcdError::Unavailable`].
     pub op_deadline: Duration,
+    /// The TTL of the client's registration (whole seconds, at least 2):
+    /// renewed every third of it while the store is open; once it lapses
+    /// (the client closed, died or lost etcd that long) other clients
+    /// purge the orphans it kept.
+    pub client_ttl: Duration,
 }
 
 impl Default for EtcdOptions {
@@ -42,6 +47,7 @@ impl Default for EtcdOptions {
         EtcdOptions {
             rpc_timeout: Duration::from_secs(5),
             op_deadline: Duration::from_secs(30),
+            client_ttl: Duration::from_secs(60),
         }
     }
 }
@@ -51,8 +57,14 @@ pub struct EtcdMeta {
     pub(crate) rpc: Arc<Rpc>,
     pub(crate) keys: Keys,
     opts: EtcdOptions,
-    /// This client's id in its result records' keys (random per open).
-    client: u64,
+    /// This client's id in its result records' and orphan marks' keys,
+    /// registered under `c/<client>` (random per open).
+    pub(crate) client: u64,
+    /// The lease of the client's registration (renewed in the background,
+    /// revoked on drop).
+    registration: Arc<AtomicI64>,
+    /// Fault injection: the registration is no longer renewed.
+    stop_renewing: Arc<AtomicBool>,
     seq: AtomicU64,
     /// Reserved inode numbers not handed out yet: `[next, end)`.
     inos: Mutex<(u64, u64)>,
@@ -120,13 +132,33 @@ impl EtcdMeta {
             keys: Keys::new(fsid),
             opts,
             client: rand::random(),
+            registration: Arc::new(AtomicI64::new(0)),
+            stop_renewing: Arc::new(AtomicBool::new(false)),
             seq: AtomicU64::new(0),
             inos: Mutex::new((0, 0)),
             lease: Mutex::new(None),
             lose_reply: AtomicBool::new(false),
         };
+        store.register()?;
         store.make_root(root_uid, root_gid)?;
         Ok(store)
+    }
+
+    /// Puts `c/<client>` under a lease of [`EtcdOptions::client_ttl`] and
+    /// starts renewing it in the background.
+    fn register(&self) -> Result<()> {
+        let ttl = self.opts.client_ttl.as_secs().max(2) as i64;
+        let key = self.keys.client(self.client);
+        let id = self.rpc.call({
+            let key = key.clone();
+            move |c| grant_and_put(c, key, ttl)
+        })?;
+        self.registration.store(id, Ordering::SeqCst);
+        let lease = self.registration.clone();
+        let stop = self.stop_renewing.clone();
+        self.rpc
+            .spawn(move |c| keep_registered(c, key, ttl, lease, stop));
+        Ok(())
     }
 
     /// [`EtcdMeta::open`] of `etcd://HOST:PORT[,HOST:PORT...]/FSID` (see
@@ -148,6 +180,12 @@ impl EtcdMeta {
     /// unknown outcome.
     pub fn lose_next_reply(&self) {
         self.lose_reply.store(true, Ordering::SeqCst);
+    }
+
+    /// Fault injection for tests: the client's registration is no longer
+    /// renewed, as when the client hangs; it lapses after its TTL.
+    pub fn stop_renewing(&self) {
+        self.stop_renewing.store(true, Ordering::SeqCst);
     }
 
     fn make_root(&self, uid: u32, gid: u32) -> Result<()> {
@@ -315,7 +353,7 @@ impl EtcdMeta {
                         return Ok(Some(T::decode(kv.value())?));
                     }
                 }
-                let mut tx = Tx::new(&self.rpc, &self.keys);
+                let mut tx = Tx::new(&self.rpc, &self.keys, self.client);
                 let out = f(&mut tx)?;
                 let txn = tx.into_txn(op_key.clone(), out.encode(), self.lease()?)?;
                 let sent = self.rpc.txn(txn);
@@ -352,6 +390,77 @@ impl EtcdMeta {
                     return Err(e);
                 }
             }
+        }
+    }
+}
+
+impl Drop for EtcdMeta {
+    /// Revokes the client's registration (best effort: unrevoked, it lapses
+    /// after its TTL), so that other clients may purge its orphans now.
+    fn drop(&mut self) {
+        let id = self.registration.load(Ordering::SeqCst);
+        if let Err(e) = self
+            .rpc
+            .call(move |mut c| async move { c.lease_revoke(id).await })
+        {
+            tracing::warn!(error = %e, "the client's registration was not revoked; it lapses with its lease");
+        }
+    }
+}
+
+/// A new lease of `ttl` seconds with `key` put under it; the lease's id.
+async fn grant_and_put(
+    mut c: etcd_client::Client,
+    key: Vec<u8>,
+    ttl: i64,
+) -> Result<i64, etcd_client::Error> {
+    let id = c.lease_grant(ttl, None).await?.id();
+    c.put(
+        key,
+        Vec::new(),
+        Some(etcd_client::PutOptions::new().with_lease(id)),
+    )
+    .await?;
+    Ok(id)
+}
+
+/// Renews the registration's lease every third of its TTL, for as long as
+/// the store's runtime runs. A lease found expired (the cluster was away
+/// longer than the TTL) is replaced and the registration put again: other
+/// clients may have purged this client's orphans meanwhile (logged).
+async fn keep_registered(
+    c: etcd_client::Client,
+    key: Vec<u8>,
+    ttl: i64,
+    lease: Arc<AtomicI64>,
+    stop: Arc<AtomicBool>,
+) {
+    let period = Duration::from_millis(ttl as u64 * 1000 / 3);
+    loop {
+        tokio::time::sleep(period).await;
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let id = lease.load(Ordering::SeqCst);
+        let renewed = async {
+            let (mut keeper, mut stream) = c.clone().lease_keep_alive(id).await?;
+            keeper.keep_alive().await?;
+            Ok::<_, etcd_client::Error>(stream.message().await?.map_or(0, |r| r.ttl()))
+        };
+        match tokio::time::timeout(period, renewed).await {
+            Ok(Ok(left)) if left > 0 => {}
+            Ok(Ok(_)) => {
+                tracing::error!(
+                    "the client's registration in etcd expired: other clients may have purged its orphans"
+                );
+                if let Ok(Ok(id)) =
+                    tokio::time::timeout(period, grant_and_put(c.clone(), key.clone(), ttl)).await
+                {
+                    lease.store(id, Ordering::SeqCst);
+                }
+            }
+            // Unreachable: the next period tries again.
+            Ok(Err(_)) | Err(_) => {}
         }
     }
 }

@@ -27,6 +27,8 @@ pub const MAX_ANCESTORS: usize = 100;
 pub(crate) struct Tx<'a> {
     rpc: &'a Rpc,
     pub(crate) keys: &'a Keys,
+    /// The client running the attempt (whose orphan marks it writes).
+    client: u64,
     /// The revision every read of the attempt is at (0 before the first).
     rev: i64,
     /// Keys read, with their mod_revision and value then.
@@ -40,10 +42,11 @@ pub(crate) struct Tx<'a> {
 }
 
 impl<'a> Tx<'a> {
-    pub(crate) fn new(rpc: &'a Rpc, keys: &'a Keys) -> Self {
+    pub(crate) fn new(rpc: &'a Rpc, keys: &'a Keys, client: u64) -> Self {
         Tx {
             rpc,
             keys,
+            client,
             rev: 0,
             read: HashMap::new(),
             writes: BTreeMap::new(),
@@ -175,19 +178,19 @@ impl<'a> Tx<'a> {
         self.cache.insert(rec.inode.id.0, (rec, true));
     }
 
-    /// Deletes an inode, its xattrs, its orphan mark and its directory
-    /// mark (not its names).
+    /// Deletes an inode, its xattrs, every client's orphan mark on it and
+    /// its directory mark (not its names).
     pub(crate) fn delete_inode(&mut self, ino: InodeId) -> Result<()> {
         let is_dir = self.rec(ino)?.is_dir();
         self.cache.remove(&ino.0);
         self.del(self.keys.inode(ino));
-        self.del(self.keys.orphan(ino));
         if is_dir {
             self.del(self.keys.dir_mark(ino));
         }
-        let xattrs = self.keys.xattrs(ino);
-        self.writes.retain(|k, _| !k.starts_with(&xattrs));
-        self.deleted_prefixes.push(xattrs);
+        for prefix in [self.keys.xattrs(ino), self.keys.orphan_marks(ino)] {
+            self.writes.retain(|k, _| !k.starts_with(&prefix));
+            self.deleted_prefixes.push(prefix);
+        }
         Ok(())
     }
 
@@ -205,7 +208,7 @@ impl<'a> Tx<'a> {
         let out = rec.inode.clone();
         if out.attr.nlink == 0 {
             if keep_orphan {
-                self.put(self.keys.orphan(ino), Vec::new());
+                self.put(self.keys.orphan(ino, self.client), Vec::new());
             } else {
                 self.delete_inode(ino)?;
             }

@@ -123,6 +123,7 @@ pub fn quick() -> EtcdOptions {
     EtcdOptions {
         rpc_timeout: Duration::from_secs(2),
         op_deadline: Duration::from_secs(4),
+        client_ttl: Duration::from_secs(2),
     }
 }
 
