@@ -68,15 +68,23 @@
 //! The trait is synchronous and the client async: the store owns a tokio
 //! runtime of two threads and waits for each request on a channel (`rpc`).
 
+mod cluster;
+mod intent;
 mod keys;
 mod ops;
 mod record;
+mod route;
 mod rpc;
+mod shard;
 mod store;
 mod tx;
 mod view;
 
+pub use cluster::{
+    init_cluster, parse_cluster, ClusterHealth, ClusterStatus, IntentInfo, MemberHealth,
+};
 pub use ops::{MAX_INLINE, MAX_OP_XATTRS, XATTR_SIZE_MAX};
+pub use shard::{shard_of, ShardMap, DEFAULT_SHARDS, MAX_SHARDS, SHARD_SHIFT};
 pub use store::{parse_url, EtcdMeta, EtcdOptions, INO_BATCH, MAX_CONFLICTS};
 pub use tx::{MAX_ANCESTORS, MAX_TXN_BYTES, MAX_TXN_OPS};
 
@@ -126,6 +134,39 @@ pub enum EtcdError {
     BadUrl(String),
     #[error("starting the etcd client's runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    #[error("the shard map is stale for shard {0} (it moved, or is moving)")]
+    Stale(u32),
+    #[error("shard {shard} is locked by unfinished intent {intent:016x}")]
+    Locked { shard: u32, intent: u64 },
+    #[error("a key without an inode number cannot be routed to a shard")]
+    Unrouted,
+    #[error("the file system is on one etcd cluster, not over several")]
+    NotSharded,
+    #[error(
+        "the control cluster holds no shard map for this file system: run `cairn cluster init`"
+    )]
+    NoMap,
+    #[error("the control cluster already holds a shard map for this file system")]
+    AlreadyInitialized,
+    #[error("a damaged shard map")]
+    BadMap,
+    #[error("a damaged shard fence")]
+    BadFence,
+    #[error("a damaged intent record")]
+    BadIntent,
+    #[error("no shard {0} in the shard map")]
+    NoSuchShard(u32),
+    #[error("no data cluster {0} in the shard map")]
+    NoSuchCluster(usize),
+    #[error("{0}")]
+    BadClusterSpec(&'static str),
+    #[error("stopped after the first part of an intent (fault injection)")]
+    Injected,
+}
+
+/// Whether `e` is an etcd error matching `f`.
+pub(crate) fn is(e: &MetaError, f: impl Fn(&EtcdError) -> bool) -> bool {
+    matches!(e, MetaError::Remote(src) if src.downcast_ref::<EtcdError>().is_some_and(f))
 }
 
 impl From<EtcdError> for MetaError {

@@ -1,7 +1,10 @@
-//! [`EtcdMeta`]: opening a file system in etcd, the loop that runs one
-//! operation as one transaction (retries, result records), inode-number
-//! reservations and the lease of the result records.
+//! [`EtcdMeta`]: opening a file system in etcd (one cluster, or several
+//! with a control cluster), the loop that runs one operation as one
+//! transaction (retries, result records) or as one intent across clusters,
+//! inode-number reservations, the client's registrations and the lease of
+//! the result records.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,8 +15,11 @@ use parking_lot::Mutex;
 
 use crate::keys::Keys;
 use crate::record::{encode, Outcome, Rec};
+use crate::route::{Ring, Route};
 use crate::rpc::Rpc;
-use crate::tx::Tx;
+use crate::shard::{ino_in, shard_for_dir, shard_of};
+use crate::tx::{Part, Tx};
+use crate::view::Reader;
 use crate::EtcdError;
 
 /// Inode numbers one reservation takes (one transaction on the counter
@@ -25,7 +31,7 @@ pub const MAX_CONFLICTS: u32 = 64;
 /// Seconds a result record lives (its lease's TTL). A lease is used for
 /// half of it, so a record outlives every retry of its operation (at most
 /// the operation deadline, far shorter).
-const RESULT_TTL: i64 = 120;
+pub(crate) const RESULT_TTL: i64 = 120;
 
 /// How the store talks to etcd.
 #[derive(Debug, Clone)]
@@ -52,26 +58,33 @@ impl Default for EtcdOptions {
     }
 }
 
-/// The metadata of one file system in one etcd cluster.
+/// The metadata of one file system in one etcd cluster, or over several
+/// data clusters and a control cluster.
 pub struct EtcdMeta {
-    pub(crate) rpc: Arc<Rpc>,
+    pub(crate) ring: Ring,
     pub(crate) keys: Keys,
-    opts: EtcdOptions,
+    pub(crate) opts: EtcdOptions,
     /// This client's id in its result records' and orphan marks' keys,
     /// registered under `c/<client>` (random per open).
     pub(crate) client: u64,
-    /// The lease of the client's registration (renewed in the background,
-    /// revoked on drop).
-    registration: Arc<AtomicI64>,
+    /// The leases of the client's registration in each cluster it is
+    /// registered in (control first), renewed in the background, revoked
+    /// on drop.
+    registrations: Mutex<Vec<(Arc<Rpc>, Arc<AtomicI64>)>>,
+    /// Data clusters the client is registered in (a prefix of the map's).
+    registered: Mutex<usize>,
     /// Fault injection: the registration is no longer renewed.
     stop_renewing: Arc<AtomicBool>,
     seq: AtomicU64,
     /// Reserved inode numbers not handed out yet: `[next, end)`.
     inos: Mutex<(u64, u64)>,
-    /// The lease result records are written under, and when it was granted.
-    lease: Mutex<Option<(i64, Instant)>>,
+    /// Per cluster, the lease result records are written under, and when
+    /// it was granted.
+    leases: Mutex<HashMap<usize, (i64, Instant)>>,
     /// Fault injection: the next transaction's reply is dropped.
     lose_reply: AtomicBool,
+    /// Fault injection: the next intent stops after its first part.
+    pub(crate) stop_after_part: AtomicBool,
 }
 
 impl std::fmt::Debug for EtcdMeta {
@@ -127,38 +140,130 @@ impl EtcdMeta {
     ) -> Result<Self> {
         check_fsid(fsid)?;
         let rpc = Rpc::connect(endpoints, opts.rpc_timeout)?;
-        let store = EtcdMeta {
-            rpc: Arc::new(rpc),
-            keys: Keys::new(fsid),
-            opts,
-            client: rand::random(),
-            registration: Arc::new(AtomicI64::new(0)),
-            stop_renewing: Arc::new(AtomicBool::new(false)),
-            seq: AtomicU64::new(0),
-            inos: Mutex::new((0, 0)),
-            lease: Mutex::new(None),
-            lose_reply: AtomicBool::new(false),
-        };
-        store.register()?;
+        let store = Self::with_ring(Ring::single(rpc, opts.rpc_timeout), fsid, opts);
+        store.register_all()?;
         store.make_root(root_uid, root_gid)?;
         Ok(store)
     }
 
-    /// Puts `c/<client>` under a lease of [`EtcdOptions::client_ttl`] and
-    /// starts renewing it in the background.
-    fn register(&self) -> Result<()> {
+    /// Opens file system `fsid` over several etcd clusters: its shard map
+    /// is read from the control cluster at `control` (made by
+    /// [`crate::init_cluster`], which also made the root directory).
+    pub fn open_cluster(control: &[String], fsid: &str, opts: EtcdOptions) -> Result<Self> {
+        check_fsid(fsid)?;
+        let keys = Keys::new(fsid);
+        let rpc = Rpc::connect(control, opts.rpc_timeout)?;
+        let ring = Ring::sharded(rpc, &keys, opts.rpc_timeout)?;
+        let store = Self::with_ring(ring, fsid, opts);
+        store.register_all()?;
+        store
+            .read(|r| r.get(InodeId::ROOT).map(drop))
+            .map_err(|e| match e {
+                MetaError::NotFound => MetaError::RootMissing(0),
+                e => e,
+            })?;
+        // Intents left by clients that died (what a coordinator does).
+        if let Err(e) = crate::intent::settle_all(&store) {
+            tracing::warn!(error = %e, "unfinished intents were not settled at open");
+        }
+        Ok(store)
+    }
+
+    /// [`EtcdMeta::open_cluster`] of `etcd://HOST:PORT[,HOST:PORT...]/FSID`
+    /// (the control cluster) with the default options.
+    pub fn open_cluster_url(url: &str) -> Result<Self> {
+        let (endpoints, fsid) = parse_url(url)?;
+        Self::open_cluster(&endpoints, &fsid, EtcdOptions::default())
+    }
+
+    fn with_ring(ring: Ring, fsid: &str, opts: EtcdOptions) -> Self {
+        EtcdMeta {
+            ring,
+            keys: Keys::new(fsid),
+            opts,
+            client: rand::random(),
+            registrations: Mutex::new(Vec::new()),
+            registered: Mutex::new(0),
+            stop_renewing: Arc::new(AtomicBool::new(false)),
+            seq: AtomicU64::new(0),
+            inos: Mutex::new((0, 0)),
+            leases: Mutex::new(HashMap::new()),
+            lose_reply: AtomicBool::new(false),
+            stop_after_part: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the file system is over several clusters.
+    pub fn is_sharded(&self) -> bool {
+        self.ring.control.is_some()
+    }
+
+    /// This client's id (in its registration, result records, intents).
+    pub fn client_id(&self) -> u64 {
+        self.client
+    }
+
+    /// Registers the client in the control cluster (once) and in every
+    /// data cluster it is not registered in yet.
+    fn register_all(&self) -> Result<()> {
+        let route = self.ring.route();
+        let mut done = self.registered.lock();
+        if *done == 0 {
+            if let Some(control) = &self.ring.control {
+                self.register(control.clone())?;
+            }
+        }
+        for rpc in &route.data[*done..] {
+            self.register(rpc.clone())?;
+        }
+        *done = route.data.len();
+        Ok(())
+    }
+
+    /// Puts `c/<client>` in one cluster under a lease of
+    /// [`EtcdOptions::client_ttl`] and starts renewing it in the background.
+    fn register(&self, rpc: Arc<Rpc>) -> Result<()> {
         let ttl = self.opts.client_ttl.as_secs().max(2) as i64;
         let key = self.keys.client(self.client);
-        let id = self.rpc.call({
+        let id = rpc.call({
             let key = key.clone();
             move |c| grant_and_put(c, key, ttl)
         })?;
-        self.registration.store(id, Ordering::SeqCst);
-        let lease = self.registration.clone();
+        let lease = Arc::new(AtomicI64::new(id));
         let stop = self.stop_renewing.clone();
-        self.rpc
-            .spawn(move |c| keep_registered(c, key, ttl, lease, stop));
+        rpc.spawn({
+            let lease = lease.clone();
+            move |c| keep_registered(c, key, ttl, lease, stop)
+        });
+        self.registrations.lock().push((rpc, lease));
         Ok(())
+    }
+
+    /// Reads the shard map again (a fence said it is stale), connecting
+    /// to and registering in clusters added since.
+    pub(crate) fn refresh(&self) -> Result<()> {
+        self.ring.reload(&self.keys)?;
+        self.register_all()
+    }
+
+    /// Runs a read, again on a fresh map when the map was stale, until the
+    /// operation deadline.
+    pub(crate) fn read<T>(&self, mut f: impl FnMut(&mut Reader<'_>) -> Result<T>) -> Result<T> {
+        let deadline = Instant::now() + self.opts.op_deadline;
+        loop {
+            let route = self.ring.route();
+            let mut r = Reader::new(&route, &self.keys, HashMap::new());
+            match f(&mut r) {
+                Err(e) if crate::is(&e, |e| matches!(e, EtcdError::Stale(_))) => {
+                    if Instant::now() >= deadline {
+                        return Err(e);
+                    }
+                    self.refresh()?;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// [`EtcdMeta::open`] of `etcd://HOST:PORT[,HOST:PORT...]/FSID` (see
@@ -189,9 +294,11 @@ impl EtcdMeta {
     }
 
     fn make_root(&self, uid: u32, gid: u32) -> Result<()> {
+        let route = self.ring.route();
+        let rpc = route.rpc(0);
         let root = self.keys.inode(InodeId::ROOT);
         loop {
-            let mut resp = self.rpc.get(root.clone(), GetOptions::new())?;
+            let mut resp = rpc.get(root.clone(), GetOptions::new())?;
             if !resp.take_kvs().is_empty() {
                 return Ok(());
             }
@@ -199,8 +306,7 @@ impl EtcdMeta {
             // client's root made since is not taken for other inodes.
             let rev = resp.header().map_or(0, |h| h.revision());
             let inodes = self.keys.inodes();
-            let count = self
-                .rpc
+            let count = rpc
                 .get(
                     inodes.clone(),
                     GetOptions::new()
@@ -212,33 +318,11 @@ impl EtcdMeta {
             if count > 0 {
                 return Err(MetaError::RootMissing(count as u64));
             }
-            let now = Timestamp::now();
-            let rec = Rec {
-                inode: Inode {
-                    id: InodeId::ROOT,
-                    attr: Attr {
-                        kind: FileKind::Dir,
-                        perm: 0o755,
-                        uid,
-                        gid,
-                        size: 0,
-                        nlink: 2,
-                        rdev: 0,
-                        atime: now,
-                        mtime: now,
-                        ctime: now,
-                        crtime: now,
-                    },
-                    content: Content::Empty,
-                },
-                parent: InodeId::ROOT,
-                entries: 0,
-            };
+            let rec = root_rec(uid, gid);
             // The counter starts after the root, unless numbers were handed
             // out before (they are never handed out again).
             let next = self.keys.next_ino();
-            let counted = self
-                .rpc
+            let counted = rpc
                 .get(next.clone(), GetOptions::new().with_revision(rev))?
                 .kvs()
                 .first()
@@ -258,21 +342,34 @@ impl EtcdMeta {
                     Compare::mod_revision(next, CompareOp::Equal, counted),
                 ])
                 .and_then(ops);
-            if self.rpc.txn(txn)?.succeeded() {
+            if rpc.txn(txn)?.succeeded() {
                 return Ok(());
             }
         }
     }
 
-    /// An inode number no client ever had: from this client's reserved
-    /// batch, reserving the next batch in one transaction when it is used up.
-    pub(crate) fn alloc_ino(&self) -> Result<InodeId> {
+    /// A number for a new inode in `parent` (a directory's shard is a
+    /// hash, a file's its parent's). No client ever had it: from this
+    /// client's reserved batch, reserving the next batch in one transaction
+    /// when it is used up.
+    pub(crate) fn alloc_ino(&self, parent: InodeId, dir: bool) -> Result<InodeId> {
+        let seq = self.alloc_seq()?;
+        let shard = match &self.ring.route().map {
+            None => return Ok(InodeId(seq)),
+            Some(_) if !dir => shard_of(parent),
+            Some(map) => shard_for_dir(seq, map.shards.len() as u32),
+        };
+        Ok(ino_in(shard, seq))
+    }
+
+    fn alloc_seq(&self) -> Result<u64> {
+        let rpc = self.ring.counter_rpc();
         let mut inos = self.inos.lock();
         if inos.0 == inos.1 {
             let key = self.keys.next_ino();
             let mut conflicts = 0;
             loop {
-                let mut resp = self.rpc.get(key.clone(), GetOptions::new())?;
+                let mut resp = rpc.get(key.clone(), GetOptions::new())?;
                 let (modrev, next) = match resp.take_kvs().pop() {
                     Some(kv) => {
                         let v: [u8; 8] =
@@ -287,7 +384,7 @@ impl EtcdMeta {
                     .and_then([TxnOp::put(key.clone(), end.to_le_bytes().to_vec(), None)]);
                 // An unknown outcome only wastes numbers: the next read
                 // sees the counter moved, whoever moved it.
-                if self.rpc.txn(txn)?.succeeded() {
+                if rpc.txn(txn)?.succeeded() {
                     *inos = (next, end);
                     break;
                 }
@@ -297,33 +394,36 @@ impl EtcdMeta {
                 }
             }
         }
-        let ino = InodeId(inos.0);
+        let seq = inos.0;
         inos.0 += 1;
-        Ok(ino)
+        Ok(seq)
     }
 
-    /// The lease of result records, granted anew when half its TTL is gone.
-    fn lease(&self) -> Result<i64, EtcdError> {
-        let mut slot = self.lease.lock();
-        if let Some((id, at)) = *slot {
+    /// The lease of result records in `cluster`, granted anew when half
+    /// its TTL is gone.
+    pub(crate) fn lease(&self, rpc: &Rpc, cluster: usize) -> Result<i64, EtcdError> {
+        let mut slots = self.leases.lock();
+        if let Some(&(id, at)) = slots.get(&cluster) {
             if at.elapsed() < Duration::from_secs(RESULT_TTL as u64 / 2) {
                 return Ok(id);
             }
         }
         let at = Instant::now();
-        let id = self
-            .rpc
+        let id = rpc
             .call(|mut c| async move { c.lease_grant(RESULT_TTL, None).await })?
             .id();
-        *slot = Some((id, at));
+        slots.insert(cluster, (id, at));
         Ok(id)
     }
 
     /// Runs one operation: `f` reads what it needs through a [`Tx`] and
-    /// computes; the attempt then commits as one transaction. A conflict
-    /// runs `f` again (bounded); an unknown outcome first looks for the
-    /// operation's result record; an unreachable cluster is retried until
-    /// the deadline. An error of `f` itself is the operation's answer.
+    /// computes; the attempt then commits as one transaction (its keys in
+    /// one cluster) or as one intent (`intent`, keys in several). A
+    /// conflict runs `f` again (bounded); an unknown outcome first looks
+    /// for the operation's result record (or its intent); an unreachable
+    /// cluster, a stale shard map and a shard locked by an intent are
+    /// waited out until the deadline (a map is reloaded, an intent
+    /// settled). An error of `f` itself is the operation's answer.
     pub(crate) fn mutate<T: Outcome>(
         &self,
         mut f: impl FnMut(&mut Tx<'_>) -> Result<T>,
@@ -331,11 +431,15 @@ impl EtcdMeta {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let op_key = self.keys.op(self.client, seq);
         let deadline = Instant::now() + self.opts.op_deadline;
-        let mut unknown = false;
+        // The cluster of a transaction whose reply was lost.
+        let mut unknown: Option<usize> = None;
+        // An intent of this operation whose end is not known, with the
+        // outcome it would give.
+        let mut pending: Option<(u64, Vec<u8>)> = None;
         let mut conflicts = 0;
-        let mut last: Option<MetaError> = None;
+        let mut last: Option<(MetaError, u64)> = None;
         loop {
-            if let Some(e) = last.take() {
+            if let Some((e, pause)) = last.take() {
                 if Instant::now() >= deadline {
                     tracing::error!(error = %e, "etcd unreachable; the metadata operation failed");
                     return Err(EtcdError::Unavailable {
@@ -344,34 +448,34 @@ impl EtcdMeta {
                     }
                     .into());
                 }
-                std::thread::sleep(Duration::from_millis(100));
+                std::thread::sleep(Duration::from_millis(pause));
             }
             let attempt = (|| -> Result<Option<T>> {
-                if unknown {
-                    let mut resp = self.rpc.get(op_key.clone(), GetOptions::new())?;
+                let route = self.ring.route();
+                if let Some(c) = unknown {
+                    let mut resp = route.rpc(c).get(op_key.clone(), GetOptions::new())?;
                     if let Some(kv) = resp.take_kvs().pop() {
                         return Ok(Some(T::decode(kv.value())?));
                     }
                 }
-                let mut tx = Tx::new(&self.rpc, &self.keys, self.client);
-                let out = f(&mut tx)?;
-                let txn = tx.into_txn(op_key.clone(), out.encode(), self.lease()?)?;
-                let sent = self.rpc.txn(txn);
-                if self.lose_reply.swap(false, Ordering::SeqCst) {
-                    unknown = true;
-                    return Err(EtcdError::ReplyLost.into());
-                }
-                match sent {
-                    Ok(resp) if resp.succeeded() => Ok(Some(out)),
-                    Ok(_) => Ok(None),
-                    Err(e) => {
-                        unknown = true;
-                        // The lease may be what failed (expired while
-                        // the cluster was away): take a new one.
-                        *self.lease.lock() = None;
-                        Err(e.into())
+                if let Some((id, out)) = &pending {
+                    if crate::intent::settle(self, *id, true)? == Some(true) {
+                        return Ok(Some(T::decode(out)?));
                     }
+                    pending = None;
                 }
+                let mut tx = Tx::new(&route, &self.keys, self.client);
+                let out = f(&mut tx)?;
+                let mut parts = tx.into_parts()?;
+                if parts.len() > 1 {
+                    let id = rand::random::<u64>() | 1;
+                    pending = Some((id, out.encode()));
+                    let applied = crate::intent::run(self, &route, id, parts)?;
+                    pending = None;
+                    return Ok(applied.then_some(out));
+                }
+                let part = parts.pop().unwrap_or_default();
+                self.commit(&route, part, &op_key, out, &mut unknown)
             })();
             match attempt {
                 Ok(Some(out)) => return Ok(out),
@@ -381,8 +485,27 @@ impl EtcdMeta {
                         tracing::error!(conflicts, "a metadata operation met too many conflicts");
                         return Err(EtcdError::Contended(conflicts).into());
                     }
+                    if self.is_sharded() {
+                        // Intents that collide back off at random.
+                        std::thread::sleep(Duration::from_millis(rand::random::<u64>() % 10));
+                    }
                 }
-                Err(e) if transient(&e) || is_reply_lost(&e) => last = Some(e),
+                Err(e) if crate::is(&e, |e| matches!(e, EtcdError::Stale(_))) => {
+                    last = Some(match self.refresh() {
+                        Ok(()) => (e, 20),
+                        Err(r) => (r, 100),
+                    });
+                }
+                Err(e) if crate::is(&e, |e| matches!(e, EtcdError::Locked { .. })) => {
+                    let Some(EtcdError::Locked { intent, .. }) = etcd_error(&e) else {
+                        unreachable!()
+                    };
+                    last = Some(match crate::intent::settle(self, *intent, false) {
+                        Ok(_) => (e, 10),
+                        Err(r) => (r, 100),
+                    });
+                }
+                Err(e) if transient(&e) || is_reply_lost(&e) => last = Some((e, 100)),
                 Err(e) => {
                     if let MetaError::Remote(src) = &e {
                         tracing::error!(error = %src, "a metadata operation failed in etcd");
@@ -392,18 +515,82 @@ impl EtcdMeta {
             }
         }
     }
+
+    /// Commits an attempt whose keys are all in one cluster: one
+    /// transaction, with the operation's result record.
+    fn commit<T: Outcome>(
+        &self,
+        route: &Route,
+        part: Part,
+        op_key: &[u8],
+        out: T,
+        unknown: &mut Option<usize>,
+    ) -> Result<Option<T>> {
+        let c = part.cluster;
+        let rpc = route.rpc(c);
+        let txn = part.into_txn(op_key.to_vec(), out.encode(), self.lease(rpc, c)?)?;
+        let sent = rpc.txn(txn);
+        if self.lose_reply.swap(false, Ordering::SeqCst) {
+            *unknown = Some(c);
+            return Err(EtcdError::ReplyLost.into());
+        }
+        match sent {
+            Ok(resp) if resp.succeeded() => Ok(Some(out)),
+            Ok(_) => Ok(None),
+            Err(e) => {
+                *unknown = Some(c);
+                // The lease may be what failed (expired while the cluster
+                // was away): take a new one.
+                self.leases.lock().remove(&c);
+                Err(e.into())
+            }
+        }
+    }
+}
+
+/// A new root directory's record (mode 0755, `nlink` 2, its own parent).
+pub(crate) fn root_rec(uid: u32, gid: u32) -> Rec {
+    let now = Timestamp::now();
+    Rec {
+        inode: Inode {
+            id: InodeId::ROOT,
+            attr: Attr {
+                kind: FileKind::Dir,
+                perm: 0o755,
+                uid,
+                gid,
+                size: 0,
+                nlink: 2,
+                rdev: 0,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                crtime: now,
+            },
+            content: Content::Empty,
+        },
+        parent: InodeId::ROOT,
+        entries: 0,
+    }
+}
+
+fn etcd_error(e: &MetaError) -> Option<&EtcdError> {
+    match e {
+        MetaError::Remote(src) => src.downcast_ref::<EtcdError>(),
+        _ => None,
+    }
 }
 
 impl Drop for EtcdMeta {
-    /// Revokes the client's registration (best effort: unrevoked, it lapses
-    /// after its TTL), so that other clients may purge its orphans now.
+    /// Revokes the client's registrations (best effort: unrevoked, they
+    /// lapse after their TTL), so that other clients may purge its orphans
+    /// and settle its intents now.
     fn drop(&mut self) {
-        let id = self.registration.load(Ordering::SeqCst);
-        if let Err(e) = self
-            .rpc
-            .call(move |mut c| async move { c.lease_revoke(id).await })
-        {
-            tracing::warn!(error = %e, "the client's registration was not revoked; it lapses with its lease");
+        for (rpc, lease) in self.registrations.lock().drain(..) {
+            let id = lease.load(Ordering::SeqCst);
+            if let Err(e) = rpc.call(move |mut c| async move { c.lease_revoke(id).await }) {
+                tracing::warn!(error = %e, "the client's registration was not revoked; it lapses with its lease");
+            }
         }
     }
 }
@@ -469,7 +656,7 @@ fn is_reply_lost(e: &MetaError) -> bool {
     matches!(e, MetaError::Remote(src) if matches!(src.downcast_ref::<EtcdError>(), Some(EtcdError::ReplyLost)))
 }
 
-fn check_fsid(fsid: &str) -> Result<(), EtcdError> {
+pub(crate) fn check_fsid(fsid: &str) -> Result<(), EtcdError> {
     let ok = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
     if fsid.is_empty() || fsid.len() > 64 || !fsid.chars().all(ok) {
         return Err(EtcdError::BadFsid(fsid.to_string()));

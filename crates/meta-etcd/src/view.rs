@@ -1,38 +1,69 @@
-//! Reads pinned at one etcd revision: a [`Reader`] pins the revision its
-//! first read answered at (so a lookup's three reads agree), and an
-//! [`EtcdView`] is a reader pinned when the view was taken (a consistent
-//! instant of the whole namespace, as long as etcd keeps that revision:
-//! a compaction past it makes the view's reads fail, never lie).
+//! Reads pinned at one etcd revision per cluster: a [`Reader`] pins the
+//! revision its first read in a cluster answered at (so a lookup's three
+//! reads agree), and an [`EtcdView`] is a reader pinned in every cluster
+//! when the view was taken (an instant of the namespace, as long as etcd
+//! keeps those revisions: a compaction past one makes the view's reads
+//! fail, never lie). Over several clusters the first read of a shard also
+//! reads its fence at the same revision: a stale map fails with
+//! [`EtcdError::Stale`] (the caller reloads it and reads again) rather
+//! than read a cluster the shard has left. Locks are not waited for: the
+//! parts of an intent apply in an order that never shows a dangling entry.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use etcd_client::{GetOptions, KeyValue};
 use meta::{DirEntry, FileKind, Inode, InodeId, MetaError, MetaView, Result};
 
-use crate::keys::{prefix_end, Keys};
+use crate::keys::{key_after, prefix_end, Keys};
 use crate::record::{decode, dval_decode, Rec};
-use crate::rpc::Rpc;
+use crate::route::Route;
 use crate::EtcdError;
 
 pub(crate) struct Reader<'a> {
-    rpc: &'a Rpc,
+    route: &'a Route,
     keys: &'a Keys,
-    rev: i64,
+    revs: HashMap<usize, i64>,
+    checked: HashSet<u32>,
 }
 
 impl<'a> Reader<'a> {
-    pub(crate) fn new(rpc: &'a Rpc, keys: &'a Keys, rev: i64) -> Self {
-        Reader { rpc, keys, rev }
+    pub(crate) fn new(route: &'a Route, keys: &'a Keys, revs: HashMap<usize, i64>) -> Self {
+        Reader {
+            route,
+            keys,
+            revs,
+            checked: HashSet::new(),
+        }
+    }
+
+    fn cluster(&mut self, key: &[u8]) -> Result<usize> {
+        let (cluster, shard) = self.route.place(self.keys, key)?;
+        if let Some((shard, epoch)) = shard {
+            if self.checked.insert(shard) {
+                let fence = self.value_in(cluster, self.keys.fence(shard))?;
+                Route::check_fence(shard, epoch, fence.as_deref())?;
+            }
+        }
+        Ok(cluster)
+    }
+
+    fn value_in(&mut self, cluster: usize, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
+        let rev = self.revs.get(&cluster).copied().unwrap_or(0);
+        let mut resp = self
+            .route
+            .rpc(cluster)
+            .get(key, GetOptions::new().with_revision(rev))?;
+        if rev == 0 {
+            self.revs
+                .insert(cluster, resp.header().map_or(0, |h| h.revision()));
+        }
+        Ok(resp.take_kvs().pop().map(|kv| kv.into_key_value().1))
     }
 
     pub(crate) fn value(&mut self, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
-        let mut resp = self
-            .rpc
-            .get(key, GetOptions::new().with_revision(self.rev))?;
-        if self.rev == 0 {
-            self.rev = resp.header().map_or(0, |h| h.revision());
-        }
-        Ok(resp.take_kvs().pop().map(|kv| kv.into_key_value().1))
+        let cluster = self.cluster(&key)?;
+        self.value_in(cluster, key)
     }
 
     pub(crate) fn rec(&mut self, ino: InodeId) -> Result<Rec> {
@@ -79,7 +110,8 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Every key in `[start, end)` at this reader's revision.
+    /// Every key in `[start, end)` (within one shard, or one run of
+    /// `Route::runs` when `cluster` is given) at this reader's revision.
     pub(crate) fn scan(
         &mut self,
         start: Vec<u8>,
@@ -87,13 +119,27 @@ impl<'a> Reader<'a> {
         limit: usize,
         f: &mut dyn FnMut(KeyValue) -> Result<bool>,
     ) -> Result<()> {
-        if self.rev == 0 {
+        let cluster = self.cluster(&start)?;
+        self.scan_in(cluster, start, end, limit, f)
+    }
+
+    fn scan_in(
+        &mut self,
+        cluster: usize,
+        start: Vec<u8>,
+        end: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(KeyValue) -> Result<bool>,
+    ) -> Result<()> {
+        if !self.revs.contains_key(&cluster) {
             // Pin first, so that the pages of the scan agree.
-            self.value(self.keys.next_ino())?;
+            self.value_in(cluster, self.keys.next_ino())?;
         }
+        let rev = self.revs[&cluster];
         let mut failed = None;
-        self.rpc
-            .scan(start, end, self.rev, limit, &mut |kv| match f(kv) {
+        self.route
+            .rpc(cluster)
+            .scan(start, end, rev, limit, &mut |kv| match f(kv) {
                 Ok(go) => Ok(go),
                 Err(e) => {
                     failed = Some(e);
@@ -103,19 +149,82 @@ impl<'a> Reader<'a> {
         failed.map_or(Ok(()), Err)
     }
 
-    pub(crate) fn count(&mut self, prefix: Vec<u8>) -> Result<u64> {
-        let end = prefix_end(&prefix);
-        let resp = self.rpc.get(
-            prefix,
-            GetOptions::new()
-                .with_range(end)
-                .with_revision(self.rev)
-                .with_count_only(),
-        )?;
-        if self.rev == 0 {
-            self.rev = resp.header().map_or(0, |h| h.revision());
+    /// Every key under `tag` (`i/`, `o/`, ...) in every shard, shard by
+    /// shard in number order.
+    pub(crate) fn scan_all(
+        &mut self,
+        tag: &[u8; 2],
+        f: &mut dyn FnMut(KeyValue) -> Result<bool>,
+    ) -> Result<()> {
+        for run in self.route.runs(self.keys, tag) {
+            let (cluster, start, end) = (run.cluster, run.start.clone(), run.end.clone());
+            self.check_run(&run)?;
+            let mut stop = false;
+            self.scan_in(cluster, start, &end, usize::MAX, &mut |kv| {
+                let go = f(kv)?;
+                stop = !go;
+                Ok(go)
+            })?;
+            if stop {
+                break;
+            }
         }
-        Ok(resp.count() as u64)
+        Ok(())
+    }
+
+    /// The fences of a run's shards, read at the run cluster's revision
+    /// (one range read): [`EtcdError::Stale`] unless all are the map's.
+    fn check_run(&mut self, run: &crate::route::Run) -> Result<()> {
+        let (Some(&(lo, _)), Some(&(hi, _))) = (run.shards.first(), run.shards.last()) else {
+            return Ok(());
+        };
+        if !self.revs.contains_key(&run.cluster) {
+            self.value_in(run.cluster, self.keys.next_ino())?;
+        }
+        let rev = self.revs[&run.cluster];
+        let mut fences = HashMap::new();
+        let start = self.keys.fence(lo);
+        let end = key_after(&self.keys.fence(hi));
+        let keys = self.keys;
+        self.route
+            .rpc(run.cluster)
+            .scan(start, &end, rev, usize::MAX, &mut |kv| {
+                let shard = kv
+                    .key()
+                    .get(keys.fence(0).len() - 4..)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u32::from_be_bytes)
+                    .ok_or(EtcdError::BadFence)?;
+                fences.insert(shard, kv.into_key_value().1);
+                Ok(true)
+            })?;
+        for &(shard, epoch) in &run.shards {
+            Route::check_fence(shard, epoch, fences.get(&shard).map(Vec::as_slice))?;
+        }
+        Ok(())
+    }
+
+    /// The number of keys under `tag` in every shard.
+    pub(crate) fn count(&mut self, tag: &[u8; 2]) -> Result<u64> {
+        let mut n = 0;
+        for run in self.route.runs(self.keys, tag) {
+            self.check_run(&run)?;
+            let (cluster, start, end) = (run.cluster, run.start, run.end);
+            let rev = self.revs.get(&cluster).copied().unwrap_or(0);
+            let resp = self.route.rpc(cluster).get(
+                start,
+                GetOptions::new()
+                    .with_range(end)
+                    .with_revision(rev)
+                    .with_count_only(),
+            )?;
+            if rev == 0 {
+                self.revs
+                    .insert(cluster, resp.header().map_or(0, |h| h.revision()));
+            }
+            n += resp.count() as u64;
+        }
+        Ok(n)
     }
 
     pub(crate) fn entries(&mut self, dir: InodeId) -> Result<Vec<DirEntry>> {
@@ -156,18 +265,12 @@ impl<'a> Reader<'a> {
     }
 
     pub(crate) fn for_each(&mut self, f: &mut dyn FnMut(&Inode)) -> Result<()> {
-        let prefix = self.keys.inodes();
         let keys = self.keys;
-        self.scan(
-            prefix.clone(),
-            &prefix_end(&prefix),
-            usize::MAX,
-            &mut |kv| {
-                let rec = crate::ops::inode_of(keys, kv.key(), kv.value())?;
-                f(&rec.inode);
-                Ok(true)
-            },
-        )
+        self.scan_all(b"i/", &mut |kv| {
+            let rec = crate::ops::inode_of(keys, kv.key(), kv.value())?;
+            f(&rec.inode);
+            Ok(true)
+        })
     }
 
     /// The name `ino` has in `dir`, if any: a scan of `dir`'s entries.
@@ -194,7 +297,7 @@ impl<'a> Reader<'a> {
     /// loop bounded by the number of directories.
     pub(crate) fn path_of(&mut self, ino: InodeId) -> Result<Option<Vec<Vec<u8>>>> {
         let mut rec = self.rec(ino)?;
-        let dirs = self.count(self.keys.dir_marks())?;
+        let dirs = self.count(b"k/")?;
         let mut names = Vec::new();
         let mut at = ino;
         for _ in 0..=dirs {
@@ -222,18 +325,24 @@ impl<'a> Reader<'a> {
 
 /// See [`meta::MetaStore::view`].
 pub(crate) struct EtcdView {
-    rpc: Arc<Rpc>,
+    route: Arc<Route>,
     keys: Keys,
-    rev: i64,
+    revs: HashMap<usize, i64>,
 }
 
 impl EtcdView {
-    pub(crate) fn new(rpc: Arc<Rpc>, keys: Keys, rev: i64) -> Self {
-        EtcdView { rpc, keys, rev }
+    /// A view pinned now in every cluster.
+    pub(crate) fn new(route: Arc<Route>, keys: Keys) -> Result<Self> {
+        let mut revs = HashMap::new();
+        for (cluster, rpc) in route.data.iter().enumerate() {
+            let resp = rpc.get(keys.next_ino(), GetOptions::new())?;
+            revs.insert(cluster, resp.header().map_or(0, |h| h.revision()));
+        }
+        Ok(EtcdView { route, keys, revs })
     }
 
     fn reader(&self) -> Reader<'_> {
-        Reader::new(&self.rpc, &self.keys, self.rev)
+        Reader::new(&self.route, &self.keys, self.revs.clone())
     }
 }
 

@@ -165,3 +165,46 @@ pub fn tree(m: &dyn MetaStore) -> Vec<(String, meta::FileKind, u32, u64)> {
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
 }
+
+/// A control cluster and `n` data clusters, one etcd each.
+pub struct Ring {
+    pub control: Etcd,
+    pub data: Vec<Etcd>,
+}
+
+impl Ring {
+    pub fn start(n: usize) -> Ring {
+        Ring {
+            control: Etcd::start(),
+            data: (0..n).map(|_| Etcd::start()).collect(),
+        }
+    }
+
+    /// A new file system over every data cluster, with `shards` shards.
+    pub fn init(&self, shards: u32) -> String {
+        let fs = fsid();
+        let data: Vec<Vec<String>> = self.data.iter().map(Etcd::endpoints).collect();
+        meta_etcd::init_cluster(
+            &self.control.endpoints(),
+            &data,
+            &fs,
+            shards,
+            1000,
+            1000,
+            &quick(),
+        )
+        .unwrap();
+        fs
+    }
+
+    /// A client of file system `fsid`.
+    pub fn open(&self, fsid: &str) -> EtcdMeta {
+        EtcdMeta::open_cluster(&self.control.endpoints(), fsid, quick()).unwrap()
+    }
+}
+
+/// The data cluster owning inode `ino`'s shard.
+pub fn cluster_of(m: &EtcdMeta, control: &Etcd, ino: meta::InodeId) -> usize {
+    let st = m.cluster_status(&control.endpoints()).unwrap();
+    st.shards[meta_etcd::shard_of(ino) as usize].0 as usize
+}
