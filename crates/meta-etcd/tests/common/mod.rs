@@ -2,6 +2,8 @@
 //! data in a temporary directory, killed when dropped.
 #![allow(dead_code)]
 
+pub mod differential;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
