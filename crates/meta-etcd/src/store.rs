@@ -258,8 +258,23 @@ impl EtcdMeta {
                     if Instant::now() >= deadline {
                         return Err(e);
                     }
-                    self.refresh()?;
+                    if let Err(e) = self.refresh() {
+                        if !transient(&e) {
+                            return Err(e);
+                        }
+                    }
                     std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) if transient(&e) => {
+                    if Instant::now() >= deadline {
+                        tracing::error!(error = %e, "etcd unreachable; the metadata read failed");
+                        return Err(EtcdError::Unavailable {
+                            after: self.opts.op_deadline,
+                            last: e.to_string(),
+                        }
+                        .into());
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
                 }
                 other => return other,
             }
@@ -616,18 +631,20 @@ async fn grant_and_put(
 /// longer than the TTL) is replaced and the registration put again: other
 /// clients may have purged this client's orphans meanwhile (logged).
 async fn keep_registered(
-    c: etcd_client::Client,
+    members: Vec<etcd_client::Client>,
     key: Vec<u8>,
     ttl: i64,
     lease: Arc<AtomicI64>,
     stop: Arc<AtomicBool>,
 ) {
     let period = Duration::from_millis(ttl as u64 * 1000 / 3);
+    let mut at = 0;
     loop {
         tokio::time::sleep(period).await;
         if stop.load(Ordering::SeqCst) {
             return;
         }
+        let c = &members[at % members.len()];
         let id = lease.load(Ordering::SeqCst);
         let renewed = async {
             let (mut keeper, mut stream) = c.clone().lease_keep_alive(id).await?;
@@ -646,8 +663,8 @@ async fn keep_registered(
                     lease.store(id, Ordering::SeqCst);
                 }
             }
-            // Unreachable: the next period tries again.
-            Ok(Err(_)) | Err(_) => {}
+            // Unreachable: the next period tries the next member.
+            Ok(Err(_)) | Err(_) => at += 1,
         }
     }
 }

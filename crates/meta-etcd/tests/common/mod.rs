@@ -18,6 +18,9 @@ pub struct Etcd {
     dir: tempfile::TempDir,
     client: u16,
     peer: u16,
+    /// This member's name and the cluster's `--initial-cluster`.
+    name: String,
+    initial: String,
 }
 
 fn free_port() -> u16 {
@@ -33,20 +36,45 @@ impl Etcd {
     /// is on tmpfs when there is one (fsync costs nothing there; a kill
     /// keeps what the process wrote).
     pub fn start() -> Etcd {
+        let mut e = Etcd::member("t");
+        e.initial = format!("t=http://127.0.0.1:{}", e.peer);
+        e.restart();
+        e
+    }
+
+    fn member(name: &str) -> Etcd {
         let base = PathBuf::from("/dev/shm");
         let dir = if base.is_dir() {
             tempfile::tempdir_in(base).unwrap()
         } else {
             tempfile::tempdir().unwrap()
         };
-        let mut e = Etcd {
+        Etcd {
             child: None,
             dir,
             client: free_port(),
             peer: free_port(),
-        };
-        e.restart();
-        e
+            name: name.to_string(),
+            initial: String::new(),
+        }
+    }
+
+    /// Starts an `n`-member cluster and waits until every member answers.
+    pub fn start_cluster(n: usize) -> Vec<Etcd> {
+        let mut members: Vec<Etcd> = (0..n).map(|i| Etcd::member(&format!("m{i}"))).collect();
+        let initial = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
+            .collect::<Vec<_>>()
+            .join(",");
+        for m in &mut members {
+            m.initial = initial.clone();
+            m.spawn();
+        }
+        for m in &members {
+            m.wait_healthy();
+        }
+        members
     }
 
     pub fn endpoint(&self) -> String {
@@ -67,24 +95,32 @@ impl Etcd {
 
     /// Starts the process again on the same data and ports.
     pub fn restart(&mut self) {
+        self.spawn();
+        self.wait_healthy();
+    }
+
+    fn spawn(&mut self) {
         assert!(self.child.is_none(), "etcd is running");
         let peer = format!("http://127.0.0.1:{}", self.peer);
         let log = std::fs::File::create(self.dir.path().join("etcd.log")).unwrap();
         let child = Command::new("etcd")
-            .args(["--name", "t"])
+            .args(["--name", &self.name])
             .arg("--data-dir")
             .arg(self.dir.path().join("data"))
             .args(["--listen-client-urls", &self.endpoint()])
             .args(["--advertise-client-urls", &self.endpoint()])
             .args(["--listen-peer-urls", &peer])
             .args(["--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &format!("t={peer}")])
+            .args(["--initial-cluster", &self.initial])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("etcd (Debian's etcd-server) must be installed: .ci/run installs it");
         self.child = Some(child);
+    }
+
+    fn wait_healthy(&self) {
         let start = Instant::now();
         while !self.healthy() {
             assert!(
