@@ -1,18 +1,24 @@
-//! The metadata engine over one etcd cluster: [`EtcdMeta`], a
-//! [`meta::MetaStore`] whose every operation is one etcd transaction, so
-//! that several cairn processes (clients) can share one file system's
-//! namespace (issue 18, first slice; `docs/metadata-on-etcd.md`).
+//! The metadata engine over etcd: [`EtcdMeta`], a [`meta::MetaStore`]
+//! whose every operation is one etcd transaction, so that several cairn
+//! processes (clients) can share one file system's namespace (issue 18;
+//! `docs/metadata-on-etcd.md`); on one etcd cluster, or sharded over
+//! several data clusters with a control cluster (RFS placement).
 //!
 //! **Owns:** the key layout of a file system in etcd, the optimistic
 //! transaction of each operation (reads at one revision, then one `Txn`
 //! comparing every key read), its bounded retries, result records for
-//! retries after an unknown outcome, and inode-number reservations.
+//! retries after an unknown outcome, inode-number reservations, clients'
+//! registrations; over several clusters also the shard map and its
+//! fences (`shard`, `route`), the intents of operations across clusters
+//! and their settling (`intent`), and shard moves (`cluster`).
 //!
 //! **Never:** holds an etcd lock or lease to fence (a compare inside the
-//! transaction fences, as Jepsen found etcd's locks unsafe); splits one
-//! operation over two transactions (`purge_orphans` is many operations,
-//! one per orphan); stores file data or recipes (they stay in the chunk
-//! store); replicates, elects or fences anything itself (etcd does).
+//! transaction fences, as Jepsen found etcd's locks unsafe; an intent's
+//! "lock" is a value in a fence that every transaction compares, not an
+//! etcd lock); splits an operation whose keys are in one cluster over two
+//! transactions (`purge_orphans` is many operations, one per orphan);
+//! stores file data or recipes (they stay in the chunk store); replicates
+//! or elects anything itself (etcd does).
 //!
 //! **Key layout** (every key under `/<fsid>/`; numbers are 8-byte
 //! big-endian so keys sort by number):
@@ -32,6 +38,11 @@
 //! - `n`: the first inode number no client has reserved.
 //! - `r/<client>/<seq>`: the result of operation `seq` of a client,
 //!   written by the operation's own transaction under a lease (120 s).
+//! - Over several clusters: `e/<shard>` in each data cluster (the fence
+//!   of a shard it owns: epoch, intent lock, moved); `m` (the shard map),
+//!   `n` and `t/<id>` (intents) in the control cluster. Inode numbers
+//!   carry their shard in their top 16 bits ([`SHARD_SHIFT`]); every key
+//!   above but `n`, `r/` and `c/` starts with one, so routes by it.
 //!
 //! **Invariants** (besides `meta`'s, which every operation keeps):
 //! - Every mutation is exactly one etcd transaction. It compares the
@@ -61,6 +72,14 @@
 //!   the result record; about 1.3 MB) and a directory
 //!   rename (10 compares plus one per ancestor); a transaction that would
 //!   pass a limit is refused before it is sent ([`EtcdError::TooBig`]).
+//! - Over several clusters: every read of a shard checks its fence and
+//!   every transaction compares it, so a stale shard map never reads from
+//!   nor writes to a cluster the shard left ([`EtcdError::Stale`], then
+//!   the map is reloaded). An operation over several clusters is an
+//!   intent: locked in every cluster (compares, never waits), committed
+//!   by one compare in the control cluster, applied by idempotent
+//!   transactions, inode records created first and deleted last (no
+//!   reader meets a dangling name); anyone settles an unfinished one.
 //! - Every request has a timeout; an unreachable cluster fails an
 //!   operation with [`EtcdError::Unavailable`] (as `MetaError::Remote`,
 //!   EIO at the file system) after [`EtcdOptions::op_deadline`], never hangs.
