@@ -91,13 +91,10 @@ fn a_mount_over_two_etcd_clusters_survives_a_shard_move_and_a_remount() {
     }
     fs::write(m.path("d0/big"), &big).unwrap();
     // Across directories (so, mostly, across clusters).
-    for i in 1..8 {
-        fs::rename(
-            m.path(&format!("d{i}/small")),
-            m.path(&format!("d{}/moved{i}", i - 1)),
-        )
-        .unwrap();
-        written[i].0 = format!("d{}/moved{i}", i - 1);
+    for (i, w) in written.iter_mut().enumerate().skip(1) {
+        let to = format!("d{}/moved{i}", i - 1);
+        fs::rename(m.path(&w.0), m.path(&to)).unwrap();
+        w.0 = to;
     }
     fs::hard_link(m.path("d0/small"), m.path("d7/link")).unwrap();
     fs::rename(m.path("d3"), m.path("d4/d3")).unwrap();

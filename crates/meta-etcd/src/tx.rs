@@ -36,7 +36,7 @@ pub(crate) struct Tx<'a> {
     /// Per cluster, the revision its reads are at (absent before the first).
     revs: HashMap<usize, i64>,
     /// Keys read, with their cluster, mod_revision and value then.
-    read: HashMap<Vec<u8>, (usize, i64, Option<Vec<u8>>)>,
+    read: HashMap<Vec<u8>, Read>,
     /// Keys written (`None`: deleted), applied in key order.
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// Prefixes deleted whole (an inode's xattrs and orphan marks).
@@ -46,6 +46,10 @@ pub(crate) struct Tx<'a> {
     /// Shards whose fence was read: their cluster and epoch.
     fenced: BTreeMap<u32, (usize, u64)>,
 }
+
+/// A key as an attempt read it: its cluster, mod_revision (0: absent) and
+/// value.
+type Read = (usize, i64, Option<Vec<u8>>);
 
 /// What an attempt does in one cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
