@@ -1,7 +1,7 @@
-//! One member of a three-member data cluster killed with SIGKILL while a
+//! The leader of a three-member data cluster killed with SIGKILL while a
 //! client creates files in a directory that cluster holds: creates go on
-//! (etcd elects a new leader if needed; the client retries within its
-//! deadline), and every acknowledged create is there. The member then
+//! (etcd elects a new leader; the client moves to another member and
+//! retries within its deadline), and every acknowledged create is there. The member then
 //! restarts and catches up: a client of it alone sees every file.
 
 mod common;
@@ -11,7 +11,7 @@ use meta::{FileKind, MetaStore};
 use meta_etcd::EtcdMeta;
 
 #[test]
-fn creates_survive_a_killed_member_and_it_catches_up() {
+fn creates_survive_a_killed_leader_and_it_catches_up() {
     let control = common::Etcd::start();
     let mut members = common::Etcd::start_cluster(3);
     let other = common::Etcd::start();
@@ -37,10 +37,20 @@ fn creates_survive_a_killed_member_and_it_catches_up() {
         .find(|d| common::cluster_of(&m, &control, d.id) == 0)
         .expect("a directory on cluster 0");
 
+    let st = m.cluster_status(&control.endpoints()).unwrap();
+    let leader = st.clusters[0]
+        .members
+        .iter()
+        .position(|h| h.leader)
+        .expect("the cluster has a leader");
+    assert_eq!(
+        st.clusters[0].members[leader].endpoint,
+        members[leader].endpoint()
+    );
     let mut acked = Vec::new();
     for i in 0..300 {
         if i == 100 {
-            members[0].kill();
+            members[leader].kill();
         }
         let name = format!("f{i}");
         let f = m
@@ -54,8 +64,8 @@ fn creates_survive_a_killed_member_and_it_catches_up() {
     consistent(&m);
 
     // The killed member restarts and catches up with the others.
-    members[0].restart();
-    let alone = etcd_count(&members[0].endpoint(), &fs);
+    members[leader].restart();
+    let alone = etcd_count(&members[leader].endpoint(), &fs);
     let start = std::time::Instant::now();
     let mut seen = alone;
     while seen < acked.len() {
@@ -64,7 +74,7 @@ fn creates_survive_a_killed_member_and_it_catches_up() {
             "member never caught up"
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
-        seen = etcd_count(&members[0].endpoint(), &fs);
+        seen = etcd_count(&members[leader].endpoint(), &fs);
     }
     assert_eq!(seen, acked.len());
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod differential;
+pub mod races;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
