@@ -32,7 +32,8 @@
 //! - `o/<ino>/<client>`: an orphan mark (an inode with no name kept for
 //!   a handle of that client).
 //! - `c/<client>`: a client's registration, under a lease the client
-//!   renews ([`EtcdOptions::client_ttl`]) and revokes when it closes.
+//!   renews ([`EtcdOptions::client_ttl`]) and revokes when it closes (in
+//!   the control cluster over several clusters).
 //! - `k/<ino>`: a directory mark, counted by `counts` (files are the
 //!   inodes that are not directories).
 //! - `n`: the first inode number no client has reserved.
@@ -60,8 +61,8 @@
 //!   result record, and returns the first result when it is there; its
 //!   own transaction cannot apply twice (it compares the record absent).
 //! - `purge_orphans` drops only the orphans of its own client and of
-//!   clients not registered (each drop compares the registration absent):
-//!   never one a live client still holds open.
+//!   clients not registered (`c/<client>` in the control cluster, or the
+//!   one data cluster): never one of a client whose registration lives.
 //! - Inode numbers come from reservations of [`INO_BATCH`] numbers (one
 //!   transaction on `n` per batch), never reused; a client's unused
 //!   reservation is skipped, not handed out again.

@@ -459,8 +459,7 @@ impl MetaStore for EtcdMeta {
     /// registered (closed, or dead past their TTL); another live client's
     /// orphans stay. Not one operation: each orphan is dropped by its own
     /// transaction (orphans are independent, and all of them together
-    /// could pass etcd's limits), which compares the mark present and its
-    /// client's registration absent.
+    /// could pass etcd's limits), which compares the mark present.
     fn purge_orphans(&self) -> Result<u64> {
         let keys = &self.keys;
         let all = self.read(|r| {
@@ -473,11 +472,14 @@ impl MetaStore for EtcdMeta {
         })?;
         let mut dropped = 0;
         for (ino, client) in all {
+            // Read before the drop, not compared by it: a registration
+            // only lapses with time, and a client whose registration
+            // lapsed knows (and says) its orphans may be gone.
+            if self.registered(client)? && client != self.client {
+                continue;
+            }
             let gone = self.mutate(|tx| {
-                let mine = client == self.client;
-                if tx.get(&tx.keys.orphan(ino, client))?.is_none()
-                    || (!mine && tx.registered(client, ino)?)
-                {
+                if tx.get(&tx.keys.orphan(ino, client))?.is_none() {
                     return Ok(false);
                 }
                 tx.delete_inode(ino)?;

@@ -67,12 +67,10 @@ pub struct EtcdMeta {
     /// This client's id in its result records' and orphan marks' keys,
     /// registered under `c/<client>` (random per open).
     pub(crate) client: u64,
-    /// The leases of the client's registration in each cluster it is
-    /// registered in (control first), renewed in the background, revoked
-    /// on drop.
+    /// The lease of the client's registration (in the control cluster,
+    /// or the one data cluster), renewed in the background, revoked on
+    /// drop.
     registrations: Mutex<Vec<(Arc<Rpc>, Arc<AtomicI64>)>>,
-    /// Data clusters the client is registered in (a prefix of the map's).
-    registered: Mutex<usize>,
     /// Fault injection: the registration is no longer renewed.
     stop_renewing: Arc<AtomicBool>,
     seq: AtomicU64,
@@ -183,7 +181,6 @@ impl EtcdMeta {
             opts,
             client: rand::random(),
             registrations: Mutex::new(Vec::new()),
-            registered: Mutex::new(0),
             stop_renewing: Arc::new(AtomicBool::new(false)),
             seq: AtomicU64::new(0),
             inos: Mutex::new((0, 0)),
@@ -203,21 +200,23 @@ impl EtcdMeta {
         self.client
     }
 
-    /// Registers the client in the control cluster (once) and in every
-    /// data cluster it is not registered in yet.
+    /// Registers the client where registrations are: the control
+    /// cluster, or the one data cluster.
     fn register_all(&self) -> Result<()> {
-        let route = self.ring.route();
-        let mut done = self.registered.lock();
-        if *done == 0 {
-            if let Some(control) = &self.ring.control {
-                self.register(control.clone())?;
-            }
+        self.register(self.ring.counter_rpc())
+    }
+
+    /// Whether `client` is registered (its registration's lease has not
+    /// lapsed): this client always is.
+    pub(crate) fn registered(&self, client: u64) -> Result<bool> {
+        if client == self.client {
+            return Ok(true);
         }
-        for rpc in &route.data[*done..] {
-            self.register(rpc.clone())?;
-        }
-        *done = route.data.len();
-        Ok(())
+        let resp = self
+            .ring
+            .counter_rpc()
+            .get(self.keys.client(client), GetOptions::new())?;
+        Ok(!resp.kvs().is_empty())
     }
 
     /// Puts `c/<client>` in one cluster under a lease of
@@ -240,10 +239,10 @@ impl EtcdMeta {
     }
 
     /// Reads the shard map again (a fence said it is stale), connecting
-    /// to and registering in clusters added since.
+    /// to clusters added since.
     pub(crate) fn refresh(&self) -> Result<()> {
         self.ring.reload(&self.keys)?;
-        self.register_all()
+        Ok(())
     }
 
     /// Runs a read, again on a fresh map when the map was stale, until the

@@ -155,13 +155,6 @@ impl<'a> Tx<'a> {
         self.read_in(cluster, key)
     }
 
-    /// Whether `client` is registered, read in the cluster of `near`'s
-    /// shard (every data cluster holds every client's registration).
-    pub(crate) fn registered(&mut self, client: u64, near: InodeId) -> Result<bool> {
-        let cluster = self.place(&self.keys.inode(near))?;
-        Ok(self.read_in(cluster, &self.keys.client(client))?.is_some())
-    }
-
     fn read_in(&mut self, cluster: usize, key: &[u8]) -> Result<Option<Vec<u8>>> {
         if let Some((_, _, v)) = self.read.get(key) {
             return Ok(v.clone());

@@ -53,7 +53,6 @@ fn reachable(m: &dyn MetaStore) -> (u64, u64) {
 
 /// Every race, `ROUNDS` times, between clients `x` and `y`.
 pub fn run(x: &EtcdMeta, y: &EtcdMeta) {
-
     // One name created by both: exactly one wins, the other sees Exists.
     for i in 0..ROUNDS {
         let name = format!("same{i}");
