@@ -263,7 +263,7 @@ impl EtcdMeta {
             let kv = resp.take_kvs().pop().ok_or(EtcdError::Stale(shard))?;
             let f = Fence::decode(kv.value())?;
             if f.lock != 0 {
-                crate::intent::settle(self, f.lock, false)?;
+                crate::intent::settle_lock(self, f.lock, shard)?;
                 std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
@@ -358,8 +358,20 @@ impl EtcdMeta {
     /// after applying its first part (as if the client died there); its
     /// intent stays committed for another client to roll forward.
     pub fn stop_after_first_part(&self) {
-        self.stop_after_part
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.stop_at.store(
+            crate::intent::STOP_AFTER_PART,
+            std::sync::atomic::Ordering::SeqCst,
+        );
+    }
+
+    /// Fault injection for tests: the next operation across clusters stops
+    /// once it holds every lock, before it commits; its intent stays
+    /// preparing, for another client to abort once this one is gone.
+    pub fn stop_after_locks(&self) {
+        self.stop_at.store(
+            crate::intent::STOP_AFTER_LOCKS,
+            std::sync::atomic::Ordering::SeqCst,
+        );
     }
 }
 

@@ -26,6 +26,8 @@
 //! coord`) would run the same [`settle`] over every intent it finds; the
 //! client library is the coordinator for now.
 
+use std::sync::atomic::Ordering;
+
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use meta::codec::Reader;
 use meta::Result;
@@ -37,6 +39,18 @@ use crate::shard::Fence;
 use crate::store::EtcdMeta;
 use crate::tx::{check_size, Part};
 use crate::EtcdError;
+
+/// Fault injection points (`EtcdMeta::stop_after_locks`, `stop_after_first_part`).
+pub(crate) const STOP_AFTER_LOCKS: u8 = 1;
+pub(crate) const STOP_AFTER_PART: u8 = 2;
+
+/// Whether the fault injected at `point` is due now (it fires once).
+fn stop_at(store: &EtcdMeta, point: u8) -> bool {
+    store
+        .stop_at
+        .compare_exchange(point, 0, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok()
+}
 
 const PREPARING: u8 = 0;
 const COMMITTED: u8 = 1;
@@ -199,6 +213,9 @@ pub(crate) fn run(store: &EtcdMeta, route: &Route, id: u64, mut parts: Vec<Part>
             return Ok(false);
         }
     }
+    if stop_at(store, STOP_AFTER_LOCKS) {
+        return Err(EtcdError::Injected.into());
+    }
     let committed = Intent {
         state: COMMITTED,
         ..intent
@@ -307,12 +324,7 @@ fn apply(store: &EtcdMeta, route: &Route, id: u64, parts: &[Part], owner: bool) 
         route
             .rpc(p.cluster)
             .txn(Txn::new().when(when).and_then(ops))?;
-        if owner
-            && i == 0
-            && store
-                .stop_after_part
-                .swap(false, std::sync::atomic::Ordering::SeqCst)
-        {
+        if owner && i == 0 && stop_at(store, STOP_AFTER_PART) {
             return Err(EtcdError::Injected.into());
         }
     }
@@ -373,8 +385,42 @@ pub(crate) fn settle(store: &EtcdMeta, id: u64, own: bool) -> Result<Option<bool
 }
 
 fn owner_registered(store: &EtcdMeta, owner: u64) -> Result<bool> {
-    let resp = control(store)?.get(store.keys.client(owner), GetOptions::new())?;
-    Ok(!resp.kvs().is_empty())
+    store.registered(owner)
+}
+
+/// Settles intent `id`, found holding `shard` locked. An intent settled
+/// as not applied whose lock is still on the shard left it there by dying
+/// between its lock and its abort (an intent is written before its locks
+/// and ends after releasing them): that lock is released.
+pub(crate) fn settle_lock(store: &EtcdMeta, id: u64, shard: u32) -> Result<()> {
+    if settle(store, id, false)? != Some(false) {
+        return Ok(());
+    }
+    let route = store.ring.route();
+    let Some(map) = &route.map else {
+        return Ok(());
+    };
+    let (cluster, _) = map.owner(shard)?;
+    let rpc = route.rpc(cluster);
+    let key = store.keys.fence(shard);
+    let mut resp = rpc.get(key.clone(), GetOptions::new())?;
+    let Some(kv) = resp.take_kvs().pop() else {
+        return Ok(());
+    };
+    let fence = Fence::decode(kv.value())?;
+    if fence.lock == id {
+        tracing::warn!(
+            intent = id,
+            shard,
+            "a lock left by an abandoned intent is released"
+        );
+        rpc.txn(
+            Txn::new()
+                .when([Compare::value(key.clone(), CompareOp::Equal, kv.value())])
+                .and_then([TxnOp::put(key, Fence { lock: 0, ..fence }.encode(), None)]),
+        )?;
+    }
+    Ok(())
 }
 
 /// The unfinished intents (not `Done`): id, state name and owner.

@@ -81,8 +81,9 @@ pub struct EtcdMeta {
     leases: Mutex<HashMap<usize, (i64, Instant)>>,
     /// Fault injection: the next transaction's reply is dropped.
     lose_reply: AtomicBool,
-    /// Fault injection: the next intent stops after its first part.
-    pub(crate) stop_after_part: AtomicBool,
+    /// Fault injection: where the next intent stops ([`crate::intent`]'s
+    /// `STOP_*`; 0: nowhere).
+    pub(crate) stop_at: std::sync::atomic::AtomicU8,
 }
 
 impl std::fmt::Debug for EtcdMeta {
@@ -186,7 +187,7 @@ impl EtcdMeta {
             inos: Mutex::new((0, 0)),
             leases: Mutex::new(HashMap::new()),
             lose_reply: AtomicBool::new(false),
-            stop_after_part: AtomicBool::new(false),
+            stop_at: std::sync::atomic::AtomicU8::new(0),
         }
     }
 
@@ -511,10 +512,10 @@ impl EtcdMeta {
                     });
                 }
                 Err(e) if crate::is(&e, |e| matches!(e, EtcdError::Locked { .. })) => {
-                    let Some(EtcdError::Locked { intent, .. }) = etcd_error(&e) else {
+                    let Some(&EtcdError::Locked { intent, shard }) = etcd_error(&e) else {
                         unreachable!()
                     };
-                    last = Some(match crate::intent::settle(self, *intent, false) {
+                    last = Some(match crate::intent::settle_lock(self, intent, shard) {
                         Ok(_) => (e, 10),
                         Err(r) => (r, 100),
                     });

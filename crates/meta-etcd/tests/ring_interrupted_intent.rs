@@ -2,7 +2,9 @@
 //! stops after applying the first part, then is dropped, as if it died):
 //! until it is settled no reader meets a dangling entry, and the next
 //! client that touches a locked shard rolls it forward. Link counts and
-//! the tree are right afterwards.
+//! the tree are right afterwards. One interrupted before its commit (all
+//! locks held) is aborted once its client is gone, and a lock whose
+//! intent vanished is released: nothing of either is applied.
 
 mod common;
 
@@ -15,19 +17,20 @@ fn injected(e: &MetaError) -> bool {
 }
 
 /// Makes directories `prefix{i}` in `parent` until one lands on another
-/// cluster than `parent`; with `stop` that mkdir is interrupted. Returns
-/// its name (and the inode, when it completed).
+/// cluster than `parent`; with `stop` (a fault armed on `m`) that mkdir
+/// is interrupted. Returns its name (and the inode, when it completed).
 fn cross_mkdir(
     m: &EtcdMeta,
     ring: &common::Ring,
     parent: InodeId,
     prefix: &str,
-    stop: bool,
+    stop: Option<fn(&EtcdMeta)>,
 ) -> (String, Option<InodeId>) {
     let home = common::cluster_of(m, &ring.control, parent);
-    if stop {
-        m.stop_after_first_part();
+    if let Some(arm) = stop {
+        arm(m);
     }
+    let stop = stop.is_some();
     for i in 0..200 {
         let name = format!("{prefix}{i}");
         match m.create(parent, name.as_bytes(), new(FileKind::Dir), t(1)) {
@@ -51,7 +54,7 @@ fn an_interrupted_mkdir_and_rename_are_rolled_forward_by_another_client() {
 
     // A mkdir across clusters stops after its first part: the child's
     // record (created first); its name is not there yet.
-    let (name, done) = cross_mkdir(&a, &ring, ROOT, "m", true);
+    let (name, done) = cross_mkdir(&a, &ring, ROOT, "m", Some(EtcdMeta::stop_after_first_part));
     assert!(done.is_none());
     let dirs_before = b.readdir(ROOT, None, usize::MAX).unwrap().len();
     assert!(
@@ -74,10 +77,10 @@ fn an_interrupted_mkdir_and_rename_are_rolled_forward_by_another_client() {
     // A rename of a file between directories on two clusters, stopped
     // after its first part, then settled by a client that opens later.
     let c = ring.open(&fs);
-    let (x, _) = cross_mkdir(&c, &ring, ROOT, "x", false);
+    let (x, _) = cross_mkdir(&c, &ring, ROOT, "x", None);
     let x = c.lookup(ROOT, x.as_bytes()).unwrap().id;
     let f = c.create(x, b"f", new(FileKind::File), t(3)).unwrap();
-    let (y, _) = cross_mkdir(&c, &ring, x, "y", false);
+    let (y, _) = cross_mkdir(&c, &ring, x, "y", None);
     let y = c.lookup(x, y.as_bytes()).unwrap().id;
     assert_ne!(
         common::cluster_of(&c, &ring.control, x),
@@ -110,4 +113,72 @@ fn an_interrupted_mkdir_and_rename_are_rolled_forward_by_another_client() {
     assert_eq!(d.path_of(f.id).unwrap().unwrap().last().unwrap(), b"g");
     consistent(&d);
     consistent(&b);
+}
+
+#[test]
+fn an_intent_stopped_before_its_commit_is_aborted_and_a_stray_lock_released() {
+    let ring = common::Ring::start(2);
+    let fs = ring.init(16);
+    let b = ring.open(&fs);
+    let dirs = |m: &EtcdMeta| m.counts().unwrap().dirs;
+
+    // Stopped holding every lock: preparing, its client alive, then gone.
+    let a = ring.open(&fs);
+    let before = dirs(&b);
+    let (name, done) = cross_mkdir(&a, &ring, ROOT, "p", Some(EtcdMeta::stop_after_locks));
+    assert!(done.is_none());
+    let made = dirs(&b) - before;
+    let st = b.cluster_status(&ring.control.endpoints()).unwrap();
+    assert_eq!(st.intents.len(), 1);
+    assert_eq!(st.intents[0].state, "preparing");
+    drop(a);
+    // B writes in the root's (locked) shard: it aborts the dead client's
+    // intent and goes on; the mkdir never happened.
+    b.create(ROOT, b"after", new(FileKind::File), t(5)).unwrap();
+    assert!(matches!(
+        b.lookup(ROOT, name.as_bytes()),
+        Err(MetaError::NotFound)
+    ));
+    assert_eq!(dirs(&b), before + made, "no record of the aborted mkdir");
+    assert!(b
+        .cluster_status(&ring.control.endpoints())
+        .unwrap()
+        .intents
+        .is_empty());
+
+    // A lock whose intent is gone (its client died between its lock and
+    // its abort): released by the next writer.
+    let a = ring.open(&fs);
+    let (name, _) = cross_mkdir(&a, &ring, ROOT, "q", Some(EtcdMeta::stop_after_locks));
+    drop(a);
+    delete_intents(&ring.control.endpoint(), &fs);
+    b.create(ROOT, b"after2", new(FileKind::File), t(6))
+        .unwrap();
+    assert!(matches!(
+        b.lookup(ROOT, name.as_bytes()),
+        Err(MetaError::NotFound)
+    ));
+    consistent(&b);
+}
+
+/// Deletes every intent record of `fsid` in the control cluster.
+fn delete_intents(endpoint: &str, fsid: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut c = etcd_client::Client::connect([endpoint], None)
+            .await
+            .unwrap();
+        let n = c
+            .delete(
+                format!("/{fsid}/t/"),
+                Some(etcd_client::DeleteOptions::new().with_prefix()),
+            )
+            .await
+            .unwrap()
+            .deleted();
+        assert_eq!(n, 1);
+    });
 }
