@@ -99,6 +99,17 @@ impl Keys {
         self.key(b"e/", &[&shard.to_be_bytes()])
     }
 
+    /// Every fence: `e/`.
+    pub(crate) fn fences(&self) -> Vec<u8> {
+        self.key(b"e/", &[])
+    }
+
+    /// The shard of an `e/<shard>` key.
+    pub(crate) fn shard_of_fence(&self, key: &[u8]) -> Option<u32> {
+        let n = key.get(self.prefix.len() + 2..)?;
+        Some(u32::from_be_bytes(n.try_into().ok()?))
+    }
+
     /// The shard map (control cluster).
     pub(crate) fn map(&self) -> Vec<u8> {
         self.key(b"m", &[])
@@ -221,6 +232,8 @@ mod tests {
         }
         assert_eq!(k.shard_of_key(&k.next_ino()), None);
         assert_eq!(k.shard_of_key(&k.fence(3)), None);
+        assert_eq!(k.shard_of_fence(&k.fence(70_000)), Some(70_000));
+        assert!(k.fence(3).starts_with(&k.fences()));
         let (lo, hi) = k.shard_range(b"i/", 3, 4);
         assert!(k.inode(ino) >= lo && k.inode(ino) < hi);
         assert!(k.inode(crate::shard::ino_in(4, 0)) >= hi);

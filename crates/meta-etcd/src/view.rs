@@ -15,9 +15,10 @@ use std::sync::Arc;
 use etcd_client::{GetOptions, KeyValue};
 use meta::{DirEntry, FileKind, Inode, InodeId, MetaError, MetaView, Result};
 
-use crate::keys::{key_after, prefix_end, Keys};
+use crate::keys::{prefix_end, Keys};
 use crate::record::{decode, dval_decode, Rec};
 use crate::route::Route;
+use crate::shard::Fence;
 use crate::EtcdError;
 
 /// Steps a parent-pointer walk takes over several clusters before it
@@ -30,6 +31,8 @@ pub(crate) struct Reader<'a> {
     keys: &'a Keys,
     revs: HashMap<usize, i64>,
     checked: HashSet<u32>,
+    /// Per cluster, its fences at the reader's revision (whole scans).
+    fences: HashMap<usize, HashMap<u32, Fence>>,
 }
 
 impl<'a> Reader<'a> {
@@ -39,6 +42,7 @@ impl<'a> Reader<'a> {
             keys,
             revs,
             checked: HashSet::new(),
+            fences: HashMap::new(),
         }
     }
 
@@ -177,44 +181,95 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
-    /// The fences of a run's shards, read at the run cluster's revision
-    /// (one range read): [`EtcdError::Stale`] unless all are the map's.
-    fn check_run(&mut self, run: &crate::route::Run) -> Result<()> {
-        let (Some(&(lo, _)), Some(&(hi, _))) = (run.shards.first(), run.shards.last()) else {
-            return Ok(());
-        };
-        if !self.revs.contains_key(&run.cluster) {
-            self.value_in(run.cluster, self.keys.next_ino())?;
+    /// Every fence in `cluster`, read once per reader at the cluster's
+    /// revision (one range read).
+    fn fences(&mut self, cluster: usize) -> Result<&HashMap<u32, Fence>> {
+        if !self.fences.contains_key(&cluster) {
+            if !self.revs.contains_key(&cluster) {
+                self.value_in(cluster, self.keys.next_ino())?;
+            }
+            let rev = self.revs[&cluster];
+            let prefix = self.keys.fences();
+            let mut fences = HashMap::new();
+            let keys = self.keys;
+            self.route.rpc(cluster).scan(
+                prefix.clone(),
+                &prefix_end(&prefix),
+                rev,
+                usize::MAX,
+                &mut |kv| {
+                    let shard = keys.shard_of_fence(kv.key()).ok_or(EtcdError::BadFence)?;
+                    fences.insert(shard, Fence::decode(kv.value())?);
+                    Ok(true)
+                },
+            )?;
+            self.fences.insert(cluster, fences);
         }
-        let rev = self.revs[&run.cluster];
-        let mut fences = HashMap::new();
-        let start = self.keys.fence(lo);
-        let end = key_after(&self.keys.fence(hi));
-        let keys = self.keys;
-        self.route
-            .rpc(run.cluster)
-            .scan(start, &end, rev, usize::MAX, &mut |kv| {
-                let shard = kv
-                    .key()
-                    .get(keys.fence(0).len() - 4..)
-                    .and_then(|b| b.try_into().ok())
-                    .map(u32::from_be_bytes)
-                    .ok_or(EtcdError::BadFence)?;
-                fences.insert(shard, kv.into_key_value().1);
-                Ok(true)
-            })?;
+        Ok(&self.fences[&cluster])
+    }
+
+    /// The fences of a run's shards: [`EtcdError::Stale`] unless all are
+    /// the map's.
+    fn check_run(&mut self, run: &crate::route::Run) -> Result<()> {
+        if run.shards.is_empty() {
+            return Ok(());
+        }
+        let fences = self.fences(run.cluster)?;
         for &(shard, epoch) in &run.shards {
-            Route::check_fence(shard, epoch, fences.get(&shard).map(Vec::as_slice))?;
+            let fence = fences.get(&shard).map(Fence::encode);
+            Route::check_fence(shard, epoch, fence.as_deref())?;
         }
         Ok(())
     }
 
-    /// The number of keys under `tag` in every shard.
+    /// Whether `cluster` holds the keys of exactly the shards the map
+    /// gives it: a fence for each at the map's epoch, and no other fence
+    /// but those of shards that moved away (whose keys went with the
+    /// mark). Then one range of a tag there is those shards' keys.
+    fn holds_only_its_own(&mut self, cluster: usize) -> Result<bool> {
+        let Some(map) = self.route.map.clone() else {
+            return Ok(true);
+        };
+        let fences = self.fences(cluster)?;
+        let own = map
+            .shards
+            .iter()
+            .enumerate()
+            .filter(|(_, (c, _))| usize::from(*c) == cluster);
+        let mine_ok = own.clone().all(|(s, &(_, epoch))| {
+            fences
+                .get(&(s as u32))
+                .is_some_and(|f| f.epoch == epoch && !f.moved)
+        });
+        let others_gone = fences.iter().all(|(&s, f)| {
+            f.moved
+                || map
+                    .shards
+                    .get(s as usize)
+                    .is_some_and(|&(c, _)| usize::from(c) == cluster)
+        });
+        Ok(mine_ok && others_gone)
+    }
+
+    /// The number of keys under `tag` in every shard: one count per
+    /// cluster that holds only its own shards' keys, one per run of
+    /// shards elsewhere (a shard moving in or out).
     pub(crate) fn count(&mut self, tag: &[u8; 2]) -> Result<u64> {
+        let mut ranges = Vec::new();
+        let runs = self.route.runs(self.keys, tag);
+        for cluster in 0..self.route.data.len() {
+            if self.route.map.is_some() && self.holds_only_its_own(cluster)? {
+                let (start, end) = self.keys.shard_range(tag, 0, crate::shard::MAX_SHARDS);
+                ranges.push((cluster, start, end));
+                continue;
+            }
+            for run in runs.iter().filter(|r| r.cluster == cluster) {
+                self.check_run(run)?;
+                ranges.push((cluster, run.start.clone(), run.end.clone()));
+            }
+        }
         let mut n = 0;
-        for run in self.route.runs(self.keys, tag) {
-            self.check_run(&run)?;
-            let (cluster, start, end) = (run.cluster, run.start, run.end);
+        for (cluster, start, end) in ranges {
             let rev = self.revs.get(&cluster).copied().unwrap_or(0);
             let resp = self.route.rpc(cluster).get(
                 start,

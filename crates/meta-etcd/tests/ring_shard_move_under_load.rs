@@ -1,11 +1,13 @@
 //! A shard moved from one data cluster to another, and back, while
 //! another client keeps creating files in a directory of that shard: no
 //! acknowledged create is lost, none is applied twice (each name is there
-//! once, with the number its create returned), and the tree is whole.
+//! once, with the number its create returned), and the tree is whole. A
+//! third client counting meanwhile never counts a file twice (the copy in
+//! the target is not counted before the map says so) nor goes back.
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use meta::conformance::{consistent, new, t, ROOT};
 use meta::{FileKind, MetaStore};
@@ -22,14 +24,31 @@ fn creates_during_shard_moves_are_all_there_once() {
     let shard = meta_etcd::shard_of(d.id);
     let home = common::cluster_of(&mover, &ring.control, d.id);
 
+    let counter = ring.open(&fs);
     let stop = AtomicBool::new(false);
+    let started = AtomicU64::new(0);
     let acked = std::thread::scope(|s| {
+        let c = s.spawn(|| {
+            let mut last = 0;
+            let mut counted = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let files = counter.counts().unwrap().files;
+                // Read after counting: every file counted was started.
+                let most = started.load(Ordering::SeqCst);
+                assert!(files >= last, "counts went back: {last} -> {files}");
+                assert!(files <= most, "counted {files} of at most {most} files");
+                last = files;
+                counted += 1;
+            }
+            counted
+        });
         let w = s.spawn(|| {
             let mut acked = Vec::new();
             let mut i = 0u32;
             // At least a few hundred creates, and until both moves are done.
             while i < 300 || !stop.load(Ordering::SeqCst) {
                 let name = format!("f{i}");
+                started.fetch_add(1, Ordering::SeqCst);
                 let f = writer
                     .create(d.id, name.as_bytes(), new(FileKind::File), t(2))
                     .unwrap_or_else(|e| panic!("create {name}: {e}"));
@@ -50,6 +69,7 @@ fn creates_during_shard_moves_are_all_there_once() {
         }
         mover.move_shard(shard, home).unwrap();
         stop.store(true, Ordering::SeqCst);
+        assert!(c.join().unwrap() > 0);
         w.join().unwrap()
     });
 
