@@ -62,6 +62,14 @@ fn creates_survive_a_killed_leader_and_it_catches_up() {
         assert_eq!(m.lookup(d.id, name.as_bytes()).unwrap().id, *ino);
     }
     consistent(&m);
+    // A client opened while the member is down works too.
+    let late = EtcdMeta::open_cluster(&control.endpoints(), &fs, common::quick()).unwrap();
+    late.create(d.id, b"late", new(FileKind::File), t(3))
+        .unwrap();
+    acked.push(("late".into(), late.lookup(d.id, b"late").unwrap().id));
+    let st = late.cluster_status(&control.endpoints()).unwrap();
+    assert!(!st.clusters[0].members[leader].healthy);
+    assert!(st.clusters[0].members.iter().filter(|h| h.healthy).count() == 2);
 
     // The killed member restarts and catches up with the others.
     members[leader].restart();
@@ -108,7 +116,7 @@ fn etcd_count(endpoint: &str, fsid: &str) -> usize {
             .filter(|kv| {
                 kv.key()
                     .get(prefix.len() + 9..)
-                    .is_some_and(|n| n.starts_with(b"f"))
+                    .is_some_and(|n| n.starts_with(b"f") || n == b"late")
             })
             .count()
     })
