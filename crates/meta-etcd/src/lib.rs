@@ -91,8 +91,10 @@
 mod cluster;
 mod intent;
 mod keys;
+mod mutate;
 mod ops;
 mod record;
+mod register;
 mod route;
 mod rpc;
 mod shard;

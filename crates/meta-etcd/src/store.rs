@@ -1,8 +1,7 @@
 //! [`EtcdMeta`]: opening a file system in etcd (one cluster, or several
-//! with a control cluster), the loop that runs one operation as one
-//! transaction (retries, result records) or as one intent across clusters,
-//! inode-number reservations, the client's registrations and the lease of
-//! the result records.
+//! with a control cluster), reads retried on a stale map, inode-number
+//! reservations and the leases of the result records. Mutations run in
+//! `mutate`, registrations in `register`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -14,11 +13,10 @@ use meta::{Attr, Content, FileKind, Inode, InodeId, MetaError, Result, Timestamp
 use parking_lot::Mutex;
 
 use crate::keys::Keys;
-use crate::record::{encode, Outcome, Rec};
-use crate::route::{Ring, Route};
+use crate::record::{encode, Rec};
+use crate::route::Ring;
 use crate::rpc::Rpc;
 use crate::shard::{ino_in, shard_for_dir, shard_of};
-use crate::tx::{Part, Tx};
 use crate::view::Reader;
 use crate::EtcdError;
 
@@ -70,17 +68,17 @@ pub struct EtcdMeta {
     /// The lease of the client's registration (in the control cluster,
     /// or the one data cluster), renewed in the background, revoked on
     /// drop.
-    registrations: Mutex<Vec<(Arc<Rpc>, Arc<AtomicI64>)>>,
+    pub(crate) registrations: Mutex<Vec<(Arc<Rpc>, Arc<AtomicI64>)>>,
     /// Fault injection: the registration is no longer renewed.
-    stop_renewing: Arc<AtomicBool>,
-    seq: AtomicU64,
+    pub(crate) stop_renewing: Arc<AtomicBool>,
+    pub(crate) seq: AtomicU64,
     /// Reserved inode numbers not handed out yet: `[next, end)`.
     inos: Mutex<(u64, u64)>,
     /// Per cluster, the lease result records are written under, and when
     /// it was granted.
-    leases: Mutex<HashMap<usize, (i64, Instant)>>,
+    pub(crate) leases: Mutex<HashMap<usize, (i64, Instant)>>,
     /// Fault injection: the next transaction's reply is dropped.
-    lose_reply: AtomicBool,
+    pub(crate) lose_reply: AtomicBool,
     /// Fault injection: where the next intent stops ([`crate::intent`]'s
     /// `STOP_*`; 0: nowhere).
     pub(crate) stop_at: std::sync::atomic::AtomicU8,
@@ -114,7 +112,7 @@ pub fn parse_url(url: &str) -> Result<(Vec<String>, String), EtcdError> {
 
 /// Whether an error is the cluster not answering (worth another try
 /// before the deadline), not an answer.
-fn transient(e: &MetaError) -> bool {
+pub(crate) fn transient(e: &MetaError) -> bool {
     match e {
         MetaError::Remote(src) => matches!(
             src.downcast_ref::<EtcdError>(),
@@ -196,49 +194,6 @@ impl EtcdMeta {
         self.ring.control.is_some()
     }
 
-    /// This client's id (in its registration, result records, intents).
-    pub fn client_id(&self) -> u64 {
-        self.client
-    }
-
-    /// Registers the client where registrations are: the control
-    /// cluster, or the one data cluster.
-    fn register_all(&self) -> Result<()> {
-        self.register(self.ring.counter_rpc())
-    }
-
-    /// Whether `client` is registered (its registration's lease has not
-    /// lapsed): this client always is.
-    pub(crate) fn registered(&self, client: u64) -> Result<bool> {
-        if client == self.client {
-            return Ok(true);
-        }
-        let resp = self
-            .ring
-            .counter_rpc()
-            .get(self.keys.client(client), GetOptions::new())?;
-        Ok(!resp.kvs().is_empty())
-    }
-
-    /// Puts `c/<client>` in one cluster under a lease of
-    /// [`EtcdOptions::client_ttl`] and starts renewing it in the background.
-    fn register(&self, rpc: Arc<Rpc>) -> Result<()> {
-        let ttl = self.opts.client_ttl.as_secs().max(2) as i64;
-        let key = self.keys.client(self.client);
-        let id = rpc.call({
-            let key = key.clone();
-            move |c| grant_and_put(c, key, ttl)
-        })?;
-        let lease = Arc::new(AtomicI64::new(id));
-        let stop = self.stop_renewing.clone();
-        rpc.spawn({
-            let lease = lease.clone();
-            move |c| keep_registered(c, key, ttl, lease, stop)
-        });
-        self.registrations.lock().push((rpc, lease));
-        Ok(())
-    }
-
     /// Reads the shard map again (a fence said it is stale), connecting
     /// to clusters added since.
     pub(crate) fn refresh(&self) -> Result<()> {
@@ -300,12 +255,6 @@ impl EtcdMeta {
     /// unknown outcome.
     pub fn lose_next_reply(&self) {
         self.lose_reply.store(true, Ordering::SeqCst);
-    }
-
-    /// Fault injection for tests: the client's registration is no longer
-    /// renewed, as when the client hangs; it lapses after its TTL.
-    pub fn stop_renewing(&self) {
-        self.stop_renewing.store(true, Ordering::SeqCst);
     }
 
     fn make_root(&self, uid: u32, gid: u32) -> Result<()> {
@@ -430,137 +379,6 @@ impl EtcdMeta {
         slots.insert(cluster, (id, at));
         Ok(id)
     }
-
-    /// Runs one operation: `f` reads what it needs through a [`Tx`] and
-    /// computes; the attempt then commits as one transaction (its keys in
-    /// one cluster) or as one intent (`intent`, keys in several). A
-    /// conflict runs `f` again (bounded); an unknown outcome first looks
-    /// for the operation's result record (or its intent); an unreachable
-    /// cluster, a stale shard map and a shard locked by an intent are
-    /// waited out until the deadline (a map is reloaded, an intent
-    /// settled). An error of `f` itself is the operation's answer.
-    pub(crate) fn mutate<T: Outcome>(
-        &self,
-        mut f: impl FnMut(&mut Tx<'_>) -> Result<T>,
-    ) -> Result<T> {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        let op_key = self.keys.op(self.client, seq);
-        let deadline = Instant::now() + self.opts.op_deadline;
-        // The cluster of a transaction whose reply was lost.
-        let mut unknown: Option<usize> = None;
-        // An intent of this operation whose end is not known, with the
-        // outcome it would give.
-        let mut pending: Option<(u64, Vec<u8>)> = None;
-        let mut conflicts = 0;
-        let mut last: Option<(MetaError, u64)> = None;
-        loop {
-            if let Some((e, pause)) = last.take() {
-                if Instant::now() >= deadline {
-                    tracing::error!(error = %e, "etcd unreachable; the metadata operation failed");
-                    return Err(EtcdError::Unavailable {
-                        after: self.opts.op_deadline,
-                        last: e.to_string(),
-                    }
-                    .into());
-                }
-                std::thread::sleep(Duration::from_millis(pause));
-            }
-            let attempt = (|| -> Result<Option<T>> {
-                let route = self.ring.route();
-                if let Some(c) = unknown {
-                    let mut resp = route.rpc(c).get(op_key.clone(), GetOptions::new())?;
-                    if let Some(kv) = resp.take_kvs().pop() {
-                        return Ok(Some(T::decode(kv.value())?));
-                    }
-                }
-                if let Some((id, out)) = &pending {
-                    if crate::intent::settle(self, *id, true)? == Some(true) {
-                        return Ok(Some(T::decode(out)?));
-                    }
-                    pending = None;
-                }
-                let mut tx = Tx::new(&route, &self.keys, self.client);
-                let out = f(&mut tx)?;
-                let mut parts = tx.into_parts()?;
-                if parts.len() > 1 {
-                    let id = rand::random::<u64>() | 1;
-                    pending = Some((id, out.encode()));
-                    let applied = crate::intent::run(self, &route, id, parts)?;
-                    pending = None;
-                    return Ok(applied.then_some(out));
-                }
-                let part = parts.pop().unwrap_or_default();
-                self.commit(&route, part, &op_key, out, &mut unknown)
-            })();
-            match attempt {
-                Ok(Some(out)) => return Ok(out),
-                Ok(None) => {
-                    conflicts += 1;
-                    if conflicts >= MAX_CONFLICTS {
-                        tracing::error!(conflicts, "a metadata operation met too many conflicts");
-                        return Err(EtcdError::Contended(conflicts).into());
-                    }
-                    if self.is_sharded() {
-                        // Intents that collide back off at random.
-                        std::thread::sleep(Duration::from_millis(rand::random::<u64>() % 10));
-                    }
-                }
-                Err(e) if crate::is(&e, |e| matches!(e, EtcdError::Stale(_))) => {
-                    last = Some(match self.refresh() {
-                        Ok(()) => (e, 20),
-                        Err(r) => (r, 100),
-                    });
-                }
-                Err(e) if crate::is(&e, |e| matches!(e, EtcdError::Locked { .. })) => {
-                    let Some(&EtcdError::Locked { intent, shard }) = etcd_error(&e) else {
-                        unreachable!()
-                    };
-                    last = Some(match crate::intent::settle_lock(self, intent, shard) {
-                        Ok(_) => (e, 10),
-                        Err(r) => (r, 100),
-                    });
-                }
-                Err(e) if transient(&e) || is_reply_lost(&e) => last = Some((e, 100)),
-                Err(e) => {
-                    if let MetaError::Remote(src) = &e {
-                        tracing::error!(error = %src, "a metadata operation failed in etcd");
-                    }
-                    return Err(e);
-                }
-            }
-        }
-    }
-
-    /// Commits an attempt whose keys are all in one cluster: one
-    /// transaction, with the operation's result record.
-    fn commit<T: Outcome>(
-        &self,
-        route: &Route,
-        part: Part,
-        op_key: &[u8],
-        out: T,
-        unknown: &mut Option<usize>,
-    ) -> Result<Option<T>> {
-        let c = part.cluster;
-        let rpc = route.rpc(c);
-        let txn = part.into_txn(op_key.to_vec(), out.encode(), self.lease(rpc, c)?)?;
-        let sent = rpc.txn(txn);
-        if self.lose_reply.swap(false, Ordering::SeqCst) {
-            *unknown = Some(c);
-            return Err(EtcdError::ReplyLost.into());
-        }
-        match sent {
-            Ok(resp) if resp.succeeded() => Ok(Some(out)),
-            Ok(_) => Ok(None),
-            Err(e) => {
-                *unknown = Some(c);
-                // The lease may be what failed (expired while the cluster
-                // was away): take a new one.
-                self.leases.lock().remove(&c);
-                Err(e.into())
-            }
-        }
-    }
 }
 
 /// A new root directory's record (mode 0755, `nlink` 2, its own parent).
@@ -587,90 +405,6 @@ pub(crate) fn root_rec(uid: u32, gid: u32) -> Rec {
         parent: InodeId::ROOT,
         entries: 0,
     }
-}
-
-fn etcd_error(e: &MetaError) -> Option<&EtcdError> {
-    match e {
-        MetaError::Remote(src) => src.downcast_ref::<EtcdError>(),
-        _ => None,
-    }
-}
-
-impl Drop for EtcdMeta {
-    /// Revokes the client's registrations (best effort: unrevoked, they
-    /// lapse after their TTL), so that other clients may purge its orphans
-    /// and settle its intents now.
-    fn drop(&mut self) {
-        for (rpc, lease) in self.registrations.lock().drain(..) {
-            let id = lease.load(Ordering::SeqCst);
-            if let Err(e) = rpc.call(move |mut c| async move { c.lease_revoke(id).await }) {
-                tracing::warn!(error = %e, "the client's registration was not revoked; it lapses with its lease");
-            }
-        }
-    }
-}
-
-/// A new lease of `ttl` seconds with `key` put under it; the lease's id.
-async fn grant_and_put(
-    mut c: etcd_client::Client,
-    key: Vec<u8>,
-    ttl: i64,
-) -> Result<i64, etcd_client::Error> {
-    let id = c.lease_grant(ttl, None).await?.id();
-    c.put(
-        key,
-        Vec::new(),
-        Some(etcd_client::PutOptions::new().with_lease(id)),
-    )
-    .await?;
-    Ok(id)
-}
-
-/// Renews the registration's lease every third of its TTL, for as long as
-/// the store's runtime runs. A lease found expired (the cluster was away
-/// longer than the TTL) is replaced and the registration put again: other
-/// clients may have purged this client's orphans meanwhile (logged).
-async fn keep_registered(
-    members: Vec<etcd_client::Client>,
-    key: Vec<u8>,
-    ttl: i64,
-    lease: Arc<AtomicI64>,
-    stop: Arc<AtomicBool>,
-) {
-    let period = Duration::from_millis(ttl as u64 * 1000 / 3);
-    let mut at = 0;
-    loop {
-        tokio::time::sleep(period).await;
-        if stop.load(Ordering::SeqCst) {
-            return;
-        }
-        let c = &members[at % members.len()];
-        let id = lease.load(Ordering::SeqCst);
-        let renewed = async {
-            let (mut keeper, mut stream) = c.clone().lease_keep_alive(id).await?;
-            keeper.keep_alive().await?;
-            Ok::<_, etcd_client::Error>(stream.message().await?.map_or(0, |r| r.ttl()))
-        };
-        match tokio::time::timeout(period, renewed).await {
-            Ok(Ok(left)) if left > 0 => {}
-            Ok(Ok(_)) => {
-                tracing::error!(
-                    "the client's registration in etcd expired: other clients may have purged its orphans"
-                );
-                if let Ok(Ok(id)) =
-                    tokio::time::timeout(period, grant_and_put(c.clone(), key.clone(), ttl)).await
-                {
-                    lease.store(id, Ordering::SeqCst);
-                }
-            }
-            // Unreachable: the next period tries the next member.
-            Ok(Err(_)) | Err(_) => at += 1,
-        }
-    }
-}
-
-fn is_reply_lost(e: &MetaError) -> bool {
-    matches!(e, MetaError::Remote(src) if matches!(src.downcast_ref::<EtcdError>(), Some(EtcdError::ReplyLost)))
 }
 
 pub(crate) fn check_fsid(fsid: &str) -> Result<(), EtcdError> {
