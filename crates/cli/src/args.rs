@@ -166,6 +166,11 @@ pub enum Command {
     /// "Memory", lists what counts toward which and what does not.
     Mount(MountArgs),
 
+    /// Run the metadata over several etcd clusters: create it, show it,
+    /// add a data cluster, move a shard (docs/metadata-on-etcd.md).
+    #[command(subcommand)]
+    Cluster(crate::cluster::ClusterCommand),
+
     /// Unmount a cairn file system (fusermount3 -u), or clear a dead one
     /// left by a daemon that was killed.
     Umount {
@@ -843,6 +848,14 @@ pub struct MountArgs {
     /// with EIO after 30 s, never hang. See docs/metadata-on-etcd.md.
     #[arg(long, value_name = "URL")]
     pub meta: Option<String>,
+    /// Keep the file system's metadata over several etcd clusters: the
+    /// control cluster at etcd://HOST:PORT[,HOST:PORT...]/FSID holds the
+    /// shard map that `cairn cluster init` made. As with --meta, file data
+    /// stays in the repository, which records the URL (as cluster:URL) and
+    /// from then on mounts only with the same --cluster. See `cairn
+    /// cluster --help` and docs/metadata-on-etcd.md.
+    #[arg(long, value_name = "URL", conflicts_with = "meta")]
+    pub cluster: Option<String>,
 }
 
 #[derive(Args, Debug)]

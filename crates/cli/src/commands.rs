@@ -44,6 +44,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Demo { file } => demo(&root, file, quiet),
         Command::Mount(args) => crate::mount::mount(&root, &args, None, quiet),
         Command::Umount { mountpoint } => crate::mount::umount(&mountpoint),
+        Command::Cluster(cmd) => crate::cluster::run(cmd),
         Command::Serve {
             mountpoint,
             nonempty,

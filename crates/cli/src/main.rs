@@ -30,6 +30,7 @@ mod alloc;
 mod args;
 mod bench;
 mod branches;
+mod cluster;
 mod commands;
 mod doctor;
 mod gateway;

@@ -58,9 +58,10 @@ pub fn mount(
         // and the unmount would still write version records.
         repo.config.fs.version_interval = std::time::Duration::ZERO;
     }
-    let fs = match &args.meta {
-        Some(url) => service::open_fs_on_etcd(&repo, url)?,
-        None => service::open_fs(&repo)?,
+    let fs = match (&args.meta, &args.cluster) {
+        (Some(url), _) => service::open_fs_on_etcd(&repo, url)?,
+        (None, Some(url)) => service::open_fs_on_etcd_cluster(&repo, url)?,
+        (None, None) => service::open_fs(&repo)?,
     };
     // Listening first: an address in use is refused before anything is
     // mounted.
@@ -254,6 +255,7 @@ pub fn serve(
         metrics: None,
         options: Vec::new(),
         meta: None,
+        cluster: None,
     };
     mount(root, &args, Some(gateway), quiet)
 }

@@ -165,6 +165,7 @@ pub fn run(args: &[OsString]) -> Result<ExitCode> {
         metrics: None,
         options: h.options.clone(),
         meta: None,
+        cluster: None,
     };
     apply_options(&mut check)?;
     if h.fake {
@@ -244,6 +245,7 @@ mod tests {
             metrics: None,
             options: opts.iter().map(|s| s.to_string()).collect(),
             meta: None,
+            cluster: None,
         }
     }
 

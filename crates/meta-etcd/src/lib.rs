@@ -1,18 +1,24 @@
-//! The metadata engine over one etcd cluster: [`EtcdMeta`], a
-//! [`meta::MetaStore`] whose every operation is one etcd transaction, so
-//! that several cairn processes (clients) can share one file system's
-//! namespace (issue 18, first slice; `docs/metadata-on-etcd.md`).
+//! The metadata engine over etcd: [`EtcdMeta`], a [`meta::MetaStore`]
+//! whose every operation is one etcd transaction, so that several cairn
+//! processes (clients) can share one file system's namespace (issue 18;
+//! `docs/metadata-on-etcd.md`); on one etcd cluster, or sharded over
+//! several data clusters with a control cluster (RFS placement).
 //!
 //! **Owns:** the key layout of a file system in etcd, the optimistic
 //! transaction of each operation (reads at one revision, then one `Txn`
 //! comparing every key read), its bounded retries, result records for
-//! retries after an unknown outcome, and inode-number reservations.
+//! retries after an unknown outcome, inode-number reservations, clients'
+//! registrations; over several clusters also the shard map and its
+//! fences (`shard`, `route`), the intents of operations across clusters
+//! and their settling (`intent`), and shard moves (`cluster`).
 //!
 //! **Never:** holds an etcd lock or lease to fence (a compare inside the
-//! transaction fences, as Jepsen found etcd's locks unsafe); splits one
-//! operation over two transactions (`purge_orphans` is many operations,
-//! one per orphan); stores file data or recipes (they stay in the chunk
-//! store); replicates, elects or fences anything itself (etcd does).
+//! transaction fences, as Jepsen found etcd's locks unsafe; an intent's
+//! "lock" is a value in a fence that every transaction compares, not an
+//! etcd lock); splits an operation whose keys are in one cluster over two
+//! transactions (`purge_orphans` is many operations, one per orphan);
+//! stores file data or recipes (they stay in the chunk store); replicates
+//! or elects anything itself (etcd does).
 //!
 //! **Key layout** (every key under `/<fsid>/`; numbers are 8-byte
 //! big-endian so keys sort by number):
@@ -23,12 +29,21 @@
 //!   and kind (1). One directory's entries are one contiguous range in
 //!   name order, so a readdir page is one range read from `after`.
 //! - `x/<ino>/<name>`: an extended attribute's value.
-//! - `o/<ino>`: an orphan mark (an inode with no name kept for a handle).
+//! - `o/<ino>/<client>`: an orphan mark (an inode with no name kept for
+//!   a handle of that client).
+//! - `c/<client>`: a client's registration, under a lease the client
+//!   renews ([`EtcdOptions::client_ttl`]) and revokes when it closes (in
+//!   the control cluster over several clusters).
 //! - `k/<ino>`: a directory mark, counted by `counts` (files are the
 //!   inodes that are not directories).
 //! - `n`: the first inode number no client has reserved.
 //! - `r/<client>/<seq>`: the result of operation `seq` of a client,
 //!   written by the operation's own transaction under a lease (120 s).
+//! - Over several clusters: `e/<shard>` in each data cluster (the fence
+//!   of a shard it owns: epoch, intent lock, moved); `m` (the shard map),
+//!   `n` and `t/<id>` (intents) in the control cluster. Inode numbers
+//!   carry their shard in their top 16 bits ([`SHARD_SHIFT`]); every key
+//!   above but `n`, `r/` and `c/` starts with one, so routes by it.
 //!
 //! **Invariants** (besides `meta`'s, which every operation keeps):
 //! - Every mutation is exactly one etcd transaction. It compares the
@@ -45,6 +60,9 @@
 //! - A retry after an unknown outcome (the reply was lost) first reads its
 //!   result record, and returns the first result when it is there; its
 //!   own transaction cannot apply twice (it compares the record absent).
+//! - `purge_orphans` drops only the orphans of its own client and of
+//!   clients not registered (`c/<client>` in the control cluster, or the
+//!   one data cluster): never one of a client whose registration lives.
 //! - Inode numbers come from reservations of [`INO_BATCH`] numbers (one
 //!   transaction on `n` per batch), never reused; a client's unused
 //!   reservation is skipped, not handed out again.
@@ -55,6 +73,14 @@
 //!   the result record; about 1.3 MB) and a directory
 //!   rename (10 compares plus one per ancestor); a transaction that would
 //!   pass a limit is refused before it is sent ([`EtcdError::TooBig`]).
+//! - Over several clusters: every read of a shard checks its fence and
+//!   every transaction compares it, so a stale shard map never reads from
+//!   nor writes to a cluster the shard left ([`EtcdError::Stale`], then
+//!   the map is reloaded). An operation over several clusters is an
+//!   intent: locked in every cluster (compares, never waits), committed
+//!   by one compare in the control cluster, applied by idempotent
+//!   transactions, inode records created first and deleted last (no
+//!   reader meets a dangling name); anyone settles an unfinished one.
 //! - Every request has a timeout; an unreachable cluster fails an
 //!   operation with [`EtcdError::Unavailable`] (as `MetaError::Remote`,
 //!   EIO at the file system) after [`EtcdOptions::op_deadline`], never hangs.
@@ -62,15 +88,25 @@
 //! The trait is synchronous and the client async: the store owns a tokio
 //! runtime of two threads and waits for each request on a channel (`rpc`).
 
+mod cluster;
+mod intent;
 mod keys;
+mod mutate;
 mod ops;
 mod record;
+mod register;
+mod route;
 mod rpc;
+mod shard;
 mod store;
 mod tx;
 mod view;
 
+pub use cluster::{
+    init_cluster, parse_cluster, ClusterHealth, ClusterStatus, IntentInfo, MemberHealth,
+};
 pub use ops::{MAX_INLINE, MAX_OP_XATTRS, XATTR_SIZE_MAX};
+pub use shard::{shard_of, ShardMap, DEFAULT_SHARDS, MAX_SHARDS, SHARD_SHIFT};
 pub use store::{parse_url, EtcdMeta, EtcdOptions, INO_BATCH, MAX_CONFLICTS};
 pub use tx::{MAX_ANCESTORS, MAX_TXN_BYTES, MAX_TXN_OPS};
 
@@ -120,6 +156,39 @@ pub enum EtcdError {
     BadUrl(String),
     #[error("starting the etcd client's runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    #[error("the shard map is stale for shard {0} (it moved, or is moving)")]
+    Stale(u32),
+    #[error("shard {shard} is locked by unfinished intent {intent:016x}")]
+    Locked { shard: u32, intent: u64 },
+    #[error("a key without an inode number cannot be routed to a shard")]
+    Unrouted,
+    #[error("the file system is on one etcd cluster, not over several")]
+    NotSharded,
+    #[error(
+        "the control cluster holds no shard map for this file system: run `cairn cluster init`"
+    )]
+    NoMap,
+    #[error("the control cluster already holds a shard map for this file system")]
+    AlreadyInitialized,
+    #[error("a damaged shard map")]
+    BadMap,
+    #[error("a damaged shard fence")]
+    BadFence,
+    #[error("a damaged intent record")]
+    BadIntent,
+    #[error("no shard {0} in the shard map")]
+    NoSuchShard(u32),
+    #[error("no data cluster {0} in the shard map")]
+    NoSuchCluster(usize),
+    #[error("{0}")]
+    BadClusterSpec(&'static str),
+    #[error("stopped after the first part of an intent (fault injection)")]
+    Injected,
+}
+
+/// Whether `e` is an etcd error matching `f`.
+pub(crate) fn is(e: &MetaError, f: impl Fn(&EtcdError) -> bool) -> bool {
+    matches!(e, MetaError::Remote(src) if src.downcast_ref::<EtcdError>().is_some_and(f))
 }
 
 impl From<EtcdError> for MetaError {

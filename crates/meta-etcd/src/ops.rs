@@ -2,7 +2,6 @@
 //! engine's logic run through a [`Tx`] ([`EtcdMeta::mutate`]); each read
 //! is one or a few reads at one revision.
 
-use etcd_client::GetOptions;
 use meta::{
     Attr, Content, ContentHints, Counts, DirEntry, FileKind, Inode, InodeId, MetaError, MetaStore,
     MetaView, NewInode, PathFound, RenameFlags, Result, SetAttr, Timestamp, XattrChange,
@@ -12,7 +11,7 @@ use meta::{
 use crate::keys::{key_after, prefix_end};
 use crate::record::{decode, dval_decode, Rec};
 use crate::store::EtcdMeta;
-use crate::view::{EtcdView, Reader};
+use crate::view::EtcdView;
 
 /// The largest extended-attribute value (Linux's `XATTR_SIZE_MAX`).
 pub const XATTR_SIZE_MAX: usize = 64 << 10;
@@ -44,21 +43,14 @@ fn new_size(new: &NewInode) -> Result<u64> {
     meta::rules::new_size(new)
 }
 
-impl EtcdMeta {
-    /// Reads at the cluster's newest revision, pinned by the first.
-    fn reader(&self) -> Reader<'_> {
-        Reader::new(&self.rpc, &self.keys, 0)
-    }
-}
-
 impl MetaStore for EtcdMeta {
     fn get(&self, ino: InodeId) -> Result<Inode> {
-        self.reader().get(ino)
+        self.read(|r| r.get(ino))
     }
 
     fn lookup(&self, parent: InodeId, name: &[u8]) -> Result<Inode> {
         check_name(name)?;
-        self.reader().lookup(parent, name)
+        self.read(|r| r.lookup(parent, name))
     }
 
     fn create(&self, parent: InodeId, name: &[u8], new: NewInode, now: Timestamp) -> Result<Inode> {
@@ -79,7 +71,7 @@ impl MetaStore for EtcdMeta {
             }
             let id = match ino {
                 Some(id) => id,
-                None => *ino.insert(self.alloc_ino()?),
+                None => *ino.insert(self.alloc_ino(parent, new.kind == FileKind::Dir)?),
             };
             let is_dir = new.kind == FileKind::Dir;
             let rec = Rec {
@@ -290,7 +282,7 @@ impl MetaStore for EtcdMeta {
     }
 
     fn parent(&self, dir: InodeId) -> Result<InodeId> {
-        let rec = self.reader().rec(dir)?;
+        let rec = self.read(|r| r.rec(dir))?;
         if !rec.is_dir() {
             return Err(MetaError::NotDir);
         }
@@ -298,29 +290,30 @@ impl MetaStore for EtcdMeta {
     }
 
     fn path_of(&self, ino: InodeId) -> Result<Option<Vec<Vec<u8>>>> {
-        self.reader().path_of(ino)
+        self.read(|r| r.path_of(ino))
     }
 
     fn readdir(&self, dir: InodeId, after: Option<&[u8]>, limit: usize) -> Result<Vec<DirEntry>> {
-        let mut r = self.reader();
-        r.dir(dir)?;
-        let mut out = Vec::new();
-        if limit == 0 {
-            return Ok(out);
-        }
-        let prefix = self.keys.entries(dir);
-        let start = match after {
-            Some(name) => key_after(&self.keys.entry(dir, name)),
-            None => prefix.clone(),
-        };
-        let keys = &self.keys;
-        r.scan(start, &prefix_end(&prefix), limit, &mut |kv| {
-            let (ino, kind) = dval_decode(kv.value())?;
-            let name = keys.name_of(kv.key()).unwrap_or_default().to_vec();
-            out.push(DirEntry { name, ino, kind });
-            Ok(true)
-        })?;
-        Ok(out)
+        self.read(|r| {
+            r.dir(dir)?;
+            let mut out = Vec::new();
+            if limit == 0 {
+                return Ok(out);
+            }
+            let prefix = self.keys.entries(dir);
+            let start = match after {
+                Some(name) => key_after(&self.keys.entry(dir, name)),
+                None => prefix.clone(),
+            };
+            let keys = &self.keys;
+            r.scan(start, &prefix_end(&prefix), limit, &mut |kv| {
+                let (ino, kind) = dval_decode(kv.value())?;
+                let name = keys.name_of(kv.key()).unwrap_or_default().to_vec();
+                out.push(DirEntry { name, ino, kind });
+                Ok(true)
+            })?;
+            Ok(out)
+        })
     }
 
     fn set_attr(&self, ino: InodeId, changes: &SetAttr, now: Timestamp) -> Result<Inode> {
@@ -403,10 +396,11 @@ impl MetaStore for EtcdMeta {
 
     fn get_xattr(&self, ino: InodeId, name: &[u8]) -> Result<Vec<u8>> {
         check_xattr(name, None)?;
-        let mut r = self.reader();
-        r.rec(ino)?;
-        r.value(self.keys.xattr(ino, name))?
-            .ok_or(MetaError::NoXattr)
+        self.read(|r| {
+            r.rec(ino)?;
+            r.value(self.keys.xattr(ino, name))?
+                .ok_or(MetaError::NoXattr)
+        })
     }
 
     fn set_xattr(
@@ -433,8 +427,8 @@ impl MetaStore for EtcdMeta {
     }
 
     fn list_xattr(&self, ino: InodeId) -> Result<Vec<Vec<u8>>> {
-        let mut r = self.reader();
-        Ok(r.xattrs(ino)?.into_iter().map(|(k, _)| k).collect())
+        let all = self.read(|r| r.xattrs(ino))?;
+        Ok(all.into_iter().map(|(k, _)| k).collect())
     }
 
     fn remove_xattr(&self, ino: InodeId, name: &[u8], now: Timestamp) -> Result<()> {
@@ -450,49 +444,71 @@ impl MetaStore for EtcdMeta {
         })
     }
 
+    /// Drops this client's mark; the inode goes with it (marks are only
+    /// written by the client whose unlink took the last name).
     fn drop_orphan(&self, ino: InodeId) -> Result<()> {
         self.mutate(|tx| {
-            if tx.get(&tx.keys.orphan(ino))?.is_some() {
+            if tx.get(&tx.keys.orphan(ino, self.client))?.is_some() {
                 tx.delete_inode(ino)?;
             }
             Ok(())
         })
     }
 
-    /// Not one operation: each orphan is dropped by its own transaction
-    /// (orphans are independent, and all of them together could pass
-    /// etcd's limits).
+    /// Drops this client's orphans and those of clients no longer
+    /// registered (closed, or dead past their TTL); another live client's
+    /// orphans stay. Not one operation: each orphan is dropped by its own
+    /// transaction (orphans are independent, and all of them together
+    /// could pass etcd's limits), which compares the mark present.
     fn purge_orphans(&self) -> Result<u64> {
-        let prefix = self.keys.orphans();
-        let mut all = Vec::new();
         let keys = &self.keys;
-        self.reader().scan(
-            prefix.clone(),
-            &prefix_end(&prefix),
-            usize::MAX,
-            &mut |kv| {
-                all.extend(keys.number_of(kv.key()));
+        let all = self.read(|r| {
+            let mut all = Vec::new();
+            r.scan_all(b"o/", &mut |kv| {
+                all.extend(keys.orphan_of(kv.key()));
                 Ok(true)
-            },
-        )?;
-        for &ino in &all {
-            self.drop_orphan(ino)?;
+            })?;
+            Ok(all)
+        })?;
+        let mut dropped = 0;
+        for (ino, client) in all {
+            // Read before the drop, not compared by it: a registration
+            // only lapses with time, and a client whose registration
+            // lapsed knows (and says) its orphans may be gone.
+            if self.registered(client)? && client != self.client {
+                continue;
+            }
+            let gone = self.mutate(|tx| {
+                if tx.get(&tx.keys.orphan(ino, client))?.is_none() {
+                    return Ok(false);
+                }
+                tx.delete_inode(ino)?;
+                Ok(true)
+            })?;
+            dropped += u64::from(gone);
         }
-        Ok(all.len() as u64)
+        Ok(dropped)
     }
 
+    /// Collected first (a read on a stale map starts again), then given.
     fn for_each_content(&self, f: &mut dyn FnMut(InodeId, &Content, u64)) -> Result<()> {
-        self.reader().for_each(&mut |inode| {
-            if matches!(inode.content, Content::Recipe(_)) {
-                f(inode.id, &inode.content, inode.attr.size);
-            }
-        })
+        let all = self.read(|r| {
+            let mut all = Vec::new();
+            r.for_each(&mut |inode| {
+                if matches!(inode.content, Content::Recipe(_)) {
+                    all.push((inode.id, inode.content.clone(), inode.attr.size));
+                }
+            })?;
+            Ok(all)
+        })?;
+        for (ino, content, size) in &all {
+            f(*ino, content, *size);
+        }
+        Ok(())
     }
 
     fn counts(&self) -> Result<Counts> {
-        let mut r = self.reader();
-        let all = r.count(self.keys.inodes())?;
-        let dirs = r.count(self.keys.dir_marks())?;
+        let (all, dirs) = self.read(|r| Ok((r.count(b"i/")?, r.count(b"k/")?)))?;
         Ok(Counts {
             files: all.saturating_sub(dirs),
             dirs,
@@ -500,16 +516,10 @@ impl MetaStore for EtcdMeta {
     }
 
     fn view(&self) -> Result<Box<dyn MetaView>> {
-        let rev = self
-            .rpc
-            .get(self.keys.next_ino(), GetOptions::new())?
-            .header()
-            .map_or(0, |h| h.revision());
         Ok(Box::new(EtcdView::new(
-            self.rpc.clone(),
+            self.ring.route(),
             self.keys.clone(),
-            rev,
-        )))
+        )?))
     }
 
     /// etcd answers a write only once a quorum has it on disk: every
@@ -520,14 +530,16 @@ impl MetaStore for EtcdMeta {
 
     /// A walk name by name, at one revision; there is no path index.
     fn lookup_path(&self, path: &[u8]) -> Result<PathFound> {
-        let mut r = self.reader();
-        let mut inode = r.get(InodeId::ROOT)?;
-        if !path.is_empty() {
-            for part in path.split(|&b| b == b'/') {
-                check_name(part)?;
-                inode = r.lookup(inode.id, part)?;
+        let inode = self.read(|r| {
+            let mut inode = r.get(InodeId::ROOT)?;
+            if !path.is_empty() {
+                for part in path.split(|&b| b == b'/') {
+                    check_name(part)?;
+                    inode = r.lookup(inode.id, part)?;
+                }
             }
-        }
+            Ok(inode)
+        })?;
         Ok(PathFound::walked(inode))
     }
 
@@ -540,7 +552,9 @@ impl MetaStore for EtcdMeta {
     }
 
     fn storage_reads(&self) -> u64 {
-        self.rpc.reads()
+        let route = self.ring.route();
+        let control = self.ring.control.as_ref().map_or(0, |c| c.reads());
+        control + route.data.iter().map(|r| r.reads()).sum::<u64>()
     }
 }
 

@@ -114,6 +114,18 @@ impl Outcome for () {
     }
 }
 
+impl Outcome for bool {
+    fn encode(&self) -> Vec<u8> {
+        vec![u8::from(*self)]
+    }
+    fn decode(b: &[u8]) -> Result<Self, EtcdError> {
+        match b {
+            [v @ (0 | 1)] => Ok(*v == 1),
+            _ => Err(EtcdError::BadOutcome),
+        }
+    }
+}
+
 impl Outcome for Inode {
     fn encode(&self) -> Vec<u8> {
         let mut out = self.id.0.to_le_bytes().to_vec();

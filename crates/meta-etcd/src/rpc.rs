@@ -3,9 +3,14 @@
 //! under a timeout, and the caller waits on a channel. Waiting on a channel
 //! (never `Runtime::block_on`) works from any thread, also one inside
 //! another tokio runtime (the gateway's blocking threads).
+//!
+//! One client per member: requests go to one member until one fails, then
+//! to the next (the client's own balancing kept sending requests to a
+//! killed member). A failed request is not sent again here: the caller
+//! decides, as its outcome may be unknown.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, GetOptions, GetResponse, KeyValue, Txn, TxnResponse};
@@ -19,7 +24,9 @@ pub(crate) const PAGE: i64 = 512;
 pub(crate) struct Rpc {
     /// Taken only by `drop`.
     rt: Option<tokio::runtime::Runtime>,
-    client: Client,
+    /// A client per member endpoint, and the one requests go to.
+    clients: Vec<Client>,
+    at: AtomicUsize,
     timeout: Duration,
     /// Read requests sent so far ([`meta::MetaStore::storage_reads`]).
     reads: AtomicU64,
@@ -34,17 +41,21 @@ impl Rpc {
             .enable_all()
             .build()
             .map_err(EtcdError::Runtime)?;
-        let eps = endpoints.to_vec();
-        let opts = ConnectOptions::new()
-            .with_connect_timeout(timeout)
-            .with_timeout(timeout);
         let joined = endpoints.join(",");
-        let client = run_on(&rt, timeout, &joined, async move {
-            Client::connect(eps, Some(opts)).await
-        })?;
+        let mut clients = Vec::with_capacity(endpoints.len());
+        for ep in endpoints {
+            let ep = ep.clone();
+            let opts = ConnectOptions::new()
+                .with_connect_timeout(timeout)
+                .with_timeout(timeout);
+            clients.push(run_on(&rt, timeout, &joined, async move {
+                Client::connect([ep], Some(opts)).await
+            })?);
+        }
         Ok(Rpc {
             rt: Some(rt),
-            client,
+            clients,
+            at: AtomicUsize::new(0),
             timeout,
             reads: AtomicU64::new(0),
             endpoints: joined,
@@ -65,7 +76,32 @@ impl Rpc {
     {
         // Taken only by `drop`, after which nothing calls.
         let rt = self.rt.as_ref().expect("the runtime lives until drop");
-        run_on(rt, self.timeout, &self.endpoints, f(self.client.clone()))
+        let at = self.at.load(Ordering::Relaxed);
+        let out = run_on(
+            rt,
+            self.timeout,
+            &self.endpoints,
+            f(self.clients[at].clone()),
+        );
+        if out.is_err() {
+            // The next request tries the next member.
+            let next = (at + 1) % self.clients.len();
+            let _ = self
+                .at
+                .compare_exchange(at, next, Ordering::Relaxed, Ordering::Relaxed);
+        }
+        out
+    }
+
+    /// Runs `f`'s future (given a client per member) in the background on
+    /// the store's runtime, until it ends or the store is dropped.
+    pub(crate) fn spawn<F, Fut>(&self, f: F)
+    where
+        F: FnOnce(Vec<Client>) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let rt = self.rt.as_ref().expect("the runtime lives until drop");
+        rt.spawn(f(self.clients.clone()));
     }
 
     /// A range read (`opts` says which keys and at which revision).

@@ -1,8 +1,10 @@
-//! [`EtcdMeta`]: opening a file system in etcd, the loop that runs one
-//! operation as one transaction (retries, result records), inode-number
-//! reservations and the lease of the result records.
+//! [`EtcdMeta`]: opening a file system in etcd (one cluster, or several
+//! with a control cluster), reads retried on a stale map, inode-number
+//! reservations and the leases of the result records. Mutations run in
+//! `mutate`, registrations in `register`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,9 +13,11 @@ use meta::{Attr, Content, FileKind, Inode, InodeId, MetaError, Result, Timestamp
 use parking_lot::Mutex;
 
 use crate::keys::Keys;
-use crate::record::{encode, Outcome, Rec};
+use crate::record::{encode, Rec};
+use crate::route::Ring;
 use crate::rpc::Rpc;
-use crate::tx::Tx;
+use crate::shard::{ino_in, shard_for_dir, shard_of};
+use crate::view::Reader;
 use crate::EtcdError;
 
 /// Inode numbers one reservation takes (one transaction on the counter
@@ -25,7 +29,7 @@ pub const MAX_CONFLICTS: u32 = 64;
 /// Seconds a result record lives (its lease's TTL). A lease is used for
 /// half of it, so a record outlives every retry of its operation (at most
 /// the operation deadline, far shorter).
-const RESULT_TTL: i64 = 120;
+pub(crate) const RESULT_TTL: i64 = 120;
 
 /// How the store talks to etcd.
 #[derive(Debug, Clone)]
@@ -35,6 +39,11 @@ pub struct EtcdOptions {
     /// Longest one operation keeps retrying an unreachable cluster before
     /// it fails with [`EtcdError::Unavailable`].
     pub op_deadline: Duration,
+    /// The TTL of the client's registration (whole seconds, at least 2):
+    /// renewed every third of it while the store is open; once it lapses
+    /// (the client closed, died or lost etcd that long) other clients
+    /// purge the orphans it kept.
+    pub client_ttl: Duration,
 }
 
 impl Default for EtcdOptions {
@@ -42,24 +51,37 @@ impl Default for EtcdOptions {
         EtcdOptions {
             rpc_timeout: Duration::from_secs(5),
             op_deadline: Duration::from_secs(30),
+            client_ttl: Duration::from_secs(60),
         }
     }
 }
 
-/// The metadata of one file system in one etcd cluster.
+/// The metadata of one file system in one etcd cluster, or over several
+/// data clusters and a control cluster.
 pub struct EtcdMeta {
-    pub(crate) rpc: Arc<Rpc>,
+    pub(crate) ring: Ring,
     pub(crate) keys: Keys,
-    opts: EtcdOptions,
-    /// This client's id in its result records' keys (random per open).
-    client: u64,
-    seq: AtomicU64,
+    pub(crate) opts: EtcdOptions,
+    /// This client's id in its result records' and orphan marks' keys,
+    /// registered under `c/<client>` (random per open).
+    pub(crate) client: u64,
+    /// The lease of the client's registration (in the control cluster,
+    /// or the one data cluster), renewed in the background, revoked on
+    /// drop.
+    pub(crate) registrations: Mutex<Vec<(Arc<Rpc>, Arc<AtomicI64>)>>,
+    /// Fault injection: the registration is no longer renewed.
+    pub(crate) stop_renewing: Arc<AtomicBool>,
+    pub(crate) seq: AtomicU64,
     /// Reserved inode numbers not handed out yet: `[next, end)`.
     inos: Mutex<(u64, u64)>,
-    /// The lease result records are written under, and when it was granted.
-    lease: Mutex<Option<(i64, Instant)>>,
+    /// Per cluster, the lease result records are written under, and when
+    /// it was granted.
+    pub(crate) leases: Mutex<HashMap<usize, (i64, Instant)>>,
     /// Fault injection: the next transaction's reply is dropped.
-    lose_reply: AtomicBool,
+    pub(crate) lose_reply: AtomicBool,
+    /// Fault injection: where the next intent stops ([`crate::intent`]'s
+    /// `STOP_*`; 0: nowhere).
+    pub(crate) stop_at: std::sync::atomic::AtomicU8,
 }
 
 impl std::fmt::Debug for EtcdMeta {
@@ -90,7 +112,7 @@ pub fn parse_url(url: &str) -> Result<(Vec<String>, String), EtcdError> {
 
 /// Whether an error is the cluster not answering (worth another try
 /// before the deadline), not an answer.
-fn transient(e: &MetaError) -> bool {
+pub(crate) fn transient(e: &MetaError) -> bool {
     match e {
         MetaError::Remote(src) => matches!(
             src.downcast_ref::<EtcdError>(),
@@ -115,18 +137,103 @@ impl EtcdMeta {
     ) -> Result<Self> {
         check_fsid(fsid)?;
         let rpc = Rpc::connect(endpoints, opts.rpc_timeout)?;
-        let store = EtcdMeta {
-            rpc: Arc::new(rpc),
+        let store = Self::with_ring(Ring::single(rpc, opts.rpc_timeout), fsid, opts);
+        store.register_all()?;
+        store.make_root(root_uid, root_gid)?;
+        Ok(store)
+    }
+
+    /// Opens file system `fsid` over several etcd clusters: its shard map
+    /// is read from the control cluster at `control` (made by
+    /// [`crate::init_cluster`], which also made the root directory).
+    pub fn open_cluster(control: &[String], fsid: &str, opts: EtcdOptions) -> Result<Self> {
+        check_fsid(fsid)?;
+        let keys = Keys::new(fsid);
+        let rpc = Rpc::connect(control, opts.rpc_timeout)?;
+        let ring = Ring::sharded(rpc, &keys, opts.rpc_timeout)?;
+        let store = Self::with_ring(ring, fsid, opts);
+        store.register_all()?;
+        store
+            .read(|r| r.get(InodeId::ROOT).map(drop))
+            .map_err(|e| match e {
+                MetaError::NotFound => MetaError::RootMissing(0),
+                e => e,
+            })?;
+        // Intents left by clients that died (what a coordinator does).
+        if let Err(e) = crate::intent::settle_all(&store) {
+            tracing::warn!(error = %e, "unfinished intents were not settled at open");
+        }
+        Ok(store)
+    }
+
+    /// [`EtcdMeta::open_cluster`] of `etcd://HOST:PORT[,HOST:PORT...]/FSID`
+    /// (the control cluster) with the default options.
+    pub fn open_cluster_url(url: &str) -> Result<Self> {
+        let (endpoints, fsid) = parse_url(url)?;
+        Self::open_cluster(&endpoints, &fsid, EtcdOptions::default())
+    }
+
+    fn with_ring(ring: Ring, fsid: &str, opts: EtcdOptions) -> Self {
+        EtcdMeta {
+            ring,
             keys: Keys::new(fsid),
             opts,
             client: rand::random(),
+            registrations: Mutex::new(Vec::new()),
+            stop_renewing: Arc::new(AtomicBool::new(false)),
             seq: AtomicU64::new(0),
             inos: Mutex::new((0, 0)),
-            lease: Mutex::new(None),
+            leases: Mutex::new(HashMap::new()),
             lose_reply: AtomicBool::new(false),
-        };
-        store.make_root(root_uid, root_gid)?;
-        Ok(store)
+            stop_at: std::sync::atomic::AtomicU8::new(0),
+        }
+    }
+
+    /// Whether the file system is over several clusters.
+    pub fn is_sharded(&self) -> bool {
+        self.ring.control.is_some()
+    }
+
+    /// Reads the shard map again (a fence said it is stale), connecting
+    /// to clusters added since.
+    pub(crate) fn refresh(&self) -> Result<()> {
+        self.ring.reload(&self.keys)?;
+        Ok(())
+    }
+
+    /// Runs a read, again on a fresh map when the map was stale, until the
+    /// operation deadline.
+    pub(crate) fn read<T>(&self, mut f: impl FnMut(&mut Reader<'_>) -> Result<T>) -> Result<T> {
+        let deadline = Instant::now() + self.opts.op_deadline;
+        loop {
+            let route = self.ring.route();
+            let mut r = Reader::new(&route, &self.keys, HashMap::new());
+            match f(&mut r) {
+                Err(e) if crate::is(&e, |e| matches!(e, EtcdError::Stale(_))) => {
+                    if Instant::now() >= deadline {
+                        return Err(e);
+                    }
+                    if let Err(e) = self.refresh() {
+                        if !transient(&e) {
+                            return Err(e);
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) if transient(&e) => {
+                    if Instant::now() >= deadline {
+                        tracing::error!(error = %e, "etcd unreachable; the metadata read failed");
+                        return Err(EtcdError::Unavailable {
+                            after: self.opts.op_deadline,
+                            last: e.to_string(),
+                        }
+                        .into());
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// [`EtcdMeta::open`] of `etcd://HOST:PORT[,HOST:PORT...]/FSID` (see
@@ -151,9 +258,11 @@ impl EtcdMeta {
     }
 
     fn make_root(&self, uid: u32, gid: u32) -> Result<()> {
+        let route = self.ring.route();
+        let rpc = route.rpc(0);
         let root = self.keys.inode(InodeId::ROOT);
         loop {
-            let mut resp = self.rpc.get(root.clone(), GetOptions::new())?;
+            let mut resp = rpc.get(root.clone(), GetOptions::new())?;
             if !resp.take_kvs().is_empty() {
                 return Ok(());
             }
@@ -161,8 +270,7 @@ impl EtcdMeta {
             // client's root made since is not taken for other inodes.
             let rev = resp.header().map_or(0, |h| h.revision());
             let inodes = self.keys.inodes();
-            let count = self
-                .rpc
+            let count = rpc
                 .get(
                     inodes.clone(),
                     GetOptions::new()
@@ -174,33 +282,11 @@ impl EtcdMeta {
             if count > 0 {
                 return Err(MetaError::RootMissing(count as u64));
             }
-            let now = Timestamp::now();
-            let rec = Rec {
-                inode: Inode {
-                    id: InodeId::ROOT,
-                    attr: Attr {
-                        kind: FileKind::Dir,
-                        perm: 0o755,
-                        uid,
-                        gid,
-                        size: 0,
-                        nlink: 2,
-                        rdev: 0,
-                        atime: now,
-                        mtime: now,
-                        ctime: now,
-                        crtime: now,
-                    },
-                    content: Content::Empty,
-                },
-                parent: InodeId::ROOT,
-                entries: 0,
-            };
+            let rec = root_rec(uid, gid);
             // The counter starts after the root, unless numbers were handed
             // out before (they are never handed out again).
             let next = self.keys.next_ino();
-            let counted = self
-                .rpc
+            let counted = rpc
                 .get(next.clone(), GetOptions::new().with_revision(rev))?
                 .kvs()
                 .first()
@@ -220,21 +306,34 @@ impl EtcdMeta {
                     Compare::mod_revision(next, CompareOp::Equal, counted),
                 ])
                 .and_then(ops);
-            if self.rpc.txn(txn)?.succeeded() {
+            if rpc.txn(txn)?.succeeded() {
                 return Ok(());
             }
         }
     }
 
-    /// An inode number no client ever had: from this client's reserved
-    /// batch, reserving the next batch in one transaction when it is used up.
-    pub(crate) fn alloc_ino(&self) -> Result<InodeId> {
+    /// A number for a new inode in `parent` (a directory's shard is a
+    /// hash, a file's its parent's). No client ever had it: from this
+    /// client's reserved batch, reserving the next batch in one transaction
+    /// when it is used up.
+    pub(crate) fn alloc_ino(&self, parent: InodeId, dir: bool) -> Result<InodeId> {
+        let seq = self.alloc_seq()?;
+        let shard = match &self.ring.route().map {
+            None => return Ok(InodeId(seq)),
+            Some(_) if !dir => shard_of(parent),
+            Some(map) => shard_for_dir(seq, map.shards.len() as u32),
+        };
+        Ok(ino_in(shard, seq))
+    }
+
+    fn alloc_seq(&self) -> Result<u64> {
+        let rpc = self.ring.counter_rpc();
         let mut inos = self.inos.lock();
         if inos.0 == inos.1 {
             let key = self.keys.next_ino();
             let mut conflicts = 0;
             loop {
-                let mut resp = self.rpc.get(key.clone(), GetOptions::new())?;
+                let mut resp = rpc.get(key.clone(), GetOptions::new())?;
                 let (modrev, next) = match resp.take_kvs().pop() {
                     Some(kv) => {
                         let v: [u8; 8] =
@@ -249,7 +348,7 @@ impl EtcdMeta {
                     .and_then([TxnOp::put(key.clone(), end.to_le_bytes().to_vec(), None)]);
                 // An unknown outcome only wastes numbers: the next read
                 // sees the counter moved, whoever moved it.
-                if self.rpc.txn(txn)?.succeeded() {
+                if rpc.txn(txn)?.succeeded() {
                     *inos = (next, end);
                     break;
                 }
@@ -259,108 +358,56 @@ impl EtcdMeta {
                 }
             }
         }
-        let ino = InodeId(inos.0);
+        let seq = inos.0;
         inos.0 += 1;
-        Ok(ino)
+        Ok(seq)
     }
 
-    /// The lease of result records, granted anew when half its TTL is gone.
-    fn lease(&self) -> Result<i64, EtcdError> {
-        let mut slot = self.lease.lock();
-        if let Some((id, at)) = *slot {
+    /// The lease of result records in `cluster`, granted anew when half
+    /// its TTL is gone.
+    pub(crate) fn lease(&self, rpc: &Rpc, cluster: usize) -> Result<i64, EtcdError> {
+        let mut slots = self.leases.lock();
+        if let Some(&(id, at)) = slots.get(&cluster) {
             if at.elapsed() < Duration::from_secs(RESULT_TTL as u64 / 2) {
                 return Ok(id);
             }
         }
         let at = Instant::now();
-        let id = self
-            .rpc
+        let id = rpc
             .call(|mut c| async move { c.lease_grant(RESULT_TTL, None).await })?
             .id();
-        *slot = Some((id, at));
+        slots.insert(cluster, (id, at));
         Ok(id)
     }
+}
 
-    /// Runs one operation: `f` reads what it needs through a [`Tx`] and
-    /// computes; the attempt then commits as one transaction. A conflict
-    /// runs `f` again (bounded); an unknown outcome first looks for the
-    /// operation's result record; an unreachable cluster is retried until
-    /// the deadline. An error of `f` itself is the operation's answer.
-    pub(crate) fn mutate<T: Outcome>(
-        &self,
-        mut f: impl FnMut(&mut Tx<'_>) -> Result<T>,
-    ) -> Result<T> {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        let op_key = self.keys.op(self.client, seq);
-        let deadline = Instant::now() + self.opts.op_deadline;
-        let mut unknown = false;
-        let mut conflicts = 0;
-        let mut last: Option<MetaError> = None;
-        loop {
-            if let Some(e) = last.take() {
-                if Instant::now() >= deadline {
-                    tracing::error!(error = %e, "etcd unreachable; the metadata operation failed");
-                    return Err(EtcdError::Unavailable {
-                        after: self.opts.op_deadline,
-                        last: e.to_string(),
-                    }
-                    .into());
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let attempt = (|| -> Result<Option<T>> {
-                if unknown {
-                    let mut resp = self.rpc.get(op_key.clone(), GetOptions::new())?;
-                    if let Some(kv) = resp.take_kvs().pop() {
-                        return Ok(Some(T::decode(kv.value())?));
-                    }
-                }
-                let mut tx = Tx::new(&self.rpc, &self.keys);
-                let out = f(&mut tx)?;
-                let txn = tx.into_txn(op_key.clone(), out.encode(), self.lease()?)?;
-                let sent = self.rpc.txn(txn);
-                if self.lose_reply.swap(false, Ordering::SeqCst) {
-                    unknown = true;
-                    return Err(EtcdError::ReplyLost.into());
-                }
-                match sent {
-                    Ok(resp) if resp.succeeded() => Ok(Some(out)),
-                    Ok(_) => Ok(None),
-                    Err(e) => {
-                        unknown = true;
-                        // The lease may be what failed (expired while
-                        // the cluster was away): take a new one.
-                        *self.lease.lock() = None;
-                        Err(e.into())
-                    }
-                }
-            })();
-            match attempt {
-                Ok(Some(out)) => return Ok(out),
-                Ok(None) => {
-                    conflicts += 1;
-                    if conflicts >= MAX_CONFLICTS {
-                        tracing::error!(conflicts, "a metadata operation met too many conflicts");
-                        return Err(EtcdError::Contended(conflicts).into());
-                    }
-                }
-                Err(e) if transient(&e) || is_reply_lost(&e) => last = Some(e),
-                Err(e) => {
-                    if let MetaError::Remote(src) = &e {
-                        tracing::error!(error = %src, "a metadata operation failed in etcd");
-                    }
-                    return Err(e);
-                }
-            }
-        }
+/// A new root directory's record (mode 0755, `nlink` 2, its own parent).
+pub(crate) fn root_rec(uid: u32, gid: u32) -> Rec {
+    let now = Timestamp::now();
+    Rec {
+        inode: Inode {
+            id: InodeId::ROOT,
+            attr: Attr {
+                kind: FileKind::Dir,
+                perm: 0o755,
+                uid,
+                gid,
+                size: 0,
+                nlink: 2,
+                rdev: 0,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                crtime: now,
+            },
+            content: Content::Empty,
+        },
+        parent: InodeId::ROOT,
+        entries: 0,
     }
 }
 
-fn is_reply_lost(e: &MetaError) -> bool {
-    matches!(e, MetaError::Remote(src) if matches!(src.downcast_ref::<EtcdError>(), Some(EtcdError::ReplyLost)))
-}
-
-fn check_fsid(fsid: &str) -> Result<(), EtcdError> {
+pub(crate) fn check_fsid(fsid: &str) -> Result<(), EtcdError> {
     let ok = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
     if fsid.is_empty() || fsid.len() > 64 || !fsid.chars().all(ok) {
         return Err(EtcdError::BadFsid(fsid.to_string()));

@@ -1,8 +1,12 @@
-//! One attempt of one operation: its reads, all at one etcd revision,
-//! each remembered with the key's `mod_revision` (0 for an absent key);
-//! the inode records it touched (written back once); and its writes. The
-//! attempt ends in one etcd transaction that compares every key read and
-//! applies every write ([`Tx::into_txn`]).
+//! One attempt of one operation: its reads, all at one revision per etcd
+//! cluster, each remembered with the key's `mod_revision` (0 for an
+//! absent key); the inode records it touched (written back once); and its
+//! writes. The attempt ends in one [`Part`] per cluster it touched: one
+//! part is one etcd transaction that compares every key read and applies
+//! every write ([`Part::into_txn`]); several go through an intent
+//! (`intent`). Over several clusters, the first touch of a shard reads
+//! its fence (`e/<shard>`), so every part also compares the fences of its
+//! shards.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -11,7 +15,7 @@ use meta::{FileKind, Inode, InodeId, MetaError, Result, Timestamp};
 
 use crate::keys::Keys;
 use crate::record::{decode, dval, dval_decode, encode, Rec};
-use crate::rpc::Rpc;
+use crate::route::Route;
 use crate::EtcdError;
 
 /// etcd's limit of compares, and of operations, in one transaction
@@ -25,35 +29,118 @@ pub const MAX_TXN_BYTES: usize = 1_400_000;
 pub const MAX_ANCESTORS: usize = 100;
 
 pub(crate) struct Tx<'a> {
-    rpc: &'a Rpc,
+    route: &'a Route,
     pub(crate) keys: &'a Keys,
-    /// The revision every read of the attempt is at (0 before the first).
-    rev: i64,
-    /// Keys read, with their mod_revision and value then.
-    read: HashMap<Vec<u8>, (i64, Option<Vec<u8>>)>,
+    /// The client running the attempt (whose orphan marks it writes).
+    client: u64,
+    /// Per cluster, the revision its reads are at (absent before the first).
+    revs: HashMap<usize, i64>,
+    /// Keys read, with their cluster, mod_revision and value then.
+    read: HashMap<Vec<u8>, Read>,
     /// Keys written (`None`: deleted), applied in key order.
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
-    /// Prefixes deleted whole (an inode's xattrs).
+    /// Prefixes deleted whole (an inode's xattrs and orphan marks).
     deleted_prefixes: Vec<Vec<u8>>,
     /// Inode records loaded, with whether they changed.
     cache: HashMap<u64, (Rec, bool)>,
+    /// Shards whose fence was read: their cluster and epoch.
+    fenced: BTreeMap<u32, (usize, u64)>,
+}
+
+/// A key as an attempt read it: its cluster, mod_revision (0: absent) and
+/// value.
+type Read = (usize, i64, Option<Vec<u8>>);
+
+/// What an attempt does in one cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Part {
+    pub cluster: usize,
+    /// Keys read and the mod_revision they had (0: absent).
+    pub compares: Vec<(Vec<u8>, i64)>,
+    /// The shards the part touches, with the epoch their fence had.
+    pub shards: Vec<(u32, u64)>,
+    /// Puts (`Some`) and deletes (`None`).
+    pub writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// Prefixes deleted whole.
+    pub prefixes: Vec<Vec<u8>>,
+}
+
+impl Part {
+    /// The one transaction of a part that is the whole operation: every
+    /// key read compared with the mod_revision it had, the result record
+    /// absent (a retry whose first try applied fails here, then finds the
+    /// record), then every write and the result record under `lease`.
+    pub(crate) fn into_txn(
+        self,
+        op_key: Vec<u8>,
+        outcome: Vec<u8>,
+        lease: i64,
+    ) -> Result<Txn, EtcdError> {
+        let mut compares = vec![Compare::mod_revision(op_key.clone(), CompareOp::Equal, 0)];
+        let mut bytes = op_key.len() + outcome.len();
+        let mut ops = self.ops(&mut bytes);
+        for (key, modrev) in self.compares {
+            bytes += key.len() + 16;
+            compares.push(Compare::mod_revision(key, CompareOp::Equal, modrev));
+        }
+        ops.push(TxnOp::put(
+            op_key,
+            outcome,
+            Some(PutOptions::new().with_lease(lease)),
+        ));
+        check_size(compares.len(), ops.len(), bytes)?;
+        Ok(Txn::new().when(compares).and_then(ops))
+    }
+
+    /// The part's deletes of prefixes, then its writes, as operations.
+    pub(crate) fn ops(&self, bytes: &mut usize) -> Vec<TxnOp> {
+        let mut ops = Vec::with_capacity(self.writes.len() + self.prefixes.len() + 1);
+        for prefix in &self.prefixes {
+            *bytes += prefix.len() * 2;
+            ops.push(TxnOp::delete(
+                prefix.clone(),
+                Some(DeleteOptions::new().with_prefix()),
+            ));
+        }
+        for (key, value) in &self.writes {
+            *bytes += key.len() + value.as_ref().map_or(0, Vec::len) + 16;
+            ops.push(match value {
+                Some(v) => TxnOp::put(key.clone(), v.clone(), None),
+                None => TxnOp::delete(key.clone(), None),
+            });
+        }
+        ops
+    }
+}
+
+pub(crate) fn check_size(compares: usize, ops: usize, bytes: usize) -> Result<(), EtcdError> {
+    if compares > MAX_TXN_OPS || ops > MAX_TXN_OPS || bytes > MAX_TXN_BYTES {
+        return Err(EtcdError::TooBig {
+            compares,
+            ops,
+            bytes,
+        });
+    }
+    Ok(())
 }
 
 impl<'a> Tx<'a> {
-    pub(crate) fn new(rpc: &'a Rpc, keys: &'a Keys) -> Self {
+    pub(crate) fn new(route: &'a Route, keys: &'a Keys, client: u64) -> Self {
         Tx {
-            rpc,
+            route,
             keys,
-            rev: 0,
+            client,
+            revs: HashMap::new(),
             read: HashMap::new(),
             writes: BTreeMap::new(),
             deleted_prefixes: Vec::new(),
             cache: HashMap::new(),
+            fenced: BTreeMap::new(),
         }
     }
 
     /// A key as this attempt sees it: its own writes first, then etcd at
-    /// the attempt's revision.
+    /// the attempt's revision in the key's cluster.
     pub(crate) fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         if let Some(v) = self.writes.get(key) {
             return Ok(v.clone());
@@ -61,21 +148,56 @@ impl<'a> Tx<'a> {
         if self.deleted_prefixes.iter().any(|p| key.starts_with(p)) {
             return Ok(None);
         }
-        if let Some((_, v)) = self.read.get(key) {
+        if let Some((_, _, v)) = self.read.get(key) {
             return Ok(v.clone());
         }
+        let cluster = self.place(key)?;
+        self.read_in(cluster, key)
+    }
+
+    fn read_in(&mut self, cluster: usize, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some((_, _, v)) = self.read.get(key) {
+            return Ok(v.clone());
+        }
+        let rev = self.revs.get(&cluster).copied().unwrap_or(0);
         let mut resp = self
-            .rpc
-            .get(key.to_vec(), GetOptions::new().with_revision(self.rev))?;
-        if self.rev == 0 {
-            self.rev = resp.header().map_or(0, |h| h.revision());
+            .route
+            .rpc(cluster)
+            .get(key.to_vec(), GetOptions::new().with_revision(rev))?;
+        if rev == 0 {
+            self.revs
+                .insert(cluster, resp.header().map_or(0, |h| h.revision()));
         }
         let (modrev, value) = match resp.take_kvs().pop() {
             Some(kv) => (kv.mod_revision(), Some(kv.into_key_value().1)),
             None => (0, None),
         };
-        self.read.insert(key.to_vec(), (modrev, value.clone()));
+        self.read
+            .insert(key.to_vec(), (cluster, modrev, value.clone()));
         Ok(value)
+    }
+
+    /// The cluster of a key; over several clusters, the first touch of its
+    /// shard reads the shard's fence (compared like any read): a stale map
+    /// fails with [`EtcdError::Stale`], a shard an intent holds with
+    /// [`EtcdError::Locked`].
+    fn place(&mut self, key: &[u8]) -> Result<usize> {
+        let (cluster, shard) = self.route.place(self.keys, key)?;
+        if let Some((shard, epoch)) = shard {
+            if !self.fenced.contains_key(&shard) {
+                let value = self.read_in(cluster, &self.keys.fence(shard))?;
+                let fence = Route::check_fence(shard, epoch, value.as_deref())?;
+                if fence.lock != 0 {
+                    return Err(EtcdError::Locked {
+                        shard,
+                        intent: fence.lock,
+                    }
+                    .into());
+                }
+                self.fenced.insert(shard, (cluster, epoch));
+            }
+        }
+        Ok(cluster)
     }
 
     pub(crate) fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
@@ -175,19 +297,19 @@ impl<'a> Tx<'a> {
         self.cache.insert(rec.inode.id.0, (rec, true));
     }
 
-    /// Deletes an inode, its xattrs, its orphan mark and its directory
-    /// mark (not its names).
+    /// Deletes an inode, its xattrs, every client's orphan mark on it and
+    /// its directory mark (not its names).
     pub(crate) fn delete_inode(&mut self, ino: InodeId) -> Result<()> {
         let is_dir = self.rec(ino)?.is_dir();
         self.cache.remove(&ino.0);
         self.del(self.keys.inode(ino));
-        self.del(self.keys.orphan(ino));
         if is_dir {
             self.del(self.keys.dir_mark(ino));
         }
-        let xattrs = self.keys.xattrs(ino);
-        self.writes.retain(|k, _| !k.starts_with(&xattrs));
-        self.deleted_prefixes.push(xattrs);
+        for prefix in [self.keys.xattrs(ino), self.keys.orphan_marks(ino)] {
+            self.writes.retain(|k, _| !k.starts_with(&prefix));
+            self.deleted_prefixes.push(prefix);
+        }
         Ok(())
     }
 
@@ -205,7 +327,7 @@ impl<'a> Tx<'a> {
         let out = rec.inode.clone();
         if out.attr.nlink == 0 {
             if keep_orphan {
-                self.put(self.keys.orphan(ino), Vec::new());
+                self.put(self.keys.orphan(ino, self.client), Vec::new());
             } else {
                 self.delete_inode(ino)?;
             }
@@ -229,55 +351,41 @@ impl<'a> Tx<'a> {
         Err(EtcdError::TooDeep(MAX_ANCESTORS).into())
     }
 
-    /// The one etcd transaction of this attempt: every key read compared
-    /// with the mod_revision it had, the result record absent (a retry
-    /// whose first try applied fails here, then finds the record), then
-    /// every write and the result record under `lease`.
-    pub(crate) fn into_txn(
-        mut self,
-        op_key: Vec<u8>,
-        outcome: Vec<u8>,
-        lease: i64,
-    ) -> Result<Txn, EtcdError> {
+    /// The attempt, one part per cluster it read or wrote in (in cluster
+    /// order). Every shard written is fenced too (its fence read now, if
+    /// no read touched the shard yet).
+    pub(crate) fn into_parts(mut self) -> Result<Vec<Part>> {
         for (ino, (rec, dirty)) in std::mem::take(&mut self.cache) {
             if dirty {
                 self.writes
                     .insert(self.keys.inode(InodeId(ino)), Some(encode(&rec)));
             }
         }
-        let mut compares = vec![Compare::mod_revision(op_key.clone(), CompareOp::Equal, 0)];
-        let mut bytes = op_key.len() + outcome.len();
-        for (key, (modrev, _)) in self.read {
-            bytes += key.len() + 16;
-            compares.push(Compare::mod_revision(key, CompareOp::Equal, modrev));
+        let mut parts: BTreeMap<usize, Part> = BTreeMap::new();
+        fn part(parts: &mut BTreeMap<usize, Part>, cluster: usize) -> &mut Part {
+            parts.entry(cluster).or_insert_with(|| Part {
+                cluster,
+                ..Part::default()
+            })
         }
-        let mut ops = Vec::with_capacity(self.writes.len() + 2);
-        for prefix in self.deleted_prefixes {
-            bytes += prefix.len() * 2;
-            ops.push(TxnOp::delete(
-                prefix,
-                Some(DeleteOptions::new().with_prefix()),
-            ));
+        for (key, value) in std::mem::take(&mut self.writes) {
+            let cluster = self.place(&key)?;
+            part(&mut parts, cluster).writes.push((key, value));
         }
-        for (key, value) in self.writes {
-            bytes += key.len() + value.as_ref().map_or(0, Vec::len) + 16;
-            ops.push(match value {
-                Some(v) => TxnOp::put(key, v, None),
-                None => TxnOp::delete(key, None),
-            });
+        for prefix in std::mem::take(&mut self.deleted_prefixes) {
+            let cluster = self.place(&prefix)?;
+            part(&mut parts, cluster).prefixes.push(prefix);
         }
-        ops.push(TxnOp::put(
-            op_key,
-            outcome,
-            Some(PutOptions::new().with_lease(lease)),
-        ));
-        if compares.len() > MAX_TXN_OPS || ops.len() > MAX_TXN_OPS || bytes > MAX_TXN_BYTES {
-            return Err(EtcdError::TooBig {
-                compares: compares.len(),
-                ops: ops.len(),
-                bytes,
-            });
+        for (key, (cluster, modrev, _)) in self.read {
+            part(&mut parts, cluster).compares.push((key, modrev));
         }
-        Ok(Txn::new().when(compares).and_then(ops))
+        for (shard, (cluster, epoch)) in self.fenced {
+            part(&mut parts, cluster).shards.push((shard, epoch));
+        }
+        let mut parts: Vec<Part> = parts.into_values().collect();
+        for p in &mut parts {
+            p.compares.sort();
+        }
+        Ok(parts)
     }
 }

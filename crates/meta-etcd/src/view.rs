@@ -1,9 +1,15 @@
-//! Reads pinned at one etcd revision: a [`Reader`] pins the revision its
-//! first read answered at (so a lookup's three reads agree), and an
-//! [`EtcdView`] is a reader pinned when the view was taken (a consistent
-//! instant of the whole namespace, as long as etcd keeps that revision:
-//! a compaction past it makes the view's reads fail, never lie).
+//! Reads pinned at one etcd revision per cluster: a [`Reader`] pins the
+//! revision its first read in a cluster answered at (so a lookup's three
+//! reads agree), and an [`EtcdView`] is a reader pinned in every cluster
+//! when the view was taken (an instant of the namespace, as long as etcd
+//! keeps those revisions: a compaction past one makes the view's reads
+//! fail, never lie). Over several clusters the first read of a shard also
+//! reads its fence at the same revision: a stale map fails with
+//! [`EtcdError::Stale`] (the caller reloads it and reads again) rather
+//! than read a cluster the shard has left. Locks are not waited for: the
+//! parts of an intent apply in an order that never shows a dangling entry.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use etcd_client::{GetOptions, KeyValue};
@@ -11,28 +17,62 @@ use meta::{DirEntry, FileKind, Inode, InodeId, MetaError, MetaView, Result};
 
 use crate::keys::{prefix_end, Keys};
 use crate::record::{decode, dval_decode, Rec};
-use crate::rpc::Rpc;
+use crate::route::Route;
+use crate::shard::Fence;
 use crate::EtcdError;
 
+/// Steps a parent-pointer walk takes over several clusters before it
+/// calls the pointers a cycle (a path through the kernel is at most 4096
+/// bytes, so at most 2048 levels).
+const MAX_WALK: u64 = 1 << 16;
+
 pub(crate) struct Reader<'a> {
-    rpc: &'a Rpc,
+    route: &'a Route,
     keys: &'a Keys,
-    rev: i64,
+    revs: HashMap<usize, i64>,
+    checked: HashSet<u32>,
+    /// Per cluster, its fences at the reader's revision (whole scans).
+    fences: HashMap<usize, HashMap<u32, Fence>>,
 }
 
 impl<'a> Reader<'a> {
-    pub(crate) fn new(rpc: &'a Rpc, keys: &'a Keys, rev: i64) -> Self {
-        Reader { rpc, keys, rev }
+    pub(crate) fn new(route: &'a Route, keys: &'a Keys, revs: HashMap<usize, i64>) -> Self {
+        Reader {
+            route,
+            keys,
+            revs,
+            checked: HashSet::new(),
+            fences: HashMap::new(),
+        }
+    }
+
+    fn cluster(&mut self, key: &[u8]) -> Result<usize> {
+        let (cluster, shard) = self.route.place(self.keys, key)?;
+        if let Some((shard, epoch)) = shard {
+            if self.checked.insert(shard) {
+                let fence = self.value_in(cluster, self.keys.fence(shard))?;
+                Route::check_fence(shard, epoch, fence.as_deref())?;
+            }
+        }
+        Ok(cluster)
+    }
+
+    fn value_in(&mut self, cluster: usize, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
+        let rev = self.revs.get(&cluster).copied().unwrap_or(0);
+        let mut resp = self
+            .route
+            .rpc(cluster)
+            .get(key, GetOptions::new().with_revision(rev))?;
+        if rev == 0 {
+            self.revs
+                .insert(cluster, resp.header().map_or(0, |h| h.revision()));
+        }
+        Ok(resp.take_kvs().pop().map(|kv| kv.into_key_value().1))
     }
 
     pub(crate) fn value(&mut self, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
-        let mut resp = self
-            .rpc
-            .get(key, GetOptions::new().with_revision(self.rev))?;
-        if self.rev == 0 {
-            self.rev = resp.header().map_or(0, |h| h.revision());
-        }
-        Ok(resp.take_kvs().pop().map(|kv| kv.into_key_value().1))
+        let cluster = self.cluster(&key)?;
+        self.value_in(cluster, key)
     }
 
     pub(crate) fn rec(&mut self, ino: InodeId) -> Result<Rec> {
@@ -79,7 +119,8 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Every key in `[start, end)` at this reader's revision.
+    /// Every key in `[start, end)` (within one shard, or one run of
+    /// `Route::runs` when `cluster` is given) at this reader's revision.
     pub(crate) fn scan(
         &mut self,
         start: Vec<u8>,
@@ -87,13 +128,27 @@ impl<'a> Reader<'a> {
         limit: usize,
         f: &mut dyn FnMut(KeyValue) -> Result<bool>,
     ) -> Result<()> {
-        if self.rev == 0 {
+        let cluster = self.cluster(&start)?;
+        self.scan_in(cluster, start, end, limit, f)
+    }
+
+    fn scan_in(
+        &mut self,
+        cluster: usize,
+        start: Vec<u8>,
+        end: &[u8],
+        limit: usize,
+        f: &mut dyn FnMut(KeyValue) -> Result<bool>,
+    ) -> Result<()> {
+        if !self.revs.contains_key(&cluster) {
             // Pin first, so that the pages of the scan agree.
-            self.value(self.keys.next_ino())?;
+            self.value_in(cluster, self.keys.next_ino())?;
         }
+        let rev = self.revs[&cluster];
         let mut failed = None;
-        self.rpc
-            .scan(start, end, self.rev, limit, &mut |kv| match f(kv) {
+        self.route
+            .rpc(cluster)
+            .scan(start, end, rev, limit, &mut |kv| match f(kv) {
                 Ok(go) => Ok(go),
                 Err(e) => {
                     failed = Some(e);
@@ -103,19 +158,133 @@ impl<'a> Reader<'a> {
         failed.map_or(Ok(()), Err)
     }
 
-    pub(crate) fn count(&mut self, prefix: Vec<u8>) -> Result<u64> {
-        let end = prefix_end(&prefix);
-        let resp = self.rpc.get(
-            prefix,
-            GetOptions::new()
-                .with_range(end)
-                .with_revision(self.rev)
-                .with_count_only(),
-        )?;
-        if self.rev == 0 {
-            self.rev = resp.header().map_or(0, |h| h.revision());
+    /// Every key under `tag` (`i/`, `o/`, ...) in every shard, shard by
+    /// shard in number order.
+    pub(crate) fn scan_all(
+        &mut self,
+        tag: &[u8; 2],
+        f: &mut dyn FnMut(KeyValue) -> Result<bool>,
+    ) -> Result<()> {
+        for run in self.route.runs(self.keys, tag) {
+            let (cluster, start, end) = (run.cluster, run.start.clone(), run.end.clone());
+            self.check_run(&run)?;
+            let mut stop = false;
+            self.scan_in(cluster, start, &end, usize::MAX, &mut |kv| {
+                let go = f(kv)?;
+                stop = !go;
+                Ok(go)
+            })?;
+            if stop {
+                break;
+            }
         }
-        Ok(resp.count() as u64)
+        Ok(())
+    }
+
+    /// Every fence in `cluster`, read once per reader at the cluster's
+    /// revision (one range read).
+    fn fences(&mut self, cluster: usize) -> Result<&HashMap<u32, Fence>> {
+        if !self.fences.contains_key(&cluster) {
+            if !self.revs.contains_key(&cluster) {
+                self.value_in(cluster, self.keys.next_ino())?;
+            }
+            let rev = self.revs[&cluster];
+            let prefix = self.keys.fences();
+            let mut fences = HashMap::new();
+            let keys = self.keys;
+            self.route.rpc(cluster).scan(
+                prefix.clone(),
+                &prefix_end(&prefix),
+                rev,
+                usize::MAX,
+                &mut |kv| {
+                    let shard = keys.shard_of_fence(kv.key()).ok_or(EtcdError::BadFence)?;
+                    fences.insert(shard, Fence::decode(kv.value())?);
+                    Ok(true)
+                },
+            )?;
+            self.fences.insert(cluster, fences);
+        }
+        Ok(&self.fences[&cluster])
+    }
+
+    /// The fences of a run's shards: [`EtcdError::Stale`] unless all are
+    /// the map's.
+    fn check_run(&mut self, run: &crate::route::Run) -> Result<()> {
+        if run.shards.is_empty() {
+            return Ok(());
+        }
+        let fences = self.fences(run.cluster)?;
+        for &(shard, epoch) in &run.shards {
+            let fence = fences.get(&shard).map(Fence::encode);
+            Route::check_fence(shard, epoch, fence.as_deref())?;
+        }
+        Ok(())
+    }
+
+    /// Whether `cluster` holds the keys of exactly the shards the map
+    /// gives it: a fence for each at the map's epoch, and no other fence
+    /// but those of shards that moved away (whose keys went with the
+    /// mark). Then one range of a tag there is those shards' keys.
+    fn holds_only_its_own(&mut self, cluster: usize) -> Result<bool> {
+        let Some(map) = self.route.map.clone() else {
+            return Ok(true);
+        };
+        let fences = self.fences(cluster)?;
+        let own = map
+            .shards
+            .iter()
+            .enumerate()
+            .filter(|(_, (c, _))| usize::from(*c) == cluster);
+        let mine_ok = own.clone().all(|(s, &(_, epoch))| {
+            fences
+                .get(&(s as u32))
+                .is_some_and(|f| f.epoch == epoch && !f.moved)
+        });
+        let others_gone = fences.iter().all(|(&s, f)| {
+            f.moved
+                || map
+                    .shards
+                    .get(s as usize)
+                    .is_some_and(|&(c, _)| usize::from(c) == cluster)
+        });
+        Ok(mine_ok && others_gone)
+    }
+
+    /// The number of keys under `tag` in every shard: one count per
+    /// cluster that holds only its own shards' keys, one per run of
+    /// shards elsewhere (a shard moving in or out).
+    pub(crate) fn count(&mut self, tag: &[u8; 2]) -> Result<u64> {
+        let mut ranges = Vec::new();
+        let runs = self.route.runs(self.keys, tag);
+        for cluster in 0..self.route.data.len() {
+            if self.route.map.is_some() && self.holds_only_its_own(cluster)? {
+                let (start, end) = self.keys.shard_range(tag, 0, crate::shard::MAX_SHARDS);
+                ranges.push((cluster, start, end));
+                continue;
+            }
+            for run in runs.iter().filter(|r| r.cluster == cluster) {
+                self.check_run(run)?;
+                ranges.push((cluster, run.start.clone(), run.end.clone()));
+            }
+        }
+        let mut n = 0;
+        for (cluster, start, end) in ranges {
+            let rev = self.revs.get(&cluster).copied().unwrap_or(0);
+            let resp = self.route.rpc(cluster).get(
+                start,
+                GetOptions::new()
+                    .with_range(end)
+                    .with_revision(rev)
+                    .with_count_only(),
+            )?;
+            if rev == 0 {
+                self.revs
+                    .insert(cluster, resp.header().map_or(0, |h| h.revision()));
+            }
+            n += resp.count() as u64;
+        }
+        Ok(n)
     }
 
     pub(crate) fn entries(&mut self, dir: InodeId) -> Result<Vec<DirEntry>> {
@@ -156,18 +325,12 @@ impl<'a> Reader<'a> {
     }
 
     pub(crate) fn for_each(&mut self, f: &mut dyn FnMut(&Inode)) -> Result<()> {
-        let prefix = self.keys.inodes();
         let keys = self.keys;
-        self.scan(
-            prefix.clone(),
-            &prefix_end(&prefix),
-            usize::MAX,
-            &mut |kv| {
-                let rec = crate::ops::inode_of(keys, kv.key(), kv.value())?;
-                f(&rec.inode);
-                Ok(true)
-            },
-        )
+        self.scan_all(b"i/", &mut |kv| {
+            let rec = crate::ops::inode_of(keys, kv.key(), kv.value())?;
+            f(&rec.inode);
+            Ok(true)
+        })
     }
 
     /// The name `ino` has in `dir`, if any: a scan of `dir`'s entries.
@@ -194,7 +357,13 @@ impl<'a> Reader<'a> {
     /// loop bounded by the number of directories.
     pub(crate) fn path_of(&mut self, ino: InodeId) -> Result<Option<Vec<Vec<u8>>>> {
         let mut rec = self.rec(ino)?;
-        let dirs = self.count(self.keys.dir_marks())?;
+        // The walk's bound: the number of directories (one count) on one
+        // cluster; over several, where counting reads every run of shards,
+        // a fixed bound far past any path the kernel can name.
+        let dirs = match self.route.map {
+            None => self.count(b"k/")?,
+            Some(_) => MAX_WALK,
+        };
         let mut names = Vec::new();
         let mut at = ino;
         for _ in 0..=dirs {
@@ -222,18 +391,24 @@ impl<'a> Reader<'a> {
 
 /// See [`meta::MetaStore::view`].
 pub(crate) struct EtcdView {
-    rpc: Arc<Rpc>,
+    route: Arc<Route>,
     keys: Keys,
-    rev: i64,
+    revs: HashMap<usize, i64>,
 }
 
 impl EtcdView {
-    pub(crate) fn new(rpc: Arc<Rpc>, keys: Keys, rev: i64) -> Self {
-        EtcdView { rpc, keys, rev }
+    /// A view pinned now in every cluster.
+    pub(crate) fn new(route: Arc<Route>, keys: Keys) -> Result<Self> {
+        let mut revs = HashMap::new();
+        for (cluster, rpc) in route.data.iter().enumerate() {
+            let resp = rpc.get(keys.next_ino(), GetOptions::new())?;
+            revs.insert(cluster, resp.header().map_or(0, |h| h.revision()));
+        }
+        Ok(EtcdView { route, keys, revs })
     }
 
     fn reader(&self) -> Reader<'_> {
-        Reader::new(&self.rpc, &self.keys, self.rev)
+        Reader::new(&self.route, &self.keys, self.revs.clone())
     }
 }
 

@@ -293,3 +293,16 @@ pub fn open_fs_on_etcd(repo: &Repo, url: &str) -> Result<Arc<Fs>> {
     })?;
     Ok(Arc::new(repo.open_fs_on(Arc::new(meta), url)?))
 }
+
+/// Opens the repository's file system with its metadata over several etcd
+/// clusters, their shard map in the control cluster at `url`
+/// (`etcd://HOST:PORT/FSID`, made by `cairn cluster init`); the repository
+/// records it as `cluster:URL` (`docs/metadata-on-etcd.md`).
+pub fn open_fs_on_etcd_cluster(repo: &Repo, url: &str) -> Result<Arc<Fs>> {
+    let meta = meta_etcd::EtcdMeta::open_cluster_url(url).inspect_err(|e| {
+        tracing::error!(url, error = %e, "opening the metadata over etcd clusters failed");
+    })?;
+    Ok(Arc::new(
+        repo.open_fs_on(Arc::new(meta), &format!("cluster:{url}"))?,
+    ))
+}

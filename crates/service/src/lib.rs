@@ -60,7 +60,7 @@ pub use doctor::{
     Severity,
 };
 pub use error::{Result, ServiceError};
-pub use exec::{call, exec, open_fs, open_fs_on_etcd, Caller, Target};
+pub use exec::{call, exec, open_fs, open_fs_on_etcd, open_fs_on_etcd_cluster, Caller, Target};
 /// The live fraction under which `cairn gc` reclaims a container by
 /// default.
 pub const GC_THRESHOLD: f64 = 0.5;

@@ -2,6 +2,9 @@
 //! data in a temporary directory, killed when dropped.
 #![allow(dead_code)]
 
+pub mod differential;
+pub mod races;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -16,6 +19,9 @@ pub struct Etcd {
     dir: tempfile::TempDir,
     client: u16,
     peer: u16,
+    /// This member's name and the cluster's `--initial-cluster`.
+    name: String,
+    initial: String,
 }
 
 fn free_port() -> u16 {
@@ -31,20 +37,45 @@ impl Etcd {
     /// is on tmpfs when there is one (fsync costs nothing there; a kill
     /// keeps what the process wrote).
     pub fn start() -> Etcd {
+        let mut e = Etcd::member("t");
+        e.initial = format!("t=http://127.0.0.1:{}", e.peer);
+        e.restart();
+        e
+    }
+
+    fn member(name: &str) -> Etcd {
         let base = PathBuf::from("/dev/shm");
         let dir = if base.is_dir() {
             tempfile::tempdir_in(base).unwrap()
         } else {
             tempfile::tempdir().unwrap()
         };
-        let mut e = Etcd {
+        Etcd {
             child: None,
             dir,
             client: free_port(),
             peer: free_port(),
-        };
-        e.restart();
-        e
+            name: name.to_string(),
+            initial: String::new(),
+        }
+    }
+
+    /// Starts an `n`-member cluster and waits until every member answers.
+    pub fn start_cluster(n: usize) -> Vec<Etcd> {
+        let mut members: Vec<Etcd> = (0..n).map(|i| Etcd::member(&format!("m{i}"))).collect();
+        let initial = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
+            .collect::<Vec<_>>()
+            .join(",");
+        for m in &mut members {
+            m.initial = initial.clone();
+            m.spawn();
+        }
+        for m in &members {
+            m.wait_healthy();
+        }
+        members
     }
 
     pub fn endpoint(&self) -> String {
@@ -65,24 +96,32 @@ impl Etcd {
 
     /// Starts the process again on the same data and ports.
     pub fn restart(&mut self) {
+        self.spawn();
+        self.wait_healthy();
+    }
+
+    fn spawn(&mut self) {
         assert!(self.child.is_none(), "etcd is running");
         let peer = format!("http://127.0.0.1:{}", self.peer);
         let log = std::fs::File::create(self.dir.path().join("etcd.log")).unwrap();
         let child = Command::new("etcd")
-            .args(["--name", "t"])
+            .args(["--name", &self.name])
             .arg("--data-dir")
             .arg(self.dir.path().join("data"))
             .args(["--listen-client-urls", &self.endpoint()])
             .args(["--advertise-client-urls", &self.endpoint()])
             .args(["--listen-peer-urls", &peer])
             .args(["--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &format!("t={peer}")])
+            .args(["--initial-cluster", &self.initial])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("etcd (Debian's etcd-server) must be installed: .ci/run installs it");
         self.child = Some(child);
+    }
+
+    fn wait_healthy(&self) {
         let start = Instant::now();
         while !self.healthy() {
             assert!(
@@ -123,6 +162,7 @@ pub fn quick() -> EtcdOptions {
     EtcdOptions {
         rpc_timeout: Duration::from_secs(2),
         op_deadline: Duration::from_secs(4),
+        client_ttl: Duration::from_secs(2),
     }
 }
 
@@ -163,4 +203,47 @@ pub fn tree(m: &dyn MetaStore) -> Vec<(String, meta::FileKind, u32, u64)> {
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
+}
+
+/// A control cluster and `n` data clusters, one etcd each.
+pub struct Ring {
+    pub control: Etcd,
+    pub data: Vec<Etcd>,
+}
+
+impl Ring {
+    pub fn start(n: usize) -> Ring {
+        Ring {
+            control: Etcd::start(),
+            data: (0..n).map(|_| Etcd::start()).collect(),
+        }
+    }
+
+    /// A new file system over every data cluster, with `shards` shards.
+    pub fn init(&self, shards: u32) -> String {
+        let fs = fsid();
+        let data: Vec<Vec<String>> = self.data.iter().map(Etcd::endpoints).collect();
+        meta_etcd::init_cluster(
+            &self.control.endpoints(),
+            &data,
+            &fs,
+            shards,
+            1000,
+            1000,
+            &quick(),
+        )
+        .unwrap();
+        fs
+    }
+
+    /// A client of file system `fsid`.
+    pub fn open(&self, fsid: &str) -> EtcdMeta {
+        EtcdMeta::open_cluster(&self.control.endpoints(), fsid, quick()).unwrap()
+    }
+}
+
+/// The data cluster owning inode `ino`'s shard.
+pub fn cluster_of(m: &EtcdMeta, control: &Etcd, ino: meta::InodeId) -> usize {
+    let st = m.cluster_status(&control.endpoints()).unwrap();
+    st.shards[meta_etcd::shard_of(ino) as usize].0 as usize
 }
