@@ -30,6 +30,7 @@ mod alloc;
 mod args;
 mod bench;
 mod branches;
+mod chunkd;
 mod commands;
 mod doctor;
 mod gateway;

@@ -89,6 +89,16 @@ pub enum Location {
     /// A directory; a relative path is taken from the repository root.
     Local(PathBuf),
     S3(S3Location),
+    /// A directory another machine serves with `cairn chunkd`.
+    Chunkd(ChunkdLocation),
+}
+
+/// A `cairn chunkd` and the file holding its token; a relative path is
+/// taken from the repository root.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChunkdLocation {
+    pub url: String,
+    pub token_file: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq)]
