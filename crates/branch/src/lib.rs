@@ -113,6 +113,14 @@ pub enum BranchError {
         bucket: String,
         reason: String,
     },
+    /// A chunkd branch could not be used when it was opened: nothing
+    /// listens at the URL, or the token is refused.
+    #[error("branch {branch}: cannot use the chunkd at {url}: {reason}")]
+    ChunkdUnreachable {
+        branch: String,
+        url: String,
+        reason: String,
+    },
     /// A branch's configuration is malformed.
     #[error("branch {branch}: invalid configuration: {reason}")]
     Config { branch: String, reason: String },

@@ -154,7 +154,10 @@ impl ChunkdBranch {
         );
         match probe {
             Ok(resp) if resp.status == StatusCode::OK => Ok(branch),
-            Ok(resp) => Err(branch.unreachable(config, resp.message())),
+            Ok(resp) => Err(branch.unreachable(
+                config,
+                format!("HTTP {}: {}", resp.status.as_u16(), resp.message()),
+            )),
             Err(reason) => Err(branch.unreachable(config, reason.to_string())),
         }
     }
@@ -198,10 +201,9 @@ impl ChunkdBranch {
     }
 
     fn unreachable(&self, config: &ChunkdConfig, reason: String) -> BranchError {
-        BranchError::Unreachable {
+        BranchError::ChunkdUnreachable {
             branch: self.name.clone(),
-            endpoint: config.url.clone(),
-            bucket: "chunkd".into(),
+            url: config.url.clone(),
             reason,
         }
     }

@@ -344,7 +344,9 @@ pub(crate) fn probe(root: &Path, record: Option<&Record>, spec: &BranchSpec) -> 
                 let data = read_marker(branch.as_ref())?;
                 (Some(branch), data, None)
             }
-            Err(RepoError::Branch(e @ BranchError::Unreachable { .. })) if recorded_here => {
+            Err(RepoError::Branch(
+                e @ (BranchError::Unreachable { .. } | BranchError::ChunkdUnreachable { .. }),
+            )) if recorded_here => {
                 tracing::warn!(
                     branch = %spec.name,
                     error = %e,
