@@ -17,24 +17,44 @@ use crate::server::Shared;
 
 type Shd = State<Arc<Shared>>;
 
+/// Why a blob request is not answered as asked.
+pub(crate) enum Failure {
+    BadRequest(String),
+    Branch(BranchError),
+    Task(String),
+}
+
+impl From<BranchError> for Failure {
+    fn from(e: BranchError) -> Self {
+        Failure::Branch(e)
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        match self {
+            Failure::BadRequest(m) => (StatusCode::BAD_REQUEST, m).into_response(),
+            Failure::Task(m) => {
+                tracing::error!(error = %m, "chunkd: request task failed");
+                (StatusCode::INTERNAL_SERVER_ERROR, m).into_response()
+            }
+            Failure::Branch(e) => branch_error(e),
+        }
+    }
+}
+
 /// Runs a call into the directory off the async threads.
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, Response> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
-        error_response(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("task failed: {e}"),
-        )
-    })
+    f: impl FnOnce() -> Result<T, BranchError> + Send + 'static,
+) -> Result<T, Failure> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => Ok(r?),
+        Err(e) => Err(Failure::Task(format!("task failed: {e}"))),
+    }
 }
 
-fn error_response(status: StatusCode, message: String) -> Response {
-    (status, message).into_response()
-}
-
-fn key(raw: &str) -> Result<BlobKey, Response> {
-    BlobKey::new(raw).map_err(|e| error_response(StatusCode::BAD_REQUEST, e.to_string()))
+fn key(raw: &str) -> Result<BlobKey, Failure> {
+    BlobKey::new(raw).map_err(|e| Failure::BadRequest(e.to_string()))
 }
 
 fn size_header(size: u64) -> [(&'static str, HeaderValue); 1] {
@@ -72,27 +92,17 @@ fn branch_error(e: BranchError) -> Response {
     if status == StatusCode::INTERNAL_SERVER_ERROR {
         tracing::error!(error = %e, "chunkd: branch operation failed");
     }
-    error_response(status, e.to_string())
+    (status, e.to_string()).into_response()
 }
 
-fn answer<T>(
-    r: Result<Result<T, BranchError>, Response>,
-    ok: impl FnOnce(T) -> Response,
-) -> Response {
-    match r {
-        Ok(Ok(v)) => ok(v),
-        Ok(Err(e)) => branch_error(e),
-        Err(resp) => resp,
-    }
-}
-
-pub(crate) async fn put(State(s): Shd, Path(raw): Path<String>, body: Bytes) -> Response {
-    let key = match key(&raw) {
-        Ok(k) => k,
-        Err(r) => return r,
-    };
-    let r = blocking(move || s.dir.put(&key, &body)).await;
-    answer(r, |()| StatusCode::CREATED.into_response())
+pub(crate) async fn put(
+    State(s): Shd,
+    Path(raw): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode, Failure> {
+    let key = key(&raw)?;
+    blocking(move || s.dir.put(&key, &body)).await?;
+    Ok(StatusCode::CREATED)
 }
 
 /// `bytes=A-B`, the one form the client sends.
@@ -102,46 +112,33 @@ fn parse_range(v: &HeaderValue) -> Option<(u64, u64)> {
     (a <= b && b - a < usize::MAX as u64).then_some((a, b))
 }
 
-pub(crate) async fn get(State(s): Shd, Path(raw): Path<String>, headers: HeaderMap) -> Response {
-    let key = match key(&raw) {
-        Ok(k) => k,
-        Err(r) => return r,
+pub(crate) async fn get(
+    State(s): Shd,
+    Path(raw): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, Failure> {
+    let key = key(&raw)?;
+    let Some(v) = headers.get(header::RANGE) else {
+        let data = blocking(move || s.dir.get(&key)).await?;
+        return Ok((StatusCode::OK, data).into_response());
     };
-    match headers.get(header::RANGE) {
-        None => answer(blocking(move || s.dir.get(&key)).await, |data| {
-            (StatusCode::OK, data).into_response()
-        }),
-        Some(v) => {
-            let Some((first, last)) = parse_range(v) else {
-                return error_response(StatusCode::BAD_REQUEST, "range must be bytes=A-B".into());
-            };
-            let len = (last - first + 1) as usize;
-            let r = blocking(move || s.dir.read_range(&key, first, len)).await;
-            answer(r, |data| {
-                (StatusCode::PARTIAL_CONTENT, data).into_response()
-            })
-        }
-    }
+    let (first, last) =
+        parse_range(v).ok_or_else(|| Failure::BadRequest("range must be bytes=A-B".into()))?;
+    let len = (last - first + 1) as usize;
+    let data = blocking(move || s.dir.read_range(&key, first, len)).await?;
+    Ok((StatusCode::PARTIAL_CONTENT, data).into_response())
 }
 
-pub(crate) async fn head(State(s): Shd, Path(raw): Path<String>) -> Response {
-    let key = match key(&raw) {
-        Ok(k) => k,
-        Err(r) => return r,
-    };
-    answer(blocking(move || s.dir.size(&key)).await, |size| {
-        (StatusCode::OK, size_header(size)).into_response()
-    })
+pub(crate) async fn head(State(s): Shd, Path(raw): Path<String>) -> Result<Response, Failure> {
+    let key = key(&raw)?;
+    let size = blocking(move || s.dir.size(&key)).await?;
+    Ok((StatusCode::OK, size_header(size)).into_response())
 }
 
-pub(crate) async fn delete(State(s): Shd, Path(raw): Path<String>) -> Response {
-    let key = match key(&raw) {
-        Ok(k) => k,
-        Err(r) => return r,
-    };
-    answer(blocking(move || s.dir.delete(&key)).await, |()| {
-        StatusCode::NO_CONTENT.into_response()
-    })
+pub(crate) async fn delete(State(s): Shd, Path(raw): Path<String>) -> Result<StatusCode, Failure> {
+    let key = key(&raw)?;
+    blocking(move || s.dir.delete(&key)).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 #[derive(Deserialize)]
@@ -154,8 +151,11 @@ pub(crate) struct ListQuery {
 
 /// One page. The directory is listed whole for each page (a `LocalDir`
 /// cannot start a listing in the middle): a listing costs pages × keys.
-pub(crate) async fn list(State(s): Shd, Query(q): Query<ListQuery>) -> Response {
-    let r = blocking(move || {
+pub(crate) async fn list(
+    State(s): Shd,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<wire::ListPage>, Failure> {
+    let page = blocking(move || {
         s.dir.list(&q.prefix).map(|keys| {
             let mut rest = keys
                 .into_iter()
@@ -166,20 +166,19 @@ pub(crate) async fn list(State(s): Shd, Query(q): Query<ListQuery>) -> Response 
             wire::ListPage { keys, more }
         })
     })
-    .await;
-    answer(r, |page| Json(page).into_response())
+    .await?;
+    Ok(Json(page))
 }
 
-pub(crate) async fn space(State(s): Shd) -> Response {
-    answer(blocking(move || s.dir.space()).await, |space| {
-        let space = space.unwrap_or(branch::Space {
+pub(crate) async fn space(State(s): Shd) -> Result<Json<wire::SpaceReply>, Failure> {
+    let space = blocking(move || s.dir.space())
+        .await?
+        .unwrap_or(branch::Space {
             total: 0,
             available: 0,
         });
-        Json(wire::SpaceReply {
-            total: space.total,
-            available: space.available,
-        })
-        .into_response()
-    })
+    Ok(Json(wire::SpaceReply {
+        total: space.total,
+        available: space.available,
+    }))
 }

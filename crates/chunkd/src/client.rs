@@ -107,6 +107,9 @@ pub struct IndexClient {
 /// Parts of a batch: the range and the positions in the batch it holds.
 type Parts = Vec<(Range, Vec<usize>)>;
 
+/// A part of a batch and its owner's answer.
+type Answered = (Range, Vec<usize>, Result<Vec<u8>, OwnerFailure>);
+
 impl IndexClient {
     /// Connects to etcd and reads the range table, which must be set.
     pub fn connect(config: &ClientConfig) -> Result<Self, ClientError> {
@@ -212,7 +215,7 @@ impl IndexClient {
         positions: Vec<usize>,
         fps: &[Fingerprint],
         encode: impl Fn(Target, &[usize]) -> Vec<u8>,
-    ) -> Vec<(Range, Vec<usize>, Result<Vec<u8>, OwnerFailure>)> {
+    ) -> Vec<Answered> {
         let mut done = Vec::new();
         let mut pending = positions;
         for round in 0..ROUNDS {

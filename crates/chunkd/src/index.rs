@@ -70,7 +70,7 @@ pub(crate) struct Partition {
 }
 
 /// Why a request is not answered.
-enum Refusal {
+pub(crate) enum Refusal {
     NotHere(String),
     Bad(String),
     Failed(String),
