@@ -190,6 +190,22 @@ fn the_index_is_split_over_two_owners() {
         "{shown}"
     );
     assert!(shown.contains(&format!("owner {url_a}: ok")), "{shown}");
+    show.push("--json");
+    let v: serde_json::Value = serde_json::from_str(&ranges(&show)).unwrap();
+    assert_eq!(v["ranges"][1]["start"], "8000000000000000");
+    assert_eq!(v["ranges"][1]["epoch"], 2);
+    let owners = v["owners"].as_array().unwrap();
+    let down = owners
+        .iter()
+        .find(|o| o["owner"] == url_b.as_str())
+        .unwrap();
+    assert_eq!(down["ok"], false);
+    assert!(down["error"].as_str().is_some_and(|e| !e.is_empty()));
+    let up = owners
+        .iter()
+        .find(|o| o["owner"] == url_a.as_str())
+        .unwrap();
+    assert_eq!(up["ranges"][0]["start"], "0000000000000000");
 
     // b back: what it committed before the kill is there.
     b.restart();
