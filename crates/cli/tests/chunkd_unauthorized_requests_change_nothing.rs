@@ -56,7 +56,7 @@ fn requests_without_the_token_change_nothing() {
     assert_eq!(
         status(
             &server.url,
-            &format!("GET /v1/blob/c/kept HTTP/1.0\r\n\r\n")
+            "GET /v1/blob/c/kept HTTP/1.0\r\n\r\n"
         ),
         401
     );
