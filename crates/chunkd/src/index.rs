@@ -5,11 +5,12 @@
 //! The view of the table is read at start, every `refresh`, and at once
 //! when a request names an epoch newer than the view. A chunkd that lost
 //! a range keeps answering for it until its next read (at most `refresh`):
-//! a client that still believes the old epoch may then find entries here
-//! that the new owner lacks (harmless: an entry is added only once its
-//! container is durable, and gc forgets a container's entries before it
-//! deletes the container), or add entries the new owner never sees
-//! (missed dedup, never lost data).
+//! a client that still believes the old epoch may then add entries the new
+//! owner never sees (missed dedup, never lost data), or find entries here
+//! that the new owner lacks. The second is safe only while the container
+//! still exists: gc's `forget` reaches the owners the table names now, not
+//! a demoted one, so gc must wait longer than the owners' `refresh` after a
+//! reassignment before it deletes containers (docs/chunkd.md).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -21,30 +22,17 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use parking_lot::RwLock;
-use redb::{
-    Database, MultimapTableDefinition, ReadableDatabase, ReadableMultimapTable, ReadableTable,
-    TableDefinition,
-};
 
+use crate::entries::{Entries, EntriesError};
 use crate::ranges::{normalize, Range, RangeStore, RangeTable, RangesError};
 use crate::server::Shared;
 use crate::wire::{self, Target, WireError};
-use crate::{Fingerprint, Location};
-
-/// Fingerprint -> container (8 bytes, big-endian) then location.
-const ENTRIES: TableDefinition<&[u8; 32], &[u8]> = TableDefinition::new("entries");
-/// Container -> its fingerprints, for `forget`.
-const BY_CONTAINER: MultimapTableDefinition<u64, &[u8; 32]> =
-    MultimapTableDefinition::new("by_container");
+use crate::Fingerprint;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
-    #[error("index database {path}: {source}")]
-    Db {
-        path: String,
-        #[source]
-        source: Box<redb::Error>,
-    },
+    #[error(transparent)]
+    Entries(#[from] EntriesError),
     #[error(transparent)]
     Ranges(#[from] RangesError),
 }
@@ -62,8 +50,7 @@ pub struct PartitionConfig {
 }
 
 pub(crate) struct Partition {
-    db: Database,
-    path: String,
+    entries: Entries,
     me: String,
     store: RangeStore,
     view: RwLock<Option<RangeTable>>,
@@ -111,18 +98,7 @@ impl Partition {
             path: sub.clone(),
             source,
         })?;
-        let file = sub.join("index.redb");
-        let path = file.display().to_string();
-        let db_err = |e: redb::Error| IndexError::Db {
-            path: path.clone(),
-            source: Box::new(e),
-        };
-        let db = Database::create(&file).map_err(|e| db_err(e.into()))?;
-        let tx = db.begin_write().map_err(|e| db_err(e.into()))?;
-        tx.open_table(ENTRIES).map_err(|e| db_err(e.into()))?;
-        tx.open_multimap_table(BY_CONTAINER)
-            .map_err(|e| db_err(e.into()))?;
-        tx.commit().map_err(|e| db_err(e.into()))?;
+        let entries = Entries::open(&sub.join("index.redb")).map_err(IndexError::from)?;
         let store = runtime
             .block_on(RangeStore::connect(
                 &config.etcd,
@@ -131,8 +107,7 @@ impl Partition {
             ))
             .map_err(IndexError::from)?;
         let partition = Arc::new(Partition {
-            db,
-            path,
+            entries,
             me: normalize(&config.advertise),
             store,
             view: RwLock::new(None),
@@ -204,90 +179,6 @@ impl Partition {
         }
         Ok(range)
     }
-
-    fn failed(&self, e: impl Into<redb::Error>) -> Refusal {
-        Refusal::Failed(format!("index database {}: {}", self.path, e.into()))
-    }
-
-    fn lookup(&self, fps: &[Fingerprint]) -> Result<Vec<Option<Location>>, Refusal> {
-        let tx = self.db.begin_read().map_err(|e| self.failed(e))?;
-        let table = tx.open_table(ENTRIES).map_err(|e| self.failed(e))?;
-        fps.iter()
-            .map(|fp| {
-                let v = table.get(fp.as_bytes()).map_err(|e| self.failed(e))?;
-                Ok(
-                    v.map(|v| {
-                        Location::new(v.value()[8..].to_vec()).expect("stored locations fit")
-                    }),
-                )
-            })
-            .collect()
-    }
-
-    /// Adds each entry not present yet; an entry already present keeps its
-    /// container. Durable on return (redb's default durability).
-    fn add(&self, container: u64, entries: &[(Fingerprint, Location)]) -> Result<(), Refusal> {
-        let tx = self.db.begin_write().map_err(|e| self.failed(e))?;
-        {
-            let mut table = tx.open_table(ENTRIES).map_err(|e| self.failed(e))?;
-            let mut by = tx
-                .open_multimap_table(BY_CONTAINER)
-                .map_err(|e| self.failed(e))?;
-            for (fp, loc) in entries {
-                if table
-                    .get(fp.as_bytes())
-                    .map_err(|e| self.failed(e))?
-                    .is_some()
-                {
-                    continue;
-                }
-                let mut v = container.to_be_bytes().to_vec();
-                v.extend_from_slice(loc.as_bytes());
-                table
-                    .insert(fp.as_bytes(), v.as_slice())
-                    .map_err(|e| self.failed(e))?;
-                by.insert(container, fp.as_bytes())
-                    .map_err(|e| self.failed(e))?;
-            }
-        }
-        tx.commit().map_err(|e| self.failed(e))
-    }
-
-    /// Removes the containers' entries that lie in `range`.
-    fn forget(&self, range: &Range, containers: &[u64]) -> Result<u64, Refusal> {
-        let tx = self.db.begin_write().map_err(|e| self.failed(e))?;
-        let mut removed = 0;
-        {
-            let mut table = tx.open_table(ENTRIES).map_err(|e| self.failed(e))?;
-            let mut by = tx
-                .open_multimap_table(BY_CONTAINER)
-                .map_err(|e| self.failed(e))?;
-            for &c in containers {
-                let fps: Vec<[u8; 32]> = by
-                    .get(c)
-                    .map_err(|e| self.failed(e))?
-                    .map(|v| v.map(|v| *v.value()))
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| self.failed(e))?;
-                for fp in fps
-                    .into_iter()
-                    .filter(|fp| range.holds(&Fingerprint::new(*fp)))
-                {
-                    let owned_by_c = table
-                        .get(&fp)
-                        .map_err(|e| self.failed(e))?
-                        .is_some_and(|v| v.value()[..8] == c.to_be_bytes());
-                    if owned_by_c {
-                        table.remove(&fp).map_err(|e| self.failed(e))?;
-                        removed += 1;
-                    }
-                    by.remove(c, &fp).map_err(|e| self.failed(e))?;
-                }
-            }
-        }
-        tx.commit().map_err(|e| self.failed(e))?;
-        Ok(removed)
-    }
 }
 
 fn partition(s: &Shared) -> Result<Arc<Partition>, Refusal> {
@@ -297,11 +188,12 @@ fn partition(s: &Shared) -> Result<Arc<Partition>, Refusal> {
 }
 
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, Refusal> + Send + 'static,
+    f: impl FnOnce() -> Result<T, EntriesError> + Send + 'static,
 ) -> Result<T, Refusal> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| Refusal::Failed(format!("task failed: {e}")))?
+        .map_err(|e| Refusal::Failed(e.to_string()))
 }
 
 type Shd = State<Arc<Shared>>;
@@ -311,7 +203,7 @@ pub(crate) async fn lookup(State(s): Shd, body: Bytes) -> Response {
         let p = partition(&s)?;
         let (t, fps) = wire::decode_lookup(&body)?;
         p.admit(t, fps.iter()).await?;
-        let found = blocking(move || p.lookup(&fps)).await?;
+        let found = blocking(move || p.entries.lookup(&fps)).await?;
         Ok::<_, Refusal>(wire::encode_found(&found))
     };
     match run.await {
@@ -325,7 +217,7 @@ pub(crate) async fn add(State(s): Shd, body: Bytes) -> Response {
         let p = partition(&s)?;
         let (t, container, entries) = wire::decode_add(&body)?;
         p.admit(t, entries.iter().map(|(fp, _)| fp)).await?;
-        blocking(move || p.add(container, &entries)).await
+        blocking(move || p.entries.add(container, &entries)).await
     };
     match run.await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
@@ -338,7 +230,7 @@ pub(crate) async fn forget(State(s): Shd, body: Bytes) -> Response {
         let p = partition(&s)?;
         let (t, containers) = wire::decode_forget(&body)?;
         let range = p.admit(t, std::iter::empty()).await?;
-        blocking(move || p.forget(&range, &containers)).await
+        blocking(move || p.entries.forget(&range, &containers)).await
     };
     match run.await {
         Ok(n) => (StatusCode::OK, n.to_be_bytes().to_vec()).into_response(),
