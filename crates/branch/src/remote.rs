@@ -262,6 +262,12 @@ impl ChunkdBranch {
                     Err(e) => self.remote(op, key.as_str(), ChunkdFailure::Garbage(e.to_string())),
                 }
             }
+            // A success other than the one asked for is not the protocol.
+            status if status.is_success() => self.remote(
+                op,
+                key.as_str(),
+                ChunkdFailure::Garbage(format!("unexpected HTTP {status}")),
+            ),
             status => self.remote(
                 op,
                 key.as_str(),
