@@ -1069,7 +1069,7 @@ pub struct ChunkdArgs {
     #[command(flatten)]
     pub cluster: ChunkdCluster,
     /// This chunkd's URL as the range table names it [default:
-    /// http://ADDR of --listen].
+    /// http://ADDR of --listen; needed when that is port 0 or 0.0.0.0].
     #[arg(long, value_name = "URL")]
     pub advertise: Option<String>,
     /// How often the range table is read again from etcd (it is also read

@@ -38,9 +38,10 @@ fn serve(args: ChunkdArgs, quiet: bool) -> Result<ExitCode> {
         let (etcd, fsid) = cluster(&args.cluster)?;
         let advertise = match args.advertise {
             Some(url) => url,
-            None if listen.port() == 0 => {
-                bail!("--advertise URL is needed with --etcd when --listen has port 0")
-            }
+            None if listen.port() == 0 || listen.ip().is_unspecified() => bail!(
+                "--advertise URL is needed with --etcd when --listen has port 0 or address \
+                 0.0.0.0: the range table must name an address clients can reach"
+            ),
             None => format!("http://{listen}"),
         };
         Some(chunkd::PartitionConfig {

@@ -54,10 +54,7 @@ fn requests_without_the_token_change_nothing() {
         401
     );
     assert_eq!(
-        status(
-            &server.url,
-            "GET /v1/blob/c/kept HTTP/1.0\r\n\r\n"
-        ),
+        status(&server.url, "GET /v1/blob/c/kept HTTP/1.0\r\n\r\n"),
         401
     );
     let lookup =
