@@ -1,7 +1,9 @@
 //! Storage branches: places that hold named, immutable blobs.
 //!
 //! **Owns:** moving bytes to and from one place — a local directory
-//! ([`LocalDir`]), an S3 bucket ([`S3Bucket`]) — behind one [`Branch`] trait,
+//! ([`LocalDir`]), an S3 bucket ([`S3Bucket`]), a directory another machine
+//! serves with `cairn chunkd` ([`ChunkdBranch`], protocol in [`wire`]) —
+//! behind one [`Branch`] trait,
 //! and making a blob durable and atomically visible there. [`FaultyBranch`]
 //! wraps any branch to inject failures, slowness or corruption in tests
 //! (slowness on a [`Clock`]: a [`VirtualClock`] makes it cost no real time);
@@ -25,7 +27,8 @@
 //! S3 goes through the `object_store` crate rather than hand-written HTTP:
 //! request signing, retries with backoff, timeouts and the S3 error and
 //! listing formats are each easy to get subtly wrong, and that crate is
-//! maintained against real S3 and its look-alikes.
+//! maintained against real S3 and its look-alikes. A chunkd branch goes
+//! through `reqwest`, the HTTP client object_store itself is built on.
 
 mod aligned;
 mod clock;
@@ -34,6 +37,7 @@ pub mod crash;
 mod fault;
 mod key;
 mod local;
+mod remote;
 mod s3;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
@@ -43,6 +47,7 @@ pub use clock::{Clock, SystemClock, VirtualClock};
 pub use fault::{Fault, FaultControl, FaultyBranch};
 pub use key::{BlobKey, KeyError};
 pub use local::{reserve, LocalDir};
+pub use remote::{read_token, wire, ChunkdBranch, ChunkdConfig, ChunkdFailure};
 pub use s3::{S3Bucket, S3Config};
 
 use std::path::PathBuf;
@@ -58,6 +63,9 @@ pub enum RemoteFailure {
     /// A ranged read answered with fewer bytes than the blob holds there.
     #[error("asked for {wanted} bytes at offset {offset}, got fewer")]
     ShortRead { wanted: usize, offset: u64 },
+    /// A `cairn chunkd` could not be reached, refused, or answered garbage.
+    #[error(transparent)]
+    Chunkd(ChunkdFailure),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +111,14 @@ pub enum BranchError {
         branch: String,
         endpoint: String,
         bucket: String,
+        reason: String,
+    },
+    /// A chunkd branch could not be used when it was opened: nothing
+    /// listens at the URL, or the token is refused.
+    #[error("branch {branch}: cannot use the chunkd at {url}: {reason}")]
+    ChunkdUnreachable {
+        branch: String,
+        url: String,
         reason: String,
     },
     /// A branch's configuration is malformed.

@@ -216,6 +216,31 @@ pub enum Command {
         gateway: GatewayArgs,
     },
 
+    /// Serve a directory to other machines as a branch, and hold part of a
+    /// shared fingerprint index.
+    ///
+    /// `cairn chunkd --dir DIR --listen ADDR --token-file FILE` serves DIR
+    /// over HTTP so that repositories elsewhere can name it in cairn.toml
+    /// (`kind = "chunkd"`, `url`, `token_file`; see docs/chunkd.md). A put
+    /// is answered only once the blob and its directory are synced to
+    /// DIR's disk. Every request must carry the secret in FILE (its first
+    /// line, at least 16 bytes; never given on the command line): without
+    /// it the answer is 401, with a wrong one 403. Bodies over --max-body
+    /// are refused (413) before they are read.
+    ///
+    /// With --etcd and --fsid it also holds the fingerprint-index ranges
+    /// the range table in etcd (/FSID/chunkd/ranges) gives to --advertise,
+    /// in DIR/.chunkd/index.redb; set the table first with `cairn chunkd
+    /// ranges init`.
+    ///
+    /// Prints `listening on http://ADDR` on stdout once it answers (port 0:
+    /// any free port), then runs in the foreground until Ctrl-C or
+    /// SIGTERM, which let requests in flight finish. Exit status 1 if the
+    /// directory, the token file or the address cannot be used. Every
+    /// refused or failed request is logged on stderr.
+    #[command(subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
+    Chunkd(ChunkdArgs),
+
     /// Create, list and revoke the S3 gateway's access keys.
     ///
     /// Keys are kept in the repository (REPO/gateway/keys.toml, readable by
@@ -1052,4 +1077,102 @@ pub struct RedundancyBenchArgs {
     /// Also write the results as JSON to OUT.
     #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,
+}
+
+/// `cairn chunkd`: serve, or manage the range table.
+#[derive(Args, Debug)]
+pub struct ChunkdArgs {
+    /// The directory served as a branch (created if missing).
+    #[arg(long, value_name = "DIR", required = true)]
+    pub dir: Option<PathBuf>,
+    /// Where to listen, e.g. 0.0.0.0:7878 (port 0: any free port, printed).
+    #[arg(long, value_name = "ADDR", required = true)]
+    pub listen: Option<SocketAddr>,
+    /// The file holding the shared secret (first line, at least 16 bytes).
+    /// Keep it readable by the server's user only.
+    #[arg(long, value_name = "FILE", required = true)]
+    pub token_file: Option<PathBuf>,
+    /// Largest request body accepted (a container is a few MiB).
+    #[arg(long, value_name = "BYTES", default_value_t = 256 << 20)]
+    pub max_body: u64,
+    #[command(flatten)]
+    pub cluster: ChunkdCluster,
+    /// This chunkd's URL as the range table names it [default:
+    /// http://ADDR of --listen; needed when that is port 0 or 0.0.0.0].
+    #[arg(long, value_name = "URL")]
+    pub advertise: Option<String>,
+    /// How often the range table is read again from etcd (it is also read
+    /// at once when a client names a newer epoch).
+    #[arg(long, value_name = "SECONDS", default_value_t = 2)]
+    pub refresh: u64,
+    #[command(subcommand)]
+    pub command: Option<ChunkdCommand>,
+}
+
+/// Where the range table is.
+#[derive(Args, Debug, Clone)]
+pub struct ChunkdCluster {
+    /// etcd endpoints, comma-separated (http://HOST:PORT).
+    #[arg(long, value_name = "URLS", value_delimiter = ',')]
+    pub etcd: Vec<String>,
+    /// The file system whose index this is (the etcd key prefix).
+    #[arg(long, value_name = "ID")]
+    pub fsid: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ChunkdCommand {
+    /// Set, show or change which chunkd owns which fingerprint range.
+    #[command(subcommand)]
+    Ranges(RangesCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RangesCommand {
+    /// Cut the fingerprint space evenly among the given chunkds, at epoch 1.
+    ///
+    /// One etcd transaction, refused if a table is already set (then use
+    /// `assign`). Prints the table. Exit status 1 if etcd cannot be
+    /// reached or the table is set.
+    Init {
+        #[command(flatten)]
+        cluster: ChunkdCluster,
+        /// The owners' URLs (http://HOST:PORT), in range order.
+        #[arg(long = "owner", value_name = "URL", required = true)]
+        owners: Vec<String>,
+    },
+    /// Print the range table and, with --token-file, whether each owner
+    /// answers and at which epochs it holds its ranges.
+    ///
+    /// One line per range: start, end (hex, of the first 8 bytes of a
+    /// fingerprint), owner, epoch; then one line per owner: `ok` and its
+    /// ranges, or why it does not answer. Exit status 1 if etcd cannot be
+    /// reached or no table is set; 0 even if an owner is down.
+    Show {
+        #[command(flatten)]
+        cluster: ChunkdCluster,
+        /// The chunkds' shared secret, to ask each owner for its view.
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
+        /// Print one JSON object: {"ranges": [...], "owners": [...]}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give one range to another chunkd (or the same one, to fence off
+    /// clients that hold an old table) at a new, higher epoch.
+    ///
+    /// One etcd transaction against the table as read; owners learn of it
+    /// within their --refresh. The new owner starts with no entries for the
+    /// range: dedup against what was there is missed until those chunks are
+    /// added again; no data is lost. Prints the new table.
+    Assign {
+        #[command(flatten)]
+        cluster: ChunkdCluster,
+        /// The range's start, in hex as `show` prints it.
+        #[arg(long, value_name = "HEX")]
+        start: String,
+        /// The new owner's URL.
+        #[arg(long, value_name = "URL")]
+        owner: String,
+    },
 }

@@ -51,6 +51,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             gateway,
         } => crate::mount::serve(&root, mountpoint, nonempty, &gateway, quiet),
         Command::Gateway { gateway } => crate::gateway::gateway(&root, &gateway, quiet),
+        Command::Chunkd(args) => crate::chunkd::run(args, quiet),
         Command::AccessKey(cmd) => crate::gateway::access_key(&root, cmd),
         Command::Bucket(cmd) => crate::gateway::bucket(&root, cmd),
         Command::Bench(cmd) => crate::bench::run(cmd),

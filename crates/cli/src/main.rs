@@ -30,6 +30,7 @@ mod alloc;
 mod args;
 mod bench;
 mod branches;
+mod chunkd;
 mod cluster;
 mod commands;
 mod doctor;

@@ -89,6 +89,16 @@ pub enum Location {
     /// A directory; a relative path is taken from the repository root.
     Local(PathBuf),
     S3(S3Location),
+    /// A directory another machine serves with `cairn chunkd`.
+    Chunkd(ChunkdLocation),
+}
+
+/// A `cairn chunkd` and the file holding its token; a relative path is
+/// taken from the repository root.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChunkdLocation {
+    pub url: String,
+    pub token_file: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -535,5 +545,26 @@ policy = \"rs:2+1\"
         assert!(e.contains("line 3") && e.contains("qos.reads"), "{e}");
         let e = err("[qos]\nbackground = 1000\n");
         assert!(e.contains("qos.background"), "{e}");
+    }
+
+    #[test]
+    fn a_chunkd_branch_parses_and_its_keys_stay_its_own() {
+        let chunkd = "[[branch]]\nname = \"r\"\nkind = \"chunkd\"\nurl = \"http://10.0.0.2:7878\"\ntoken_file = \"/etc/cairn/chunkd.token\"\n";
+        let c = Config::parse(chunkd).unwrap();
+        let r = c.redundancy.unwrap();
+        assert_eq!(
+            r.branches[0].location,
+            Location::Chunkd(ChunkdLocation {
+                url: "http://10.0.0.2:7878".into(),
+                token_file: "/etc/cairn/chunkd.token".into(),
+            })
+        );
+        let e = err("[[branch]]\nname = \"r\"\nkind = \"chunkd\"\nurl = \"http://h:1\"\n");
+        assert!(e.contains("token_file"), "{e}");
+        let e =
+            err("[[branch]]\nname = \"r\"\nkind = \"local\"\npath = \"x\"\nurl = \"http://h:1\"\n");
+        assert!(e.contains("url applies only to kind = \"chunkd\""), "{e}");
+        let e = err("[[branch]]\nname = \"r\"\nkind = \"chunkd\"\nurl = \"http://h:1\"\ntoken_file = \"t\"\npath = \"x\"\n");
+        assert!(e.contains("path applies only"), "{e}");
     }
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ::fs::rules::{Rule, Rules};
-use branch::{Branch, LocalDir, S3Bucket, S3Config};
+use branch::{Branch, ChunkdBranch, ChunkdConfig, LocalDir, S3Bucket, S3Config};
 use cas::{Protection, RepoKey, Store};
 use redundancy::{Discovery, Redundant};
 
@@ -645,19 +645,34 @@ pub(crate) fn open_branch(root: &Path, spec: &BranchSpec) -> Result<(Arc<dyn Bra
             Arc::new(S3Bucket::open(spec.name.clone(), &s3_config(s))?),
             0,
         ),
+        Location::Chunkd(c) => (
+            Arc::new(ChunkdBranch::open(
+                spec.name.clone(),
+                &chunkd_config(root, c),
+            )?),
+            0,
+        ),
     })
 }
 
 /// Opens a configured bucket without asking its server anything, for a
 /// branch the repository already stores data on that does not answer now.
-pub(crate) fn open_unreachable(spec: &BranchSpec) -> Result<Option<Arc<dyn Branch>>> {
+pub(crate) fn open_unreachable(root: &Path, spec: &BranchSpec) -> Result<Option<Arc<dyn Branch>>> {
     Ok(match &spec.location {
         Location::Local(_) => None,
         Location::S3(s) => Some(Arc::new(S3Bucket::open_unprobed(
             spec.name.clone(),
             &s3_config(s),
         )?)),
+        Location::Chunkd(c) => Some(Arc::new(ChunkdBranch::open_unprobed(
+            spec.name.clone(),
+            &chunkd_config(root, c),
+        )?)),
     })
+}
+
+fn chunkd_config(root: &Path, c: &crate::config::ChunkdLocation) -> ChunkdConfig {
+    ChunkdConfig::new(c.url.clone(), root.join(&c.token_file))
 }
 
 fn s3_config(s: &crate::config::S3Location) -> S3Config {

@@ -44,8 +44,9 @@ mod reconfigure;
 pub mod record;
 
 pub use config::{
-    BranchProblem, BranchSpec, ChunkingRuleProblem, ChunkingRuleSpec, Config, ConfigError,
-    ConfigProblem, KeyProblem, Location, RedundancyConfig, RuleProblem, RuleSpec, S3Location,
+    BranchProblem, BranchSpec, ChunkdLocation, ChunkingRuleProblem, ChunkingRuleSpec, Config,
+    ConfigError, ConfigProblem, KeyProblem, Location, RedundancyConfig, RuleProblem, RuleSpec,
+    S3Location,
 };
 pub use layout::{default_location, IndexSetAside, Repo, RepoError};
 pub use lock::{holder_of, Holder};

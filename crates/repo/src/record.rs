@@ -171,6 +171,7 @@ pub(crate) fn location(root: &Path, spec: &BranchSpec) -> String {
     match &spec.location {
         Location::Local(path) => root.join(path).display().to_string(),
         Location::S3(s) => format!("s3 {}/{}", s.endpoint.trim_end_matches('/'), s.bucket),
+        Location::Chunkd(c) => format!("chunkd {}", c.url.trim_end_matches('/')),
     }
 }
 
@@ -338,12 +339,14 @@ pub(crate) fn probe(root: &Path, record: Option<&Record>, spec: &BranchSpec) -> 
         .is_some_and(|b| b.location == location(root, spec));
     let (opened, data, unreachable) = match &spec.location {
         Location::Local(path) => (None, LocalDir::peek(&root.join(path), &marker_key())?, None),
-        Location::S3(_) => match crate::layout::open_branch(root, spec) {
+        Location::S3(_) | Location::Chunkd(_) => match crate::layout::open_branch(root, spec) {
             Ok((branch, _)) => {
                 let data = read_marker(branch.as_ref())?;
                 (Some(branch), data, None)
             }
-            Err(RepoError::Branch(e @ BranchError::Unreachable { .. })) if recorded_here => {
+            Err(RepoError::Branch(
+                e @ (BranchError::Unreachable { .. } | BranchError::ChunkdUnreachable { .. }),
+            )) if recorded_here => {
                 tracing::warn!(
                     branch = %spec.name,
                     error = %e,
@@ -351,7 +354,7 @@ pub(crate) fn probe(root: &Path, record: Option<&Record>, spec: &BranchSpec) -> 
                      the other branches, writes that need it fail (`cairn branch replace` \
                      rebuilds its shards elsewhere)"
                 );
-                let branch = crate::layout::open_unreachable(spec)?;
+                let branch = crate::layout::open_unreachable(root, spec)?;
                 (branch, None, Some(e.to_string()))
             }
             Err(e) => return Err(e),

@@ -1,6 +1,7 @@
 //! A real `cairn mount` for integration tests, shared by the test files.
 #![allow(dead_code)]
 
+pub mod chunkd;
 pub mod etcd;
 pub mod metrics;
 pub mod s3;

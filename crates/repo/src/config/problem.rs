@@ -100,6 +100,10 @@ pub enum BranchProblem {
     NeedsPath,
     #[error("an s3 branch needs {0}")]
     S3Needs(&'static str),
+    #[error("{0} applies only to kind = \"chunkd\"")]
+    OnlyForChunkd(&'static str),
+    #[error("a chunkd branch needs {0}")]
+    ChunkdNeeds(&'static str),
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -313,6 +313,7 @@ impl Default for RawMemory {
 pub(super) enum BranchKind {
     Local,
     S3,
+    Chunkd,
 }
 
 #[derive(Deserialize)]
@@ -326,6 +327,8 @@ pub(super) struct RawBranch {
     pub(super) region: Option<String>,
     pub(super) access_key_id: Option<String>,
     pub(super) secret_access_key: Option<String>,
+    pub(super) url: Option<String>,
+    pub(super) token_file: Option<PathBuf>,
     #[serde(default)]
     pub(super) labels: Vec<String>,
 }

@@ -15,7 +15,8 @@ use super::schema::{
     RawRule, RawVersions, Size,
 };
 use super::{
-    BranchSpec, ChunkingRuleSpec, Config, Location, RedundancyConfig, RuleSpec, S3Location,
+    BranchSpec, ChunkdLocation, ChunkingRuleSpec, Config, Location, RedundancyConfig, RuleSpec,
+    S3Location,
 };
 
 type Result<T> = std::result::Result<T, ConfigProblem>;
@@ -374,6 +375,15 @@ fn branch_spec(b: RawBranch) -> Result<BranchSpec> {
         ("access_key_id", b.access_key_id.is_some()),
         ("secret_access_key", b.secret_access_key.is_some()),
     ];
+    let chunkd_keys = [
+        ("url", b.url.is_some()),
+        ("token_file", b.token_file.is_some()),
+    ];
+    if b.kind != BranchKind::Chunkd {
+        if let Some((key, _)) = chunkd_keys.iter().find(|(_, set)| *set) {
+            return Err(refuse(BranchProblem::OnlyForChunkd(key)));
+        }
+    }
     let location = match b.kind {
         BranchKind::Local => {
             if let Some((key, _)) = s3_keys.iter().find(|(_, set)| *set) {
@@ -393,6 +403,22 @@ fn branch_spec(b: RawBranch) -> Result<BranchSpec> {
                 region: b.region.unwrap_or_else(|| "us-east-1".into()),
                 access_key_id: need(b.access_key_id, "access_key_id")?,
                 secret_access_key: need(b.secret_access_key, "secret_access_key")?,
+            })
+        }
+        BranchKind::Chunkd => {
+            if let Some((key, _)) = s3_keys.iter().find(|(_, set)| *set) {
+                return Err(refuse(BranchProblem::OnlyForS3(key)));
+            }
+            if b.path.is_some() {
+                return Err(refuse(BranchProblem::PathOnlyForLocal));
+            }
+            Location::Chunkd(ChunkdLocation {
+                url: b
+                    .url
+                    .ok_or_else(|| refuse(BranchProblem::ChunkdNeeds("url")))?,
+                token_file: b
+                    .token_file
+                    .ok_or_else(|| refuse(BranchProblem::ChunkdNeeds("token_file")))?,
             })
         }
     };
