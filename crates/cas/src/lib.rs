@@ -99,6 +99,7 @@ pub mod qos;
 mod read;
 pub mod region;
 mod salvage;
+mod shared;
 mod stall;
 mod storage;
 mod store;
@@ -111,11 +112,12 @@ pub use budget::{Budget, Permit};
 pub use check::{CheckProgress, CheckReport, Dropped, Problem, RebuildReport};
 pub use container::{ChunkLocation, ContainerError};
 pub use gc::{Assessment, Collection, Prepared, Reclaimed};
-pub use id::{ChunkId, ContainerId, RepoKey, ShortFp};
+pub use id::{ChunkId, ClientNo, ContainerId, RepoKey, ShortFp};
 pub use index::{Compaction, ContainerInfo};
 pub use protection::{needs_restore, BranchId, Policy, PolicyError, Protection};
 pub use read::{Around, Fetched};
 pub use region::{Compression, RegionError};
+pub use shared::{CatchUp, SharedIndex};
 pub use store::{Store, StoreSettings, StoreStats, INDEX_FILE, ROOTS_FILE};
 pub use writer::{Durable, StreamWriter, WriteStats};
 
@@ -198,6 +200,20 @@ pub enum CasError {
     IoThreadDead,
     #[error("a garbage collection is already running on this store")]
     CollectionRunning,
+    /// Every container id of this client's range is used (2^48 of them).
+    #[error("client {0} has used every container id of its range")]
+    ContainerIdsExhausted(ClientNo),
+    /// Garbage collection on branches several clients write: one client
+    /// cannot see the chunks the others wrote and have not yet recorded.
+    #[error(
+        "{clients} clients share this file system's branches: garbage collection is refused \
+         until collection across clients exists (a collection here could not see the chunks \
+         another client wrote, and would delete them; see docs/cluster.md)"
+    )]
+    SharedBranches { clients: usize },
+    /// The client number is registered on the branches already.
+    #[error("client number {0} is already registered on the branches")]
+    ClientTaken(ClientNo),
     #[error(transparent)]
     /// Boxed, as every wrapped error below a layer's own: errors nest
     /// (repo > fs > cas > redundancy), and each layer would otherwise

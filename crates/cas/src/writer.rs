@@ -101,6 +101,15 @@ impl StreamWriter {
 
     fn write_regions(&mut self, chunks: &[Bytes], ids: &[ChunkId], target: usize) -> Result<()> {
         assert_eq!(chunks.len(), ids.len(), "one id per chunk");
+        if !self.relocating && self.store.has_shared_index() {
+            // Chunks another client stored are referenced, not stored again.
+            let asked: Vec<ChunkId> = ids
+                .iter()
+                .filter(|id| !self.open_ids.contains(*id))
+                .copied()
+                .collect();
+            self.store.learn(&asked)?;
+        }
         let mut fresh = Vec::new();
         let mut unsealed = Vec::new();
         for (i, id) in ids.iter().enumerate() {

@@ -74,6 +74,16 @@ pub enum RepoError {
     ConfigExists(PathBuf),
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// `init --join` was asked for a repository whose file system cannot
+    /// be shared by clients; nothing was written.
+    #[error(
+        "the repository at {} cannot be joined by another client: {problem} (see docs/cluster.md)",
+        other.display()
+    )]
+    JoinRefused {
+        other: PathBuf,
+        problem: crate::join::JoinProblem,
+    },
     #[error(
         "the repository key {} is missing or damaged; without it no chunk can be read or \
          verified: restore the key file from your backup with `cairn key import FILE` (a file \
@@ -222,7 +232,7 @@ impl Repo {
 
     /// Whether `root` holds a repository's data without its config: a
     /// metadata database or a container on a local branch.
-    fn holds_data(root: &Path) -> bool {
+    pub(crate) fn holds_data(root: &Path) -> bool {
         let has_file = |dir: &Path, keep: &dyn Fn(&Path) -> bool| {
             fs::read_dir(dir).is_ok_and(|d| d.flatten().any(|e| keep(&e.path())))
         };
@@ -393,7 +403,8 @@ impl Repo {
     /// its check value before anything is written; once it agrees, it is
     /// recorded.
     fn open_locked(root: &Path, lock: &Arc<RepoLock>) -> Result<Repo> {
-        let (config, text) = Config::load_with_text(&root.join(CONFIG))?;
+        let (mut config, text) = Config::load_with_text(&root.join(CONFIG))?;
+        config.store.client = crate::join::client_of(root)?;
         let key = crate::keyfile::read(root)?;
         let record = Record::load(root)?;
         let key_check = record::key_check(&key);

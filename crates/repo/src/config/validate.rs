@@ -145,6 +145,7 @@ pub(super) fn config(mut raw: Raw, text: &str) -> Result<Config> {
             memory_budget: budget.get_ref().0 as usize,
             index_cache: m.index_cache.get_ref().0 as usize,
             qos,
+            client: cas::ClientNo::default(),
         },
         fs: FsSettings {
             inline_max: inline_max as usize,

@@ -1,0 +1,91 @@
+//! Two stores (client 0 and client 1, each with its own index) over one
+//! branch: each reads what the other stored once its catch-up indexes the
+//! other's containers, a chunk the other stored is not stored again, their
+//! container ids and roots never meet, and garbage collection is refused.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use branch::LocalDir;
+use cas::{CasError, CatchUp, ClientNo, RepoKey, Store};
+
+use common::*;
+
+fn client(dir: &Path, branch: &Path, key: &RepoKey, n: u16) -> Store {
+    let (b, _) = LocalDir::open("shared", branch).unwrap();
+    let meta = dir.join(format!("client{n}"));
+    std::fs::create_dir_all(&meta).unwrap();
+    let mut s = settings();
+    s.client = ClientNo::new(n);
+    let store = Store::open(Arc::new(b), &meta, key.clone(), s).unwrap();
+    store.set_shared_index(CatchUp::new(&store));
+    store
+}
+
+#[test]
+fn clients_read_and_deduplicate_each_others_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let branch = dir.path().join("branch");
+    let key = RepoKey::generate();
+    let a = client(dir.path(), &branch, &key, 0);
+    let b = client(dir.path(), &branch, &key, 1);
+    b.register_client("test").unwrap();
+    assert!(matches!(
+        b.register_client("again"),
+        Err(CasError::ClientTaken(c)) if c == ClientNo::new(1)
+    ));
+    assert_eq!(a.clients().unwrap(), [ClientNo::new(0), ClientNo::new(1)]);
+
+    let chunks: Vec<_> = (0..20).map(|_| random(20_000)).collect();
+    let mut w = a.stream();
+    let ids = w.write_batch(&chunks).unwrap();
+    w.flush().unwrap();
+
+    // B never saw them: its index learns them from the branch.
+    assert_eq!(b.read_chunks(&ids).unwrap(), chunks);
+    assert_eq!(b.read_chunk(&ids[3]).unwrap(), chunks[3]);
+
+    // The same data written by B stores nothing new.
+    let mut w = b.stream();
+    w.write_batch(&chunks).unwrap();
+    w.flush().unwrap();
+    assert_eq!(w.stats().new_chunks, 0);
+
+    // B's own new data is read by A, and lands in B's id range.
+    let mine: Vec<_> = (0..5).map(|_| random(30_000)).collect();
+    let mut w = b.stream();
+    let mine_ids = w.write_batch(&mine).unwrap();
+    w.flush().unwrap();
+    assert_eq!(a.read_chunks(&mine_ids).unwrap(), mine);
+    let located = a.locate_many(&mine_ids).unwrap();
+    assert!(located
+        .iter()
+        .all(|l| l.container.client() == ClientNo::new(1)));
+    let by_a = a.locate_many(&ids).unwrap();
+    assert!(by_a
+        .iter()
+        .all(|l| l.container.client() == ClientNo::new(0)));
+
+    // Roots of one label stay apart.
+    a.put_root("version/1", &ids[0]).unwrap();
+    b.put_root("version/1", &mine_ids[0]).unwrap();
+    assert_eq!(a.get_root("version/1").unwrap(), ids[0]);
+    assert_eq!(b.get_root("version/1").unwrap(), mine_ids[0]);
+
+    // Both indexes describe the branch: each check is clean.
+    for s in [&a, &b] {
+        let report = s.check(&no_progress()).unwrap();
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        s.verify_index().unwrap();
+    }
+
+    // Neither collects: each would miss the other's unrecorded chunks.
+    for s in [&a, &b] {
+        assert!(matches!(
+            s.begin_collection(),
+            Err(CasError::SharedBranches { clients: 2 })
+        ));
+    }
+}
