@@ -13,6 +13,13 @@
 //! It re-exports the ids and policy types its callers need ([`ChunkId`]
 //! from `ids`; [`Policy`], [`PolicyError`], [`BranchId`] from
 //! `redundancy`), so `fs` depends on neither of those crates.
+//! Several stores (the *clients* of one file system, each with its own
+//! index) may share branches: each makes containers in its own id range
+//! ([`ClientNo`] in the top bits of [`ContainerId`]) and keeps its roots
+//! under its own prefix; a chunk its index does not know is asked of a
+//! [`SharedIndex`] ([`CatchUp`] indexes the other clients' containers
+//! found on the branches), and garbage collection is refused while more
+//! than one client is registered (`shared.rs`, `docs/cluster.md`).
 //! A caller may remember a chunk's location and read it there without the
 //! index ([`Store::read_hinted`]; a stale hint falls back to the normal
 //! read). Every read of storage is counted: containers and root blobs
@@ -75,6 +82,11 @@
 //!    A container whose footer is damaged gives up every chunk its region
 //!    records name and that verifies ([`container::recover`]); garbage
 //!    collection rewrites every container recorded as damaged.
+//! 10. A container is never deleted or judged by a store of another
+//!    client: collection is refused with more than one client, and orphan
+//!    removal and the index's id mark look only at the store's own range.
+//!    A shared index hears of a container only once it is durable and
+//!    indexed ([`SharedIndex::publish`]).
 //! 9. Locks are `parking_lot`'s, which do not poison: a panic under a lock
 //!    does not spread to later callers (`docs/engineering.md`). A dead I/O
 //!    thread is [`CasError::IoThreadDead`] for every writer and every reader
