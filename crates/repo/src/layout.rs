@@ -472,7 +472,10 @@ impl Repo {
     }
 
     /// Opens the repository's file system over `meta`, a metadata engine
-    /// kept elsewhere at `url` (etcd): chunks stay in this repository.
+    /// kept elsewhere at `url` (etcd): chunks stay in this repository (and
+    /// on branches other client repositories may share, `docs/cluster.md`:
+    /// the store then finds their chunks on the branches, and the file
+    /// system records a file only once its chunks are durable).
     /// The first time, `url` is recorded (durably, before anything is
     /// written), and from then on the local engine is refused
     /// ([`RepoError::MetaRemote`]) and so is another URL.
@@ -500,7 +503,10 @@ impl Repo {
                     .map_err(io("sync", &dir))?;
             }
         }
-        self.fs_over(meta)
+        // Other clients may share the file system: chunks they stored
+        // are found on the branches, and records are made close-to-open.
+        self.store.set_shared_index(cas::CatchUp::new(&self.store));
+        self.fs_over(meta, true)
     }
 
     /// Opens the repository's file system (its metadata engine, created on
@@ -508,10 +514,10 @@ impl Repo {
     /// [`Repo::open_meta`] refuses.
     pub fn open_fs(&self, uid: u32, gid: u32) -> Result<::fs::Fs> {
         let meta = self.open_meta(uid, gid)?;
-        self.fs_over(Arc::new(meta))
+        self.fs_over(Arc::new(meta), false)
     }
 
-    fn fs_over(&self, meta: Arc<dyn meta::MetaStore>) -> Result<::fs::Fs> {
+    fn fs_over(&self, meta: Arc<dyn meta::MetaStore>, shared: bool) -> Result<::fs::Fs> {
         let mut rules = self.rules.clone();
         if let Some(specs) = &self.config.chunking_rules {
             let chunking = specs
@@ -520,11 +526,15 @@ impl Repo {
                 .collect::<Result<Vec<_>>>()?;
             rules = rules.with_chunking(chunking);
         }
+        let settings = ::fs::FsSettings {
+            close_to_open: shared,
+            ..self.config.fs.clone()
+        };
         Ok(::fs::Fs::with_rules(
             meta,
             self.store.clone(),
             self.config.chunking,
-            self.config.fs.clone(),
+            settings,
             rules,
         )?)
     }

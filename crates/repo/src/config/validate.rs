@@ -157,6 +157,7 @@ pub(super) fn config(mut raw: Raw, text: &str) -> Result<Config> {
             version_interval: std::time::Duration::from_secs(version),
             retention,
             tier,
+            close_to_open: false,
         },
         metadata_cache: m.metadata_cache.get_ref().0 as usize,
         page_cache_max: f.page_cache_max.0,
