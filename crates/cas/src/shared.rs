@@ -117,6 +117,13 @@ impl Store {
             .into_iter()
             .map(|(c, _)| c)
             .collect();
+        // The layer knows the blobs it wrote and found at open: the other
+        // clients' new containers are found by listing the branches.
+        let theirs =
+            |k: &branch::BlobKey| ContainerId::from_blob_key(k).is_some_and(|c| !client.owns(c));
+        self.shared
+            .layer
+            .discover_new(ContainerId::list_prefix(), &theirs)?;
         let new: Vec<ContainerId> = self
             .container_ids()?
             .into_iter()

@@ -505,6 +505,8 @@ impl Store {
     /// client, which never registers), in number order.
     pub fn clients(&self) -> Result<Vec<crate::id::ClientNo>> {
         let mut out = vec![crate::id::ClientNo::default()];
+        // Registered since the layer opened: found by listing the branches.
+        self.shared.layer.discover_new(CLIENTS_PREFIX, &|_| true)?;
         for key in self.shared.list_blobs(CLIENTS_PREFIX)? {
             let n = key
                 .as_str()
