@@ -19,6 +19,7 @@
 //! deduplication, never data: writers then store the chunk again.
 
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use crate::container::ChunkLocation;
 use crate::id::{ChunkId, ContainerId};
@@ -36,6 +37,14 @@ pub trait SharedIndex: Send + Sync {
     /// container that is durable on the branches.
     fn locate(&self, ids: &[ChunkId]) -> Result<Vec<Option<ChunkLocation>>>;
 
+    /// [`SharedIndex::locate`] for a stream's later batches (its first
+    /// asks [`SharedIndex::locate`]): a miss only costs storing the chunks
+    /// again, so an index for which asking is expensive may answer from
+    /// what it knows.
+    fn locate_for_write(&self, ids: &[ChunkId]) -> Result<Vec<Option<ChunkLocation>>> {
+        self.locate(ids)
+    }
+
     /// Container `container`, stored under `policy` and holding `entries`,
     /// is durable and indexed by this client: called by the store after
     /// its own index recorded it, never before.
@@ -49,11 +58,21 @@ pub trait SharedIndex: Send + Sync {
 
 /// The shared index read from the branches: on a miss, every container
 /// another client made that this store's index does not know is read
-/// (its footer, not its data) and indexed.
+/// (its footer, not its data) and indexed. Each catch-up lists the
+/// branches' containers: cheap for thousands of containers, not for
+/// millions (a fingerprint-index service is the way there).
 pub struct CatchUp {
     shared: Weak<Shared>,
     io: Weak<Io>,
+    /// When the last catch-up a stream's later batch asked for started:
+    /// those, whose every new chunk is a miss, list the branches at most
+    /// once per [`WRITER_CATCH_UP_EVERY`]. Reads, and each stream's first
+    /// batch, always catch up.
+    last_for_write: parking_lot::Mutex<Option<Instant>>,
 }
+
+/// How often writers' misses may list the branches.
+const WRITER_CATCH_UP_EVERY: Duration = Duration::from_secs(1);
 
 impl CatchUp {
     /// The catch-up over `store`'s branches. It holds the store weakly:
@@ -62,6 +81,7 @@ impl CatchUp {
         Arc::new(CatchUp {
             shared: Arc::downgrade(&store.shared),
             io: Arc::downgrade(&store.io),
+            last_for_write: parking_lot::Mutex::new(None),
         })
     }
 
@@ -79,6 +99,24 @@ impl SharedIndex for CatchUp {
             return Ok(vec![None; ids.len()]);
         };
         store.catch_up()?;
+        store.shared.index.lookup_many(ids)
+    }
+
+    fn locate_for_write(&self, ids: &[ChunkId]) -> Result<Vec<Option<ChunkLocation>>> {
+        let Some(store) = self.store() else {
+            return Ok(vec![None; ids.len()]);
+        };
+        let due = {
+            let mut last = self.last_for_write.lock();
+            let due = last.is_none_or(|t| t.elapsed() >= WRITER_CATCH_UP_EVERY);
+            if due {
+                *last = Some(Instant::now());
+            }
+            due
+        };
+        if due {
+            store.catch_up()?;
+        }
         store.shared.index.lookup_many(ids)
     }
 
@@ -163,9 +201,11 @@ impl Store {
 
     /// Asks the shared index, if one is set, for those of `ids` this
     /// store's index does not know, and records what it places (with the
-    /// containers' policies, read from the branches). Errors of the shared
-    /// index are logged and cost only the answer: the chunks stay unknown.
-    pub(crate) fn learn(&self, ids: &[ChunkId]) -> Result<()> {
+    /// containers' policies, read from the branches); `later_batch`: for a
+    /// stream that asked before ([`SharedIndex::locate_for_write`]).
+    /// Errors of the shared index are logged and cost only the answer:
+    /// the chunks stay unknown.
+    pub(crate) fn learn(&self, ids: &[ChunkId], later_batch: bool) -> Result<()> {
         let Some(index) = self.shared.shared_index.read().clone() else {
             return Ok(());
         };
@@ -181,7 +221,12 @@ impl Store {
         if missing.is_empty() {
             return Ok(());
         }
-        let found = match index.locate(&missing) {
+        let asked = if later_batch {
+            index.locate_for_write(&missing)
+        } else {
+            index.locate(&missing)
+        };
+        let found = match asked {
             Ok(found) => found,
             Err(e) => {
                 tracing::warn!(chunks = missing.len(), error = %e, "the shared chunk index did not answer");

@@ -586,7 +586,7 @@ impl Store {
             return Ok(loc);
         }
         // Perhaps another client's (see `shared`).
-        self.learn(std::slice::from_ref(id))?;
+        self.learn(std::slice::from_ref(id), false)?;
         self.shared
             .index
             .lookup(id)?
@@ -607,7 +607,7 @@ impl Store {
         let mut found = self.shared.index.lookup_many(ids)?;
         if found.iter().any(Option::is_none) && self.has_shared_index() {
             // Perhaps other clients' (see `shared`).
-            self.learn(ids)?;
+            self.learn(ids, false)?;
             found = self.shared.index.lookup_many(ids)?;
         }
         ids.iter()

@@ -38,6 +38,10 @@ pub struct StreamWriter {
     /// given, and its containers take over the chunks' index entries.
     relocating: bool,
     protection: Protection,
+    /// Whether this stream asked the shared index already: its first
+    /// batch asks in full, later ones as a writer may be answered
+    /// ([`crate::SharedIndex::locate_for_write`]).
+    asked_shared: bool,
 }
 
 impl StreamWriter {
@@ -50,6 +54,7 @@ impl StreamWriter {
             stats: WriteStats::default(),
             relocating,
             protection,
+            asked_shared: false,
         }
     }
 
@@ -108,7 +113,8 @@ impl StreamWriter {
                 .filter(|id| !self.open_ids.contains(*id))
                 .copied()
                 .collect();
-            self.store.learn(&asked)?;
+            self.store.learn(&asked, self.asked_shared)?;
+            self.asked_shared = true;
         }
         let mut fresh = Vec::new();
         let mut unsealed = Vec::new();
