@@ -83,10 +83,10 @@
 //!    records name and that verifies ([`container::recover`]); garbage
 //!    collection rewrites every container recorded as damaged.
 //! 10. A container is never deleted or judged by a store of another
-//!    client: collection is refused with more than one client, and orphan
-//!    removal and the index's id mark look only at the store's own range.
-//!    A shared index hears of a container only once it is durable and
-//!    indexed ([`SharedIndex::publish`]).
+//!     client: collection is refused with more than one client, and orphan
+//!     removal and the index's id mark look only at the store's own range.
+//!     A shared index hears of a container only once it is durable and
+//!     indexed ([`SharedIndex::publish`]).
 //! 9. Locks are `parking_lot`'s, which do not poison: a panic under a lock
 //!    does not spread to later callers (`docs/engineering.md`). A dead I/O
 //!    thread is [`CasError::IoThreadDead`] for every writer and every reader

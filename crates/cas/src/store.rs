@@ -479,8 +479,7 @@ impl Store {
         let stored = self.shared.stored_containers()?;
         Ok(stored
             .iter()
-            .filter(|c| client.owns(**c))
-            .last()
+            .rfind(|c| client.owns(**c))
             .map_or(client.first_container(), |c| c.0 + 1))
     }
 

@@ -53,6 +53,9 @@ const MAX_READAHEAD: u32 = 16 << 20;
 const FREE_BLOCKS: u64 = 1 << 40;
 const FREE_FILES: u64 = 1 << 32;
 
+/// A file's size, mtime and ctime at its last open.
+type Seen = (u64, meta::Timestamp, meta::Timestamp);
+
 /// The `fuser` file system: `fs` and the open directory listings.
 pub(crate) struct CairnFs {
     pub(crate) fs: Arc<Fs>,
@@ -67,7 +70,7 @@ pub(crate) struct CairnFs {
     /// On a close-to-open mount, each file's (size, mtime, ctime) when it
     /// was last opened: the page cache is kept at an open only if they did
     /// not change (see [`crate::convert::open_flags`]). `None` otherwise.
-    opened: Option<Mutex<HashMap<InodeId, (u64, meta::Timestamp, meta::Timestamp)>>>,
+    opened: Option<Mutex<HashMap<InodeId, Seen>>>,
 }
 
 impl CairnFs {

@@ -159,14 +159,11 @@ impl Redundant {
         let mut added = 0;
         for (key, shards) in by_key {
             let mut report = Discovery::default();
-            match assemble(key, &shards, &mut report) {
-                Some(entry) if report.unreadable.is_empty() && report.bad_shards.is_empty() => {
-                    if !self.map.contains(key) {
-                        self.map.insert(key.clone(), entry);
-                        added += 1;
-                    }
-                }
-                _ => {}
+            let entry = assemble(key, &shards, &mut report);
+            let whole = report.unreadable.is_empty() && report.bad_shards.is_empty();
+            if let (Some(entry), true) = (entry, whole) {
+                self.map.insert(key.clone(), entry);
+                added += 1;
             }
         }
         Ok(added)
