@@ -161,7 +161,7 @@ impl Store {
             |k: &branch::BlobKey| ContainerId::from_blob_key(k).is_some_and(|c| !client.owns(c));
         self.shared
             .layer
-            .discover_new(ContainerId::list_prefix(), &theirs)?;
+            .discover_new(ContainerId::list_prefix(), &theirs);
         let new: Vec<ContainerId> = self
             .container_ids()?
             .into_iter()

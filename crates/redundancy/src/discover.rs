@@ -120,24 +120,25 @@ impl Redundant {
     /// whose shards this layer did not write. Entries already in the map
     /// are left as they are, so puts and deletes may be in flight; a blob
     /// whose shards are not all readable yet (still being written) is
-    /// left for the next call. Returns how many blobs it added; a branch
-    /// that cannot be listed is an error.
-    pub fn discover_new(
-        &self,
-        prefix: &str,
-        wanted: &dyn Fn(&BlobKey) -> bool,
-    ) -> crate::Result<usize> {
+    /// left for the next call, and so is a branch that cannot be listed
+    /// (marked unavailable, as [`Redundant::discover`] does). Returns how
+    /// many blobs it added.
+    pub fn discover_new(&self, prefix: &str, wanted: &dyn Fn(&BlobKey) -> bool) -> usize {
         if self.plain.is_some() {
-            return Ok(0);
+            return 0;
         }
         let ids = self.all_ids();
         let listings = fan_out(&ids, |&id| self.member(id).branch.list(prefix));
         let mut found = Vec::new();
         for (&id, listing) in ids.iter().zip(listings) {
-            let listing = listing.map_err(|e| crate::Error::Branch {
-                branch: self.member(id).name.clone(),
-                source: Box::new(e),
-            })?;
+            let listing = match listing {
+                Ok(l) => l,
+                Err(err) => {
+                    let detail = format!("listing failed: {err}");
+                    self.member(id).fault(FaultKind::Unavailable, &detail);
+                    continue;
+                }
+            };
             for blob in listing {
                 if let Some((key, index)) = parse_shard_key(&blob) {
                     if !self.map.contains(&key) && wanted(&key) {
@@ -166,7 +167,7 @@ impl Redundant {
                 added += 1;
             }
         }
-        Ok(added)
+        added
     }
 
     fn read_header(&self, f: &Found) -> Result<Layout, HeaderProblem> {
