@@ -1,36 +1,66 @@
-//! Two stores (client 0 and client 1, each with its own index) over one
-//! branch: each reads what the other stored once its catch-up indexes the
-//! other's containers, a chunk the other stored is not stored again, their
-//! container ids and roots never meet, and garbage collection is refused.
+//! Two stores (client 0 and client 1, each with its own index) over the
+//! same branches, plain or through the redundancy layer (whose map of
+//! blobs is filled at open, so the other's later containers must be
+//! discovered): each reads what the other stored once its catch-up indexes
+//! the other's containers, a chunk the other stored is not stored again,
+//! their container ids and roots never meet, and garbage collection is
+//! refused.
 
 mod common;
 
 use std::path::Path;
 use std::sync::Arc;
 
-use branch::LocalDir;
-use cas::{CasError, CatchUp, ClientNo, RepoKey, Store};
+use branch::{Branch, LocalDir};
+use cas::{BranchId, CasError, CatchUp, ClientNo, Protection, RepoKey, Store};
+use redundancy::Redundant;
 
 use common::*;
 
-fn client(dir: &Path, branch: &Path, key: &RepoKey, n: u16) -> Store {
-    let (b, _) = LocalDir::open("shared", branch).unwrap();
+/// Client `n` over the plain branch `dir/branch`, or with `mirrored`
+/// over `dir/b0` and `dir/b1` under `mirror:2`.
+fn client(dir: &Path, key: &RepoKey, n: u16, mirrored: bool) -> Store {
     let meta = dir.join(format!("client{n}"));
     std::fs::create_dir_all(&meta).unwrap();
     let mut s = settings();
     s.client = ClientNo::new(n);
-    let store = Store::open(Arc::new(b), &meta, key.clone(), s).unwrap();
+    let store = if mirrored {
+        let branches: Vec<Arc<dyn Branch>> = (0..2)
+            .map(|i| {
+                let name = format!("b{i}");
+                let (b, _) = LocalDir::open(name.clone(), dir.join(name)).unwrap();
+                Arc::new(b) as Arc<dyn Branch>
+            })
+            .collect();
+        let (layer, _) = Redundant::open(branches).unwrap();
+        let mirror = Protection {
+            policy: "mirror:2".parse().unwrap(),
+            branches: vec![BranchId(0), BranchId(1)],
+        };
+        Store::open_redundant(Arc::new(layer), mirror, &meta, key.clone(), s).unwrap()
+    } else {
+        let (b, _) = LocalDir::open("shared", dir.join("branch")).unwrap();
+        Store::open(Arc::new(b), &meta, key.clone(), s).unwrap()
+    };
     store.set_shared_index(CatchUp::new(&store));
     store
 }
 
 #[test]
-fn clients_read_and_deduplicate_each_others_chunks() {
+fn clients_on_a_plain_branch_read_and_deduplicate_each_others_chunks() {
+    two_clients(false);
+}
+
+#[test]
+fn clients_on_mirrored_branches_read_and_deduplicate_each_others_chunks() {
+    two_clients(true);
+}
+
+fn two_clients(mirrored: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let branch = dir.path().join("branch");
     let key = RepoKey::generate();
-    let a = client(dir.path(), &branch, &key, 0);
-    let b = client(dir.path(), &branch, &key, 1);
+    let a = client(dir.path(), &key, 0, mirrored);
+    let b = client(dir.path(), &key, 1, mirrored);
     b.register_client("test").unwrap();
     assert!(matches!(
         b.register_client("again"),
