@@ -39,7 +39,7 @@ fn a_killed_client_loses_nothing_it_synced() {
     drop(open);
 
     for (name, data) in &synced {
-        assert_eq!(&fs::read(ma.path(name)).unwrap(), data, "{name}");
+        two_clients_common::reads_back(&ma.path(name), data);
     }
 
     // Each client's containers are in its own id range (client number in
@@ -53,7 +53,7 @@ fn a_killed_client_loses_nothing_it_synced() {
 
     let mb = c.mount(&c.b, "mnt-b");
     for (name, data) in &synced {
-        assert_eq!(&fs::read(mb.path(name)).unwrap(), data, "{name}");
+        two_clients_common::reads_back(&mb.path(name), data);
     }
     // The file B died writing is whatever it recorded, or named as lost:
     // never bytes it did not write.

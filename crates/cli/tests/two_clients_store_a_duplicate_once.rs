@@ -31,7 +31,7 @@ fn a_file_the_other_client_stored_stores_almost_nothing() {
 
     for m in [&ma, &mb] {
         for name in ["by-a", "by-b"] {
-            assert_eq!(fs::read(m.path(name)).unwrap(), data, "{name}");
+            two_clients_common::reads_back(&m.path(name), &data);
         }
     }
     for repo in [&c.a, &c.b] {

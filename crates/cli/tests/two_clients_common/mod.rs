@@ -98,3 +98,16 @@ impl Cluster {
         out
     }
 }
+
+/// Asserts `path` holds exactly `want`, naming it (not dumping the bytes).
+pub fn reads_back(path: &Path, want: &[u8]) {
+    let got = fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        got == want,
+        "{}: {} bytes read, {} expected, first difference at {:?}",
+        path.display(),
+        got.len(),
+        want.len(),
+        got.iter().zip(want).position(|(a, b)| a != b)
+    );
+}
