@@ -334,6 +334,10 @@ pub enum Command {
     /// file uses cannot be told from garbage: nothing is reclaimed and gc
     /// exits 1 naming the files; bring the branch back, or run `cairn check
     /// --drop-lost` (or delete the files), then gc again.
+    ///
+    /// Refused (exit 1, nothing changed) on a file system shared by several
+    /// client repositories (`init --join`, docs/cluster.md): one client
+    /// cannot see the chunks another wrote and has not yet recorded.
     Gc {
         /// Reclaim containers whose live fraction is below this (0..1).
         #[arg(long, default_value_t = service::GC_THRESHOLD)]
