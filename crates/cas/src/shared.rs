@@ -244,11 +244,25 @@ impl Store {
         let mut containers: Vec<ContainerId> = entries.iter().map(|(_, l)| l.container).collect();
         containers.sort();
         containers.dedup();
-        let mut rows = Vec::new();
+        let mut new = Vec::new();
         for c in containers {
             if !self.shared.index.has_container(c)? {
-                rows.push((c, ContainerInfo::default(), self.stored_policy(c)?));
+                new.push(c);
             }
+        }
+        if !new.is_empty() {
+            // Containers the layer has not mapped yet (another client's,
+            // placed by an index service): found on the branches first.
+            let wanted = |k: &branch::BlobKey| {
+                ContainerId::from_blob_key(k).is_some_and(|c| new.contains(&c))
+            };
+            self.shared
+                .layer
+                .discover_new(ContainerId::list_prefix(), &wanted);
+        }
+        let mut rows = Vec::new();
+        for c in new {
+            rows.push((c, ContainerInfo::default(), self.stored_policy(c)?));
         }
         self.shared.index.add_foreign(&rows, &entries)
     }

@@ -119,3 +119,61 @@ fn two_clients(mirrored: bool) {
         ));
     }
 }
+
+/// A shared index that answers from another store's index, as a
+/// fingerprint-index service would, and records what it is told.
+struct Service {
+    placed_by: Store,
+    told: parking_lot::Mutex<Vec<cas::ContainerId>>,
+}
+
+impl cas::SharedIndex for Service {
+    fn locate(&self, ids: &[cas::ChunkId]) -> cas::Result<Vec<Option<cas::ChunkLocation>>> {
+        Ok(ids
+            .iter()
+            .map(|id| self.placed_by.locate(id).ok())
+            .collect())
+    }
+
+    fn publish(
+        &self,
+        container: cas::ContainerId,
+        _: &cas::Policy,
+        entries: &[(cas::ChunkId, cas::ChunkLocation)],
+    ) -> cas::Result<()> {
+        assert!(!entries.is_empty());
+        self.told.lock().push(container);
+        Ok(())
+    }
+}
+
+/// With an index service placing another client's chunks (no catch-up),
+/// a client reads them from containers its layer never mapped, stores
+/// none of them again, and tells the service of each container it makes.
+#[test]
+fn a_shared_index_service_is_enough_to_read_and_deduplicate() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = RepoKey::generate();
+    let a = client(dir.path(), &key, 0, true);
+    let b = client(dir.path(), &key, 1, true);
+    let service = Arc::new(Service {
+        placed_by: a.clone(),
+        told: Default::default(),
+    });
+    b.set_shared_index(service.clone());
+
+    let chunks: Vec<_> = (0..12).map(|_| random(25_000)).collect();
+    let mut w = a.stream();
+    let ids = w.write_batch(&chunks).unwrap();
+    w.flush().unwrap();
+    assert_eq!(b.read_chunks(&ids).unwrap(), chunks);
+
+    let mut w = b.stream();
+    w.write_batch(&chunks).unwrap();
+    w.write_batch(&[random(40_000)]).unwrap();
+    w.flush().unwrap();
+    assert_eq!(w.stats().new_chunks, 1);
+    let told = service.told.lock().clone();
+    assert!(!told.is_empty());
+    assert!(told.iter().all(|c| c.client() == ClientNo::new(1)));
+}
