@@ -30,6 +30,18 @@ fn two_clients_see_each_others_writes_at_open() {
     // A reads it too (its page cache now holds it).
     two_clients_common::reads_back(&ma.path("d/big"), &big);
 
+    // A has looked both up: its kernel holds their attributes.
+    assert_eq!(fs::metadata(ma.path("d/small")).unwrap().len(), 12);
+    let names = |m: &common::Mount| {
+        let mut n: Vec<String> = fs::read_dir(m.path("d"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(names(&ma), ["big", "small"]);
+
     // B overwrites one (same size: only its times tell A's kernel that
     // the cached pages are stale) and appends to the other; A's next open
     // sees both.
@@ -45,6 +57,11 @@ fn two_clients_see_each_others_writes_at_open() {
     two_clients_common::reads_back(&ma.path("d/big"), &big2);
     let mut small = b"written by a".to_vec();
     small.extend_from_slice(&tail);
+    // Attributes are asked again, not cached: A sees B's size at once.
+    assert_eq!(
+        fs::metadata(ma.path("d/small")).unwrap().len(),
+        small.len() as u64
+    );
     two_clients_common::reads_back(&ma.path("d/small"), &small);
 
     // Renames and unlinks, both ways.
@@ -54,12 +71,8 @@ fn two_clients_see_each_others_writes_at_open() {
     fs::remove_file(mb.path("d/big")).unwrap();
     assert!(!ma.path("d/big").exists());
     fs::write(mb.path("d/from-b"), b"b's own").unwrap();
-    let mut names: Vec<String> = fs::read_dir(ma.path("d"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    names.sort();
-    assert_eq!(names, ["from-b", "renamed"]);
+    assert_eq!(names(&ma), ["from-b", "renamed"]);
+    assert_eq!(names(&mb), ["from-b", "renamed"]);
     assert_eq!(fs::read(ma.path("d/from-b")).unwrap(), b"b's own");
 
     // Each client's check (through its mount) is clean.
