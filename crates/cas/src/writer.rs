@@ -113,7 +113,10 @@ impl StreamWriter {
                 .filter(|id| !self.open_ids.contains(*id))
                 .copied()
                 .collect();
-            self.store.learn(&asked, self.asked_shared)?;
+            // A miss costs only a second copy: never fail the write.
+            if let Err(e) = self.store.learn(&asked, self.asked_shared) {
+                tracing::warn!(error = %e, "chunks other clients stored could not be looked up; storing them again");
+            }
             self.asked_shared = true;
         }
         let mut fresh = Vec::new();
