@@ -279,7 +279,11 @@ impl Store {
     /// is newer than its id mark (an old copy). Containers below the mark
     /// that it does not know are what a crash leaves (written, not yet
     /// indexed; or reclaimed, not yet deleted) and are not a mismatch.
+    /// Only this client's containers count: other clients' are indexed as
+    /// they are found (`shared`), and their ids are not this index's.
     fn index_mismatch(&self, listed: &[ContainerId]) -> Result<Option<String>> {
+        let client = self.client();
+        let listed: Vec<ContainerId> = listed.iter().copied().filter(|c| client.owns(*c)).collect();
         let Some(newest) = listed.iter().max() else {
             return Ok(None);
         };
@@ -302,6 +306,11 @@ impl Store {
     /// that every index entry leads to a verified chunk. A container that
     /// cannot be read is reported and the check goes on.
     pub fn check(&self, progress: &(dyn Fn(CheckProgress) + Sync)) -> Result<CheckReport> {
+        // Other clients' containers are indexed first: the index then
+        // describes every container on the branches.
+        if self.has_shared_index() {
+            self.catch_up()?;
+        }
         let index = &self.shared.index;
         let mut per_container: HashMap<ContainerId, u64> = HashMap::new();
         let mut report = CheckReport::default();
@@ -500,7 +509,13 @@ impl Store {
         self.shared.index.replace_all(entries, &infos)?;
         // A recreated index has no id mark: it takes one past the newest
         // container, so ids are never reused and the next open trusts it.
-        let next = ids.iter().map(|c| c.0 + 1).max().unwrap_or(0);
+        let client = self.client();
+        let next = ids
+            .iter()
+            .filter(|c| client.owns(**c))
+            .map(|c| c.0 + 1)
+            .max()
+            .unwrap_or(client.first_container());
         self.shared.index.reserve_container_ids(0, || Ok(next))?;
         Ok(report)
     }
@@ -537,7 +552,7 @@ impl Store {
     }
     /// The policy a container's shards say it is stored under: what the
     /// index records, rebuilt from the branches alone.
-    fn stored_policy(&self, id: ContainerId) -> Result<redundancy::Policy> {
+    pub(crate) fn stored_policy(&self, id: ContainerId) -> Result<redundancy::Policy> {
         Ok(self.layer().locate(&id.blob_key())?.policy)
     }
 

@@ -147,6 +147,15 @@ impl Store {
     /// Starts a collection: dedup hits are retained from now on, and the
     /// candidates are the containers indexed now. One at a time per store.
     pub fn begin_collection(&self) -> Result<Collection> {
+        // A collection marks only this client's namespace view and sweeps
+        // what its index knows: another client's chunks written since
+        // its last look are unmarked, and would be lost.
+        let clients = self.clients()?;
+        if clients.len() > 1 || self.client() != crate::ClientNo::default() {
+            return Err(CasError::SharedBranches {
+                clients: clients.len().max(2),
+            });
+        }
         {
             let mut retained = self.shared.retained.write();
             if retained.is_some() {
@@ -481,6 +490,8 @@ impl Collection {
             let inflight = shared.inflight.lock();
             listed
                 .into_iter()
+                // Never another client's: it is not this index's to judge.
+                .filter(|c| self.store.client().owns(*c))
                 .filter(|c| !before.contains(c) && !inflight.containers.contains_key(c))
                 .collect()
         };

@@ -47,9 +47,57 @@ impl fmt::Debug for RepoKey {
     }
 }
 
-/// A container's number, unique within a repository and never reused.
+/// A container's number, unique within a file system and never reused.
+/// Its top [`ClientNo::BITS`] bits are the number of the client that
+/// made it, so that clients sharing a branch never hand out one id twice.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct ContainerId(pub u64);
+
+/// Which client of a file system a store is (see `docs/cluster.md`): the
+/// first client, and every repository that never shared its branches, is
+/// 0. Each client makes containers only in its own id range and keeps its
+/// retention roots under its own prefix on the branch.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Default)]
+pub struct ClientNo(u16);
+
+/// Bits of a container id below the client number.
+const CLIENT_SHIFT: u32 = 64 - ClientNo::BITS;
+
+impl ClientNo {
+    /// Bits of a container id that carry the client number.
+    pub const BITS: u32 = 16;
+    /// The largest client number.
+    pub const MAX: u16 = u16::MAX;
+
+    pub const fn new(n: u16) -> ClientNo {
+        ClientNo(n)
+    }
+
+    pub fn get(self) -> u16 {
+        self.0
+    }
+
+    /// The first container id of this client's range.
+    pub fn first_container(self) -> u64 {
+        u64::from(self.0) << CLIENT_SHIFT
+    }
+
+    /// The last container id of this client's range.
+    pub fn last_container(self) -> u64 {
+        self.first_container() | ((1 << CLIENT_SHIFT) - 1)
+    }
+
+    /// Whether this client made container `c`.
+    pub fn owns(self, c: ContainerId) -> bool {
+        c.client() == self
+    }
+}
+
+impl fmt::Display for ClientNo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
 
 const CONTAINER_PREFIX: &str = "containers/";
 
@@ -75,6 +123,11 @@ impl ContainerId {
 
     pub fn list_prefix() -> &'static str {
         CONTAINER_PREFIX
+    }
+
+    /// The client that made the container.
+    pub fn client(&self) -> ClientNo {
+        ClientNo((self.0 >> CLIENT_SHIFT) as u16)
     }
 }
 
@@ -184,6 +237,26 @@ mod tests {
             assert_eq!(ContainerId::from_blob_key(&c.blob_key()), Some(c));
         }
         let other = BlobKey::new("containers/00/xyz").unwrap();
+        let far = ContainerId(ClientNo::new(ClientNo::MAX).first_container() + 7);
+        assert_eq!(ContainerId::from_blob_key(&far.blob_key()), Some(far));
         assert_eq!(ContainerId::from_blob_key(&other), None);
+    }
+
+    proptest::proptest! {
+        /// Ids two different clients can hand out never meet, and every id
+        /// names the client whose range it is in.
+        #[test]
+        fn client_ranges_never_collide(a in 0u16.., b in 0u16.., i in 0u64..(1 << 48) - 1, j in 0u64..(1 << 48) - 1) {
+            let (ca, cb) = (ClientNo::new(a), ClientNo::new(b));
+            let x = ContainerId(ca.first_container() + i);
+            let y = ContainerId(cb.first_container() + j);
+            proptest::prop_assert!(x.0 <= ca.last_container() && y.0 <= cb.last_container());
+            proptest::prop_assert_eq!(x.client(), ca);
+            proptest::prop_assert_eq!(y.client(), cb);
+            if a != b {
+                proptest::prop_assert_ne!(x, y);
+                proptest::prop_assert_ne!(x.blob_key(), y.blob_key());
+            }
+        }
     }
 }

@@ -378,6 +378,52 @@ impl Index {
         Ok(())
     }
 
+    /// Records containers another client made (see [`crate::shared`]) and
+    /// the chunks found in them, durably, in one transaction: a container
+    /// row already there and a chunk indexed already are kept as they are.
+    pub fn add_foreign(
+        &self,
+        rows: &[(ContainerId, ContainerInfo, Policy)],
+        entries: &[(ChunkId, ChunkLocation)],
+    ) -> Result<()> {
+        let mut tx = self.db.read().begin_write()?;
+        tx.set_durability(Durability::Immediate)
+            .expect("no persistent savepoints are used");
+        let mut added = Vec::new();
+        {
+            let mut containers = tx.open_table(CONTAINERS)?;
+            let mut policies = tx.open_table(CONTAINER_POLICY)?;
+            for (id, info, policy) in rows {
+                if containers.get(id.0)?.is_some() {
+                    continue;
+                }
+                containers.insert(id.0, info.encode())?;
+                if *policy != Policy::Single {
+                    policies.insert(id.0, policy.to_string().as_str())?;
+                }
+            }
+            let mut chunks = tx.open_table(CHUNKS)?;
+            for (id, loc) in entries {
+                if chunks.get(id.as_bytes())?.is_none() {
+                    chunks.insert(id.as_bytes(), loc.encode())?;
+                    added.push(ShortFp::of(id));
+                }
+            }
+        }
+        tx.commit()?;
+        let mut compact = self.compact.write();
+        for fp in added {
+            compact.insert(fp);
+        }
+        Ok(())
+    }
+
+    /// Whether the index has a row for container `id`.
+    pub fn has_container(&self, id: ContainerId) -> Result<bool> {
+        let tx = self.db.read().begin_read()?;
+        Ok(tx.open_table(CONTAINERS)?.get(id.0)?.is_some())
+    }
+
     /// Replaces the chunk and container tables with `entries` and `infos` in
     /// one transaction: a crash midway leaves the old index in place.
     /// Of a chunk stored twice, the copy under the stronger policy wins,

@@ -13,6 +13,13 @@
 //! It re-exports the ids and policy types its callers need ([`ChunkId`]
 //! from `ids`; [`Policy`], [`PolicyError`], [`BranchId`] from
 //! `redundancy`), so `fs` depends on neither of those crates.
+//! Several stores (the *clients* of one file system, each with its own
+//! index) may share branches: each makes containers in its own id range
+//! ([`ClientNo`] in the top bits of [`ContainerId`]) and keeps its roots
+//! under its own prefix; a chunk its index does not know is asked of a
+//! [`SharedIndex`] ([`CatchUp`] indexes the other clients' containers
+//! found on the branches), and garbage collection is refused while more
+//! than one client is registered (`shared.rs`, `docs/cluster.md`).
 //! A caller may remember a chunk's location and read it there without the
 //! index ([`Store::read_hinted`]; a stale hint falls back to the normal
 //! read). Every read of storage is counted: containers and root blobs
@@ -75,6 +82,11 @@
 //!    A container whose footer is damaged gives up every chunk its region
 //!    records name and that verifies ([`container::recover`]); garbage
 //!    collection rewrites every container recorded as damaged.
+//! 10. A container is never deleted or judged by a store of another
+//!     client: collection is refused with more than one client, and orphan
+//!     removal and the index's id mark look only at the store's own range.
+//!     A shared index hears of a container only once it is durable and
+//!     indexed ([`SharedIndex::publish`]).
 //! 9. Locks are `parking_lot`'s, which do not poison: a panic under a lock
 //!    does not spread to later callers (`docs/engineering.md`). A dead I/O
 //!    thread is [`CasError::IoThreadDead`] for every writer and every reader
@@ -99,6 +111,7 @@ pub mod qos;
 mod read;
 pub mod region;
 mod salvage;
+mod shared;
 mod stall;
 mod storage;
 mod store;
@@ -111,11 +124,12 @@ pub use budget::{Budget, Permit};
 pub use check::{CheckProgress, CheckReport, Dropped, Problem, RebuildReport};
 pub use container::{ChunkLocation, ContainerError};
 pub use gc::{Assessment, Collection, Prepared, Reclaimed};
-pub use id::{ChunkId, ContainerId, RepoKey, ShortFp};
+pub use id::{ChunkId, ClientNo, ContainerId, RepoKey, ShortFp};
 pub use index::{Compaction, ContainerInfo};
 pub use protection::{needs_restore, BranchId, Policy, PolicyError, Protection};
 pub use read::{Around, Fetched};
 pub use region::{Compression, RegionError};
+pub use shared::{CatchUp, SharedIndex};
 pub use store::{Store, StoreSettings, StoreStats, INDEX_FILE, ROOTS_FILE};
 pub use writer::{Durable, StreamWriter, WriteStats};
 
@@ -198,6 +212,20 @@ pub enum CasError {
     IoThreadDead,
     #[error("a garbage collection is already running on this store")]
     CollectionRunning,
+    /// Every container id of this client's range is used (2^48 of them).
+    #[error("client {0} has used every container id of its range")]
+    ContainerIdsExhausted(ClientNo),
+    /// Garbage collection on branches several clients write: one client
+    /// cannot see the chunks the others wrote and have not yet recorded.
+    #[error(
+        "{clients} clients share this file system's branches: garbage collection is refused \
+         until collection across clients exists (a collection here could not see the chunks \
+         another client wrote, and would delete them; see docs/cluster.md)"
+    )]
+    SharedBranches { clients: usize },
+    /// The client number is registered on the branches already.
+    #[error("client number {0} is already registered on the branches")]
+    ClientTaken(ClientNo),
     #[error(transparent)]
     /// Boxed, as every wrapped error below a layer's own: errors nest
     /// (repo > fs > cas > redundancy), and each layer would otherwise

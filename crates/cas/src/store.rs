@@ -40,6 +40,11 @@ pub struct StoreSettings {
     /// background work.
     #[serde(default)]
     pub qos: crate::qos::QosSettings,
+    /// Which client of its file system this store is: its container ids
+    /// and roots are this client's. Not configured: the repository sets
+    /// it from its client record (`repo`).
+    #[serde(skip)]
+    pub client: crate::id::ClientNo,
 }
 
 fn index_cache() -> usize {
@@ -55,6 +60,7 @@ impl Default for StoreSettings {
             memory_budget: 256 << 20,
             index_cache: crate::index::DEFAULT_CACHE,
             qos: crate::qos::QosSettings::default(),
+            client: crate::id::ClientNo::default(),
         }
     }
 }
@@ -138,6 +144,10 @@ pub(crate) struct Shared {
     pub reads: std::sync::atomic::AtomicU64,
     /// The gate every storage read passes (see [`crate::qos`]).
     pub qos: crate::qos::Scheduler,
+    /// Asked for chunks the index does not know (see [`crate::shared`]).
+    pub shared_index: RwLock<Option<Arc<dyn crate::shared::SharedIndex>>>,
+    /// Held by the one catch-up running ([`Store::catch_up`]).
+    pub catching_up: Mutex<()>,
 }
 
 impl Shared {
@@ -313,6 +323,8 @@ impl Store {
                 settings.qos,
                 std::sync::Arc::new(branch::SystemClock::default()),
             ),
+            shared_index: RwLock::new(None),
+            catching_up: Mutex::new(()),
         });
         let (tx, rx) = crossbeam_channel::unbounded();
         let io_shared = shared.clone();
@@ -449,6 +461,7 @@ impl Store {
     }
 
     pub(crate) fn allocate_container(&self) -> Result<ContainerId> {
+        let client = self.shared.settings.client;
         let mut ids = self.shared.ids.lock();
         if ids.0 == ids.1 {
             let first = self
@@ -458,14 +471,60 @@ impl Store {
             *ids = (first, first + IDS_PER_RESERVATION);
         }
         let id = ids.0;
+        if id > client.last_container() || ContainerId(id).client() != client {
+            return Err(CasError::ContainerIdsExhausted(client));
+        }
         ids.0 += 1;
         Ok(ContainerId(id))
     }
 
-    /// One past the highest container id on the branch.
+    /// One past the highest container id of this client on the branch
+    /// (the first of its range when it has none).
     fn next_unused_container(&self) -> Result<u64> {
+        let client = self.shared.settings.client;
         let stored = self.shared.stored_containers()?;
-        Ok(stored.last().map_or(0, |c| c.0 + 1))
+        Ok(stored
+            .iter()
+            .rfind(|c| client.owns(**c))
+            .map_or(client.first_container(), |c| c.0 + 1))
+    }
+
+    /// Which client of its file system this store is.
+    pub fn client(&self) -> crate::id::ClientNo {
+        self.shared.settings.client
+    }
+
+    /// Registers this store's client on the branches (a small blob under
+    /// `clients/`), refused with [`CasError::ClientTaken`] if the number
+    /// is registered already. Client 0 needs no registration.
+    pub fn register_client(&self, note: &str) -> Result<()> {
+        let client = self.client();
+        if self.clients()?.contains(&client) {
+            return Err(CasError::ClientTaken(client));
+        }
+        self.shared
+            .put_blob(&client_blob_key(client), note.as_bytes())
+    }
+
+    /// Every client registered on the branches, and client 0 (the first
+    /// client, which never registers), in number order.
+    pub fn clients(&self) -> Result<Vec<crate::id::ClientNo>> {
+        let mut out = vec![crate::id::ClientNo::default()];
+        // Registered since the layer opened: found by listing the branches.
+        self.shared.layer.discover_new(CLIENTS_PREFIX, &|_| true);
+        for key in self.shared.list_blobs(CLIENTS_PREFIX)? {
+            let n = key
+                .as_str()
+                .strip_prefix(CLIENTS_PREFIX)
+                .and_then(|rest| rest.strip_suffix(CLIENT_BLOB))
+                .and_then(|n| n.parse::<u16>().ok());
+            if let Some(n) = n.filter(|n| *n != 0) {
+                out.push(crate::id::ClientNo::new(n));
+            }
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
     }
 
     /// [`CasError::NoSpace`] naming a container a full branch refused, if
@@ -528,6 +587,11 @@ impl Store {
                 self.shared.inflight_cv.wait(&mut inflight);
             }
         }
+        if let Some(loc) = self.shared.index.lookup(id)? {
+            return Ok(loc);
+        }
+        // Perhaps another client's (see `shared`).
+        self.learn(std::slice::from_ref(id), false)?;
         self.shared
             .index
             .lookup(id)?
@@ -545,7 +609,12 @@ impl Store {
                 self.shared.inflight_cv.wait(&mut inflight);
             }
         }
-        let found = self.shared.index.lookup_many(ids)?;
+        let mut found = self.shared.index.lookup_many(ids)?;
+        if found.iter().any(Option::is_none) && self.has_shared_index() {
+            // Perhaps other clients' (see `shared`).
+            self.learn(ids, false)?;
+            found = self.shared.index.lookup_many(ids)?;
+        }
         ids.iter()
             .zip(found)
             .map(|(id, loc)| loc.ok_or(CasError::UnknownChunk(*id)))
@@ -568,7 +637,7 @@ impl Store {
     pub fn put_root(&self, label: &str, id: &ChunkId) -> Result<()> {
         check_label(label)?;
         self.locate(id)?;
-        let key = root_blob_key(label);
+        let key = root_blob_key(self.client(), label);
         self.shared.delete_blob(&key)?;
         self.shared.put_blob(&key, id.as_bytes())?;
         self.shared.index.put_root(label, id)
@@ -583,7 +652,8 @@ impl Store {
 
     pub fn delete_root(&self, label: &str) -> Result<()> {
         if self.shared.index.delete_root(label)? {
-            self.shared.delete_blob(&root_blob_key(label))?;
+            self.shared
+                .delete_blob(&root_blob_key(self.client(), label))?;
             Ok(())
         } else {
             Err(CasError::NoSuchRoot(label.to_string()))
@@ -593,10 +663,11 @@ impl Store {
     /// Puts back into `roots.redb` every root whose blob is on the branch
     /// (after the metadata files were lost). Returns how many.
     pub fn recover_roots(&self) -> Result<usize> {
-        let keys = self.shared.list_blobs(ROOTS_PREFIX)?;
+        let prefix = roots_prefix(self.client());
+        let keys = self.shared.list_blobs(&prefix)?;
         let mut n = 0;
         for key in keys {
-            let Some(label) = label_of_root_blob(&key) else {
+            let Some(label) = label_of_root_blob(&prefix, &key) else {
                 continue;
             };
             let bytes = self.shared.get_blob(&key)?;
@@ -662,6 +733,25 @@ impl Store {
 }
 
 const ROOTS_PREFIX: &str = "roots/";
+/// Where clients other than the first register and keep their roots:
+/// `clients/<n>/client` and `clients/<n>/roots/...`.
+const CLIENTS_PREFIX: &str = "clients/";
+const CLIENT_BLOB: &str = "/client";
+
+/// Where a client's root blobs are: the first client's where they always
+/// were, every other client's under its own prefix, so that two clients'
+/// roots of one label (`version/3`) never overwrite each other.
+fn roots_prefix(client: crate::id::ClientNo) -> String {
+    match client.get() {
+        0 => ROOTS_PREFIX.to_string(),
+        n => format!("{CLIENTS_PREFIX}{n}/{ROOTS_PREFIX}"),
+    }
+}
+
+fn client_blob_key(client: crate::id::ClientNo) -> branch::BlobKey {
+    branch::BlobKey::new(format!("{CLIENTS_PREFIX}{client}{CLIENT_BLOB}"))
+        .expect("client keys are valid")
+}
 /// Hex digits per key segment: a label of 255 bytes is 510 digits, more
 /// than a file name may hold.
 const ROOT_SEGMENT: usize = 200;
@@ -669,21 +759,21 @@ const ROOT_SEGMENT: usize = 200;
 /// `roots/<hex of the label, in segments>/r`: hex keeps any label a valid
 /// key, and the final `r` keeps a short label's blob from colliding with a
 /// longer label's directory.
-fn root_blob_key(label: &str) -> branch::BlobKey {
+fn root_blob_key(client: crate::id::ClientNo, label: &str) -> branch::BlobKey {
     let hex = hex::encode(label);
     let segments: Vec<&str> = hex
         .as_bytes()
         .chunks(ROOT_SEGMENT)
         .map(|c| std::str::from_utf8(c).expect("hex is ascii"))
         .collect();
-    branch::BlobKey::new(format!("{ROOTS_PREFIX}{}/r", segments.join("/")))
+    branch::BlobKey::new(format!("{}{}/r", roots_prefix(client), segments.join("/")))
         .expect("hex segments are valid keys")
 }
 
-fn label_of_root_blob(key: &branch::BlobKey) -> Option<String> {
+fn label_of_root_blob(prefix: &str, key: &branch::BlobKey) -> Option<String> {
     let hex: String = key
         .as_str()
-        .strip_prefix(ROOTS_PREFIX)?
+        .strip_prefix(prefix)?
         .strip_suffix("/r")?
         .split('/')
         .collect();
@@ -776,11 +866,18 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
             .filter(|(_, o)| matches!(o, Outcome::Written))
             .map(|(j, _)| &j.sealed)
             .collect();
-        if let Err(e) = shared.index.commit_containers(&written) {
-            let failure = Arc::new(WriteFailure::Index(Box::new(e)));
-            for o in outcomes.iter_mut() {
-                if matches!(o, Outcome::Written) {
-                    *o = Outcome::Failed(failure.clone());
+        match shared.index.commit_containers(&written) {
+            Ok(()) => {
+                for sealed in &written {
+                    Store::publish(shared, sealed);
+                }
+            }
+            Err(e) => {
+                let failure = Arc::new(WriteFailure::Index(Box::new(e)));
+                for o in outcomes.iter_mut() {
+                    if matches!(o, Outcome::Written) {
+                        *o = Outcome::Failed(failure.clone());
+                    }
                 }
             }
         }
@@ -852,9 +949,16 @@ mod tests {
 
     #[test]
     fn root_blob_keys_round_trip() {
-        for label in ["a", "version/12", "snapshot/with space", &"x".repeat(255)] {
-            let key = root_blob_key(label);
-            assert_eq!(label_of_root_blob(&key).as_deref(), Some(label));
+        for client in [0, 1, 700] {
+            let client = crate::id::ClientNo::new(client);
+            let prefix = roots_prefix(client);
+            for label in ["a", "version/12", "snapshot/with space", &"x".repeat(255)] {
+                let key = root_blob_key(client, label);
+                assert_eq!(label_of_root_blob(&prefix, &key).as_deref(), Some(label));
+                // Another client's roots are not this one's.
+                let other = roots_prefix(crate::id::ClientNo::new(3));
+                assert_eq!(label_of_root_blob(&other, &key), None);
+            }
         }
     }
 }

@@ -38,6 +38,10 @@ pub struct StreamWriter {
     /// given, and its containers take over the chunks' index entries.
     relocating: bool,
     protection: Protection,
+    /// Whether this stream asked the shared index already: its first
+    /// batch asks in full, later ones as a writer may be answered
+    /// ([`crate::SharedIndex::locate_for_write`]).
+    asked_shared: bool,
 }
 
 impl StreamWriter {
@@ -50,6 +54,7 @@ impl StreamWriter {
             stats: WriteStats::default(),
             relocating,
             protection,
+            asked_shared: false,
         }
     }
 
@@ -101,6 +106,19 @@ impl StreamWriter {
 
     fn write_regions(&mut self, chunks: &[Bytes], ids: &[ChunkId], target: usize) -> Result<()> {
         assert_eq!(chunks.len(), ids.len(), "one id per chunk");
+        if !self.relocating && self.store.has_shared_index() {
+            // Chunks another client stored are referenced, not stored again.
+            let asked: Vec<ChunkId> = ids
+                .iter()
+                .filter(|id| !self.open_ids.contains(*id))
+                .copied()
+                .collect();
+            // A miss costs only a second copy: never fail the write.
+            if let Err(e) = self.store.learn(&asked, self.asked_shared) {
+                tracing::warn!(error = %e, "chunks other clients stored could not be looked up; storing them again");
+            }
+            self.asked_shared = true;
+        }
         let mut fresh = Vec::new();
         let mut unsealed = Vec::new();
         for (i, id) in ids.iter().enumerate() {

@@ -44,7 +44,24 @@ pub enum Command {
     /// Writes cairn.toml (chunking, compression, container size and memory
     /// budget, each explained), a random per-repository key that keys every
     /// chunk id, an empty fingerprint index and a local branch for containers.
-    Init,
+    ///
+    /// With --join OTHER --client N: makes a client repository of the file
+    /// system whose repository is OTHER, for a second mount of it on this
+    /// or another machine (docs/cluster.md). OTHER's key and cairn.toml are
+    /// copied (OTHER is only read, and may be mounted); its branches must be
+    /// S3 buckets. The new repository has its own index, caches and lock,
+    /// and makes containers under client number N (1-65535, unique per file
+    /// system), which it registers on the branches. Then mount both with the
+    /// same `--meta etcd://...`. Exit 0 once joined; 1 when refused (OTHER
+    /// not shareable, N taken), with nothing left behind.
+    Init {
+        /// The repository of the file system to join.
+        #[arg(long, value_name = "OTHER", requires = "client")]
+        join: Option<std::path::PathBuf>,
+        /// This client's number (with --join): 1-65535, unique per file system.
+        #[arg(long, value_name = "N", requires = "join", value_parser = clap::value_parser!(u16).range(1..))]
+        client: Option<u16>,
+    },
 
     /// Store a file (or standard input) and root it under a label.
     ///
@@ -347,6 +364,10 @@ pub enum Command {
     /// file uses cannot be told from garbage: nothing is reclaimed and gc
     /// exits 1 naming the files; bring the branch back, or run `cairn check
     /// --drop-lost` (or delete the files), then gc again.
+    ///
+    /// Refused (exit 1, nothing changed) on a file system shared by several
+    /// client repositories (`init --join`, docs/cluster.md): one client
+    /// cannot see the chunks another wrote and has not yet recorded.
     Gc {
         /// Reclaim containers whose live fraction is below this (0..1).
         #[arg(long, default_value_t = service::GC_THRESHOLD)]

@@ -24,7 +24,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     let quiet = cli.quiet;
     ops::set_lock_wait(Duration::from_secs(cli.lock_wait));
     match cli.command {
-        Command::Init => init(&root, quiet),
+        Command::Init { join, client } => match (join, client) {
+            (Some(other), Some(client)) => join_fs(&root, &other, client, quiet),
+            _ => init(&root, quiet),
+        },
         Command::Put(args) => put(&root, &args, quiet),
         Command::Get(args) => get(&root, &args, quiet),
         Command::Roots { json } => roots(&root, json, quiet),
@@ -111,6 +114,18 @@ fn init(root: &Path, quiet: bool) -> Result<ExitCode> {
             "its key is {}: back it up now (somewhere else, e.g. with `cairn key export FILE`); \
              without it nothing stored can be read",
             Repo::key_path(root).display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn join_fs(root: &Path, other: &Path, client: u16, quiet: bool) -> Result<ExitCode> {
+    service::join(root, other, client, ops::lock_wait())?;
+    if !quiet {
+        say!(
+            "created client {client} of the file system of {} at {}; mount both with the same --meta",
+            other.display(),
+            root.display()
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -113,6 +113,8 @@ pub fn mount(
         nonempty: args.nonempty,
         metrics: fuse_metrics,
         read_only: args.read_only,
+        // A namespace in etcd may be shared with other clients.
+        close_to_open: args.meta.is_some(),
         ..Default::default()
     };
     let mounted = fuse::mount(fs.clone(), &args.mountpoint, &opts)?;

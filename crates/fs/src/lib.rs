@@ -50,6 +50,11 @@
 //!   metadata engine, and nothing else syncs the metadata engine.
 //! - `fsync` returns only when the file's data and the metadata that reaches
 //!   it are durable.
+//! - With a metadata engine shared by several clients
+//!   ([`FsSettings::close_to_open`]), a file's content is recorded only
+//!   after its chunks are durable: the engine makes each record visible
+//!   (and durable) at once, so no client ever finds a recipe whose chunks
+//!   are not on the branches.
 //! - An inode's access ACL, if kept, agrees with its mode (owner, mask or
 //!   group, other); both change in one metadata operation. An ACL the mode
 //!   says all of is not kept.
@@ -161,6 +166,12 @@ pub struct FsSettings {
     /// The persistent chunk cache tier below the DRAM cache (`[cache]` in
     /// `cairn.toml`); none when unset.
     pub tier: Option<::cache::TierSettings>,
+    /// The metadata engine is shared with other clients (etcd), which see
+    /// each record the moment it is written: a file's content is recorded
+    /// only once its chunks are durable (each close of a written file
+    /// then waits for its data), so another client that opens it after
+    /// the close reads it whole (`docs/cluster.md`).
+    pub close_to_open: bool,
 }
 
 impl Default for FsSettings {
@@ -175,6 +186,7 @@ impl Default for FsSettings {
             version_interval: Duration::from_secs(30),
             retention: Retention::default(),
             tier: None,
+            close_to_open: false,
         }
     }
 }

@@ -434,14 +434,27 @@ impl Inner {
             } else {
                 // A small file with no stream of its own writes into a
                 // shared one; it is taken back out below, also on error.
+                // Shared with other clients, the record is seen at once:
+                // its chunks are made durable before it is written.
+                let durable = self.settings.close_to_open;
                 if f.writer.is_none() && f.size <= SMALL_FILE_MAX {
                     f.writer = Some(self.take_small(self.protection_of(f)?)?);
                     let recorded = self.record_chunks(f);
-                    let shared = f.writer.take().expect("installed above");
+                    let mut shared = f.writer.take().expect("installed above");
+                    let flushed = match (&recorded, durable) {
+                        (Ok(_), true) => shared.flush(),
+                        _ => Ok(()),
+                    };
                     self.give_small(shared);
-                    recorded?
+                    let content = recorded?;
+                    flushed?;
+                    content
                 } else {
-                    self.record_chunks(f)?
+                    let content = self.record_chunks(f)?;
+                    if let (Some(w), true) = (f.writer.as_mut(), durable) {
+                        w.flush()?;
+                    }
+                    content
                 }
             };
             let mtime = f.mtime.unwrap_or_else(now);

@@ -15,7 +15,7 @@ use fuser::{
 use meta::{FileKind, InodeId};
 
 use crate::convert::{file_attr, file_type, ino};
-use crate::ops::{CairnFs, TTL};
+use crate::ops::CairnFs;
 
 /// Directory entries fetched from `fs` at a time.
 const DIR_PAGE: usize = 1024;
@@ -172,7 +172,14 @@ impl CairnFs {
             let mut attr = file_attr(inode.id, &inode.attr);
             attr.ino = ino(e.ino);
             let name = OsStr::from_bytes(&e.name);
-            if reply.add(ino(e.ino), i as u64 + 1, name, &TTL, &attr, Generation(0)) {
+            if reply.add(
+                ino(e.ino),
+                i as u64 + 1,
+                name,
+                &self.ttl,
+                &attr,
+                Generation(0),
+            ) {
                 break;
             }
             added += 1;

@@ -59,6 +59,10 @@
 //!   the lock an open for writing takes, and only after the read that
 //!   brought them was answered (so a store never waits for a page locked
 //!   by a read waiting for the daemon).
+//! - On a close-to-open mount ([`MountOptions::close_to_open`], other
+//!   clients share the file system) the kernel caches no attribute or
+//!   entry, uses no writeback cache, and keeps a file's cached pages at
+//!   an open only when its size and times are those of its last open here.
 //! - Locks are `parking_lot`'s, which do not poison: a panic under a lock
 //!   does not spread to later callers (`docs/engineering.md`).
 

@@ -29,8 +29,13 @@ use crate::metrics::{FuseMetrics, Timer};
 use crate::session::{MountOptions, Shared};
 
 /// How long the kernel may cache attributes and directory entries
-/// (including negative ones) before asking again.
-pub(crate) const TTL: Duration = Duration::from_secs(1);
+/// (including negative ones) before asking again; 0 on a close-to-open
+/// mount ([`MountOptions::close_to_open`]), whose other clients change them.
+const TTL: Duration = Duration::from_secs(1);
+/// Files whose attributes at their last open a close-to-open mount
+/// remembers; past it the memory is cleared (costing only page-cache
+/// drops at the next opens).
+const OPENED_MAX: usize = 1 << 16;
 /// The largest write the kernel is asked to send in one request.
 const MAX_WRITE: u32 = 1 << 20;
 /// The file handle of a read-only handle of a file read in place, whose
@@ -48,6 +53,9 @@ const MAX_READAHEAD: u32 = 16 << 20;
 const FREE_BLOCKS: u64 = 1 << 40;
 const FREE_FILES: u64 = 1 << 32;
 
+/// A file's size, mtime and ctime at its last open.
+type Seen = (u64, meta::Timestamp, meta::Timestamp);
+
 /// The `fuser` file system: `fs` and the open directory listings.
 pub(crate) struct CairnFs {
     pub(crate) fs: Arc<Fs>,
@@ -58,6 +66,11 @@ pub(crate) struct CairnFs {
     writeback_cache: bool,
     metrics: Option<Arc<FuseMetrics>>,
     read_only: bool,
+    pub(crate) ttl: Duration,
+    /// On a close-to-open mount, each file's (size, mtime, ctime) when it
+    /// was last opened: the page cache is kept at an open only if they did
+    /// not change (see [`crate::convert::open_flags`]). `None` otherwise.
+    opened: Option<Mutex<HashMap<InodeId, Seen>>>,
 }
 
 impl CairnFs {
@@ -68,11 +81,33 @@ impl CairnFs {
             next_fh: AtomicU64::new(1),
             shared,
             page_cache_max: opts.page_cache_max,
-            // Nothing to write back on a read-only mount.
-            writeback_cache: opts.writeback_cache && !opts.read_only,
+            // Nothing to write back on a read-only mount; a close-to-open
+            // one must see the other clients' sizes.
+            writeback_cache: opts.writeback_cache && !opts.read_only && !opts.close_to_open,
             metrics: opts.metrics.clone(),
             read_only: opts.read_only,
+            ttl: if opts.close_to_open {
+                Duration::ZERO
+            } else {
+                TTL
+            },
+            opened: opts.close_to_open.then(Default::default),
         }
+    }
+
+    /// Whether the kernel's cached pages of a file being opened may be
+    /// kept: always, unless this is a close-to-open mount and the file
+    /// changed (another client wrote it) since its last open here.
+    fn cache_still_valid(&self, inode: &meta::Inode) -> bool {
+        let Some(opened) = &self.opened else {
+            return true;
+        };
+        let now = (inode.attr.size, inode.attr.mtime, inode.attr.ctime);
+        let mut opened = opened.lock();
+        if opened.len() >= OPENED_MAX {
+            opened.clear();
+        }
+        opened.insert(inode.id, now) == Some(now)
     }
 
     /// Times a request of kind `op` (when figures are kept) until the
@@ -115,7 +150,7 @@ impl CairnFs {
             .fs
             .create_posix(parent, name, new, (umask & 0o777) as u16)
         {
-            Ok(inode) => reply.entry(&TTL, &file_attr(inode.id, &inode.attr), Generation(0)),
+            Ok(inode) => reply.entry(&self.ttl, &file_attr(inode.id, &inode.attr), Generation(0)),
             Err(e) => reply.error(self.fail("create", parent, &e)),
         }
     }
@@ -241,12 +276,16 @@ impl Filesystem for CairnFs {
         };
         let parent = id(parent);
         match self.fs.lookup(parent, name) {
-            Ok(inode) => reply.entry(&TTL, &file_attr(inode.id, &inode.attr), Generation(0)),
+            Ok(inode) => reply.entry(&self.ttl, &file_attr(inode.id, &inode.attr), Generation(0)),
             Err(e) if e.errno() == libc::ENOENT => {
                 // A negative entry: the kernel remembers the name is absent
                 // for TTL (every create goes through the kernel and
                 // replaces it).
-                reply.entry(&TTL, &file_attr(InodeId(0), &empty_attr()), Generation(0));
+                reply.entry(
+                    &self.ttl,
+                    &file_attr(InodeId(0), &empty_attr()),
+                    Generation(0),
+                );
             }
             Err(e) => reply.error(self.fail("lookup", parent, &e)),
         }
@@ -259,7 +298,7 @@ impl Filesystem for CairnFs {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let _timer = self.timed("getattr");
         match self.fs.getattr(id(ino)) {
-            Ok(inode) => reply.attr(&TTL, &file_attr(inode.id, &inode.attr)),
+            Ok(inode) => reply.attr(&self.ttl, &file_attr(inode.id, &inode.attr)),
             Err(e) => reply.error(self.fail("getattr", id(ino), &e)),
         }
     }
@@ -302,7 +341,7 @@ impl Filesystem for CairnFs {
             self.shared.pushes.done_writing(id(ino));
         }
         match changed {
-            Ok(inode) => reply.attr(&TTL, &file_attr(inode.id, &inode.attr)),
+            Ok(inode) => reply.attr(&self.ttl, &file_attr(inode.id, &inode.attr)),
             Err(e) => reply.error(self.fail("setattr", id(ino), &e)),
         }
     }
@@ -442,7 +481,7 @@ impl Filesystem for CairnFs {
             Err(e) => return reply.error(e),
         };
         match self.fs.link(id(ino), id(newparent), name) {
-            Ok(inode) => reply.entry(&TTL, &file_attr(inode.id, &inode.attr), Generation(0)),
+            Ok(inode) => reply.entry(&self.ttl, &file_attr(inode.id, &inode.attr), Generation(0)),
             Err(e) => reply.error(self.fail("link", id(ino), &e)),
         }
     }
@@ -474,7 +513,12 @@ impl Filesystem for CairnFs {
                         tracing::warn!(file = %self.fs.describe(ino), error = %e, "cannot tell how a file is read; streaming it past the page cache");
                         false
                     });
-                let open = open_flags(flags.0, inode.attr.size, self.page_cache_max, || in_place);
+                let mut open =
+                    open_flags(flags.0, inode.attr.size, self.page_cache_max, || in_place);
+                if !self.cache_still_valid(&inode) {
+                    // Another client changed it: the kernel drops its pages.
+                    open.remove(fuser::FopenFlags::FOPEN_KEEP_CACHE);
+                }
                 // Such a handle keeps the page cache: its random reads get
                 // their neighbours pushed into it (`push`).
                 reply.opened(FileHandle(if in_place { PUSHING } else { 0 }), open)
@@ -767,7 +811,7 @@ impl Filesystem for CairnFs {
                     self.shared.pushes.writing(inode.id);
                 }
                 reply.created(
-                    &TTL,
+                    &self.ttl,
                     &file_attr(inode.id, &inode.attr),
                     Generation(0),
                     FileHandle(0),

@@ -52,6 +52,13 @@ pub struct MountOptions {
     /// rename, removal or attribute change with `EROFS`, so nothing
     /// reaches `fs` that could change the repository.
     pub read_only: bool,
+    /// Other clients share the file system (a metadata engine in etcd):
+    /// attributes and entries are not cached by the kernel (TTL 0), an
+    /// open drops the file's cached pages when its size or times changed
+    /// since its last open here, and the writeback cache is not used (the
+    /// kernel would trust its own size over the other clients'). See
+    /// `docs/cluster.md`.
+    pub close_to_open: bool,
 }
 
 impl Default for MountOptions {
@@ -65,6 +72,7 @@ impl Default for MountOptions {
             nonempty: false,
             metrics: None,
             read_only: false,
+            close_to_open: false,
         }
     }
 }

@@ -115,6 +115,61 @@ impl Redundant {
         report
     }
 
+    /// Adds to the map the blobs under `prefix` it does not hold yet and
+    /// `wanted` accepts: another writer's (a client sharing the branches),
+    /// whose shards this layer did not write. Entries already in the map
+    /// are left as they are, so puts and deletes may be in flight; a blob
+    /// whose shards are not all readable yet (still being written) is
+    /// left for the next call, and so is a branch that cannot be listed
+    /// (marked unavailable, as [`Redundant::discover`] does). Returns how
+    /// many blobs it added.
+    pub fn discover_new(&self, prefix: &str, wanted: &dyn Fn(&BlobKey) -> bool) -> usize {
+        if self.plain.is_some() {
+            return 0;
+        }
+        let ids = self.all_ids();
+        let listings = fan_out(&ids, |&id| self.member(id).branch.list(prefix));
+        let mut found = Vec::new();
+        for (&id, listing) in ids.iter().zip(listings) {
+            let listing = match listing {
+                Ok(l) => l,
+                Err(err) => {
+                    let detail = format!("listing failed: {err}");
+                    self.member(id).fault(FaultKind::Unavailable, &detail);
+                    continue;
+                }
+            };
+            for blob in listing {
+                if let Some((key, index)) = parse_shard_key(&blob) {
+                    if !self.map.contains(&key) && wanted(&key) {
+                        found.push(Found {
+                            branch: id,
+                            blob,
+                            key,
+                            index,
+                        });
+                    }
+                }
+            }
+        }
+        let headers = fan_out(&found, |f| self.read_header(f));
+        let mut by_key: BTreeMap<&BlobKey, Vec<Sighting>> = BTreeMap::new();
+        for (f, header) in found.iter().zip(headers) {
+            by_key.entry(&f.key).or_default().push((f, header));
+        }
+        let mut added = 0;
+        for (key, shards) in by_key {
+            let mut report = Discovery::default();
+            let entry = assemble(key, &shards, &mut report);
+            let whole = report.unreadable.is_empty() && report.bad_shards.is_empty();
+            if let (Some(entry), true) = (entry, whole) {
+                self.map.insert(key.clone(), entry);
+                added += 1;
+            }
+        }
+        added
+    }
+
     fn read_header(&self, f: &Found) -> Result<Layout, HeaderProblem> {
         let branch = self.member(f.branch).branch.clone();
         let size = branch.size(&f.blob)?;

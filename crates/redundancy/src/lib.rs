@@ -7,7 +7,9 @@
 //! lost blocks on the fly), and healing: [`Redundant::scrub`] rewrites bad
 //! shards, [`Redundant::rebuild_onto`] refills a replacement branch.
 //! Where every shard lives is kept in memory and can be rebuilt from the
-//! branches alone ([`Redundant::discover`]). It is the only way `cas`
+//! branches alone ([`Redundant::discover`]), or extended with the blobs
+//! another writer sharing the branches put there since
+//! ([`Redundant::discover_new`], which never replaces an entry). It is the only way `cas`
 //! reaches storage: a repository on one plain branch gets a layer in the
 //! *plain layout* ([`Redundant::plain`], the `plain` module), `single` on
 //! that branch with each container its raw blob under its own key (no

@@ -74,6 +74,16 @@ pub enum RepoError {
     ConfigExists(PathBuf),
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// `init --join` was asked for a repository whose file system cannot
+    /// be shared by clients; nothing was written.
+    #[error(
+        "the repository at {} cannot be joined by another client: {problem} (see docs/cluster.md)",
+        other.display()
+    )]
+    JoinRefused {
+        other: PathBuf,
+        problem: crate::join::JoinProblem,
+    },
     #[error(
         "the repository key {} is missing or damaged; without it no chunk can be read or \
          verified: restore the key file from your backup with `cairn key import FILE` (a file \
@@ -222,7 +232,7 @@ impl Repo {
 
     /// Whether `root` holds a repository's data without its config: a
     /// metadata database or a container on a local branch.
-    fn holds_data(root: &Path) -> bool {
+    pub(crate) fn holds_data(root: &Path) -> bool {
         let has_file = |dir: &Path, keep: &dyn Fn(&Path) -> bool| {
             fs::read_dir(dir).is_ok_and(|d| d.flatten().any(|e| keep(&e.path())))
         };
@@ -393,7 +403,8 @@ impl Repo {
     /// its check value before anything is written; once it agrees, it is
     /// recorded.
     fn open_locked(root: &Path, lock: &Arc<RepoLock>) -> Result<Repo> {
-        let (config, text) = Config::load_with_text(&root.join(CONFIG))?;
+        let (mut config, text) = Config::load_with_text(&root.join(CONFIG))?;
+        config.store.client = crate::join::client_of(root)?;
         let key = crate::keyfile::read(root)?;
         let record = Record::load(root)?;
         let key_check = record::key_check(&key);
@@ -461,7 +472,10 @@ impl Repo {
     }
 
     /// Opens the repository's file system over `meta`, a metadata engine
-    /// kept elsewhere at `url` (etcd): chunks stay in this repository.
+    /// kept elsewhere at `url` (etcd): chunks stay in this repository (and
+    /// on branches other client repositories may share, `docs/cluster.md`:
+    /// the store then finds their chunks on the branches, and the file
+    /// system records a file only once its chunks are durable).
     /// The first time, `url` is recorded (durably, before anything is
     /// written), and from then on the local engine is refused
     /// ([`RepoError::MetaRemote`]) and so is another URL.
@@ -489,7 +503,10 @@ impl Repo {
                     .map_err(io("sync", &dir))?;
             }
         }
-        self.fs_over(meta)
+        // Other clients may share the file system: chunks they stored
+        // are found on the branches, and records are made close-to-open.
+        self.store.set_shared_index(cas::CatchUp::new(&self.store));
+        self.fs_over(meta, true)
     }
 
     /// Opens the repository's file system (its metadata engine, created on
@@ -497,10 +514,10 @@ impl Repo {
     /// [`Repo::open_meta`] refuses.
     pub fn open_fs(&self, uid: u32, gid: u32) -> Result<::fs::Fs> {
         let meta = self.open_meta(uid, gid)?;
-        self.fs_over(Arc::new(meta))
+        self.fs_over(Arc::new(meta), false)
     }
 
-    fn fs_over(&self, meta: Arc<dyn meta::MetaStore>) -> Result<::fs::Fs> {
+    fn fs_over(&self, meta: Arc<dyn meta::MetaStore>, shared: bool) -> Result<::fs::Fs> {
         let mut rules = self.rules.clone();
         if let Some(specs) = &self.config.chunking_rules {
             let chunking = specs
@@ -509,11 +526,15 @@ impl Repo {
                 .collect::<Result<Vec<_>>>()?;
             rules = rules.with_chunking(chunking);
         }
+        let settings = ::fs::FsSettings {
+            close_to_open: shared,
+            ..self.config.fs.clone()
+        };
         Ok(::fs::Fs::with_rules(
             meta,
             self.store.clone(),
             self.config.chunking,
-            self.config.fs.clone(),
+            settings,
             rules,
         )?)
     }

@@ -12,7 +12,9 @@
 //! blob on each branch, see [`record`]), against which every config is
 //! checked, and from which a lost `cairn.toml` is written back
 //! ([`recover_config`]); the key file and its export and import
-//! ([`keyfile`]).
+//! ([`keyfile`]); client repositories of a file system shared by several
+//! mounts ([`Repo::join`], `join.rs`: the key and config copied, a client
+//! number in `meta/client`, registered on the branches).
 //!
 //! **Never:** stores or reads chunks itself; that is `cas`, reached through
 //! the [`Repo::store`] it opens.
@@ -37,6 +39,7 @@
 //! anything is written to it ([`Repo::open_meta`], naming `cairn recover`).
 
 mod config;
+mod join;
 pub mod keyfile;
 mod layout;
 mod lock;
@@ -48,6 +51,7 @@ pub use config::{
     ConfigError, ConfigProblem, KeyProblem, Location, RedundancyConfig, RuleProblem, RuleSpec,
     S3Location,
 };
+pub use join::JoinProblem;
 pub use layout::{default_location, IndexSetAside, Repo, RepoError};
 pub use lock::{holder_of, Holder};
 pub use reconfigure::{reconfigure, Reconfigured};

@@ -66,7 +66,7 @@ pub use exec::{call, exec, open_fs, open_fs_on_etcd, open_fs_on_etcd_cluster, Ca
 pub const GC_THRESHOLD: f64 = 0.5;
 /// The garbage `cairn gc` leaves at most by default (see `gc::GcOptions`).
 pub use gc::MAX_GARBAGE as GC_MAX_GARBAGE;
-pub use open::{init, open, open_for_rebuild, open_to_check};
+pub use open::{init, join, open, open_for_rebuild, open_to_check};
 pub use progress::{Progress, Silent, Step};
 pub use recover::{recover, RecoverFrom, Recovered};
 pub use redundancy::{

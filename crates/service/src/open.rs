@@ -38,6 +38,12 @@ pub fn init(root: &Path, wait: Duration) -> Result<()> {
     wait_for_lock(wait, || Repo::init(root))
 }
 
+/// Makes `root` client repository `client` of the file system whose
+/// repository is `other` (see [`Repo::join`] and `docs/cluster.md`).
+pub fn join(root: &Path, other: &Path, client: u16, wait: Duration) -> Result<()> {
+    wait_for_lock(wait, || Repo::join(root, other, cas::ClientNo::new(client)))
+}
+
 /// Opens a repository whose index may not match the store: what `check`
 /// reports is not refused at open.
 pub fn open_to_check(root: &Path, wait: Duration) -> Result<Repo> {

@@ -146,6 +146,7 @@ pub(super) fn config(mut raw: Raw, text: &str) -> Result<Config> {
             memory_budget: budget.get_ref().0 as usize,
             index_cache: m.index_cache.get_ref().0 as usize,
             qos,
+            client: cas::ClientNo::default(),
         },
         fs: FsSettings {
             inline_max: inline_max as usize,
@@ -157,6 +158,7 @@ pub(super) fn config(mut raw: Raw, text: &str) -> Result<Config> {
             version_interval: std::time::Duration::from_secs(version),
             retention,
             tier,
+            close_to_open: false,
         },
         metadata_cache: m.metadata_cache.get_ref().0 as usize,
         page_cache_max: f.page_cache_max.0,

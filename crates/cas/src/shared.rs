@@ -1,0 +1,280 @@
+//! Chunks other clients of the file system stored: several client
+//! repositories write containers to one set of branches, each with its own
+//! index (see `docs/cluster.md`). A chunk id this client's index does not
+//! know may be another client's; the store then asks a [`SharedIndex`]
+//! and keeps what it answers in its own index.
+//!
+//! Two places ask: a read of a chunk the index cannot place
+//! ([`Store::locate`], [`Store::locate_many`]: every read path), and a
+//! writer about to store chunks, for the ones it would store anew (one
+//! batch at a time), so a file another client stored already costs no new
+//! container bytes. The store tells the shared index of each container it
+//! made durable and indexed, never before ([`SharedIndex::publish`]): a
+//! chunk is reported present only once its container is durable.
+//!
+//! [`CatchUp`] is the implementation over the branches themselves: they
+//! are the publication (a container is on them only once it is durable),
+//! and a miss indexes every container another client made that this index
+//! does not know yet. A lost or unreachable shared index costs missed
+//! deduplication, never data: writers then store the chunk again.
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use crate::container::ChunkLocation;
+use crate::id::{ChunkId, ContainerId};
+use crate::index::ContainerInfo;
+use crate::protection::Policy;
+use crate::store::{Io, Shared, Store};
+use crate::Result;
+
+/// An index of the chunks every client of a file system made durable.
+/// Locations are [`ChunkLocation`]s (28 bytes, [`ChunkLocation::encode`]),
+/// so a service may keep them opaque.
+pub trait SharedIndex: Send + Sync {
+    /// Where each of `ids` is, in order: `None` for a chunk no client made
+    /// durable (as far as this index knows). A location must be in a
+    /// container that is durable on the branches.
+    fn locate(&self, ids: &[ChunkId]) -> Result<Vec<Option<ChunkLocation>>>;
+
+    /// [`SharedIndex::locate`] for a stream's later batches (its first
+    /// asks [`SharedIndex::locate`]): a miss only costs storing the chunks
+    /// again, so an index for which asking is expensive may answer from
+    /// what it knows.
+    fn locate_for_write(&self, ids: &[ChunkId]) -> Result<Vec<Option<ChunkLocation>>> {
+        self.locate(ids)
+    }
+
+    /// Container `container`, stored under `policy` and holding `entries`,
+    /// is durable and indexed by this client: called by the store after
+    /// its own index recorded it, never before.
+    fn publish(
+        &self,
+        container: ContainerId,
+        policy: &Policy,
+        entries: &[(ChunkId, ChunkLocation)],
+    ) -> Result<()>;
+}
+
+/// The shared index read from the branches: on a miss, every container
+/// another client made that this store's index does not know is read
+/// (its footer, not its data) and indexed. Each catch-up lists the
+/// branches' containers: cheap for thousands of containers, not for
+/// millions (a fingerprint-index service is the way there).
+pub struct CatchUp {
+    shared: Weak<Shared>,
+    io: Weak<Io>,
+    /// When the last catch-up a stream's later batch asked for started:
+    /// those, whose every new chunk is a miss, list the branches at most
+    /// once per [`WRITER_CATCH_UP_EVERY`]. Reads, and each stream's first
+    /// batch, always catch up.
+    last_for_write: parking_lot::Mutex<Option<Instant>>,
+}
+
+/// How often writers' misses may list the branches.
+const WRITER_CATCH_UP_EVERY: Duration = Duration::from_secs(1);
+
+impl CatchUp {
+    /// The catch-up over `store`'s branches. It holds the store weakly:
+    /// set as the store's own shared index, it must not keep it open.
+    pub fn new(store: &Store) -> Arc<CatchUp> {
+        Arc::new(CatchUp {
+            shared: Arc::downgrade(&store.shared),
+            io: Arc::downgrade(&store.io),
+            last_for_write: parking_lot::Mutex::new(None),
+        })
+    }
+
+    fn store(&self) -> Option<Store> {
+        Some(Store {
+            shared: self.shared.upgrade()?,
+            io: self.io.upgrade()?,
+        })
+    }
+}
+
+impl SharedIndex for CatchUp {
+    fn locate(&self, ids: &[ChunkId]) -> Result<Vec<Option<ChunkLocation>>> {
+        let Some(store) = self.store() else {
+            return Ok(vec![None; ids.len()]);
+        };
+        store.catch_up()?;
+        store.shared.index.lookup_many(ids)
+    }
+
+    fn locate_for_write(&self, ids: &[ChunkId]) -> Result<Vec<Option<ChunkLocation>>> {
+        let Some(store) = self.store() else {
+            return Ok(vec![None; ids.len()]);
+        };
+        let due = {
+            let mut last = self.last_for_write.lock();
+            let due = last.is_none_or(|t| t.elapsed() >= WRITER_CATCH_UP_EVERY);
+            if due {
+                *last = Some(Instant::now());
+            }
+            due
+        };
+        if due {
+            store.catch_up()?;
+        }
+        store.shared.index.lookup_many(ids)
+    }
+
+    /// Nothing to tell: the container on the branches is the news.
+    fn publish(&self, _: ContainerId, _: &Policy, _: &[(ChunkId, ChunkLocation)]) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl Store {
+    /// Consults `index` from now on for chunks this store's index does not
+    /// know, and tells it of every container made durable.
+    pub fn set_shared_index(&self, index: Arc<dyn SharedIndex>) {
+        *self.shared.shared_index.write() = Some(index);
+    }
+
+    /// Whether a shared index is set.
+    pub fn has_shared_index(&self) -> bool {
+        self.shared.shared_index.read().is_some()
+    }
+
+    /// Indexes every container on the branches that another client made and
+    /// this index does not know yet (its footer gives its chunks; a chunk
+    /// indexed already keeps its location). Returns how many containers
+    /// it indexed. A container that cannot be read now (another client
+    /// is still writing it, or it is damaged) is left for the next time.
+    /// One catch-up at a time: a second caller waits and then finds little
+    /// left to do.
+    pub fn catch_up(&self) -> Result<usize> {
+        let _one = self.shared.catching_up.lock();
+        let client = self.client();
+        let known: std::collections::HashSet<ContainerId> = self
+            .shared
+            .index
+            .containers()?
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect();
+        // The layer knows the blobs it wrote and found at open: the other
+        // clients' new containers are found by listing the branches.
+        let theirs =
+            |k: &branch::BlobKey| ContainerId::from_blob_key(k).is_some_and(|c| !client.owns(c));
+        self.shared
+            .layer
+            .discover_new(ContainerId::list_prefix(), &theirs);
+        let new: Vec<ContainerId> = self
+            .container_ids()?
+            .into_iter()
+            .filter(|c| !client.owns(*c) && !known.contains(c))
+            .collect();
+        let mut rows = Vec::new();
+        let mut entries = Vec::new();
+        for c in new {
+            let found = self
+                .container_entries(c)
+                .and_then(|(size, e)| Ok((size, e, self.stored_policy(c)?)));
+            match found {
+                Ok((size, e, policy)) => {
+                    let info = ContainerInfo {
+                        stored_bytes: size,
+                        raw_bytes: e.iter().map(|(_, l)| u64::from(l.len)).sum(),
+                        chunks: e.len() as u32,
+                    };
+                    rows.push((c, info, policy));
+                    entries.extend(e);
+                }
+                Err(e) => {
+                    tracing::debug!(container = %c, error = %e, "another client's container cannot be indexed yet")
+                }
+            }
+        }
+        if !rows.is_empty() {
+            self.shared.index.add_foreign(&rows, &entries)?;
+            tracing::debug!(
+                containers = rows.len(),
+                chunks = entries.len(),
+                "indexed other clients' containers"
+            );
+        }
+        Ok(rows.len())
+    }
+
+    /// Asks the shared index, if one is set, for those of `ids` this
+    /// store's index does not know, and records what it places (with the
+    /// containers' policies, read from the branches); `later_batch`: for a
+    /// stream that asked before ([`SharedIndex::locate_for_write`]).
+    /// Errors of the shared index are logged and cost only the answer:
+    /// the chunks stay unknown.
+    pub(crate) fn learn(&self, ids: &[ChunkId], later_batch: bool) -> Result<()> {
+        let Some(index) = self.shared.shared_index.read().clone() else {
+            return Ok(());
+        };
+        let known = self.shared.index.lookup_many(ids)?;
+        let mut missing: Vec<ChunkId> = ids
+            .iter()
+            .zip(known)
+            .filter(|(_, k)| k.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        missing.sort();
+        missing.dedup();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let asked = if later_batch {
+            index.locate_for_write(&missing)
+        } else {
+            index.locate(&missing)
+        };
+        let found = match asked {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(chunks = missing.len(), error = %e, "the shared chunk index did not answer");
+                return Ok(());
+            }
+        };
+        let entries: Vec<(ChunkId, ChunkLocation)> = missing
+            .iter()
+            .zip(found)
+            .filter_map(|(id, loc)| Some((*id, loc?)))
+            .collect();
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut containers: Vec<ContainerId> = entries.iter().map(|(_, l)| l.container).collect();
+        containers.sort();
+        containers.dedup();
+        let mut new = Vec::new();
+        for c in containers {
+            if !self.shared.index.has_container(c)? {
+                new.push(c);
+            }
+        }
+        if !new.is_empty() {
+            // Containers the layer has not mapped yet (another client's,
+            // placed by an index service): found on the branches first.
+            let wanted = |k: &branch::BlobKey| {
+                ContainerId::from_blob_key(k).is_some_and(|c| new.contains(&c))
+            };
+            self.shared
+                .layer
+                .discover_new(ContainerId::list_prefix(), &wanted);
+        }
+        let mut rows = Vec::new();
+        for c in new {
+            rows.push((c, ContainerInfo::default(), self.stored_policy(c)?));
+        }
+        self.shared.index.add_foreign(&rows, &entries)
+    }
+
+    /// Tells the shared index, if one is set, of a container made durable
+    /// and indexed; a failure is logged (others miss the deduplication).
+    pub(crate) fn publish(shared: &Shared, sealed: &crate::container::Sealed) {
+        let Some(index) = shared.shared_index.read().clone() else {
+            return;
+        };
+        if let Err(e) = index.publish(sealed.id, &sealed.protection.policy, &sealed.entries) {
+            tracing::warn!(container = %sealed.id, error = %e, "the shared chunk index was not told of a container");
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! Two client repositories of one file system: the namespace in a real
+//! etcd, the containers in one S3 bucket (S3Proxy), client A the first
+//! repository and client B made with `cairn init --join A --client 1`.
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use branch::testing::S3Proxy;
+
+use crate::common::etcd::Etcd;
+use crate::common::{ok, Mount};
+
+pub struct Cluster {
+    pub url: String,
+    pub a: PathBuf,
+    pub b: PathBuf,
+    bucket_dir: PathBuf,
+    // Dropped last: the mounts are gone by then.
+    pub base: tempfile::TempDir,
+    _etcd: Etcd,
+    _s3: S3Proxy,
+}
+
+/// A file system whose branch is one bucket, with its two clients.
+pub fn cluster() -> Cluster {
+    let etcd = Etcd::start();
+    let s3 = S3Proxy::start();
+    let bucket = s3.new_bucket();
+    let base = tempfile::tempdir().unwrap();
+    let (a, b) = (base.path().join("a"), base.path().join("b"));
+    ok(&a, &["init"]);
+    let toml = a.join("cairn.toml");
+    let text = fs::read_to_string(&toml).unwrap()
+        + &format!(
+            "\n[[branch]]\nname = \"shared\"\nkind = \"s3\"\nendpoint = \"{}\"\nbucket = \"{}\"\n\
+             access_key_id = \"{}\"\nsecret_access_key = \"{}\"\n\
+             \n[default_rule]\npolicy = \"single\"\nbranches = [\"shared\"]\n",
+            bucket.endpoint, bucket.bucket, bucket.access_key_id, bucket.secret_access_key
+        );
+    fs::write(&toml, text).unwrap();
+    ok(
+        &b,
+        &["init", "--join", a.to_str().unwrap(), "--client", "1"],
+    );
+    Cluster {
+        url: etcd.url("shared"),
+        a,
+        b,
+        bucket_dir: s3.bucket_dir(&bucket.bucket),
+        base,
+        _etcd: etcd,
+        _s3: s3,
+    }
+}
+
+impl Cluster {
+    /// Mounts client `repo` with the shared namespace at `base/NAME`.
+    pub fn mount(&self, repo: &Path, name: &str) -> Mount {
+        let dir = self.base.path().join(name);
+        fs::create_dir_all(&dir).unwrap();
+        Mount::start_cmd(repo.to_path_buf(), dir, &["mount", "--meta", &self.url])
+    }
+
+    /// Bytes of every container in the bucket.
+    pub fn container_bytes(&self) -> u64 {
+        let mut total = 0;
+        let mut stack = vec![self.bucket_dir.join("containers")];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let meta = e.metadata().unwrap();
+                if meta.is_dir() {
+                    stack.push(e.path());
+                } else {
+                    total += meta.len();
+                }
+            }
+        }
+        total
+    }
+
+    /// Container ids in the bucket, as their file names (hex).
+    pub fn container_names(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for d in fs::read_dir(self.bucket_dir.join("containers"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for f in fs::read_dir(d.path()).into_iter().flatten().flatten() {
+                out.push(f.file_name().into_string().unwrap());
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+/// Asserts `path` holds exactly `want`, naming it (not dumping the bytes).
+pub fn reads_back(path: &Path, want: &[u8]) {
+    let got = fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        got == want,
+        "{}: {} bytes read, {} expected, first difference at {:?}",
+        path.display(),
+        got.len(),
+        want.len(),
+        got.iter().zip(want).position(|(a, b)| a != b)
+    );
+}

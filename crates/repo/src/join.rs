@@ -1,0 +1,150 @@
+//! Client repositories: a second (third, ...) repository of one file
+//! system, for another `cairn mount` of it (see `docs/cluster.md`).
+//!
+//! A client repository has the first one's key and `cairn.toml` (so the
+//! same branches and rules), and its own index, caches, lock and record.
+//! Its client number, given at join and kept in `meta/client`, puts its
+//! container ids in a range no other client uses and its roots under its
+//! own prefix on the branches; it is registered on the branches
+//! (`clients/<n>/client`), which is how every client knows the file
+//! system has more than one (garbage collection is refused then).
+//!
+//! Only S3 branches can be shared: a local directory is opened by each
+//! client as its own (opening it discards the partial blobs another
+//! client may be writing), and a relative path would name another
+//! directory in each client.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use cas::ClientNo;
+
+use crate::config::{Config, Location};
+use crate::layout::{io, Repo, RepoError, CONFIG, KEY};
+use crate::lock::RepoLock;
+
+/// Where a client repository keeps its client number.
+pub(crate) const CLIENT_FILE: &str = "meta/client";
+
+/// Why a repository cannot be joined.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JoinProblem {
+    #[error("it has no [[branch]] entries: its data is on its own plain branch, which no other client can reach")]
+    Plain,
+    #[error(
+        "its branch {0:?} is a local directory: only S3 branches can be shared by clients \
+         (each client would discard the blobs the other is writing there)"
+    )]
+    LocalBranch(String),
+    #[error(
+        "client number 0 is the first repository's; give 1 to {}",
+        ClientNo::MAX
+    )]
+    ClientZero,
+}
+
+/// Reads the client number of the repository at `root` (0 when it has
+/// none: the first client, or a repository never shared).
+pub(crate) fn client_of(root: &Path) -> Result<ClientNo, RepoError> {
+    let path = root.join(CLIENT_FILE);
+    match fs::read_to_string(&path) {
+        Ok(text) => text
+            .trim()
+            .parse::<u16>()
+            .map(ClientNo::new)
+            .map_err(|e| RepoError::Io {
+                op: "read the client number in",
+                path,
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(ClientNo::default()),
+        Err(e) => Err(io("read", &path)(e)),
+    }
+}
+
+impl Repo {
+    /// Makes `root` client repository number `client` of the file system
+    /// whose repository is `other` (its key and `cairn.toml` copied; `other`
+    /// is only read and may be mounted), and registers the client on the
+    /// branches. Refused, with nothing written, when `root` is a repository
+    /// or holds data, or `other` cannot be shared ([`JoinProblem`]); a
+    /// client number registered already is [`cas::CasError::ClientTaken`],
+    /// and the half-made repository is removed again (its config first).
+    pub fn join(root: &Path, other: &Path, client: ClientNo) -> Result<(), RepoError> {
+        let refuse = |problem: JoinProblem| RepoError::JoinRefused {
+            other: other.to_path_buf(),
+            problem,
+        };
+        if client == ClientNo::default() {
+            return Err(refuse(JoinProblem::ClientZero));
+        }
+        if !Self::exists(other) {
+            return Err(RepoError::NotARepo(other.to_path_buf()));
+        }
+        let (config, text) = Config::load_with_text(&other.join(CONFIG))?;
+        let key = crate::keyfile::read(other)?;
+        let Some(redundancy) = &config.redundancy else {
+            return Err(refuse(JoinProblem::Plain));
+        };
+        if let Some(local) = redundancy
+            .branches
+            .iter()
+            .find(|b| matches!(b.location, Location::Local(_)))
+        {
+            return Err(refuse(JoinProblem::LocalBranch(local.name.clone())));
+        }
+        if Self::exists(root) {
+            return Err(RepoError::AlreadyExists(root.to_path_buf()));
+        }
+        if Self::holds_data(root) {
+            return Err(RepoError::ConfigMissing(root.to_path_buf()));
+        }
+        fs::create_dir_all(root.join("meta")).map_err(io("create directory", root))?;
+        {
+            let _lock = RepoLock::acquire(root)?;
+            if Self::exists(root) {
+                return Err(RepoError::AlreadyExists(root.to_path_buf()));
+            }
+            write_new(&root.join(KEY), &format!("{}\n", key.to_hex()), 0o600)?;
+            write_new(&root.join(CLIENT_FILE), &format!("{client}\n"), 0o644)?;
+            // Last: its presence is what makes `root` a repository.
+            write_new(&root.join(CONFIG), &text, 0o600)?;
+            sync_dir(root)?;
+        }
+        let registered = Repo::open(root).and_then(|repo| {
+            let note = format!("client {client} at {}\n", root.display());
+            Ok(repo.store.register_client(&note)?)
+        });
+        if let Err(e) = registered {
+            // Config first: without it, `root` is no repository.
+            let _ = fs::remove_file(root.join(CONFIG));
+            let _ = fs::remove_file(root.join(KEY));
+            let _ = fs::remove_dir_all(root.join("meta"));
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
+/// Writes a new file durably; an existing one is an error.
+fn write_new(path: &PathBuf, text: &str, mode: u32) -> Result<(), RepoError> {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(io("create", path))?;
+    f.write_all(text.as_bytes()).map_err(io("write", path))?;
+    f.sync_all().map_err(io("sync", path))
+}
+
+fn sync_dir(dir: &Path) -> Result<(), RepoError> {
+    for d in [dir.to_path_buf(), dir.join("meta")] {
+        fs::File::open(&d)
+            .and_then(|f| f.sync_all())
+            .map_err(io("sync", &d))?;
+    }
+    Ok(())
+}
