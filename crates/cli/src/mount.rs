@@ -113,8 +113,9 @@ pub fn mount(
         nonempty: args.nonempty,
         metrics: fuse_metrics,
         read_only: args.read_only,
-        // A namespace in etcd may be shared with other clients.
-        close_to_open: args.meta.is_some(),
+        // A namespace in etcd (one cluster or several) may be shared with
+        // other clients.
+        close_to_open: args.meta.is_some() || args.cluster.is_some(),
         ..Default::default()
     };
     let mounted = fuse::mount(fs.clone(), &args.mountpoint, &opts)?;
