@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""Metadata operations through the FUSE mount: the embedded redb engine against etcd.
+"""Issue 18's cluster benchmark: metadata on redb, on etcd and sharded over etcd clusters; data
+shared by two clients.
 
 Everything is measured in one run, on one machine, on the same disk:
 
  * "ext4": a plain directory (the kernel's own metadata, for scale);
  * "cairn redb": `cairn mount` of a fresh repository, its namespace in the embedded
    redb file;
- * "cairn etcd 1x1": the same with `--meta etcd://.../bench`, one etcd cluster of one
-   member on loopback (etcd started here, fsync on, as etcd always runs);
- * "cairn etcd 1x3": one etcd cluster of three members on loopback (every write on a
-   quorum of two).
+ * "cairn etcd 1x1" / "1x3": `--meta etcd://.../bench` on one etcd cluster of one member
+   and of three members (every write on a quorum of two), started here on loopback
+   (fsync on, as etcd always runs);
+ * "cairn ring 2x1" / "3x1": `cairn cluster init` over a control cluster and 2 or 3 data
+   clusters of one member each, mounted with `--cluster` (RFS placement: a directory's
+   entries in its shard; a rename across shards goes through an intent).
 
-Phases, each timed over --workers processes working at once, each in a directory of its
-own (so the figure is what parallel clients of one mount get):
+Metadata phases, each timed over --workers processes working at once, each in a directory
+of its own (so the figure is what parallel clients of one mount get):
  1. create: --files empty files (open O_CREAT|O_EXCL, close);
  2. stat: every file, after a remount (the kernel's caches empty, every lookup reaches
     the daemon);
@@ -22,12 +25,19 @@ own (so the figure is what parallel clients of one mount get):
 Then every name is checked (listing of each directory equals what was made): a wrong
 name fails the run.
 
-This is a benchmark, not a test: it prints ops/s and the ratio to the redb mount; the
-exit status is 0 when every command succeeded, 1 when one failed (with its stderr).
+Two clients (issue 18's "data across nodes"): two client repositories (`init --join`) of
+one file system, namespace on one etcd, containers on a `cairn chunkd` branch both name,
+each mounted:
+ 6. duplicate: client A writes --dup-size random bytes and closes; client B writes the same
+    bytes to another name: the bytes the shared branch grew by for B's copy, per byte;
+ 7. together: A and B each write --together-size bytes of their own at the same moment:
+    MB/s of the two together, against one client writing the same amount alone.
 
-Not here yet (issue 18): several etcd clusters (RFS placement), the simulation for m up
-to 16 clusters, bytes a second client sends for a duplicate file and two clients writing
-at once; they need `cairn cluster` and `cairn chunkd`.
+This is a benchmark, not a test: it prints the figures and the ratios; the exit status
+is 0 when every command succeeded, 1 when one failed (with its stderr).
+
+Not here: the simulation for m up to 16 clusters (issue 18 asks for it; two cores cannot
+show scaling with real processes).
 
 Usage (as root, from the repository root, after `cargo build --release`):
 
@@ -49,6 +59,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -249,10 +260,173 @@ def run_ext4(work_dir: str, args) -> dict:
     return measure("ext4", root, remount, args)
 
 
+def run_ring(label: str, work_dir: str, runner: Runner, mounts: Mounts, args,
+             data_clusters: int) -> dict:
+    """The metadata phases on a file system sharded over `data_clusters` etcd clusters."""
+    tag = label.replace(" ", "-")
+    base = os.path.join(work_dir, "etcd-" + tag)
+    control = Etcd(base, 1, runner.logdir, "c")
+    data = [Etcd(base, 1, runner.logdir, f"d{i}") for i in range(data_clusters)]
+    repo = os.path.join(work_dir, f"repo-{tag}")
+    mnt = os.path.join(work_dir, "mnt")
+    try:
+        runner.run([args.cairn, "--repo", repo, "-q", "init"], name="cairn-init",
+                   env={"CAIRN_REPO": None})
+        cmd = [args.cairn, "--repo", repo, "-q", "cluster", "init", "--control",
+               f"etcd://{control.endpoints()}", "--fsid", "bench", "--json"]
+        for d in data:
+            cmd += ["--data", f"etcd://{d.endpoints()}"]
+        made = runner.run(cmd, name="cluster-init", env={"CAIRN_REPO": None}, capture=True)
+        url = json.loads(made["stdout"])["url"]
+        extra = ("--cluster", url)
+        mounts.cairn_mount(repo, mnt, label, extra)
+
+        def remount() -> str:
+            mounts.cairn_umount(mnt)
+            mounts.cairn_mount(repo, mnt, label, extra)
+            return mnt
+        res = measure(label, mnt, remount, args)
+        mounts.cairn_umount(mnt)
+        return res
+    finally:
+        if is_mounted(mnt):
+            mounts.cleanup()
+        for e in [control, *data]:
+            e.stop()
+
+
+def dir_bytes(path: str) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def write_file(path: str, data_path: str) -> float:
+    """Copies data_path to path (1 MiB pieces) and fsyncs it; seconds."""
+    t0 = time.monotonic()
+    with open(data_path, "rb") as src, open(path, "wb") as dst:
+        while piece := src.read(1 << 20):
+            dst.write(piece)
+        dst.flush()
+        os.fsync(dst.fileno())
+    return time.monotonic() - t0
+
+
+def random_file(path: str, size: int) -> None:
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            n = min(left, 8 << 20)
+            f.write(os.urandom(n))
+            left -= n
+
+
+def run_two_clients(work_dir: str, runner: Runner, mounts: Mounts, args) -> dict:
+    """Phases 6 and 7: two client repositories over one etcd and one chunkd branch."""
+    base = os.path.join(work_dir, "two")
+    os.makedirs(base)
+    etcd = Etcd(os.path.join(base, "etcd"), 1, runner.logdir, "t")
+    token = os.path.join(base, "token")
+    with open(token, "w") as f:
+        f.write(os.urandom(24).hex())
+    blobs = os.path.join(base, "blobs")
+    port = free_port()
+    err = open(os.path.join(runner.logdir, "chunkd.log"), "wb")
+    chunkd = subprocess.Popen([args.cairn, "chunkd", "--dir", blobs, "--listen",
+                               f"127.0.0.1:{port}", "--token-file", token],
+                              stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+    err.close()
+    a, b = os.path.join(base, "a"), os.path.join(base, "b")
+    ma, mb = os.path.join(base, "mnt-a"), os.path.join(base, "mnt-b")
+    url = f"etcd://{etcd.endpoints()}/two"
+    try:
+        deadline = time.monotonic() + ETCD_START_S
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or chunkd.poll() is not None:
+                    raise BenchError("cairn chunkd did not start; see chunkd.log")
+                time.sleep(0.1)
+        runner.run([args.cairn, "--repo", a, "-q", "init"], name="cairn-init",
+                   env={"CAIRN_REPO": None})
+        with open(os.path.join(a, "cairn.toml"), "a") as f:
+            f.write(f"""
+[[branch]]
+name = "shared"
+kind = "chunkd"
+url = "http://127.0.0.1:{port}"
+token_file = "{token}"
+
+[default_rule]
+policy = "single"
+branches = ["shared"]
+""")
+        runner.run([args.cairn, "--repo", b, "-q", "init", "--join", a, "--client", "1"],
+                   name="cairn-join", env={"CAIRN_REPO": None})
+        mounts.cairn_mount(a, ma, "client A", ("--meta", url))
+        mounts.cairn_mount(b, mb, "client B", ("--meta", url))
+        res: dict = {}
+        src = os.path.join(base, "dup.bin")
+        random_file(src, args.dup_size)
+        write_file(os.path.join(ma, "dup-a.bin"), src)
+        before = dir_bytes(blobs)
+        write_file(os.path.join(mb, "dup-b.bin"), src)
+        grew = dir_bytes(blobs) - before
+        res["duplicate"] = {"size": args.dup_size, "branch_grew": grew,
+                            "per_byte": grew / args.dup_size}
+        log(f"duplicate: the branch grew {grew:,} B for B's copy of {args.dup_size:,} B "
+            f"({100 * grew / args.dup_size:.2f}%)")
+        os.remove(src)
+        srcs = []
+        for who in ("alone", "a", "b"):
+            p = os.path.join(base, f"{who}.bin")
+            random_file(p, args.together_size)
+            srcs.append(p)
+        alone_s = write_file(os.path.join(ma, "alone.bin"), srcs[0])
+        times: dict = {}
+
+        def write(who: str, mnt: str, src_path: str) -> None:
+            times[who] = write_file(os.path.join(mnt, f"together-{who}.bin"), src_path)
+        ts = [threading.Thread(target=write, args=("a", ma, srcs[1])),
+              threading.Thread(target=write, args=("b", mb, srcs[2]))]
+        t0 = time.monotonic()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        both_s = time.monotonic() - t0
+        if set(times) != {"a", "b"}:
+            raise BenchError("a client's write failed while writing together")
+        alone = args.together_size / alone_s / 1e6
+        together = 2 * args.together_size / both_s / 1e6
+        res["together"] = {"size": args.together_size, "alone_mb_s": alone,
+                           "together_mb_s": together}
+        log(f"together: {together:.1f} MB/s for two clients, {alone:.1f} MB/s alone")
+        for p in srcs:
+            os.remove(p)
+        mounts.cairn_umount(mb)
+        mounts.cairn_umount(ma)
+        return res
+    finally:
+        mounts.cleanup()
+        chunkd.terminate()
+        chunkd.wait()
+        etcd.stop()
+
+
 def report(results: dict, args) -> str:
     base = results.get("cairn redb", {})
     rows = []
     for label, res in results.items():
+        if label == "two clients":
+            continue
         row = [label]
         for phase in PHASES:
             v = res[phase]["ops_s"]
@@ -261,7 +435,18 @@ def report(results: dict, args) -> str:
         rows.append(row)
     head = (f"cairn metadata benchmark: {args.files:,} files, {args.workers} workers "
             f"at once, ops/s (x the redb mount)")
-    return head + "\n" + fmt_table(["target", *PHASES], rows)
+    out = head + "\n" + fmt_table(["target", *PHASES], rows)
+    two = results.get("two clients")
+    if two:
+        d, t = two["duplicate"], two["together"]
+        out += "\n\ntwo clients on one file system (etcd namespace, chunkd branch)\n"
+        out += fmt_table(["measure", "figure", "target", "status"], [
+            ["bytes stored for a duplicate, per byte", f"{d['per_byte']:.4f}", "<= 0.01",
+             "MET" if d["per_byte"] <= 0.01 else "NOT MET"],
+            ["two clients writing at once, MB/s", f"{t['together_mb_s']:.1f}",
+             f"one alone: {t['alone_mb_s']:.1f}", "-"],
+        ])
+    return out
 
 
 def main() -> int:
@@ -272,6 +457,9 @@ def main() -> int:
     ap.add_argument("--listings", type=int, default=20)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--dup-size", type=int, default=64 << 20)
+    ap.add_argument("--together-size", type=int, default=256 << 20)
+    ap.add_argument("--skip-two-clients", action="store_true")
     args = ap.parse_args()
     args.cairn = os.path.abspath(args.cairn)
     if args.files < args.workers:
@@ -288,6 +476,10 @@ def main() -> int:
                                               args, 1)
         results["cairn etcd 1x3"] = run_cairn("cairn etcd 1x3", work_dir, runner, mounts,
                                               args, 3)
+        results["cairn ring 2x1"] = run_ring("cairn ring 2x1", work_dir, runner, mounts, args, 2)
+        results["cairn ring 3x1"] = run_ring("cairn ring 3x1", work_dir, runner, mounts, args, 3)
+        if not args.skip_two_clients:
+            results["two clients"] = run_two_clients(work_dir, runner, mounts, args)
     finally:
         mounts.cleanup()
     print(report(results, args))
