@@ -123,7 +123,7 @@ fn join_fs(root: &Path, other: &Path, client: u16, quiet: bool) -> Result<ExitCo
     service::join(root, other, client, ops::lock_wait())?;
     if !quiet {
         say!(
-            "created client {client} of the file system of {} at {}; mount both with the same --meta",
+            "created client {client} of the file system of {} at {}; mount both with the same --meta or --cluster URL",
             other.display(),
             root.display()
         );
