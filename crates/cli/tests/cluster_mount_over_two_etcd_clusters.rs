@@ -12,11 +12,6 @@ use std::fs;
 use common::etcd::Etcd;
 use common::{cairn, ok, random, Mount};
 
-/// `etcd://127.0.0.1:PORT` of one etcd.
-fn hosts(e: &Etcd) -> String {
-    e.url("x").trim_end_matches("/x").to_string()
-}
-
 fn status(repo: &std::path::Path, url: &str) -> serde_json::Value {
     let out = cairn(repo, &["cluster", "status", "--cluster", url, "--json"]);
     assert!(
@@ -41,11 +36,11 @@ fn a_mount_over_two_etcd_clusters_survives_a_shard_move_and_a_remount() {
             "cluster",
             "init",
             "--control",
-            &hosts(&control),
+            &control.hosts(),
             "--data",
-            &hosts(&d0),
+            &d0.hosts(),
             "--data",
-            &hosts(&d1),
+            &d1.hosts(),
             "--fsid",
             "home",
             "--shards",
@@ -63,9 +58,9 @@ fn a_mount_over_two_etcd_clusters_survives_a_shard_move_and_a_remount() {
             "cluster",
             "init",
             "--control",
-            &hosts(&control),
+            &control.hosts(),
             "--data",
-            &hosts(&d0),
+            &d0.hosts(),
             "--fsid",
             "home",
         ],
@@ -144,7 +139,7 @@ fn a_mount_over_two_etcd_clusters_survives_a_shard_move_and_a_remount() {
     let d2 = Etcd::start();
     let said = ok(
         &repo,
-        &["cluster", "add-etcd", "--cluster", &url, &hosts(&d2)],
+        &["cluster", "add-etcd", "--cluster", &url, &d2.hosts()],
     );
     assert!(said.contains("added data cluster 2"), "{said}");
     let st = status(&repo, &url);

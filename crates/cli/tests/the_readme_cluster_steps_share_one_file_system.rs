@@ -14,10 +14,6 @@ use common::chunkd::{token_file, Chunkd};
 use common::etcd::Etcd;
 use common::{ok, random, Mount};
 
-fn hosts(e: &Etcd) -> String {
-    e.url("x").trim_end_matches("/x").to_string()
-}
-
 #[test]
 fn the_readme_cluster_steps_share_one_file_system() {
     let (control, d0, d1) = (Etcd::start(), Etcd::start(), Etcd::start());
@@ -40,11 +36,11 @@ fn the_readme_cluster_steps_share_one_file_system() {
             "cluster",
             "init",
             "--control",
-            &hosts(&control),
+            &control.hosts(),
             "--data",
-            &hosts(&d0),
+            &d0.hosts(),
             "--data",
-            &hosts(&d1),
+            &d1.hosts(),
             "--fsid",
             "home",
             "--json",
