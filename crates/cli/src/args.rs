@@ -216,6 +216,15 @@ pub enum Command {
         /// Mount even if the directory is not empty (see `mount --nonempty`).
         #[arg(long)]
         nonempty: bool,
+        /// The file system's metadata in one etcd cluster:
+        /// etcd://HOST:PORT[,HOST:PORT...]/FSID (see `cairn mount --help`).
+        #[arg(long, value_name = "URL")]
+        meta: Option<String>,
+        /// The file system's metadata over several etcd clusters, whose
+        /// shard map is in the control cluster at URL (see `cairn mount
+        /// --help` and `cairn cluster --help`).
+        #[arg(long, value_name = "URL", conflicts_with = "meta")]
+        cluster: Option<String>,
         #[command(flatten)]
         gateway: GatewayArgs,
     },

@@ -51,8 +51,18 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Serve {
             mountpoint,
             nonempty,
+            meta,
+            cluster,
             gateway,
-        } => crate::mount::serve(&root, mountpoint, nonempty, &gateway, quiet),
+        } => {
+            let at = crate::mount::Serving {
+                mountpoint,
+                nonempty,
+                meta,
+                cluster,
+            };
+            crate::mount::serve(&root, at, &gateway, quiet)
+        }
         Command::Gateway { gateway } => crate::gateway::gateway(&root, &gateway, quiet),
         Command::Chunkd(args) => crate::chunkd::run(args, quiet),
         Command::AccessKey(cmd) => crate::gateway::access_key(&root, cmd),

@@ -225,13 +225,21 @@ pub fn umount(mountpoint: &Path) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn serve(
-    root: &Path,
-    mountpoint: Option<PathBuf>,
-    nonempty: bool,
-    gateway: &GatewayArgs,
-    quiet: bool,
-) -> Result<ExitCode> {
+/// Where and how `cairn serve` mounts.
+pub struct Serving {
+    pub mountpoint: Option<PathBuf>,
+    pub nonempty: bool,
+    pub meta: Option<String>,
+    pub cluster: Option<String>,
+}
+
+pub fn serve(root: &Path, at: Serving, gateway: &GatewayArgs, quiet: bool) -> Result<ExitCode> {
+    let Serving {
+        mountpoint,
+        nonempty,
+        meta,
+        cluster,
+    } = at;
     let mountpoint = match mountpoint {
         Some(m) => m,
         None => dirs::home_dir()
@@ -257,8 +265,8 @@ pub fn serve(
         read_only: false,
         metrics: None,
         options: Vec::new(),
-        meta: None,
-        cluster: None,
+        meta,
+        cluster,
     };
     mount(root, &args, Some(gateway), quiet)
 }

@@ -43,6 +43,11 @@ pub fn serve_again(repo: &Path, dir: &Path, key_id: String, secret: String) -> S
     start(repo, dir, Some((key_id, secret)), &[])
 }
 
+/// [`serve_again`] with more arguments for `cairn serve`.
+pub fn serve_again_with(repo: &Path, dir: &Path, key: (String, String), args: &[&str]) -> Served {
+    start(repo, dir, Some(key), args)
+}
+
 fn start(repo: &Path, dir: &Path, key: Option<(String, String)>, args: &[&str]) -> Served {
     require_fuse();
     std::fs::create_dir_all(dir).unwrap();
