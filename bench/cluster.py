@@ -219,6 +219,20 @@ def measure(label: str, root: str, remount, args) -> dict:
     return res
 
 
+def measure_mounted(label: str, repo: str, mnt: str, extra: tuple, mounts: Mounts,
+                    args) -> dict:
+    """The phases on `cairn mount` of repo (with `extra` options), remounted for stat."""
+    mounts.cairn_mount(repo, mnt, label, extra)
+
+    def remount() -> str:
+        mounts.cairn_umount(mnt)
+        mounts.cairn_mount(repo, mnt, label, extra)
+        return mnt
+    res = measure(label, mnt, remount, args)
+    mounts.cairn_umount(mnt)
+    return res
+
+
 def run_cairn(label: str, work_dir: str, runner: Runner, mounts: Mounts, args,
               members: int | None) -> dict:
     repo = os.path.join(work_dir, f"repo-{label.replace(' ', '-')}")
@@ -232,15 +246,7 @@ def run_cairn(label: str, work_dir: str, runner: Runner, mounts: Mounts, args,
                     runner.logdir, "e" + str(members))
         extra = ("--meta", f"etcd://{etcd.endpoints()}/bench")
     try:
-        mounts.cairn_mount(repo, mnt, label, extra)
-
-        def remount() -> str:
-            mounts.cairn_umount(mnt)
-            mounts.cairn_mount(repo, mnt, label, extra)
-            return mnt
-        res = measure(label, mnt, remount, args)
-        mounts.cairn_umount(mnt)
-        return res
+        return measure_mounted(label, repo, mnt, extra, mounts, args)
     finally:
         if is_mounted(mnt):
             mounts.cleanup()
@@ -279,15 +285,7 @@ def run_ring(label: str, work_dir: str, runner: Runner, mounts: Mounts, args,
         made = runner.run(cmd, name="cluster-init", env={"CAIRN_REPO": None}, capture=True)
         url = json.loads(made["stdout"])["url"]
         extra = ("--cluster", url)
-        mounts.cairn_mount(repo, mnt, label, extra)
-
-        def remount() -> str:
-            mounts.cairn_umount(mnt)
-            mounts.cairn_mount(repo, mnt, label, extra)
-            return mnt
-        res = measure(label, mnt, remount, args)
-        mounts.cairn_umount(mnt)
-        return res
+        return measure_mounted(label, repo, mnt, extra, mounts, args)
     finally:
         if is_mounted(mnt):
             mounts.cleanup()

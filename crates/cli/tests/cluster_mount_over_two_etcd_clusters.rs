@@ -9,7 +9,7 @@ mod common;
 
 use std::fs;
 
-use common::etcd::Etcd;
+use common::etcd::{cluster_init, Etcd};
 use common::{cairn, ok, random, Mount};
 
 fn status(repo: &std::path::Path, url: &str) -> serde_json::Value {
@@ -30,25 +30,7 @@ fn a_mount_over_two_etcd_clusters_survives_a_shard_move_and_a_remount() {
     fs::create_dir_all(&dir).unwrap();
     ok(&repo, &["init"]);
 
-    let made: serde_json::Value = serde_json::from_str(&ok(
-        &repo,
-        &[
-            "cluster",
-            "init",
-            "--control",
-            &control.hosts(),
-            "--data",
-            &d0.hosts(),
-            "--data",
-            &d1.hosts(),
-            "--fsid",
-            "home",
-            "--shards",
-            "16",
-            "--json",
-        ],
-    ))
-    .unwrap();
+    let made = cluster_init(&repo, &control, &[&d0, &d1], "home", &["--shards", "16"]);
     let url = made["url"].as_str().unwrap().to_string();
     assert_eq!(url, control.url("home"));
     assert_eq!(made["clusters"].as_array().unwrap().len(), 2);

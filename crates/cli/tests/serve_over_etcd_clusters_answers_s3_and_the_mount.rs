@@ -10,7 +10,7 @@ mod serve;
 
 use std::process::Command;
 
-use common::etcd::Etcd;
+use common::etcd::{cluster_init, Etcd};
 use common::{cairn, ok};
 
 const ROUNDTRIP: &str = r#"
@@ -37,23 +37,7 @@ fn serve_over_etcd_clusters_answers_s3_and_the_mount() {
     let base = tempfile::tempdir().unwrap();
     let (repo, dir) = (base.path().join("repo"), base.path().join("mnt"));
     ok(&repo, &["init"]);
-    let made: serde_json::Value = serde_json::from_str(&ok(
-        &repo,
-        &[
-            "cluster",
-            "init",
-            "--control",
-            &control.hosts(),
-            "--data",
-            &d0.hosts(),
-            "--data",
-            &d1.hosts(),
-            "--fsid",
-            "web",
-            "--json",
-        ],
-    ))
-    .unwrap();
+    let made = cluster_init(&repo, &control, &[&d0, &d1], "web", &[]);
     let url = made["url"].as_str().unwrap().to_string();
     let s = serve::serve_with(&repo, &dir, &["--cluster", &url]);
     let out = Command::new("python3")

@@ -11,7 +11,7 @@ mod common;
 use std::fs;
 
 use common::chunkd::{token_file, Chunkd};
-use common::etcd::Etcd;
+use common::etcd::{cluster_init, Etcd};
 use common::{ok, random, Mount};
 
 #[test]
@@ -30,23 +30,7 @@ fn the_readme_cluster_steps_share_one_file_system() {
         token.display()
     ));
     fs::write(&toml, text).unwrap();
-    let made: serde_json::Value = serde_json::from_str(&ok(
-        &a,
-        &[
-            "cluster",
-            "init",
-            "--control",
-            &control.hosts(),
-            "--data",
-            &d0.hosts(),
-            "--data",
-            &d1.hosts(),
-            "--fsid",
-            "home",
-            "--json",
-        ],
-    ))
-    .unwrap();
+    let made = cluster_init(&a, &control, &[&d0, &d1], "home", &[]);
     let url = made["url"].as_str().unwrap().to_string();
     ok(
         &b,
