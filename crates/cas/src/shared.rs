@@ -147,6 +147,7 @@ impl Store {
     /// left to do.
     pub fn catch_up(&self) -> Result<usize> {
         let _one = self.shared.catching_up.lock();
+        tracing::debug!("listing the branches for other clients' containers");
         let client = self.client();
         let known: std::collections::HashSet<ContainerId> = self
             .shared
@@ -244,25 +245,34 @@ impl Store {
         let mut containers: Vec<ContainerId> = entries.iter().map(|(_, l)| l.container).collect();
         containers.sort();
         containers.dedup();
-        let mut new = Vec::new();
+        let mut rows = Vec::new();
+        let mut gone = Vec::new();
         for c in containers {
-            if !self.shared.index.has_container(c)? {
-                new.push(c);
+            if self.shared.index.has_container(c)? {
+                continue;
+            }
+            // A container the layer has not mapped yet (another client's,
+            // placed by an index service) is probed by its own key, never
+            // by listing every container.
+            let key = c.blob_key();
+            let own = |k: &branch::BlobKey| *k == key;
+            self.shared.layer.discover_new(&format!("{key}."), &own);
+            match self.stored_policy(c) {
+                Ok(policy) => rows.push((c, ContainerInfo::default(), policy)),
+                Err(e) => {
+                    // Not on the branches (deleted, or a stale answer):
+                    // its chunks stay unknown, so a writer stores them.
+                    tracing::debug!(container = %c, error = %e, "a container the shared index named is not on the branches; ignored");
+                    gone.push(c);
+                }
             }
         }
-        if !new.is_empty() {
-            // Containers the layer has not mapped yet (another client's,
-            // placed by an index service): found on the branches first.
-            let wanted = |k: &branch::BlobKey| {
-                ContainerId::from_blob_key(k).is_some_and(|c| new.contains(&c))
-            };
-            self.shared
-                .layer
-                .discover_new(ContainerId::list_prefix(), &wanted);
-        }
-        let mut rows = Vec::new();
-        for c in new {
-            rows.push((c, ContainerInfo::default(), self.stored_policy(c)?));
+        let entries: Vec<(ChunkId, ChunkLocation)> = entries
+            .into_iter()
+            .filter(|(_, l)| !gone.contains(&l.container))
+            .collect();
+        if entries.is_empty() {
+            return Ok(());
         }
         self.shared.index.add_foreign(&rows, &entries)
     }

@@ -45,14 +45,16 @@ mod layout;
 mod lock;
 mod reconfigure;
 pub mod record;
+mod shared_index;
 
 pub use config::{
     BranchProblem, BranchSpec, ChunkdLocation, ChunkingRuleProblem, ChunkingRuleSpec, Config,
     ConfigError, ConfigProblem, KeyProblem, Location, RedundancyConfig, RuleProblem, RuleSpec,
-    S3Location,
+    S3Location, SharedIndexConfig,
 };
 pub use join::JoinProblem;
 pub use layout::{default_location, IndexSetAside, Repo, RepoError};
 pub use lock::{holder_of, Holder};
 pub use reconfigure::{reconfigure, Reconfigured};
 pub use record::{recover_config, write_config, Disagreement, RecoveredConfig};
+pub use shared_index::ChunkdIndex;
