@@ -246,31 +246,46 @@ impl Store {
         containers.sort();
         containers.dedup();
         let mut rows = Vec::new();
-        let mut gone = Vec::new();
+        let mut new = Vec::new();
+        let mut whole = Vec::new();
         for c in containers {
             if self.shared.index.has_container(c)? {
                 continue;
             }
+            new.push(c);
             // A container the layer has not mapped yet (another client's,
             // placed by an index service) is probed by its own key, never
-            // by listing every container.
+            // by listing every container; then indexed whole, from its
+            // footer, as a catch-up would (a container the index knows
+            // is one a catch-up skips).
             let key = c.blob_key();
             let own = |k: &branch::BlobKey| *k == key;
             self.shared.layer.discover_new(&format!("{key}."), &own);
-            match self.stored_policy(c) {
-                Ok(policy) => rows.push((c, ContainerInfo::default(), policy)),
+            let found = self
+                .container_entries(c)
+                .and_then(|(size, e)| Ok((size, e, self.stored_policy(c)?)));
+            match found {
+                Ok((size, e, policy)) => {
+                    let info = ContainerInfo {
+                        stored_bytes: size,
+                        raw_bytes: e.iter().map(|(_, l)| u64::from(l.len)).sum(),
+                        chunks: e.len() as u32,
+                    };
+                    rows.push((c, info, policy));
+                    whole.extend(e);
+                }
                 Err(e) => {
                     // Not on the branches (deleted, or a stale answer):
                     // its chunks stay unknown, so a writer stores them.
-                    tracing::debug!(container = %c, error = %e, "a container the shared index named is not on the branches; ignored");
-                    gone.push(c);
+                    tracing::debug!(container = %c, error = %e, "a container the shared index named cannot be read; ignored");
                 }
             }
         }
-        let entries: Vec<(ChunkId, ChunkLocation)> = entries
+        let mut entries: Vec<(ChunkId, ChunkLocation)> = entries
             .into_iter()
-            .filter(|(_, l)| !gone.contains(&l.container))
+            .filter(|(_, l)| !new.contains(&l.container))
             .collect();
+        entries.extend(whole);
         if entries.is_empty() {
             return Ok(());
         }

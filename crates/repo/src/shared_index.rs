@@ -41,7 +41,8 @@ pub struct ChunkdIndex {
     /// Where a read looks for chunks an unanswering owner may hold.
     fallback: Arc<CatchUp>,
     pending: Mutex<Pending>,
-    /// When each owner's failure was last logged.
+    /// When each owner's failure ("lookup OWNER", "add OWNER") was last
+    /// logged.
     logged: Mutex<HashMap<String, Instant>>,
 }
 
@@ -74,12 +75,14 @@ impl ChunkdIndex {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Logs an owner's failure, at most once per [`LOG_EVERY`] each.
-    fn log_owner(&self, owner: &str, what: &str, error: &dyn std::fmt::Display) {
+    /// Logs an owner's failure, at most once per [`LOG_EVERY`] for each
+    /// owner and request kind.
+    fn log_owner(&self, owner: &str, what: &'static str, error: &dyn std::fmt::Display) {
         let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
+        let key = format!("{what} {owner}");
         if logged
-            .get(owner)
+            .get(&key)
             .is_some_and(|t| now.duration_since(*t) < LOG_EVERY)
         {
             return;
@@ -87,7 +90,7 @@ impl ChunkdIndex {
         if logged.len() >= MAX_OWNERS_LOGGED {
             logged.clear();
         }
-        logged.insert(owner.to_string(), now);
+        logged.insert(key, now);
         tracing::warn!(%owner, %error, "chunkd index owner failed ({what}); its chunks cost missed dedup until it is back (logged once a minute)");
     }
 
