@@ -226,6 +226,14 @@ pub enum CasError {
     /// The client number is registered on the branches already.
     #[error("client number {0} is already registered on the branches")]
     ClientTaken(ClientNo),
+    /// The shared chunk index could not forget containers a collection
+    /// was about to delete: none were deleted.
+    #[error("the shared chunk index could not forget {containers} containers, so none were deleted: {source}")]
+    SharedIndexForget {
+        containers: usize,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error(transparent)]
     /// Boxed, as every wrapped error below a layer's own: errors nest
     /// (repo > fs > cas > redundancy), and each layer would otherwise

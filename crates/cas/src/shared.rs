@@ -54,6 +54,15 @@ pub trait SharedIndex: Send + Sync {
         policy: &Policy,
         entries: &[(ChunkId, ChunkLocation)],
     ) -> Result<()>;
+
+    /// `containers` are about to be deleted (garbage collection): the
+    /// index must stop naming them first. An error keeps them: the
+    /// collection then deletes nothing (it leaks rather than lets the
+    /// index name a container that is gone).
+    fn forget(&self, containers: &[ContainerId]) -> Result<()> {
+        let _ = containers;
+        Ok(())
+    }
 }
 
 /// The shared index read from the branches: on a miss, every container
@@ -290,6 +299,15 @@ impl Store {
             return Ok(());
         }
         self.shared.index.add_foreign(&rows, &entries)
+    }
+
+    /// Tells the shared index, if one is set, that `containers` are about
+    /// to be deleted; its error stops the deletion.
+    pub(crate) fn forget_shared(shared: &Shared, containers: &[ContainerId]) -> Result<()> {
+        let Some(index) = shared.shared_index.read().clone() else {
+            return Ok(());
+        };
+        index.forget(containers)
     }
 
     /// Tells the shared index, if one is set, of a container made durable

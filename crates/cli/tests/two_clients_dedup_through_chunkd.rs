@@ -3,7 +3,8 @@
 //! no container bytes to the bucket (under 1% of the file, plus its
 //! recipe's container) and never lists the bucket's containers to find
 //! A's chunks. Both copies read back byte-exact from both clients and
-//! `cairn check` is clean on both.
+//! `cairn check` is clean on both. `init --join` copied the index's token
+//! file (named by a path relative to the repository) to B.
 
 mod common;
 mod two_clients_common;
@@ -24,6 +25,11 @@ fn a_duplicate_is_found_through_the_index_without_listing() {
     // The mounts log the store's listings to their repository's log.
     std::env::set_var("RUST_LOG", "info,cas=debug,s3s=off");
     let c = two_clients_common::cluster_with(two_clients_common::shared_index_toml);
+    assert_eq!(
+        fs::read(c.b.join("index.token")).unwrap(),
+        fs::read(c.a.join("index.token")).unwrap(),
+        "init --join copies the index token the config names"
+    );
     let _index = c.chunkd_index();
     let ma = c.mount(&c.a, "mnt-a");
     let mb = c.mount(&c.b, "mnt-b");

@@ -134,14 +134,15 @@ pub struct ChunkdIndex {
     pub owners: [crate::common::chunkd::Chunkd; 2],
 }
 
-/// The `[shared_index]` section naming the chunkd index of "fs1", its
-/// token file written under `base`.
+/// The `[shared_index]` section naming the chunkd index of "fs1". The
+/// chunkds' token is written under `base`, and a copy in client A's
+/// repository, named by a relative path (`init --join` copies it to B).
 pub fn shared_index_toml(etcd: &str, base: &Path) -> String {
     let token = crate::common::chunkd::token_file(base);
+    fs::copy(&token, base.join("a").join("index.token")).unwrap();
     format!(
         "\n[shared_index]\nkind = \"chunkd\"\netcd = [\"{etcd}\"]\nfsid = \"fs1\"\n\
-         token_file = \"{}\"\n",
-        token.display()
+         token_file = \"index.token\"\n"
     )
 }
 
