@@ -15,8 +15,13 @@
 //! [`CatchUp`] is the implementation over the branches themselves: they
 //! are the publication (a container is on them only once it is durable),
 //! and a miss indexes every container another client made that this index
-//! does not know yet. A lost or unreachable shared index costs missed
-//! deduplication, never data: writers then store the chunk again.
+//! does not know yet. An index service (`repo::ChunkdIndex`, over chunkd)
+//! answers per chunk instead; a container it names that this store does
+//! not know is then found by its own key on the branches and indexed
+//! whole from its footer, so a later catch-up (which skips containers
+//! the index knows) misses none of its chunks. A lost or unreachable
+//! shared index costs missed deduplication, never data: writers then
+//! store the chunk again.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
