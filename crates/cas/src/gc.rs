@@ -376,6 +376,10 @@ impl Collection {
         // A delete is a slow metadata operation on most file systems and a
         // round trip on a bucket, so several run at once.
         let doomed: Vec<(ContainerId, u64)> = prepared.into_iter().collect();
+        // Unindexed now; left as orphans (deleted by a later collection)
+        // if the shared index cannot forget them.
+        let ids: Vec<ContainerId> = doomed.iter().map(|(c, _)| *c).collect();
+        Store::forget_shared(shared, &ids)?;
         let next = std::sync::atomic::AtomicUsize::new(0);
         let failed: Option<CasError> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..DELETERS.min(doomed.len()))
@@ -505,8 +509,10 @@ impl Collection {
             .into_iter()
             .map(|(c, _)| c)
             .collect();
+        let orphans: Vec<ContainerId> = maybe.into_iter().filter(|c| !after.contains(c)).collect();
+        Store::forget_shared(shared, &orphans)?;
         let (mut count, mut bytes) = (0, 0);
-        for c in maybe.into_iter().filter(|c| !after.contains(c)) {
+        for c in orphans {
             bytes += shared.container_size(c).unwrap_or(0);
             shared.delete_container(c)?;
             count += 1;

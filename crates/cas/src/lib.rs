@@ -18,7 +18,8 @@
 //! ([`ClientNo`] in the top bits of [`ContainerId`]) and keeps its roots
 //! under its own prefix; a chunk its index does not know is asked of a
 //! [`SharedIndex`] ([`CatchUp`] indexes the other clients' containers
-//! found on the branches), and garbage collection is refused while more
+//! found on the branches; `repo` has one over the chunkd index service),
+//! and garbage collection is refused while more
 //! than one client is registered (`shared.rs`, `docs/cluster.md`).
 //! A caller may remember a chunk's location and read it there without the
 //! index ([`Store::read_hinted`]; a stale hint falls back to the normal
@@ -86,7 +87,12 @@
 //!     client: collection is refused with more than one client, and orphan
 //!     removal and the index's id mark look only at the store's own range.
 //!     A shared index hears of a container only once it is durable and
-//!     indexed ([`SharedIndex::publish`]).
+//!     indexed ([`SharedIndex::publish`]), and is told to forget a
+//!     container before a collection deletes it; if it cannot, nothing is
+//!     deleted ([`SharedIndex::forget`]). A container a shared index
+//!     names is indexed only from its own footer, found by its own key
+//!     (never trusted from the answer alone, never by listing every
+//!     container); one that cannot be read is ignored (missed dedup).
 //! 9. Locks are `parking_lot`'s, which do not poison: a panic under a lock
 //!    does not spread to later callers (`docs/engineering.md`). A dead I/O
 //!    thread is [`CasError::IoThreadDead`] for every writer and every reader
@@ -226,6 +232,14 @@ pub enum CasError {
     /// The client number is registered on the branches already.
     #[error("client number {0} is already registered on the branches")]
     ClientTaken(ClientNo),
+    /// The shared chunk index could not forget containers a collection
+    /// was about to delete: none were deleted.
+    #[error("the shared chunk index could not forget {containers} containers, so none were deleted: {source}")]
+    SharedIndexForget {
+        containers: usize,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error(transparent)]
     /// Boxed, as every wrapped error below a layer's own: errors nest
     /// (repo > fs > cas > redundancy), and each layer would otherwise

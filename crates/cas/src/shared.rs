@@ -15,8 +15,13 @@
 //! [`CatchUp`] is the implementation over the branches themselves: they
 //! are the publication (a container is on them only once it is durable),
 //! and a miss indexes every container another client made that this index
-//! does not know yet. A lost or unreachable shared index costs missed
-//! deduplication, never data: writers then store the chunk again.
+//! does not know yet. An index service (`repo::ChunkdIndex`, over chunkd)
+//! answers per chunk instead; a container it names that this store does
+//! not know is then found by its own key on the branches and indexed
+//! whole from its footer, so a later catch-up (which skips containers
+//! the index knows) misses none of its chunks. A lost or unreachable
+//! shared index costs missed deduplication, never data: writers then
+//! store the chunk again.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -54,6 +59,15 @@ pub trait SharedIndex: Send + Sync {
         policy: &Policy,
         entries: &[(ChunkId, ChunkLocation)],
     ) -> Result<()>;
+
+    /// `containers` are about to be deleted (garbage collection): the
+    /// index must stop naming them first. An error keeps them: the
+    /// collection then deletes nothing (it leaks rather than lets the
+    /// index name a container that is gone).
+    fn forget(&self, containers: &[ContainerId]) -> Result<()> {
+        let _ = containers;
+        Ok(())
+    }
 }
 
 /// The shared index read from the branches: on a miss, every container
@@ -147,6 +161,7 @@ impl Store {
     /// left to do.
     pub fn catch_up(&self) -> Result<usize> {
         let _one = self.shared.catching_up.lock();
+        tracing::debug!("listing the branches for other clients' containers");
         let client = self.client();
         let known: std::collections::HashSet<ContainerId> = self
             .shared
@@ -244,27 +259,60 @@ impl Store {
         let mut containers: Vec<ContainerId> = entries.iter().map(|(_, l)| l.container).collect();
         containers.sort();
         containers.dedup();
+        let mut rows = Vec::new();
         let mut new = Vec::new();
+        let mut whole = Vec::new();
         for c in containers {
-            if !self.shared.index.has_container(c)? {
-                new.push(c);
+            if self.shared.index.has_container(c)? {
+                continue;
+            }
+            new.push(c);
+            // A container the layer has not mapped yet (another client's,
+            // placed by an index service) is probed by its own key, never
+            // by listing every container; then indexed whole, from its
+            // footer, as a catch-up would (a container the index knows
+            // is one a catch-up skips).
+            let key = c.blob_key();
+            let own = |k: &branch::BlobKey| *k == key;
+            self.shared.layer.discover_new(&format!("{key}."), &own);
+            let found = self
+                .container_entries(c)
+                .and_then(|(size, e)| Ok((size, e, self.stored_policy(c)?)));
+            match found {
+                Ok((size, e, policy)) => {
+                    let info = ContainerInfo {
+                        stored_bytes: size,
+                        raw_bytes: e.iter().map(|(_, l)| u64::from(l.len)).sum(),
+                        chunks: e.len() as u32,
+                    };
+                    rows.push((c, info, policy));
+                    whole.extend(e);
+                }
+                Err(e) => {
+                    // Not on the branches (deleted, or a stale answer):
+                    // its chunks stay unknown, so a writer stores them.
+                    tracing::debug!(container = %c, error = %e, "a container the shared index named cannot be read; ignored");
+                }
             }
         }
-        if !new.is_empty() {
-            // Containers the layer has not mapped yet (another client's,
-            // placed by an index service): found on the branches first.
-            let wanted = |k: &branch::BlobKey| {
-                ContainerId::from_blob_key(k).is_some_and(|c| new.contains(&c))
-            };
-            self.shared
-                .layer
-                .discover_new(ContainerId::list_prefix(), &wanted);
-        }
-        let mut rows = Vec::new();
-        for c in new {
-            rows.push((c, ContainerInfo::default(), self.stored_policy(c)?));
+        let mut entries: Vec<(ChunkId, ChunkLocation)> = entries
+            .into_iter()
+            .filter(|(_, l)| !new.contains(&l.container))
+            .collect();
+        entries.extend(whole);
+        if entries.is_empty() {
+            return Ok(());
         }
         self.shared.index.add_foreign(&rows, &entries)
+    }
+
+    /// Tells the shared index, if one is set, that `containers` are about
+    /// to be deleted; its error stops the deletion.
+    pub(crate) fn forget_shared(shared: &Shared, containers: &[ContainerId]) -> Result<()> {
+        let Some(index) = shared.shared_index.read().clone() else {
+            return Ok(());
+        };
+        index.forget(containers)
     }
 
     /// Tells the shared index, if one is set, of a container made durable

@@ -274,7 +274,7 @@ impl IndexClient {
                     }
                 }
                 Err(failure) => {
-                    tracing::warn!(owner = %range.owner, error = %failure, "chunkd index: lookup part unanswered; treated as not found");
+                    tracing::debug!(owner = %range.owner, error = %failure, "chunkd index: lookup part unanswered; treated as not found");
                     if !unavailable.iter().any(|(o, _)| *o == range.owner) {
                         unavailable.push((range.owner, failure));
                     }
@@ -306,7 +306,7 @@ impl IndexClient {
         let mut first_error = None;
         for (range, _, answer) in self.rounds(wire::ADD, (0..fps.len()).collect(), &fps, encode) {
             if let Err(failure) = answer {
-                tracing::warn!(owner = %range.owner, error = %failure, "chunkd index: add part failed");
+                tracing::debug!(owner = %range.owner, error = %failure, "chunkd index: add part failed");
                 first_error.get_or_insert(ClientError::Owner {
                     op: "add",
                     owner: range.owner,

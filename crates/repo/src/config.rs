@@ -37,6 +37,20 @@ pub struct Config {
     /// `None` when there are none (the built-in rules apply:
     /// [`fs::rules::default_chunking_rules`]).
     pub chunking_rules: Option<Vec<ChunkingRuleSpec>>,
+    /// `[shared_index]`: the fingerprint index the clients of a file
+    /// system share; `None`: they find each other's chunks on the branches
+    /// (`cas::CatchUp`).
+    pub shared_index: Option<SharedIndexConfig>,
+}
+
+/// `[shared_index] kind = "chunkd"`: the range table of file system
+/// `fsid` in etcd, and the chunkds' token (a relative path is taken from
+/// the repository root).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedIndexConfig {
+    pub etcd: Vec<String>,
+    pub fsid: String,
+    pub token_file: PathBuf,
 }
 
 /// One `[[chunking.rule]]`, validated.
@@ -296,6 +310,51 @@ mod tests {
         assert_eq!(c.metadata_cache, meta::DEFAULT_CACHE);
         assert_eq!(c.fs.retention, d.retention);
         assert_eq!(Config::parse("").unwrap(), c);
+    }
+
+    #[test]
+    fn shared_index_section_is_read_and_garbage_refused() {
+        assert_eq!(Config::parse("").unwrap().shared_index, None);
+        let good = "[shared_index]\nkind = \"chunkd\"\netcd = [\"http://10.0.0.1:2379\"]\n\
+                    fsid = \"home\"\ntoken_file = \"chunkd.token\"\n";
+        assert_eq!(
+            Config::parse(good).unwrap().shared_index,
+            Some(SharedIndexConfig {
+                etcd: vec!["http://10.0.0.1:2379".into()],
+                fsid: "home".into(),
+                token_file: "chunkd.token".into(),
+            })
+        );
+        for (from, to, wanted) in [
+            ("kind = \"chunkd\"", "kind = \"redis\"", "unknown variant"),
+            (
+                "\"http://10.0.0.1:2379\"",
+                "\"10.0.0.1\"",
+                "line 3: shared_index.etcd",
+            ),
+            (
+                "[\"http://10.0.0.1:2379\"]",
+                "[]",
+                "shared_index.etcd: must name 1 to",
+            ),
+            (
+                "etcd = [\"http://10.0.0.1:2379\"]\n",
+                "",
+                "shared_index.etcd: is required",
+            ),
+            ("\"home\"", "\"a/b\"", "line 4: shared_index.fsid"),
+            (
+                "token_file = \"chunkd.token\"\n",
+                "",
+                "shared_index.token_file: is required",
+            ),
+            ("kind", "knd", "unknown field"),
+        ] {
+            let e = Config::parse(&good.replace(from, to))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(wanted), "{from} -> {to}: {e}");
+        }
     }
 
     #[test]

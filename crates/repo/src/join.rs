@@ -101,6 +101,14 @@ impl Repo {
         if Self::holds_data(root) {
             return Err(RepoError::ConfigMissing(root.to_path_buf()));
         }
+        // Read before anything is written: a missing token refuses the join.
+        let token = index_token(&config, other)?;
+        if let Some(dir) = token
+            .as_ref()
+            .and_then(|(p, _)| root.join(p).parent().map(Path::to_path_buf))
+        {
+            fs::create_dir_all(&dir).map_err(io("create directory", &dir))?;
+        }
         fs::create_dir_all(root.join("meta")).map_err(io("create directory", root))?;
         {
             let _lock = RepoLock::acquire(root)?;
@@ -109,6 +117,9 @@ impl Repo {
             }
             write_new(&root.join(KEY), &format!("{}\n", key.to_hex()), 0o600)?;
             write_new(&root.join(CLIENT_FILE), &format!("{client}\n"), 0o644)?;
+            if let Some((path, token)) = &token {
+                write_new(&root.join(path), token, 0o600)?;
+            }
             // Last: its presence is what makes `root` a repository.
             write_new(&root.join(CONFIG), &text, 0o600)?;
             sync_dir(root)?;
@@ -126,6 +137,23 @@ impl Repo {
         }
         Ok(())
     }
+}
+
+/// A `[shared_index]` token file named by a relative path is the first
+/// repository's: the client gets its own copy at the same path (so the
+/// copied `cairn.toml` names it), and this is that path and the token.
+/// An absolute path (or one leaving the repository) is left to the user.
+fn index_token(config: &Config, other: &Path) -> Result<Option<(PathBuf, String)>, RepoError> {
+    let Some(index) = &config.shared_index else {
+        return Ok(None);
+    };
+    let inside = |c: std::path::Component| matches!(c, std::path::Component::Normal(_));
+    if !index.token_file.components().all(inside) {
+        return Ok(None);
+    }
+    let from = other.join(&index.token_file);
+    let token = fs::read_to_string(&from).map_err(io("read", &from))?;
+    Ok(Some((index.token_file.clone(), token)))
 }
 
 /// Writes a new file durably; an existing one is an error.

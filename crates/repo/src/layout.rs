@@ -119,6 +119,12 @@ pub enum RepoError {
     },
     #[error(transparent)]
     Branch(#[from] branch::BranchError),
+    /// `[shared_index]` names a chunkd index this repository cannot use.
+    #[error("[shared_index] in cairn.toml: {source}")]
+    SharedIndex {
+        #[source]
+        source: chunkd::ClientError,
+    },
     #[error(transparent)]
     Store(#[from] cas::CasError),
     #[error(transparent)]
@@ -504,9 +510,36 @@ impl Repo {
             }
         }
         // Other clients may share the file system: chunks they stored
-        // are found on the branches, and records are made close-to-open.
-        self.store.set_shared_index(cas::CatchUp::new(&self.store));
+        // are found through the shared index, and records are made
+        // close-to-open.
+        self.store.set_shared_index(self.shared_index()?);
         self.fs_over(meta, true)
+    }
+
+    /// The shared index `cairn.toml` names, or the catch-up over the
+    /// branches. An index service that cannot be reached now (etcd down,
+    /// no range table) leaves the catch-up, with a warning: it costs
+    /// listings, never data; an unreadable token file is refused.
+    fn shared_index(&self) -> Result<Arc<dyn cas::SharedIndex>> {
+        let catch_up = cas::CatchUp::new(&self.store);
+        let Some(spec) = &self.config.shared_index else {
+            return Ok(catch_up);
+        };
+        let config = chunkd::ClientConfig::new(
+            spec.etcd.clone(),
+            spec.fsid.clone(),
+            self.root.join(&spec.token_file),
+        );
+        match chunkd::IndexClient::connect(&config) {
+            Ok(client) => Ok(crate::shared_index::ChunkdIndex::new(client, catch_up)),
+            Err(source @ chunkd::ClientError::Token { .. }) => {
+                Err(RepoError::SharedIndex { source })
+            }
+            Err(e) => {
+                tracing::warn!(fsid = %spec.fsid, error = %e, "the chunkd index cannot be reached; other clients' chunks are found by listing the branches until the next mount");
+                Ok(catch_up)
+            }
+        }
     }
 
     /// Opens the repository's file system (its metadata engine, created on

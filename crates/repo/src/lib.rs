@@ -14,7 +14,10 @@
 //! ([`recover_config`]); the key file and its export and import
 //! ([`keyfile`]); client repositories of a file system shared by several
 //! mounts ([`Repo::join`], `join.rs`: the key and config copied, a client
-//! number in `meta/client`, registered on the branches).
+//! number in `meta/client`, registered on the branches); the shared
+//! fingerprint index a mount with `--meta` uses (`[shared_index]`:
+//! [`ChunkdIndex`] over `chunkd::IndexClient`, in `shared_index.rs`, since
+//! neither `cas` nor `chunkd` may know the other; without it `cas::CatchUp`).
 //!
 //! **Never:** stores or reads chunks itself; that is `cas`, reached through
 //! the [`Repo::store`] it opens.
@@ -45,14 +48,16 @@ mod layout;
 mod lock;
 mod reconfigure;
 pub mod record;
+mod shared_index;
 
 pub use config::{
     BranchProblem, BranchSpec, ChunkdLocation, ChunkingRuleProblem, ChunkingRuleSpec, Config,
     ConfigError, ConfigProblem, KeyProblem, Location, RedundancyConfig, RuleProblem, RuleSpec,
-    S3Location,
+    S3Location, SharedIndexConfig,
 };
 pub use join::JoinProblem;
 pub use layout::{default_location, IndexSetAside, Repo, RepoError};
 pub use lock::{holder_of, Holder};
 pub use reconfigure::{reconfigure, Reconfigured};
 pub use record::{recover_config, write_config, Disagreement, RecoveredConfig};
+pub use shared_index::ChunkdIndex;

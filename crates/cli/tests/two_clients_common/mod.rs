@@ -13,6 +13,8 @@ use crate::common::{ok, Mount};
 
 pub struct Cluster {
     pub url: String,
+    /// The etcd endpoint (`http://127.0.0.1:PORT`).
+    pub etcd: String,
     pub a: PathBuf,
     pub b: PathBuf,
     bucket_dir: PathBuf,
@@ -24,7 +26,17 @@ pub struct Cluster {
 
 /// A file system whose branch is one bucket, with its two clients.
 pub fn cluster() -> Cluster {
+    cluster_with(|_, _| String::new())
+}
+
+/// [`cluster`], with `extra(etcd endpoint, base directory)` appended to
+/// A's cairn.toml before B joins (so B's copy has it too).
+pub fn cluster_with(extra: impl FnOnce(&str, &Path) -> String) -> Cluster {
     let etcd = Etcd::start();
+    let endpoint = etcd
+        .url("x")
+        .replace("etcd://", "http://")
+        .replace("/x", "");
     let s3 = S3Proxy::start();
     let bucket = s3.new_bucket();
     let base = tempfile::tempdir().unwrap();
@@ -37,7 +49,8 @@ pub fn cluster() -> Cluster {
              access_key_id = \"{}\"\nsecret_access_key = \"{}\"\n\
              \n[default_rule]\npolicy = \"single\"\nbranches = [\"shared\"]\n",
             bucket.endpoint, bucket.bucket, bucket.access_key_id, bucket.secret_access_key
-        );
+        )
+        + &extra(&endpoint, base.path());
     fs::write(&toml, text).unwrap();
     ok(
         &b,
@@ -45,6 +58,7 @@ pub fn cluster() -> Cluster {
     );
     Cluster {
         url: etcd.url("shared"),
+        etcd: endpoint,
         a,
         b,
         bucket_dir: s3.bucket_dir(&bucket.bucket),
@@ -110,4 +124,60 @@ pub fn reads_back(path: &Path, want: &[u8]) {
         want.len(),
         got.iter().zip(want).position(|(a, b)| a != b)
     );
+}
+
+/// The fingerprint index of file system "fs1" over two real `cairn
+/// chunkd`s, each owning half of the space (range table in the
+/// cluster's etcd).
+pub struct ChunkdIndex {
+    /// Owner of fingerprints below 0x80.., then of the rest.
+    pub owners: [crate::common::chunkd::Chunkd; 2],
+}
+
+/// The `[shared_index]` section naming the chunkd index of "fs1". The
+/// chunkds' token is written under `base`, and a copy in client A's
+/// repository, named by a relative path (`init --join` copies it to B).
+pub fn shared_index_toml(etcd: &str, base: &Path) -> String {
+    let token = crate::common::chunkd::token_file(base);
+    fs::copy(&token, base.join("a").join("index.token")).unwrap();
+    format!(
+        "\n[shared_index]\nkind = \"chunkd\"\netcd = [\"{etcd}\"]\nfsid = \"fs1\"\n\
+         token_file = \"index.token\"\n"
+    )
+}
+
+impl Cluster {
+    /// Sets the range table and starts its two owners.
+    pub fn chunkd_index(&self) -> ChunkdIndex {
+        let token = self.base.path().join("chunkd.token");
+        let addrs = [free_addr(), free_addr()];
+        let urls = addrs.clone().map(|a| format!("http://{a}"));
+        let cluster = ["--etcd", &self.etcd, "--fsid", "fs1"];
+        let mut init = vec!["chunkd", "ranges", "init"];
+        init.extend(cluster);
+        init.extend(["--owner", &urls[0], "--owner", &urls[1]]);
+        ok(Path::new("/nonexistent"), &init);
+        let extra = [&cluster[..], &["--refresh", "1"]].concat();
+        let start = |i: usize| {
+            let dir = self.base.path().join(format!("chunkd-{i}"));
+            crate::common::chunkd::Chunkd::start_with(&dir, &token, &addrs[i], &extra)
+        };
+        ChunkdIndex {
+            owners: [start(0), start(1)],
+        }
+    }
+
+    /// Lines of client `repo`'s log (REPO/log/cairn.log) holding `text`.
+    pub fn log_lines(&self, repo: &Path, text: &str) -> usize {
+        fs::read_to_string(repo.join("log").join("cairn.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(text))
+            .count()
+    }
+}
+
+fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
 }

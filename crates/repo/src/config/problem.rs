@@ -88,6 +88,14 @@ pub enum KeyProblem {
     CacheAtLeastMiB(u64),
     #[error("{0} is outside 1MiB..=64GiB")]
     CacheMiBToGiB(u64),
+    #[error("is required")]
+    Required,
+    #[error("{0:?} is not an etcd endpoint (http://HOST:PORT or https://HOST:PORT)")]
+    EtcdEndpoint(String),
+    #[error("must name 1 to {0} etcd endpoints")]
+    EtcdCount(usize),
+    #[error("{0:?} must be 1 to 64 characters of [A-Za-z0-9._-]")]
+    Fsid(String),
 }
 
 #[derive(Debug, thiserror::Error)]

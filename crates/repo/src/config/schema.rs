@@ -34,6 +34,26 @@ pub(super) struct Raw {
     pub(super) qos: RawQos,
     #[serde(default)]
     pub(super) cache: RawCache,
+    pub(super) shared_index: Option<RawSharedIndex>,
+}
+
+/// `[shared_index]`: the fingerprint index the clients of a file system
+/// share (`docs/cluster.md`); without it they find each other's chunks by
+/// listing the branches.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSharedIndex {
+    pub(super) kind: SharedIndexKind,
+    pub(super) etcd: Option<Spanned<Vec<String>>>,
+    pub(super) fsid: Option<Spanned<String>>,
+    pub(super) token_file: Option<Spanned<PathBuf>>,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum SharedIndexKind {
+    /// `cairn chunkd` processes owning ranges of the fingerprint space.
+    Chunkd,
 }
 
 /// `[qos]`: how storage reads are shared (see `cas::qos`).

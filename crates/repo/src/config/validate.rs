@@ -12,11 +12,11 @@ use toml::Spanned;
 use super::problem::{BranchProblem, ChunkingRuleProblem, ConfigProblem, KeyProblem, RuleProblem};
 use super::schema::{
     BranchKind, Codec, Mode, Raw, RawBranch, RawCache, RawChunkingRule, RawDefault, RawQos,
-    RawRule, RawVersions, Size,
+    RawRule, RawSharedIndex, RawVersions, SharedIndexKind, Size,
 };
 use super::{
     BranchSpec, ChunkdLocation, ChunkingRuleSpec, Config, Location, RedundancyConfig, RuleSpec,
-    S3Location,
+    S3Location, SharedIndexConfig,
 };
 
 type Result<T> = std::result::Result<T, ConfigProblem>;
@@ -134,9 +134,15 @@ pub(super) fn config(mut raw: Raw, text: &str) -> Result<Config> {
     let retention = retention(text, &raw.versions, f.versions_keep.as_ref())?;
     let qos = qos(text, &raw.qos)?;
     let tier = tier(text, &raw.cache)?;
+    let shared_index = raw
+        .shared_index
+        .as_ref()
+        .map(|s| shared_index(text, s))
+        .transpose()?;
     let redundancy = redundancy(raw.branch, raw.rule, raw.default_rule)?;
     Ok(Config {
         redundancy,
+        shared_index,
         chunking_rules,
         chunking,
         store: StoreSettings {
@@ -556,4 +562,68 @@ fn redundancy(
         rules: specs,
         default,
     }))
+}
+
+/// Most etcd endpoints a `[shared_index]` may name.
+const MAX_ETCD: usize = 16;
+
+/// `[shared_index]`: every key present and well-formed; the index itself
+/// is reached only when a mount opens it.
+fn shared_index(text: &str, s: &RawSharedIndex) -> Result<SharedIndexConfig> {
+    const SECTION: &str = "shared_index";
+    let SharedIndexKind::Chunkd = s.kind;
+    let missing = |key| ConfigProblem::Key {
+        section: SECTION,
+        key,
+        line: None,
+        problem: KeyProblem::Required,
+    };
+    let endpoints = s.etcd.as_ref().ok_or_else(|| missing("etcd"))?;
+    let etcd = endpoints.get_ref();
+    if etcd.is_empty() || etcd.len() > MAX_ETCD {
+        let problem = KeyProblem::EtcdCount(MAX_ETCD);
+        return Err(at(text, endpoints, SECTION, "etcd", problem));
+    }
+    if let Some(bad) = etcd.iter().find(|e| !is_endpoint(e)) {
+        let problem = KeyProblem::EtcdEndpoint(bad.clone());
+        return Err(at(text, endpoints, SECTION, "etcd", problem));
+    }
+    let fsid = s.fsid.as_ref().ok_or_else(|| missing("fsid"))?;
+    let name = fsid.get_ref();
+    let valid = (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if !valid {
+        return Err(at(
+            text,
+            fsid,
+            SECTION,
+            "fsid",
+            KeyProblem::Fsid(name.clone()),
+        ));
+    }
+    let token_file = s.token_file.as_ref().ok_or_else(|| missing("token_file"))?;
+    Ok(SharedIndexConfig {
+        etcd: etcd.clone(),
+        fsid: name.clone(),
+        token_file: token_file.get_ref().clone(),
+    })
+}
+
+/// `http://HOST:PORT` or `https://HOST:PORT`, nothing after the port.
+fn is_endpoint(e: &str) -> bool {
+    let Some(rest) = e
+        .strip_prefix("http://")
+        .or_else(|| e.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    match rest.rsplit_once(':') {
+        Some((host, port)) => {
+            !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok_and(|p| p > 0)
+        }
+        None => false,
+    }
 }
