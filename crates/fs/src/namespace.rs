@@ -24,6 +24,22 @@ impl Fs {
         Ok(inode)
     }
 
+    /// [`Fs::getattr`] of each of `inos`, in order, read together.
+    pub fn getattr_many(&self, inos: &[InodeId]) -> Vec<Result<Inode>> {
+        let real: Vec<InodeId> = inos.iter().copied().filter(|i| !is_virtual(*i)).collect();
+        let mut read = self.inner.meta.get_many(&real).into_iter();
+        inos.iter()
+            .map(|ino| {
+                if is_virtual(*ino) {
+                    return self.snap_getattr(*ino);
+                }
+                let mut inode = read.next().expect("one answer per inode")?;
+                self.inner.overlay(&mut inode);
+                Ok(inode)
+            })
+            .collect()
+    }
+
     pub fn lookup(&self, parent: InodeId, name: &[u8]) -> Result<Inode> {
         if is_virtual(parent) {
             return self.snap_lookup(parent, name);

@@ -15,6 +15,11 @@ use fuser::{
 use meta::{FileKind, InodeId};
 
 use crate::convert::{file_attr, file_type, ino};
+
+/// Entries whose attributes `readdirplus` reads at once: about what one
+/// reply holds (a page of the kernel's buffer takes some 25 entries with
+/// their attributes), so few reads are wasted when the reply fills.
+const ATTR_BATCH: usize = 32;
 use crate::ops::CairnFs;
 
 /// Directory entries fetched from `fs` at a time.
@@ -148,6 +153,10 @@ impl CairnFs {
         }
         let mut i = offset as usize;
         let mut added = 0usize;
+        // Attributes of the next entries, read ahead together: one request
+        // to the metadata engine per batch, not one per entry.
+        let mut ahead: std::collections::VecDeque<Result<meta::Inode, FsError>> =
+            Default::default();
         loop {
             match self.load_upto(&h, &mut l, i) {
                 Ok(true) => {}
@@ -155,11 +164,17 @@ impl CairnFs {
                 Err(e) if added == 0 => return reply.error(self.fail("readdir", h.ino, &e)),
                 Err(_) => break,
             }
-            let e = &l.entries[i];
             // The kernel ignores the attributes of `.` and `..`; they get
             // the directory's own.
-            let target = if i < 2 { h.ino } else { e.ino };
-            let inode = match self.fs.getattr(target) {
+            let target = |i: usize, e: &DirEntryOut| if i < 2 { h.ino } else { e.ino };
+            if ahead.is_empty() {
+                let end = l.entries.len().min(i + ATTR_BATCH);
+                let inos: Vec<InodeId> = (i..end).map(|j| target(j, &l.entries[j])).collect();
+                ahead.extend(self.fs.getattr_many(&inos));
+            }
+            let e = &l.entries[i];
+            let target = target(i, e);
+            let inode = match ahead.pop_front().expect("read ahead above") {
                 Ok(inode) => inode,
                 // Gone since it was listed: skip it.
                 Err(err) if err.errno() == libc::ENOENT => {

@@ -549,6 +549,30 @@ impl MetaStore for RedbMeta {
         get_in(&tx.open_table(INODES)?, ino)
     }
 
+    fn get_many(&self, inos: &[InodeId]) -> Vec<Result<Inode>> {
+        // One transaction for all; a table that cannot be opened falls back
+        // to `get`, which reports its error per inode.
+        {
+            let batch = self.batch.lock();
+            if let Some(tx) = &batch.tx {
+                // The open batch holds writes no read transaction sees.
+                if let Ok(t) = tx.open_table(INODES) {
+                    return inos.iter().map(|i| get_in(&t, *i)).collect();
+                }
+                drop(batch);
+                return inos.iter().map(|i| self.get(*i)).collect();
+            }
+        }
+        let table = self
+            .db()
+            .and_then(|db| Ok(db.begin_read()?))
+            .and_then(|tx| Ok(tx.open_table(INODES)?));
+        match table {
+            Ok(t) => inos.iter().map(|i| get_in(&t, *i)).collect(),
+            Err(_) => inos.iter().map(|i| self.get(*i)).collect(),
+        }
+    }
+
     fn lookup(&self, parent: InodeId, name: &[u8]) -> Result<Inode> {
         check_name(name)?;
         let batch = self.batch.lock();

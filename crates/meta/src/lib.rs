@@ -165,6 +165,13 @@ pub trait MetaStore: Send + Sync {
     /// An inode by number.
     fn get(&self, ino: InodeId) -> Result<Inode>;
 
+    /// [`MetaStore::get`] of each of `inos`, in order: what a listing
+    /// with attributes (`readdirplus`) asks for a page of entries. An
+    /// engine whose every read is a round trip answers them together.
+    fn get_many(&self, inos: &[InodeId]) -> Vec<Result<Inode>> {
+        inos.iter().map(|i| self.get(*i)).collect()
+    }
+
     /// The inode named `name` in directory `parent`.
     fn lookup(&self, parent: InodeId, name: &[u8]) -> Result<Inode>;
 

@@ -40,3 +40,10 @@ fn lookup_and_get_errors() {
     conformance::create_and_lookup::lookup_and_get_errors(&m);
     assert_consistent(&m);
 }
+
+#[test]
+fn get_many_answers_as_get() {
+    let (_d, m) = store();
+    conformance::create_and_lookup::get_many_answers_as_get(&m);
+    assert_consistent(&m);
+}

@@ -223,3 +223,22 @@ pub fn lookup_and_get_errors(m: &dyn MetaStore) {
     assert_eq!(err(m.readdir(f, None, 10)), "NotDir");
     assert_eq!(err(m.readdir(InodeId(77), None, 10)), "NotFound");
 }
+
+/// `get_many` answers as `get` does, inode by inode, in the order asked,
+/// missing ones included.
+pub fn get_many_answers_as_get(m: &dyn MetaStore) {
+    let f = mkfile(m, ROOT, "f");
+    let d = m.create(ROOT, b"d", new(FileKind::Dir), t(2)).unwrap().id;
+    let g = mkfile(m, d, "g");
+    let asked = [g, InodeId(77), ROOT, f, d, f, InodeId(0)];
+    let many = m.get_many(&asked);
+    assert_eq!(many.len(), asked.len());
+    for (ino, got) in asked.iter().zip(many) {
+        match (m.get(*ino), got) {
+            (Ok(one), Ok(together)) => assert_eq!(one, together, "inode {ino:?}"),
+            (Err(a), Err(b)) => assert_eq!(err::<()>(Err(a)), err::<()>(Err(b))),
+            (a, b) => panic!("inode {ino:?}: get {a:?}, get_many {b:?}"),
+        }
+    }
+    assert!(m.get_many(&[]).is_empty());
+}

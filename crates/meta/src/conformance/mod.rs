@@ -40,6 +40,10 @@ pub const SCENARIOS: &[(&str, Scenario)] = &[
         create_and_lookup::lookup_and_get_errors,
     ),
     (
+        "create_and_lookup::get_many_answers_as_get",
+        create_and_lookup::get_many_answers_as_get,
+    ),
+    (
         "attributes_content_and_xattrs::set_attr_changes_only_what_is_given",
         attributes_content_and_xattrs::set_attr_changes_only_what_is_given,
     ),
