@@ -6,11 +6,11 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use etcd_client::GetOptions;
 use meta::{MetaError, Result};
 
 use crate::record::Outcome;
 use crate::route::Route;
+use crate::rpc::GetOptions;
 use crate::store::{transient, EtcdMeta, MAX_CONFLICTS};
 use crate::tx::{Part, Tx};
 use crate::EtcdError;
@@ -55,7 +55,7 @@ impl EtcdMeta {
                 if let Some(c) = unknown {
                     let mut resp = route.rpc(c).get(op_key.clone(), GetOptions::new())?;
                     if let Some(kv) = resp.take_kvs().pop() {
-                        return Ok(Some(T::decode(kv.value())?));
+                        return Ok(Some(T::decode(&kv.value)?));
                     }
                 }
                 if let Some((id, out)) = &pending {
@@ -135,7 +135,7 @@ impl EtcdMeta {
             return Err(EtcdError::ReplyLost.into());
         }
         match sent {
-            Ok(resp) if resp.succeeded() => Ok(Some(out)),
+            Ok(resp) if resp.succeeded => Ok(Some(out)),
             Ok(_) => Ok(None),
             Err(e) => {
                 *unknown = Some(c);

@@ -8,14 +8,14 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
+use etcd_model::{Cmp as CompareOp, Compare, Op as TxnOp, Txn};
 use meta::{Attr, Content, FileKind, Inode, InodeId, MetaError, Result, Timestamp};
 use parking_lot::Mutex;
 
 use crate::keys::Keys;
 use crate::record::{encode, Rec};
 use crate::route::Ring;
-use crate::rpc::Rpc;
+use crate::rpc::{GetOptions, Rpc};
 use crate::shard::{ino_in, shard_for_dir, shard_of};
 use crate::view::Reader;
 use crate::EtcdError;
@@ -116,7 +116,7 @@ pub(crate) fn transient(e: &MetaError) -> bool {
     match e {
         MetaError::Remote(src) => matches!(
             src.downcast_ref::<EtcdError>(),
-            Some(EtcdError::Rpc(_) | EtcdError::Timeout { .. })
+            Some(EtcdError::Rpc(_) | EtcdError::Timeout { .. } | EtcdError::Refused(_))
         ),
         _ => false,
     }
@@ -268,7 +268,7 @@ impl EtcdMeta {
             }
             // Counted at the revision the root was missing at: another
             // client's root made since is not taken for other inodes.
-            let rev = resp.header().map_or(0, |h| h.revision());
+            let rev = resp.revision();
             let inodes = self.keys.inodes();
             let count = rpc
                 .get(
@@ -290,13 +290,13 @@ impl EtcdMeta {
                 .get(next.clone(), GetOptions::new().with_revision(rev))?
                 .kvs()
                 .first()
-                .map_or(0, |kv| kv.mod_revision());
+                .map_or(0, |kv| kv.mod_revision);
             let mut ops = vec![
-                TxnOp::put(root.clone(), encode(&rec), None),
-                TxnOp::put(self.keys.dir_mark(InodeId::ROOT), Vec::new(), None),
+                TxnOp::put(root.clone(), encode(&rec), 0),
+                TxnOp::put(self.keys.dir_mark(InodeId::ROOT), Vec::new(), 0),
             ];
             if counted == 0 {
-                ops.push(TxnOp::put(next.clone(), 2u64.to_le_bytes().to_vec(), None));
+                ops.push(TxnOp::put(next.clone(), 2u64.to_le_bytes().to_vec(), 0));
             }
             // Another client may create it at once: one of the two wins,
             // the other reads the winner's root.
@@ -306,7 +306,7 @@ impl EtcdMeta {
                     Compare::mod_revision(next, CompareOp::Equal, counted),
                 ])
                 .and_then(ops);
-            if rpc.txn(txn)?.succeeded() {
+            if rpc.txn(txn)?.succeeded {
                 return Ok(());
             }
         }
@@ -336,19 +336,22 @@ impl EtcdMeta {
                 let mut resp = rpc.get(key.clone(), GetOptions::new())?;
                 let (modrev, next) = match resp.take_kvs().pop() {
                     Some(kv) => {
-                        let v: [u8; 8] =
-                            kv.value().try_into().map_err(|_| EtcdError::BadCounter)?;
-                        (kv.mod_revision(), u64::from_le_bytes(v))
+                        let v: [u8; 8] = kv
+                            .value
+                            .as_slice()
+                            .try_into()
+                            .map_err(|_| EtcdError::BadCounter)?;
+                        (kv.mod_revision, u64::from_le_bytes(v))
                     }
                     None => (0, 2),
                 };
                 let end = next.checked_add(INO_BATCH).ok_or(EtcdError::BadCounter)?;
                 let txn = Txn::new()
                     .when([Compare::mod_revision(key.clone(), CompareOp::Equal, modrev)])
-                    .and_then([TxnOp::put(key.clone(), end.to_le_bytes().to_vec(), None)]);
+                    .and_then([TxnOp::put(key.clone(), end.to_le_bytes().to_vec(), 0)]);
                 // An unknown outcome only wastes numbers: the next read
                 // sees the counter moved, whoever moved it.
-                if rpc.txn(txn)?.succeeded() {
+                if rpc.txn(txn)?.succeeded {
                     *inos = (next, end);
                     break;
                 }
@@ -373,9 +376,7 @@ impl EtcdMeta {
             }
         }
         let at = Instant::now();
-        let id = rpc
-            .call(|mut c| async move { c.lease_grant(RESULT_TTL, None).await })?
-            .id();
+        let id = rpc.grant(RESULT_TTL)?;
         slots.insert(cluster, (id, at));
         Ok(id)
     }

@@ -10,12 +10,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_model::{Cmp as CompareOp, Compare, Op as TxnOp, Range, Txn};
 use meta::{FileKind, Inode, InodeId, MetaError, Result, Timestamp};
 
 use crate::keys::Keys;
 use crate::record::{decode, dval, dval_decode, encode, Rec};
 use crate::route::Route;
+use crate::rpc::GetOptions;
 use crate::EtcdError;
 
 /// etcd's limit of compares, and of operations, in one transaction
@@ -83,11 +84,7 @@ impl Part {
             bytes += key.len() + 16;
             compares.push(Compare::mod_revision(key, CompareOp::Equal, modrev));
         }
-        ops.push(TxnOp::put(
-            op_key,
-            outcome,
-            Some(PutOptions::new().with_lease(lease)),
-        ));
+        ops.push(TxnOp::put(op_key, outcome, lease));
         check_size(compares.len(), ops.len(), bytes)?;
         Ok(Txn::new().when(compares).and_then(ops))
     }
@@ -97,16 +94,13 @@ impl Part {
         let mut ops = Vec::with_capacity(self.writes.len() + self.prefixes.len() + 1);
         for prefix in &self.prefixes {
             *bytes += prefix.len() * 2;
-            ops.push(TxnOp::delete(
-                prefix.clone(),
-                Some(DeleteOptions::new().with_prefix()),
-            ));
+            ops.push(TxnOp::delete(Range::prefix(prefix.clone())));
         }
         for (key, value) in &self.writes {
             *bytes += key.len() + value.as_ref().map_or(0, Vec::len) + 16;
             ops.push(match value {
-                Some(v) => TxnOp::put(key.clone(), v.clone(), None),
-                None => TxnOp::delete(key.clone(), None),
+                Some(v) => TxnOp::put(key.clone(), v.clone(), 0),
+                None => TxnOp::delete(Range::key(key.clone())),
             });
         }
         ops
@@ -165,11 +159,10 @@ impl<'a> Tx<'a> {
             .rpc(cluster)
             .get(key.to_vec(), GetOptions::new().with_revision(rev))?;
         if rev == 0 {
-            self.revs
-                .insert(cluster, resp.header().map_or(0, |h| h.revision()));
+            self.revs.insert(cluster, resp.revision());
         }
         let (modrev, value) = match resp.take_kvs().pop() {
-            Some(kv) => (kv.mod_revision(), Some(kv.into_key_value().1)),
+            Some(kv) => (kv.mod_revision, Some(kv.value)),
             None => (0, None),
         };
         self.read

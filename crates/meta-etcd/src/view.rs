@@ -12,12 +12,13 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use etcd_client::{GetOptions, KeyValue};
+use etcd_model::KeyValue;
 use meta::{DirEntry, FileKind, Inode, InodeId, MetaError, MetaView, Result};
 
 use crate::keys::{prefix_end, Keys};
 use crate::record::{decode, dval_decode, Rec};
 use crate::route::Route;
+use crate::rpc::GetOptions;
 use crate::shard::Fence;
 use crate::EtcdError;
 
@@ -64,10 +65,9 @@ impl<'a> Reader<'a> {
             .rpc(cluster)
             .get(key, GetOptions::new().with_revision(rev))?;
         if rev == 0 {
-            self.revs
-                .insert(cluster, resp.header().map_or(0, |h| h.revision()));
+            self.revs.insert(cluster, resp.revision());
         }
-        Ok(resp.take_kvs().pop().map(|kv| kv.into_key_value().1))
+        Ok(resp.take_kvs().pop().map(|kv| kv.value))
     }
 
     pub(crate) fn value(&mut self, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
@@ -198,8 +198,8 @@ impl<'a> Reader<'a> {
                 rev,
                 usize::MAX,
                 &mut |kv| {
-                    let shard = keys.shard_of_fence(kv.key()).ok_or(EtcdError::BadFence)?;
-                    fences.insert(shard, Fence::decode(kv.value())?);
+                    let shard = keys.shard_of_fence(&kv.key).ok_or(EtcdError::BadFence)?;
+                    fences.insert(shard, Fence::decode(&kv.value)?);
                     Ok(true)
                 },
             )?;
@@ -279,8 +279,7 @@ impl<'a> Reader<'a> {
                     .with_count_only(),
             )?;
             if rev == 0 {
-                self.revs
-                    .insert(cluster, resp.header().map_or(0, |h| h.revision()));
+                self.revs.insert(cluster, resp.revision());
             }
             n += resp.count() as u64;
         }
@@ -297,8 +296,8 @@ impl<'a> Reader<'a> {
             &prefix_end(&prefix),
             usize::MAX,
             &mut |kv| {
-                let (ino, kind) = dval_decode(kv.value())?;
-                let name = keys.name_of(kv.key()).unwrap_or_default().to_vec();
+                let (ino, kind) = dval_decode(&kv.value)?;
+                let name = keys.name_of(&kv.key).unwrap_or_default().to_vec();
                 out.push(DirEntry { name, ino, kind });
                 Ok(true)
             },
@@ -316,8 +315,8 @@ impl<'a> Reader<'a> {
             &prefix_end(&prefix),
             usize::MAX,
             &mut |kv| {
-                let name = keys.name_of(kv.key()).unwrap_or_default().to_vec();
-                out.push((name, kv.into_key_value().1));
+                let name = keys.name_of(&kv.key).unwrap_or_default().to_vec();
+                out.push((name, kv.value));
                 Ok(true)
             },
         )?;
@@ -327,7 +326,7 @@ impl<'a> Reader<'a> {
     pub(crate) fn for_each(&mut self, f: &mut dyn FnMut(&Inode)) -> Result<()> {
         let keys = self.keys;
         self.scan_all(b"i/", &mut |kv| {
-            let rec = crate::ops::inode_of(keys, kv.key(), kv.value())?;
+            let rec = crate::ops::inode_of(keys, &kv.key, &kv.value)?;
             f(&rec.inode);
             Ok(true)
         })
@@ -343,8 +342,8 @@ impl<'a> Reader<'a> {
             &prefix_end(&prefix),
             usize::MAX,
             &mut |kv| {
-                if dval_decode(kv.value())?.0 == ino {
-                    found = keys.name_of(kv.key()).map(<[u8]>::to_vec);
+                if dval_decode(&kv.value)?.0 == ino {
+                    found = keys.name_of(&kv.key).map(<[u8]>::to_vec);
                     return Ok(false);
                 }
                 Ok(true)
@@ -402,7 +401,7 @@ impl EtcdView {
         let mut revs = HashMap::new();
         for (cluster, rpc) in route.data.iter().enumerate() {
             let resp = rpc.get(keys.next_ino(), GetOptions::new())?;
-            revs.insert(cluster, resp.header().map_or(0, |h| h.revision()));
+            revs.insert(cluster, resp.revision());
         }
         Ok(EtcdView { route, keys, revs })
     }
