@@ -264,7 +264,7 @@ impl EtcdMeta {
             let f = Fence::decode(&kv.value)?;
             if f.lock != 0 {
                 crate::intent::settle_lock(self, f.lock, shard)?;
-                std::thread::sleep(Duration::from_millis(10));
+                std::thread::sleep(self.pause(10));
                 continue;
             }
             let new_epoch = f.epoch.max(epoch) + 1;

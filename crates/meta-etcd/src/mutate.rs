@@ -4,7 +4,7 @@
 //! stale shard map, a shard locked by an intent.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use meta::{MetaError, Result};
 
@@ -37,7 +37,8 @@ impl EtcdMeta {
         // outcome it would give.
         let mut pending: Option<(u64, Vec<u8>)> = None;
         let mut conflicts = 0;
-        let mut last: Option<(MetaError, u64)> = None;
+        // The last error, and the divisor of the pause before the next try.
+        let mut last: Option<(MetaError, u32)> = None;
         loop {
             if let Some((e, pause)) = last.take() {
                 if Instant::now() >= deadline {
@@ -48,7 +49,7 @@ impl EtcdMeta {
                     }
                     .into());
                 }
-                std::thread::sleep(Duration::from_millis(pause));
+                std::thread::sleep(self.pause(pause));
             }
             let attempt = (|| -> Result<Option<T>> {
                 let route = self.ring.route();
@@ -68,7 +69,7 @@ impl EtcdMeta {
                 let out = f(&mut tx)?;
                 let mut parts = tx.into_parts()?;
                 if parts.len() > 1 {
-                    let id = rand::random::<u64>() | 1;
+                    let id = self.random() | 1;
                     pending = Some((id, out.encode()));
                     let applied = crate::intent::run(self, &route, id, parts)?;
                     pending = None;
@@ -87,13 +88,13 @@ impl EtcdMeta {
                     }
                     if self.is_sharded() {
                         // Intents that collide back off at random.
-                        std::thread::sleep(Duration::from_millis(rand::random::<u64>() % 10));
+                        std::thread::sleep(self.pause(10).mul_f64((self.random() % 1000) as f64 / 1000.0));
                     }
                 }
                 Err(e) if crate::is(&e, |e| matches!(e, EtcdError::Stale(_))) => {
                     last = Some(match self.refresh() {
-                        Ok(()) => (e, 20),
-                        Err(r) => (r, 100),
+                        Ok(()) => (e, 5),
+                        Err(r) => (r, 1),
                     });
                 }
                 Err(e) if crate::is(&e, |e| matches!(e, EtcdError::Locked { .. })) => {
@@ -102,10 +103,10 @@ impl EtcdMeta {
                     };
                     last = Some(match crate::intent::settle_lock(self, intent, shard) {
                         Ok(_) => (e, 10),
-                        Err(r) => (r, 100),
+                        Err(r) => (r, 1),
                     });
                 }
-                Err(e) if transient(&e) || is_reply_lost(&e) => last = Some((e, 100)),
+                Err(e) if transient(&e) || is_reply_lost(&e) => last = Some((e, 1)),
                 Err(e) => {
                     if let MetaError::Remote(src) = &e {
                         tracing::error!(error = %src, "a metadata operation failed in etcd");

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use etcd_model::{Cmp as CompareOp, Compare, Op as TxnOp, Txn};
 use meta::{Attr, Content, FileKind, Inode, InodeId, MetaError, Result, Timestamp};
 use parking_lot::Mutex;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use crate::keys::Keys;
 use crate::record::{encode, Rec};
@@ -44,6 +46,14 @@ pub struct EtcdOptions {
     /// (the client closed, died or lost etcd that long) other clients
     /// purge the orphans it kept.
     pub client_ttl: Duration,
+    /// Seeds the store's random choices (its client id, intent ids,
+    /// back-offs), so that a simulation replays exactly; `None`: from
+    /// the operating system.
+    pub seed: Option<u64>,
+    /// The pause before another try after an unreachable cluster (100
+    /// ms); a stale shard map waits a fifth of it, a lock a tenth, and
+    /// colliding intents back off at random up to a tenth.
+    pub retry_pause: Duration,
 }
 
 impl Default for EtcdOptions {
@@ -52,6 +62,8 @@ impl Default for EtcdOptions {
             rpc_timeout: Duration::from_secs(5),
             op_deadline: Duration::from_secs(30),
             client_ttl: Duration::from_secs(60),
+            seed: None,
+            retry_pause: Duration::from_millis(100),
         }
     }
 }
@@ -82,6 +94,8 @@ pub struct EtcdMeta {
     /// Fault injection: where the next intent stops ([`crate::intent`]'s
     /// `STOP_*`; 0: nowhere).
     pub(crate) stop_at: std::sync::atomic::AtomicU8,
+    /// The store's random choices ([`EtcdOptions::seed`]).
+    rng: Mutex<StdRng>,
 }
 
 impl std::fmt::Debug for EtcdMeta {
@@ -174,11 +188,16 @@ impl EtcdMeta {
     }
 
     fn with_ring(ring: Ring, fsid: &str, opts: EtcdOptions) -> Self {
+        let mut rng = match opts.seed {
+            Some(seed) => StdRng::seed_from_u64(seed),
+            None => StdRng::from_entropy(),
+        };
         EtcdMeta {
             ring,
             keys: Keys::new(fsid),
             opts,
-            client: rand::random(),
+            client: rng.gen(),
+            rng: Mutex::new(rng),
             registrations: Mutex::new(Vec::new()),
             stop_renewing: Arc::new(AtomicBool::new(false)),
             seq: AtomicU64::new(0),
@@ -190,6 +209,16 @@ impl EtcdMeta {
     }
 
     /// Whether the file system is over several clusters.
+    /// [`EtcdOptions::retry_pause`] divided by `by`.
+    pub(crate) fn pause(&self, by: u32) -> Duration {
+        self.opts.retry_pause / by
+    }
+
+    /// A random number from the store's generator.
+    pub(crate) fn random(&self) -> u64 {
+        self.rng.lock().gen()
+    }
+
     pub fn is_sharded(&self) -> bool {
         self.ring.control.is_some()
     }
@@ -218,7 +247,7 @@ impl EtcdMeta {
                             return Err(e);
                         }
                     }
-                    std::thread::sleep(Duration::from_millis(20));
+                    std::thread::sleep(self.pause(5));
                 }
                 Err(e) if transient(&e) => {
                     if Instant::now() >= deadline {
@@ -229,7 +258,7 @@ impl EtcdMeta {
                         }
                         .into());
                     }
-                    std::thread::sleep(Duration::from_millis(100));
+                    std::thread::sleep(self.pause(1));
                 }
                 other => return other,
             }
