@@ -88,7 +88,10 @@ impl EtcdMeta {
                     }
                     if self.is_sharded() {
                         // Intents that collide back off at random.
-                        std::thread::sleep(self.pause(10).mul_f64((self.random() % 1000) as f64 / 1000.0));
+                        std::thread::sleep(
+                            self.pause(10)
+                                .mul_f64((self.random() % 1000) as f64 / 1000.0),
+                        );
                     }
                 }
                 Err(e) if crate::is(&e, |e| matches!(e, EtcdError::Stale(_))) => {

@@ -33,6 +33,8 @@ pub enum Ret {
 
 #[derive(Debug, Clone)]
 pub struct Event {
+    /// Which client (printed with a failing history).
+    #[allow(dead_code)]
     pub client: usize,
     pub op: Op,
     /// `None`: the outcome is unknown.
@@ -59,8 +61,8 @@ fn step(state: u64, op: Op) -> (u64, Ret) {
 }
 
 /// Whether some order of the events, each at a point between its call
-/// and its end, gives every known answer from `initial`. `None` if so;
-/// else the longest prefix of completed events it could order (to print).
+/// and its end, gives every known answer from `initial`; if none does,
+/// the longest order of events it found (to print).
 pub fn check(events: &[Event], initial: u64) -> Result<(), Vec<Event>> {
     let n = events.len();
     let words = n.div_ceil(64).max(1);

@@ -37,8 +37,8 @@ struct State {
     /// Actors whose requests never fail (the coordinator, a client that
     /// stopped and revokes its registration).
     calm: BTreeSet<usize>,
-    /// Requests let through so far.
-    steps: u64,
+    /// Requests let through so far: actor, cluster, kind, fault.
+    trace: Vec<String>,
 }
 
 pub struct Turnstile {
@@ -56,15 +56,26 @@ impl Turnstile {
                 waiting: BTreeSet::new(),
                 turn: None,
                 calm: BTreeSet::new(),
-                steps: 0,
+                trace: Vec::new(),
             }),
             cv: Condvar::new(),
         })
     }
 
-    /// Starts actor `id` running `f` on its own thread. Every actor must
-    /// be spawned before any of them can run (spawn them all, then none
-    /// runs until the last one waits at the gate).
+    /// Holds every actor until [`Turnstile::release`]: while the test
+    /// spawns them, none may run (the order would depend on timing).
+    pub fn hold(&self) {
+        self.state.lock().live += 1;
+    }
+
+    pub fn release(&self) {
+        let mut s = self.state.lock();
+        s.live -= 1;
+        self.grant(&mut s);
+    }
+
+    /// Starts actor `id` running `f` on its own thread (between
+    /// [`Turnstile::hold`] and [`Turnstile::release`]).
     pub fn spawn<T: Send + 'static>(
         self: &Arc<Self>,
         id: usize,
@@ -91,7 +102,10 @@ impl Turnstile {
                     self.0.grant(&mut s);
                 }
             }
-            let _end = End(me);
+            let _end = End(me.clone());
+            // The actor's first step waits for its turn too: nothing runs
+            // outside the order the seed gives.
+            drop(me.wait_turn(id));
             f()
         })
     }
@@ -103,8 +117,22 @@ impl Turnstile {
         }
     }
 
-    pub fn steps(&self) -> u64 {
-        self.state.lock().steps
+    /// The requests let through so far, in order.
+    pub fn trace(&self) -> Vec<String> {
+        self.state.lock().trace.clone()
+    }
+
+    /// Blocks until it is actor `me`'s turn (then only `me` runs).
+    fn wait_turn(&self, me: usize) -> parking_lot::MutexGuard<'_, State> {
+        let mut s = self.state.lock();
+        s.waiting.insert(me);
+        self.grant(&mut s);
+        while s.turn != Some(me) {
+            self.cv.wait(&mut s);
+        }
+        s.turn = None;
+        s.waiting.remove(&me);
+        s
     }
 
     /// Gives the turn to a waiting actor once every live one waits.
@@ -118,29 +146,25 @@ impl Turnstile {
 }
 
 impl Gate for Turnstile {
-    fn pass(&self, _cluster: &str, _request: Request) -> Fault {
+    fn pass(&self, cluster: &str, request: Request) -> Fault {
         let Some(me) = ACTOR.with(Cell::get) else {
             return Fault::Pass;
         };
-        let mut s = self.state.lock();
-        s.waiting.insert(me);
-        self.grant(&mut s);
-        while s.turn != Some(me) {
-            self.cv.wait(&mut s);
-        }
-        s.turn = None;
-        s.waiting.remove(&me);
-        s.steps += 1;
-        if s.calm.contains(&me) {
-            return Fault::Pass;
-        }
+        let mut s = self.wait_turn(me);
         let roll = s.rng.gen_range(0..1000);
-        if roll < s.faults.refuse {
+        let fault = if s.calm.contains(&me) {
+            Fault::Pass
+        } else if roll < s.faults.refuse {
             Fault::Refuse
         } else if roll < s.faults.refuse + s.faults.lose {
             Fault::LoseReply
         } else {
             Fault::Pass
-        }
+        };
+        // The cluster's name without the run's tag.
+        let cluster = cluster.rsplit('-').next().unwrap_or(cluster);
+        s.trace
+            .push(format!("{me} {cluster} {request:?} {fault:?}"));
+        fault
     }
 }
