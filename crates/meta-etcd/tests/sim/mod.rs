@@ -258,8 +258,11 @@ fn run_inner(name: &str, seed: u64, cfg: &Config) -> Outcome {
     if let Err(best) = linear::check(&events, 0) {
         let mut sorted = events.clone();
         sorted.sort_by_key(|e| e.call);
+        let lines = |v: &[Event]| v.iter().map(|e| format!("  {e:?}\n")).collect::<String>();
         panic!(
-            "seed {seed}: the histories are not linearizable.\nevents: {sorted:#?}\nlongest order found: {best:#?}"
+            "seed {seed}: the histories are not linearizable.\nevents:\n{}longest order found:\n{}",
+            lines(&sorted),
+            lines(&best)
         );
     }
     drop(checker);
