@@ -66,7 +66,21 @@ impl EtcdMeta {
                     pending = None;
                 }
                 let mut tx = Tx::new(&route, &self.keys, self.client);
-                let out = f(&mut tx)?;
+                let out = match f(&mut tx) {
+                    Ok(out) => out,
+                    // An answer read from several clusters, each at its
+                    // own time, holds only if nothing it read changed
+                    // since: else it may come from a state that never
+                    // was (an entry read before an intent, its inode
+                    // after), and the operation runs again.
+                    Err(e) if answer(&e) => {
+                        return match tx.still_holds()? {
+                            true => Err(e),
+                            false => Ok(None),
+                        }
+                    }
+                    Err(e) => return Err(e),
+                };
                 let mut parts = tx.into_parts()?;
                 if parts.len() > 1 {
                     let id = self.random() | 1;
@@ -150,6 +164,12 @@ impl EtcdMeta {
             }
         }
     }
+}
+
+/// Whether `e` is an answer about the namespace (`NotFound`, `Exists`,
+/// ...), as opposed to the engine failing.
+fn answer(e: &MetaError) -> bool {
+    !matches!(e, MetaError::Remote(_))
 }
 
 fn etcd_error(e: &MetaError) -> Option<&EtcdError> {

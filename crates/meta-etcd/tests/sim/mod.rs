@@ -132,26 +132,55 @@ fn slot(d: InodeId, s: u8) -> (InodeId, &'static [u8]) {
     (dir, NAMES[usize::from(s % 3)].as_bytes())
 }
 
+fn etcd(e: &MetaError) -> Option<&EtcdError> {
+    match e {
+        MetaError::Remote(src) => src.downcast_ref::<EtcdError>(),
+        _ => None,
+    }
+}
+
 fn stopped(e: &MetaError) -> bool {
-    matches!(e, MetaError::Remote(src) if matches!(src.downcast_ref::<EtcdError>(), Some(EtcdError::Injected)))
+    matches!(etcd(e), Some(EtcdError::Injected))
+}
+
+/// Whether `e` leaves the operation's outcome unknown to its client (the
+/// engine gave up, or the client stopped): any other engine error (a
+/// dangling entry, a damaged record) is a wrong answer.
+fn unknown(e: &MetaError) -> bool {
+    matches!(
+        etcd(e),
+        Some(EtcdError::Unavailable { .. } | EtcdError::Contended(_) | EtcdError::Injected)
+    )
 }
 
 /// Runs one seed: panics (after printing the seed) when a check fails.
 /// `name` names its clusters: runs at the same time need their own.
 pub fn run(name: &str, seed: u64, cfg: &Config) -> Outcome {
-    let out = std::panic::catch_unwind(|| run_inner(name, seed, cfg));
+    let trace = std::sync::Mutex::new(Vec::new());
+    let out = std::panic::catch_unwind(|| run_inner(name, seed, cfg, &trace));
     match out {
         Ok(o) => o,
         Err(p) => {
+            if std::env::var_os("CAIRN_SIM_TRACE").is_some() {
+                for line in trace.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                    eprintln!("{line}");
+                }
+            }
             eprintln!(
-                "simulation failed: seed {seed} ({cfg:?}); replay it with CAIRN_SIM_SEED={seed}"
+                "simulation failed: seed {seed} ({cfg:?}); replay it with CAIRN_SIM_SEED={seed} \
+                 (and CAIRN_SIM_TRACE=1 to print every request)"
             );
             std::panic::resume_unwind(p)
         }
     }
 }
 
-fn run_inner(name: &str, seed: u64, cfg: &Config) -> Outcome {
+fn run_inner(
+    name: &str,
+    seed: u64,
+    cfg: &Config,
+    trace: &std::sync::Mutex<Vec<String>>,
+) -> Outcome {
     let gate = Turnstile::new(seed, cfg.faults);
     let world = World::new(name, seed, cfg, &gate);
     let setup = world.open(seed ^ 0x5e7);
@@ -255,6 +284,7 @@ fn run_inner(name: &str, seed: u64, cfg: &Config) -> Outcome {
         call: now,
         end: now + 1,
     });
+    *trace.lock().unwrap() = gate.trace();
     if let Err(best) = linear::check(&events, 0) {
         let mut sorted = events.clone();
         sorted.sort_by_key(|e| e.call);
@@ -315,6 +345,7 @@ fn file_client(
             _ => Op::Lookup(a),
         };
         let call = clock.fetch_add(1, Ordering::SeqCst);
+        gate.note(format!("client {id} calls {op:?} at {call}"));
         let got: Result<Ret, MetaError> = match op {
             Op::Create(s) => {
                 let (dir, name) = slot(d, s);
@@ -343,11 +374,12 @@ fn file_client(
             }
             Op::ReadAll => unreachable!("only the checker reads all"),
         };
+        gate.note(format!("client {id}: {op:?} -> {got:?}"));
         let (ret, end) = match got {
             Ok(r) => (Some(r), clock.fetch_add(1, Ordering::SeqCst)),
             Err(MetaError::Exists) => (Some(Ret::Exists), clock.fetch_add(1, Ordering::SeqCst)),
             Err(MetaError::NotFound) => (Some(Ret::NotFound), clock.fetch_add(1, Ordering::SeqCst)),
-            Err(e @ MetaError::Remote(_)) => {
+            Err(e) if unknown(&e) => {
                 let stop = stopped(&e);
                 events.push(Event {
                     client: id,
@@ -444,9 +476,9 @@ fn dir_client(
                 | MetaError::Exists
                 | MetaError::NotEmpty
                 | MetaError::NotDir
-                | MetaError::Invalid(_)
-                | MetaError::Remote(_),
+                | MetaError::Invalid(_),
             ) => {}
+            Err(e) if unknown(&e) => {}
             Err(e) => problems.push(format!("directory client: {}: {e}", kind(&e))),
         }
     }

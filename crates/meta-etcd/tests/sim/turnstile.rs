@@ -117,6 +117,12 @@ impl Turnstile {
         }
     }
 
+    /// Adds a line to the trace (an actor's operation starting or
+    /// ending), in the order the actors run.
+    pub fn note(&self, line: String) {
+        self.state.lock().trace.push(line);
+    }
+
     /// The requests let through so far, in order.
     pub fn trace(&self) -> Vec<String> {
         self.state.lock().trace.clone()
