@@ -160,6 +160,11 @@ impl Intent {
     }
 }
 
+/// Whether an intent record says preparing (nothing of it applied).
+pub(crate) fn preparing(record: &[u8]) -> Result<bool, EtcdError> {
+    Ok(Intent::decode(record)?.state == PREPARING)
+}
+
 fn control(store: &EtcdMeta) -> Result<&Rpc, EtcdError> {
     store.ring.control.as_deref().ok_or(EtcdError::NotSharded)
 }

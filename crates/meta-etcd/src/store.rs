@@ -234,9 +234,13 @@ impl EtcdMeta {
     /// operation deadline.
     pub(crate) fn read<T>(&self, mut f: impl FnMut(&mut Reader<'_>) -> Result<T>) -> Result<T> {
         let deadline = Instant::now() + self.opts.op_deadline;
+        let mut skews = 0;
         loop {
             let route = self.ring.route();
-            let mut r = Reader::new(&route, &self.keys, HashMap::new());
+            let mut r = match &self.ring.control {
+                Some(ctl) => Reader::strict(&route, &self.keys, ctl),
+                None => Reader::new(&route, &self.keys, HashMap::new()),
+            };
             match f(&mut r) {
                 Err(e) if crate::is(&e, |e| matches!(e, EtcdError::Stale(_))) => {
                     if Instant::now() >= deadline {
@@ -260,7 +264,35 @@ impl EtcdMeta {
                     }
                     std::thread::sleep(self.pause(1));
                 }
-                other => return other,
+                Err(e) if crate::is(&e, |e| matches!(e, EtcdError::Locked { .. })) => {
+                    if Instant::now() >= deadline {
+                        return Err(e);
+                    }
+                    if let MetaError::Remote(src) = &e {
+                        if let Some(&EtcdError::Locked { intent, shard }) = src.downcast_ref() {
+                            match crate::intent::settle_lock(self, intent, shard) {
+                                Err(e) if !transient(&e) => return Err(e),
+                                _ => {}
+                            }
+                        }
+                    }
+                    std::thread::sleep(self.pause(10));
+                }
+                // Read over several clusters, the answer may come from a
+                // state that never was: read again (bounded).
+                other => match r.still_holds() {
+                    Ok(true) => return other,
+                    Ok(false) => {
+                        skews += 1;
+                        if skews >= MAX_CONFLICTS {
+                            return Err(EtcdError::Contended(skews).into());
+                        }
+                    }
+                    Err(e) if transient(&e) && Instant::now() < deadline => {
+                        std::thread::sleep(self.pause(1));
+                    }
+                    Err(e) => return Err(e),
+                },
             }
         }
     }

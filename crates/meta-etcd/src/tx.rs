@@ -107,6 +107,37 @@ impl Part {
     }
 }
 
+/// Whether keys read (cluster, key, mod revision) are still as read.
+/// Reads in one cluster are at one revision, a state that was: true
+/// without asking. Over several, each cluster is asked (compares only)
+/// after every read, so the reads all held at the time of the last one.
+pub(crate) fn reads_hold<'k>(
+    route: &Route,
+    reads: impl Iterator<Item = (usize, &'k [u8], i64)>,
+) -> Result<bool> {
+    let mut by_cluster: BTreeMap<usize, Vec<Compare>> = BTreeMap::new();
+    for (cluster, key, modrev) in reads {
+        by_cluster
+            .entry(cluster)
+            .or_default()
+            .push(Compare::mod_revision(key, CompareOp::Equal, modrev));
+    }
+    if by_cluster.len() < 2 {
+        return Ok(true);
+    }
+    for (cluster, mut compares) in by_cluster {
+        compares.sort_by(|a, b| a.key.cmp(&b.key));
+        compares.dedup();
+        for batch in compares.chunks(MAX_TXN_OPS) {
+            let txn = Txn::new().when(batch.to_vec());
+            if !route.rpc(cluster).txn(txn)?.succeeded {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}
+
 pub(crate) fn check_size(compares: usize, ops: usize, bytes: usize) -> Result<(), EtcdError> {
     if compares > MAX_TXN_OPS || ops > MAX_TXN_OPS || bytes > MAX_TXN_BYTES {
         return Err(EtcdError::TooBig {
@@ -347,35 +378,14 @@ impl<'a> Tx<'a> {
     /// The attempt, one part per cluster it read or wrote in (in cluster
     /// order). Every shard written is fenced too (its fence read now, if
     /// no read touched the shard yet).
-    /// Whether every key read is still as read. Reads in one cluster are
-    /// at one revision, a state that was: true without asking. Over
-    /// several, each cluster is asked (compares only) after every read,
-    /// so the reads all held at the time of the last one.
+    /// Whether every key read is still as read ([`reads_hold`]).
     pub(crate) fn still_holds(&self) -> Result<bool> {
-        let mut by_cluster: BTreeMap<usize, Vec<Compare>> = BTreeMap::new();
-        for (key, (cluster, modrev, _)) in &self.read {
-            by_cluster
-                .entry(*cluster)
-                .or_default()
-                .push(Compare::mod_revision(
-                    key.clone(),
-                    CompareOp::Equal,
-                    *modrev,
-                ));
-        }
-        if by_cluster.len() < 2 {
-            return Ok(true);
-        }
-        for (cluster, mut compares) in by_cluster {
-            compares.sort_by(|a, b| a.key.cmp(&b.key));
-            for batch in compares.chunks(MAX_TXN_OPS) {
-                let txn = Txn::new().when(batch.to_vec());
-                if !self.route.rpc(cluster).txn(txn)?.succeeded {
-                    return Ok(false);
-                }
-            }
-        }
-        Ok(true)
+        reads_hold(
+            self.route,
+            self.read
+                .iter()
+                .map(|(k, (c, r, _))| (*c, k.as_slice(), *r)),
+        )
     }
 
     pub(crate) fn into_parts(mut self) -> Result<Vec<Part>> {

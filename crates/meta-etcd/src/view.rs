@@ -18,7 +18,7 @@ use meta::{DirEntry, FileKind, Inode, InodeId, MetaError, MetaView, Result};
 use crate::keys::{prefix_end, Keys};
 use crate::record::{decode, dval_decode, Rec};
 use crate::route::Route;
-use crate::rpc::GetOptions;
+use crate::rpc::{GetOptions, Rpc};
 use crate::shard::Fence;
 use crate::EtcdError;
 
@@ -34,6 +34,10 @@ pub(crate) struct Reader<'a> {
     checked: HashSet<u32>,
     /// Per cluster, its fences at the reader's revision (whole scans).
     fences: HashMap<usize, HashMap<u32, Fence>>,
+    /// A linearizable reader's control cluster ([`Reader::strict`]).
+    control: Option<&'a Rpc>,
+    /// A linearizable reader's point reads: cluster, key, mod revision.
+    seen: Vec<(usize, Vec<u8>, i64)>,
 }
 
 impl<'a> Reader<'a> {
@@ -44,6 +48,20 @@ impl<'a> Reader<'a> {
             revs,
             checked: HashSet::new(),
             fences: HashMap::new(),
+            control: None,
+            seen: Vec::new(),
+        }
+    }
+
+    /// A reader whose answers are linearizable over several clusters: a
+    /// shard locked by an intent no longer preparing (parts of it may be
+    /// applied) fails with [`EtcdError::Locked`] (settle it, read again),
+    /// and [`Reader::still_holds`] tells whether reads made in several
+    /// clusters, each at its own time, still hold together.
+    pub(crate) fn strict(route: &'a Route, keys: &'a Keys, control: &'a Rpc) -> Self {
+        Reader {
+            control: Some(control),
+            ..Reader::new(route, keys, HashMap::new())
         }
     }
 
@@ -52,10 +70,37 @@ impl<'a> Reader<'a> {
         if let Some((shard, epoch)) = shard {
             if self.checked.insert(shard) {
                 let fence = self.value_in(cluster, self.keys.fence(shard))?;
-                Route::check_fence(shard, epoch, fence.as_deref())?;
+                let fence = Route::check_fence(shard, epoch, fence.as_deref())?;
+                if fence.lock != 0 {
+                    self.check_lock(shard, fence.lock)?;
+                }
             }
         }
         Ok(cluster)
+    }
+
+    /// A lock read through by a strict reader: fine while its intent is
+    /// preparing (nothing of it is applied; it is read after the fence,
+    /// so it was preparing when the fence was read), else `Locked`.
+    fn check_lock(&mut self, shard: u32, intent: u64) -> Result<()> {
+        let Some(ctl) = self.control else {
+            return Ok(());
+        };
+        let mut resp = ctl.get(self.keys.intent(intent), GetOptions::new())?;
+        match resp.take_kvs().pop() {
+            Some(kv) if crate::intent::preparing(&kv.value)? => Ok(()),
+            _ => Err(EtcdError::Locked { shard, intent }.into()),
+        }
+    }
+
+    /// Whether a strict reader's reads still hold (see [`Tx::still_holds`]).
+    ///
+    /// [`Tx::still_holds`]: crate::tx::Tx::still_holds
+    pub(crate) fn still_holds(&self) -> Result<bool> {
+        crate::tx::reads_hold(
+            self.route,
+            self.seen.iter().map(|(c, k, r)| (*c, k.as_slice(), *r)),
+        )
     }
 
     fn value_in(&mut self, cluster: usize, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
