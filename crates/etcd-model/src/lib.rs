@@ -662,6 +662,43 @@ mod tests {
     }
 
     #[test]
+    fn the_builders_make_what_the_fields_say() {
+        let built = Txn::new()
+            .when([Compare::version("k", Cmp::Equal, 0)])
+            .and_then([Op::put("k", "v", 0)])
+            .or_else([Op::delete(Range::prefix("p"))]);
+        let spelled = Txn {
+            compares: vec![Compare {
+                key: b"k".to_vec(),
+                cmp: Cmp::Equal,
+                target: Target::Version(0),
+            }],
+            success: vec![Op::Put {
+                key: b"k".to_vec(),
+                value: b"v".to_vec(),
+                lease: 0,
+            }],
+            failure: vec![Op::Delete(Range {
+                key: b"p".to_vec(),
+                end: Some(b"q".to_vec()),
+            })],
+        };
+        assert_eq!(built, spelled);
+        let mut kv = Kv::default();
+        assert!(kv.txn(&built).unwrap().succeeded);
+        let checks = Txn::new().when([
+            Compare::mod_revision("k", Cmp::Equal, 2),
+            Compare::value("k", Cmp::Equal, "v"),
+        ]);
+        let r = kv.txn(&checks).unwrap();
+        assert!(r.succeeded);
+        assert_eq!(
+            r.revision, 2,
+            "a transaction of compares only writes nothing"
+        );
+    }
+
+    #[test]
     fn a_revoke_deletes_its_keys_in_one_revision() {
         let mut kv = Kv::default();
         let l = kv.grant();

@@ -81,6 +81,10 @@
 //!   by one compare in the control cluster, applied by idempotent
 //!   transactions, inode records created first and deleted last (no
 //!   reader meets a dangling name); anyone settles an unfinished one.
+//!   Reads and answers stay linearizable: a read settles the lock of a
+//!   committed intent before it reads, and an answer read from several
+//!   clusters (each at its own time) is checked still to hold, else
+//!   read again (`Tx::still_holds`, `Reader::strict`).
 //! - Every request has a timeout; an unreachable cluster fails an
 //!   operation with [`EtcdError::Unavailable`] (as `MetaError::Remote`,
 //!   EIO at the file system) after [`EtcdOptions::op_deadline`], never hangs.

@@ -6,8 +6,11 @@
 //! fail, never lie). Over several clusters the first read of a shard also
 //! reads its fence at the same revision: a stale map fails with
 //! [`EtcdError::Stale`] (the caller reloads it and reads again) rather
-//! than read a cluster the shard has left. Locks are not waited for: the
-//! parts of an intent apply in an order that never shows a dangling entry.
+//! than read a cluster the shard has left. A view does not wait for
+//! locks: the parts of an intent apply in an order that never shows a
+//! dangling entry. The store's own reads over several clusters use a
+//! strict reader ([`Reader::strict`]): linearizable, it settles a
+//! committed intent it meets and checks its reads over clusters hold.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
