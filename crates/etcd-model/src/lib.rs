@@ -143,6 +143,22 @@ pub enum Op {
     Delete(Range),
 }
 
+impl Op {
+    /// A put; `lease` 0 for none.
+    pub fn put(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>, lease: i64) -> Op {
+        Op::Put {
+            key: key.into(),
+            value: value.into(),
+            lease,
+        }
+    }
+
+    /// A delete of one key or a range.
+    pub fn delete(range: Range) -> Op {
+        Op::Delete(range)
+    }
+}
+
 /// What one operation of a transaction returned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OpResult {
@@ -177,12 +193,63 @@ pub struct Compare {
     pub target: Target,
 }
 
+impl Compare {
+    /// `key`'s `mod_revision` (0: absent) compared to `rev`.
+    pub fn mod_revision(key: impl Into<Vec<u8>>, cmp: Cmp, rev: i64) -> Compare {
+        Compare {
+            key: key.into(),
+            cmp,
+            target: Target::ModRevision(rev),
+        }
+    }
+
+    /// `key`'s `version` (0: absent) compared to `version`.
+    pub fn version(key: impl Into<Vec<u8>>, cmp: Cmp, version: i64) -> Compare {
+        Compare {
+            key: key.into(),
+            cmp,
+            target: Target::Version(version),
+        }
+    }
+
+    /// `key`'s value compared to `value` (fails on an absent key).
+    pub fn value(key: impl Into<Vec<u8>>, cmp: Cmp, value: impl Into<Vec<u8>>) -> Compare {
+        Compare {
+            key: key.into(),
+            cmp,
+            target: Target::Value(value.into()),
+        }
+    }
+}
+
 /// A transaction: `success` runs when every compare holds, else `failure`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Txn {
     pub compares: Vec<Compare>,
     pub success: Vec<Op>,
     pub failure: Vec<Op>,
+}
+
+/// Builds a transaction as etcd clients do.
+impl Txn {
+    pub fn new() -> Txn {
+        Txn::default()
+    }
+
+    pub fn when(mut self, compares: impl IntoIterator<Item = Compare>) -> Txn {
+        self.compares.extend(compares);
+        self
+    }
+
+    pub fn and_then(mut self, ops: impl IntoIterator<Item = Op>) -> Txn {
+        self.success.extend(ops);
+        self
+    }
+
+    pub fn or_else(mut self, ops: impl IntoIterator<Item = Op>) -> Txn {
+        self.failure.extend(ops);
+        self
+    }
 }
 
 /// What a transaction did: which branch ran, the revision after it, and
@@ -591,6 +658,43 @@ mod tests {
             get(&kv, "y", 0),
             None,
             "nothing of a refused transaction applies"
+        );
+    }
+
+    #[test]
+    fn the_builders_make_what_the_fields_say() {
+        let built = Txn::new()
+            .when([Compare::version("k", Cmp::Equal, 0)])
+            .and_then([Op::put("k", "v", 0)])
+            .or_else([Op::delete(Range::prefix("p"))]);
+        let spelled = Txn {
+            compares: vec![Compare {
+                key: b"k".to_vec(),
+                cmp: Cmp::Equal,
+                target: Target::Version(0),
+            }],
+            success: vec![Op::Put {
+                key: b"k".to_vec(),
+                value: b"v".to_vec(),
+                lease: 0,
+            }],
+            failure: vec![Op::Delete(Range {
+                key: b"p".to_vec(),
+                end: Some(b"q".to_vec()),
+            })],
+        };
+        assert_eq!(built, spelled);
+        let mut kv = Kv::default();
+        assert!(kv.txn(&built).unwrap().succeeded);
+        let checks = Txn::new().when([
+            Compare::mod_revision("k", Cmp::Equal, 2),
+            Compare::value("k", Cmp::Equal, "v"),
+        ]);
+        let r = kv.txn(&checks).unwrap();
+        assert!(r.succeeded);
+        assert_eq!(
+            r.revision, 2,
+            "a transaction of compares only writes nothing"
         );
     }
 

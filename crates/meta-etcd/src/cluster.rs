@@ -5,13 +5,13 @@
 
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
+use etcd_model::{Cmp as CompareOp, Compare, Op as TxnOp, Range, Txn};
 use meta::{InodeId, Result};
 use serde::Serialize;
 
 use crate::keys::Keys;
 use crate::record::encode;
-use crate::rpc::Rpc;
+use crate::rpc::{GetOptions, Rpc};
 use crate::shard::{Fence, ShardMap, MAX_SHARDS};
 use crate::store::{check_fsid, root_rec, EtcdMeta, EtcdOptions};
 use crate::tx::MAX_TXN_OPS;
@@ -61,7 +61,7 @@ pub fn init_cluster(
         for batch in mine.chunks(MAX_TXN_OPS - 1) {
             let ops: Vec<TxnOp> = batch
                 .iter()
-                .map(|&s| TxnOp::put(keys.fence(s), Fence::open(1).encode(), None))
+                .map(|&s| TxnOp::put(keys.fence(s), Fence::open(1).encode(), 0))
                 .collect();
             rpc.txn(Txn::new().and_then(ops))?;
         }
@@ -71,8 +71,8 @@ pub fn init_cluster(
                 Txn::new()
                     .when([Compare::version(root.clone(), CompareOp::Equal, 0)])
                     .and_then([
-                        TxnOp::put(root, encode(&root_rec(root_uid, root_gid)), None),
-                        TxnOp::put(keys.dir_mark(InodeId::ROOT), Vec::new(), None),
+                        TxnOp::put(root, encode(&root_rec(root_uid, root_gid)), 0),
+                        TxnOp::put(keys.dir_mark(InodeId::ROOT), Vec::new(), 0),
                     ]),
             )?;
         }
@@ -82,11 +82,11 @@ pub fn init_cluster(
         Txn::new()
             .when([Compare::version(keys.map(), CompareOp::Equal, 0)])
             .and_then([
-                TxnOp::put(keys.map(), map.encode(), None),
-                TxnOp::put(next, 2u64.to_le_bytes().to_vec(), None),
+                TxnOp::put(keys.map(), map.encode(), 0),
+                TxnOp::put(next, 2u64.to_le_bytes().to_vec(), 0),
             ]),
     )?;
-    if !done.succeeded() {
+    if !done.succeeded {
         return Err(EtcdError::AlreadyInitialized.into());
     }
     tracing::info!(
@@ -139,14 +139,14 @@ fn members(endpoints: &[String], timeout: Duration) -> Vec<MemberHealth> {
     endpoints
         .iter()
         .map(|ep| {
-            let asked = Rpc::connect(std::slice::from_ref(ep), timeout)
-                .and_then(|rpc| rpc.call(|mut c| async move { c.status().await }));
+            let asked =
+                Rpc::connect(std::slice::from_ref(ep), timeout).and_then(|rpc| rpc.status(ep));
             match asked {
                 Ok(st) => MemberHealth {
                     endpoint: ep.clone(),
-                    healthy: st.errors().is_empty(),
-                    leader: st.header().is_some_and(|h| h.member_id() == st.leader()),
-                    error: (!st.errors().is_empty()).then(|| st.errors().join("; ")),
+                    healthy: st.errors.is_empty(),
+                    leader: st.leader,
+                    error: (!st.errors.is_empty()).then(|| st.errors.join("; ")),
                 },
                 Err(e) => MemberHealth {
                     endpoint: ep.clone(),
@@ -220,16 +220,16 @@ impl EtcdMeta {
         loop {
             let mut resp = ctl.get(self.keys.map(), GetOptions::new())?;
             let kv = resp.take_kvs().pop().ok_or(EtcdError::NoMap)?;
-            let mut map = ShardMap::decode(kv.value())?;
+            let mut map = ShardMap::decode(&kv.value)?;
             let out = f(&mut map)?;
             let txn = Txn::new()
                 .when([Compare::mod_revision(
                     self.keys.map(),
                     CompareOp::Equal,
-                    kv.mod_revision(),
+                    kv.mod_revision,
                 )])
-                .and_then([TxnOp::put(self.keys.map(), map.encode(), None)]);
-            if ctl.txn(txn)?.succeeded() {
+                .and_then([TxnOp::put(self.keys.map(), map.encode(), 0)]);
+            if ctl.txn(txn)?.succeeded {
                 return Ok(out);
             }
         }
@@ -261,10 +261,10 @@ impl EtcdMeta {
         let (new_epoch, rev) = loop {
             let mut resp = src.get(fence.clone(), GetOptions::new())?;
             let kv = resp.take_kvs().pop().ok_or(EtcdError::Stale(shard))?;
-            let f = Fence::decode(kv.value())?;
+            let f = Fence::decode(&kv.value)?;
             if f.lock != 0 {
                 crate::intent::settle_lock(self, f.lock, shard)?;
-                std::thread::sleep(Duration::from_millis(10));
+                std::thread::sleep(self.pause(10));
                 continue;
             }
             let new_epoch = f.epoch.max(epoch) + 1;
@@ -273,16 +273,16 @@ impl EtcdMeta {
                     .when([Compare::mod_revision(
                         fence.clone(),
                         CompareOp::Equal,
-                        kv.mod_revision(),
+                        kv.mod_revision,
                     )])
                     .and_then([TxnOp::put(
                         fence.clone(),
                         Fence::open(new_epoch).encode(),
-                        None,
+                        0,
                     )]),
             )?;
-            if resp.succeeded() {
-                break (new_epoch, resp.header().map_or(0, |h| h.revision()));
+            if resp.succeeded {
+                break (new_epoch, resp.revision);
             }
         };
         // 2. Copy at the fenced revision, then open the target.
@@ -291,8 +291,7 @@ impl EtcdMeta {
             let (start, end) = self.keys.shard_range(tag, shard, shard + 1);
             let mut batch = Vec::new();
             src.scan(start, &end, rev, usize::MAX, &mut |kv| {
-                let (k, v) = kv.into_key_value();
-                batch.push(TxnOp::put(k, v, None));
+                batch.push(TxnOp::put(kv.key, kv.value, 0));
                 if batch.len() == MAX_TXN_OPS - 1 {
                     dst.txn(Txn::new().and_then(std::mem::take(&mut batch)))?;
                 }
@@ -306,7 +305,7 @@ impl EtcdMeta {
         dst.txn(Txn::new().and_then([TxnOp::put(
             fence.clone(),
             Fence::open(new_epoch).encode(),
-            None,
+            0,
         )]))?;
         // 3. Flip the map.
         self.update_map(|m| {
@@ -318,10 +317,10 @@ impl EtcdMeta {
             .iter()
             .map(|tag| {
                 let (start, end) = self.keys.shard_range(tag, shard, shard + 1);
-                TxnOp::delete(
-                    start,
-                    Some(etcd_client::DeleteOptions::new().with_range(end)),
-                )
+                TxnOp::delete(Range {
+                    key: start,
+                    end: Some(end),
+                })
             })
             .collect();
         ops.push(TxnOp::put(
@@ -332,7 +331,7 @@ impl EtcdMeta {
                 moved: true,
             }
             .encode(),
-            None,
+            0,
         ));
         src.txn(Txn::new().and_then(ops))?;
         self.refresh()?;

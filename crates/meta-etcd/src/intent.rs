@@ -28,13 +28,13 @@
 
 use std::sync::atomic::Ordering;
 
-use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_model::{Cmp as CompareOp, Compare, Op as TxnOp, Range, Txn};
 use meta::codec::Reader;
 use meta::Result;
 
 use crate::keys::prefix_end;
 use crate::route::Route;
-use crate::rpc::Rpc;
+use crate::rpc::{GetOptions, Rpc};
 use crate::shard::Fence;
 use crate::store::EtcdMeta;
 use crate::tx::{check_size, Part};
@@ -160,6 +160,11 @@ impl Intent {
     }
 }
 
+/// Whether an intent record says preparing (nothing of it applied).
+pub(crate) fn preparing(record: &[u8]) -> Result<bool, EtcdError> {
+    Ok(Intent::decode(record)?.state == PREPARING)
+}
+
 fn control(store: &EtcdMeta) -> Result<&Rpc, EtcdError> {
     store.ring.control.as_deref().ok_or(EtcdError::NotSharded)
 }
@@ -189,9 +194,9 @@ pub(crate) fn run(store: &EtcdMeta, route: &Route, id: u64, mut parts: Vec<Part>
     let resp = ctl.txn(
         Txn::new()
             .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key.clone(), bytes, None)]),
+            .and_then([TxnOp::put(key.clone(), bytes, 0)]),
     )?;
-    let rev = resp.header().map_or(0, |h| h.revision());
+    let rev = resp.revision;
     for (i, p) in intent.parts.iter().enumerate() {
         let compares: Vec<Compare> = p
             .compares
@@ -201,13 +206,13 @@ pub(crate) fn run(store: &EtcdMeta, route: &Route, id: u64, mut parts: Vec<Part>
         let ops: Vec<TxnOp> = p
             .shards
             .iter()
-            .map(|&(s, e)| TxnOp::put(store.keys.fence(s), locked(e, id), None))
+            .map(|&(s, e)| TxnOp::put(store.keys.fence(s), locked(e, id), 0))
             .collect();
         check_size(compares.len(), ops.len(), 0)?;
         if !route
             .rpc(p.cluster)
             .txn(Txn::new().when(compares).and_then(ops))?
-            .succeeded()
+            .succeeded
         {
             abort(store, id, rev, &intent, &intent.parts[..i])?;
             return Ok(false);
@@ -223,9 +228,9 @@ pub(crate) fn run(store: &EtcdMeta, route: &Route, id: u64, mut parts: Vec<Part>
     let resp = ctl.txn(
         Txn::new()
             .when([Compare::mod_revision(key.clone(), CompareOp::Equal, rev)])
-            .and_then([TxnOp::put(key.clone(), committed.encode(), None)]),
+            .and_then([TxnOp::put(key.clone(), committed.encode(), 0)]),
     )?;
-    if !resp.succeeded() {
+    if !resp.succeeded {
         // Aborted by another client that took this one for dead.
         release(store, route, id, &committed.parts)?;
         return Ok(false);
@@ -247,14 +252,14 @@ fn abort(store: &EtcdMeta, id: u64, rev: i64, intent: &Intent, locked: &[Part]) 
     let resp = ctl.txn(
         Txn::new()
             .when([Compare::mod_revision(key.clone(), CompareOp::Equal, rev)])
-            .and_then([TxnOp::put(key.clone(), aborted.encode(), None)]),
+            .and_then([TxnOp::put(key.clone(), aborted.encode(), 0)]),
     )?;
-    if !resp.succeeded() {
+    if !resp.succeeded {
         // Someone else settled it meanwhile.
         return Ok(());
     }
     release(store, &store.ring.route(), id, locked)?;
-    ctl.txn(Txn::new().and_then([TxnOp::delete(key, None)]))?;
+    ctl.txn(Txn::new().and_then([TxnOp::delete(Range::key(key))]))?;
     Ok(())
 }
 
@@ -281,7 +286,7 @@ fn fenced(store: &EtcdMeta, id: u64, p: &Part) -> (Vec<Compare>, Vec<TxnOp>) {
     let ops = p
         .shards
         .iter()
-        .map(|&(s, e)| TxnOp::put(store.keys.fence(s), Fence::open(e).encode(), None))
+        .map(|&(s, e)| TxnOp::put(store.keys.fence(s), Fence::open(e).encode(), 0))
         .collect();
     (when, ops)
 }
@@ -340,11 +345,7 @@ fn finish(store: &EtcdMeta, id: u64, owner: u64) -> Result<()> {
         owner,
         parts: Vec::new(),
     };
-    ctl.txn(Txn::new().and_then([TxnOp::put(
-        store.keys.intent(id),
-        done.encode(),
-        Some(PutOptions::new().with_lease(lease)),
-    )]))?;
+    ctl.txn(Txn::new().and_then([TxnOp::put(store.keys.intent(id), done.encode(), lease)]))?;
     Ok(())
 }
 
@@ -361,7 +362,7 @@ pub(crate) fn settle(store: &EtcdMeta, id: u64, own: bool) -> Result<Option<bool
         let Some(kv) = resp.take_kvs().pop() else {
             return Ok(Some(false));
         };
-        let intent = Intent::decode(kv.value())?;
+        let intent = Intent::decode(&kv.value)?;
         match intent.state {
             DONE => return Ok(Some(true)),
             COMMITTED => {
@@ -371,14 +372,14 @@ pub(crate) fn settle(store: &EtcdMeta, id: u64, own: bool) -> Result<Option<bool
             }
             ABORTED => {
                 release(store, &route, id, &intent.parts)?;
-                ctl.txn(Txn::new().and_then([TxnOp::delete(key.clone(), None)]))?;
+                ctl.txn(Txn::new().and_then([TxnOp::delete(Range::key(key.clone()))]))?;
                 return Ok(Some(false));
             }
             _ => {
                 if !own && owner_registered(store, intent.owner)? {
                     return Ok(None);
                 }
-                abort(store, id, kv.mod_revision(), &intent, &intent.parts)?;
+                abort(store, id, kv.mod_revision, &intent, &intent.parts)?;
             }
         }
     }
@@ -407,7 +408,7 @@ pub(crate) fn settle_lock(store: &EtcdMeta, id: u64, shard: u32) -> Result<()> {
     let Some(kv) = resp.take_kvs().pop() else {
         return Ok(());
     };
-    let fence = Fence::decode(kv.value())?;
+    let fence = Fence::decode(&kv.value)?;
     if fence.lock == id {
         tracing::warn!(
             intent = id,
@@ -416,8 +417,12 @@ pub(crate) fn settle_lock(store: &EtcdMeta, id: u64, shard: u32) -> Result<()> {
         );
         rpc.txn(
             Txn::new()
-                .when([Compare::value(key.clone(), CompareOp::Equal, kv.value())])
-                .and_then([TxnOp::put(key, Fence { lock: 0, ..fence }.encode(), None)]),
+                .when([Compare::value(
+                    key.clone(),
+                    CompareOp::Equal,
+                    kv.value.clone(),
+                )])
+                .and_then([TxnOp::put(key, Fence { lock: 0, ..fence }.encode(), 0)]),
         )?;
     }
     Ok(())
@@ -435,12 +440,12 @@ pub(crate) fn unfinished(store: &EtcdMeta) -> Result<Vec<(u64, &'static str, u64
         usize::MAX,
         &mut |kv| {
             let id = kv
-                .key()
+                .key
                 .get(prefix.len()..)
                 .and_then(|b| b.try_into().ok())
                 .map(u64::from_be_bytes)
                 .ok_or(EtcdError::BadIntent)?;
-            let intent = Intent::decode(kv.value())?;
+            let intent = Intent::decode(&kv.value)?;
             let state = match intent.state {
                 PREPARING => "preparing",
                 COMMITTED => "committed",

@@ -81,13 +81,22 @@
 //!   by one compare in the control cluster, applied by idempotent
 //!   transactions, inode records created first and deleted last (no
 //!   reader meets a dangling name); anyone settles an unfinished one.
+//!   Reads and answers stay linearizable: a read settles the lock of a
+//!   committed intent before it reads, and an answer read from several
+//!   clusters (each at its own time) is checked still to hold, else
+//!   read again (`Tx::still_holds`, `Reader::strict`).
 //! - Every request has a timeout; an unreachable cluster fails an
 //!   operation with [`EtcdError::Unavailable`] (as `MetaError::Remote`,
 //!   EIO at the file system) after [`EtcdOptions::op_deadline`], never hangs.
 //!
-//! The trait is synchronous and the client async: the store owns a tokio
-//! runtime of two threads and waits for each request on a channel (`rpc`).
+//! Every request goes through `rpc`'s [`KvBackend`], in `etcd_model`'s
+//! request and response types: a real cluster (`client`: the trait is
+//! synchronous and the etcd client async, so each connection owns a tokio
+//! runtime of two threads and waits for each request on a channel), or a
+//! simulated one ([`sim`], endpoint `sim://NAME`) for deterministic
+//! simulations; the engine's code is the same for both.
 
+mod client;
 mod cluster;
 mod intent;
 mod keys;
@@ -98,6 +107,7 @@ mod register;
 mod route;
 mod rpc;
 mod shard;
+pub mod sim;
 mod store;
 mod tx;
 mod view;
@@ -106,6 +116,7 @@ pub use cluster::{
     init_cluster, parse_cluster, ClusterHealth, ClusterStatus, IntentInfo, MemberHealth,
 };
 pub use ops::{MAX_INLINE, MAX_OP_XATTRS, XATTR_SIZE_MAX};
+pub use rpc::{KvBackend, MemberStatus};
 pub use shard::{shard_of, ShardMap, DEFAULT_SHARDS, MAX_SHARDS, SHARD_SHIFT};
 pub use store::{parse_url, EtcdMeta, EtcdOptions, INO_BATCH, MAX_CONFLICTS};
 pub use tx::{MAX_ANCESTORS, MAX_TXN_BYTES, MAX_TXN_OPS};
@@ -122,6 +133,10 @@ pub enum EtcdError {
     Rpc(#[from] etcd_client::Error),
     #[error("etcd at {endpoints} did not answer within {after:?}")]
     Timeout { endpoints: String, after: Duration },
+    #[error("etcd at {0} refused the request (unavailable)")]
+    Refused(String),
+    #[error("etcd refused the request: {0}")]
+    Model(#[from] etcd_model::ModelError),
     #[error("etcd was unreachable for {after:?} (last: {last})")]
     Unavailable { after: Duration, last: String },
     #[error("the reply of a transaction was lost (fault injection)")]

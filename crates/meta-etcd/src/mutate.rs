@@ -4,13 +4,13 @@
 //! stale shard map, a shard locked by an intent.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use etcd_client::GetOptions;
 use meta::{MetaError, Result};
 
 use crate::record::Outcome;
 use crate::route::Route;
+use crate::rpc::GetOptions;
 use crate::store::{transient, EtcdMeta, MAX_CONFLICTS};
 use crate::tx::{Part, Tx};
 use crate::EtcdError;
@@ -37,7 +37,8 @@ impl EtcdMeta {
         // outcome it would give.
         let mut pending: Option<(u64, Vec<u8>)> = None;
         let mut conflicts = 0;
-        let mut last: Option<(MetaError, u64)> = None;
+        // The last error, and the divisor of the pause before the next try.
+        let mut last: Option<(MetaError, u32)> = None;
         loop {
             if let Some((e, pause)) = last.take() {
                 if Instant::now() >= deadline {
@@ -48,14 +49,14 @@ impl EtcdMeta {
                     }
                     .into());
                 }
-                std::thread::sleep(Duration::from_millis(pause));
+                std::thread::sleep(self.pause(pause));
             }
             let attempt = (|| -> Result<Option<T>> {
                 let route = self.ring.route();
                 if let Some(c) = unknown {
                     let mut resp = route.rpc(c).get(op_key.clone(), GetOptions::new())?;
                     if let Some(kv) = resp.take_kvs().pop() {
-                        return Ok(Some(T::decode(kv.value())?));
+                        return Ok(Some(T::decode(&kv.value)?));
                     }
                 }
                 if let Some((id, out)) = &pending {
@@ -65,10 +66,24 @@ impl EtcdMeta {
                     pending = None;
                 }
                 let mut tx = Tx::new(&route, &self.keys, self.client);
-                let out = f(&mut tx)?;
+                let out = match f(&mut tx) {
+                    Ok(out) => out,
+                    // An answer read from several clusters, each at its
+                    // own time, holds only if nothing it read changed
+                    // since: else it may come from a state that never
+                    // was (an entry read before an intent, its inode
+                    // after), and the operation runs again.
+                    Err(e) if answer(&e) => {
+                        return match tx.still_holds()? {
+                            true => Err(e),
+                            false => Ok(None),
+                        }
+                    }
+                    Err(e) => return Err(e),
+                };
                 let mut parts = tx.into_parts()?;
                 if parts.len() > 1 {
-                    let id = rand::random::<u64>() | 1;
+                    let id = self.random() | 1;
                     pending = Some((id, out.encode()));
                     let applied = crate::intent::run(self, &route, id, parts)?;
                     pending = None;
@@ -87,13 +102,16 @@ impl EtcdMeta {
                     }
                     if self.is_sharded() {
                         // Intents that collide back off at random.
-                        std::thread::sleep(Duration::from_millis(rand::random::<u64>() % 10));
+                        std::thread::sleep(
+                            self.pause(10)
+                                .mul_f64((self.random() % 1000) as f64 / 1000.0),
+                        );
                     }
                 }
                 Err(e) if crate::is(&e, |e| matches!(e, EtcdError::Stale(_))) => {
                     last = Some(match self.refresh() {
-                        Ok(()) => (e, 20),
-                        Err(r) => (r, 100),
+                        Ok(()) => (e, 5),
+                        Err(r) => (r, 1),
                     });
                 }
                 Err(e) if crate::is(&e, |e| matches!(e, EtcdError::Locked { .. })) => {
@@ -102,10 +120,10 @@ impl EtcdMeta {
                     };
                     last = Some(match crate::intent::settle_lock(self, intent, shard) {
                         Ok(_) => (e, 10),
-                        Err(r) => (r, 100),
+                        Err(r) => (r, 1),
                     });
                 }
-                Err(e) if transient(&e) || is_reply_lost(&e) => last = Some((e, 100)),
+                Err(e) if transient(&e) || is_reply_lost(&e) => last = Some((e, 1)),
                 Err(e) => {
                     if let MetaError::Remote(src) = &e {
                         tracing::error!(error = %src, "a metadata operation failed in etcd");
@@ -135,7 +153,7 @@ impl EtcdMeta {
             return Err(EtcdError::ReplyLost.into());
         }
         match sent {
-            Ok(resp) if resp.succeeded() => Ok(Some(out)),
+            Ok(resp) if resp.succeeded => Ok(Some(out)),
             Ok(_) => Ok(None),
             Err(e) => {
                 *unknown = Some(c);
@@ -146,6 +164,12 @@ impl EtcdMeta {
             }
         }
     }
+}
+
+/// Whether `e` is an answer about the namespace (`NotFound`, `Exists`,
+/// ...), as opposed to the engine failing.
+fn answer(e: &MetaError) -> bool {
+    !matches!(e, MetaError::Remote(_))
 }
 
 fn etcd_error(e: &MetaError) -> Option<&EtcdError> {

@@ -307,8 +307,8 @@ impl MetaStore for EtcdMeta {
             };
             let keys = &self.keys;
             r.scan(start, &prefix_end(&prefix), limit, &mut |kv| {
-                let (ino, kind) = dval_decode(kv.value())?;
-                let name = keys.name_of(kv.key()).unwrap_or_default().to_vec();
+                let (ino, kind) = dval_decode(&kv.value)?;
+                let name = keys.name_of(&kv.key).unwrap_or_default().to_vec();
                 out.push(DirEntry { name, ino, kind });
                 Ok(true)
             })?;
@@ -465,7 +465,7 @@ impl MetaStore for EtcdMeta {
         let all = self.read(|r| {
             let mut all = Vec::new();
             r.scan_all(b"o/", &mut |kv| {
-                all.extend(keys.orphan_of(kv.key()));
+                all.extend(keys.orphan_of(&kv.key));
                 Ok(true)
             })?;
             Ok(all)

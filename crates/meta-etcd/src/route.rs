@@ -8,11 +8,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::GetOptions;
 use parking_lot::RwLock;
 
 use crate::keys::Keys;
-use crate::rpc::Rpc;
+use crate::rpc::{GetOptions, Rpc};
 use crate::shard::{Fence, ShardMap};
 use crate::EtcdError;
 
@@ -151,7 +150,7 @@ impl Ring {
         let control = self.control.as_ref().ok_or(EtcdError::NotSharded)?;
         let mut resp = control.get(keys.map(), GetOptions::new())?;
         let kv = resp.take_kvs().pop().ok_or(EtcdError::NoMap)?;
-        let map = Arc::new(ShardMap::decode(kv.value())?);
+        let map = Arc::new(ShardMap::decode(&kv.value)?);
         let old = self.route();
         let mut data = old.data.clone();
         for endpoints in &map.clusters[data.len().min(map.clusters.len())..] {

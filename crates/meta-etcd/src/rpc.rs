@@ -1,19 +1,18 @@
-//! The bridge from the synchronous [`meta::MetaStore`] to the async etcd
-//! client: a small tokio runtime owned by the store runs each request,
-//! under a timeout, and the caller waits on a channel. Waiting on a channel
-//! (never `Runtime::block_on`) works from any thread, also one inside
-//! another tokio runtime (the gateway's blocking threads).
+//! The engine's one way to etcd: [`Rpc`], a cluster's requests as the
+//! engine makes them (range reads at a revision, transactions with
+//! compares, leases), in `etcd_model`'s request and response types, over
+//! a [`KvBackend`]: a real etcd cluster ([`crate::client::EtcdClient`]) or
+//! a simulated one ([`crate::sim::SimCluster`]). The engine's code is
+//! written once, against `Rpc`.
 //!
-//! One client per member: requests go to one member until one fails, then
-//! to the next (the client's own balancing kept sending requests to a
-//! killed member). A failed request is not sent again here: the caller
-//! decides, as its outcome may be unknown.
+//! A failed request is not sent again here: the caller decides, as its
+//! outcome may be unknown.
 
-use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, GetOptions, GetResponse, KeyValue, Txn, TxnResponse};
+use etcd_model::{Get, GetResult, KeyValue, Range, Txn, TxnResult};
 
 use crate::EtcdError;
 
@@ -21,44 +20,114 @@ use crate::EtcdError;
 /// that no response nears gRPC's message limit.
 pub(crate) const PAGE: i64 = 512;
 
+/// One member's answer to a status request.
+#[derive(Debug, Clone)]
+pub struct MemberStatus {
+    /// Whether the member answering leads its cluster.
+    pub leader: bool,
+    /// The errors the member reports (alarms).
+    pub errors: Vec<String>,
+}
+
+/// The requests the engine makes of one etcd cluster. Implemented for a
+/// real cluster and for a simulated one; every request either applies
+/// whole or not at all, and an error may leave its outcome unknown (the
+/// caller's retry reads its result record).
+pub trait KvBackend: Send + Sync {
+    /// A range read; with the cluster's current revision (the response
+    /// header's).
+    fn range(&self, get: Get) -> Result<(i64, GetResult), EtcdError>;
+    fn txn(&self, txn: Txn) -> Result<TxnResult, EtcdError>;
+    /// A new lease of `ttl` seconds; its id.
+    fn grant(&self, ttl: i64) -> Result<i64, EtcdError>;
+    fn revoke(&self, lease: i64) -> Result<(), EtcdError>;
+    /// Keeps the registration `key` under `lease` alive until `stop` (in
+    /// the background; a lapsed lease is replaced and stored in `lease`).
+    /// A simulated cluster's leases lapse only when the simulation says.
+    fn keep_registered(&self, key: Vec<u8>, ttl: i64, lease: Arc<AtomicI64>, stop: Arc<AtomicBool>);
+    /// The status of each member endpoint (`cluster status`).
+    fn status(&self, endpoint: &str) -> Result<MemberStatus, EtcdError>;
+}
+
+/// A range read's options, as etcd clients give them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct GetOptions {
+    end: Option<Vec<u8>>,
+    limit: usize,
+    revision: i64,
+}
+
+impl GetOptions {
+    pub(crate) fn new() -> Self {
+        GetOptions::default()
+    }
+
+    pub(crate) fn with_range(mut self, end: Vec<u8>) -> Self {
+        self.end = Some(end);
+        self
+    }
+
+    pub(crate) fn with_revision(mut self, revision: i64) -> Self {
+        self.revision = revision;
+        self
+    }
+
+    pub(crate) fn with_limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// For [`GetResponse::count`] only: the count is of every key in the
+    /// range whatever the limit, so one key is sent.
+    pub(crate) fn with_count_only(self) -> Self {
+        self.with_limit(1)
+    }
+}
+
+/// What a range read returned, with the revision it was answered at.
+#[derive(Debug, Clone)]
+pub(crate) struct GetResponse {
+    revision: i64,
+    result: GetResult,
+}
+
+impl GetResponse {
+    pub(crate) fn revision(&self) -> i64 {
+        self.revision
+    }
+
+    pub(crate) fn kvs(&self) -> &[KeyValue] {
+        &self.result.kvs
+    }
+
+    pub(crate) fn take_kvs(&mut self) -> Vec<KeyValue> {
+        std::mem::take(&mut self.result.kvs)
+    }
+
+    /// Keys in the range, whatever the limit.
+    pub(crate) fn count(&self) -> usize {
+        self.result.count
+    }
+}
+
+/// One cluster, as the engine uses it.
 pub(crate) struct Rpc {
-    /// Taken only by `drop`.
-    rt: Option<tokio::runtime::Runtime>,
-    /// A client per member endpoint, and the one requests go to.
-    clients: Vec<Client>,
-    at: AtomicUsize,
-    timeout: Duration,
+    backend: Box<dyn KvBackend>,
     /// Read requests sent so far ([`meta::MetaStore::storage_reads`]).
     reads: AtomicU64,
-    endpoints: String,
 }
 
 impl Rpc {
+    /// Connects to the cluster of `endpoints`: members `http://HOST:PORT`,
+    /// or one simulated cluster `sim://NAME` ([`crate::sim`]).
     pub(crate) fn connect(endpoints: &[String], timeout: Duration) -> Result<Self, EtcdError> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("meta-etcd")
-            .enable_all()
-            .build()
-            .map_err(EtcdError::Runtime)?;
-        let joined = endpoints.join(",");
-        let mut clients = Vec::with_capacity(endpoints.len());
-        for ep in endpoints {
-            let ep = ep.clone();
-            let opts = ConnectOptions::new()
-                .with_connect_timeout(timeout)
-                .with_timeout(timeout);
-            clients.push(run_on(&rt, timeout, &joined, async move {
-                Client::connect([ep], Some(opts)).await
-            })?);
-        }
+        let backend: Box<dyn KvBackend> = match crate::sim::lookup(endpoints) {
+            Some(sim) => Box::new(sim),
+            None => Box::new(crate::client::EtcdClient::connect(endpoints, timeout)?),
+        };
         Ok(Rpc {
-            rt: Some(rt),
-            clients,
-            at: AtomicUsize::new(0),
-            timeout,
+            backend,
             reads: AtomicU64::new(0),
-            endpoints: joined,
         })
     }
 
@@ -66,52 +135,41 @@ impl Rpc {
         self.reads.load(Ordering::Relaxed)
     }
 
-    /// Runs one request of the client on the runtime, waiting at most the
-    /// timeout.
-    pub(crate) fn call<T, F, Fut>(&self, f: F) -> Result<T, EtcdError>
-    where
-        T: Send + 'static,
-        F: FnOnce(Client) -> Fut,
-        Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
-    {
-        // Taken only by `drop`, after which nothing calls.
-        let rt = self.rt.as_ref().expect("the runtime lives until drop");
-        let at = self.at.load(Ordering::Relaxed);
-        let out = run_on(
-            rt,
-            self.timeout,
-            &self.endpoints,
-            f(self.clients[at].clone()),
-        );
-        if out.is_err() {
-            // The next request tries the next member.
-            let next = (at + 1) % self.clients.len();
-            let _ = self
-                .at
-                .compare_exchange(at, next, Ordering::Relaxed, Ordering::Relaxed);
-        }
-        out
-    }
-
-    /// Runs `f`'s future (given a client per member) in the background on
-    /// the store's runtime, until it ends or the store is dropped.
-    pub(crate) fn spawn<F, Fut>(&self, f: F)
-    where
-        F: FnOnce(Vec<Client>) -> Fut,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        let rt = self.rt.as_ref().expect("the runtime lives until drop");
-        rt.spawn(f(self.clients.clone()));
-    }
-
-    /// A range read (`opts` says which keys and at which revision).
+    /// A range read from `key` (`opts` say to where and at which revision).
     pub(crate) fn get(&self, key: Vec<u8>, opts: GetOptions) -> Result<GetResponse, EtcdError> {
         self.reads.fetch_add(1, Ordering::Relaxed);
-        self.call(|mut c| async move { c.get(key, Some(opts)).await })
+        let (revision, result) = self.backend.range(Get {
+            range: Range { key, end: opts.end },
+            limit: opts.limit,
+            revision: opts.revision,
+        })?;
+        Ok(GetResponse { revision, result })
     }
 
-    pub(crate) fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
-        self.call(|mut c| async move { c.txn(txn).await })
+    pub(crate) fn txn(&self, txn: Txn) -> Result<TxnResult, EtcdError> {
+        self.backend.txn(txn)
+    }
+
+    pub(crate) fn grant(&self, ttl: i64) -> Result<i64, EtcdError> {
+        self.backend.grant(ttl)
+    }
+
+    pub(crate) fn revoke(&self, lease: i64) -> Result<(), EtcdError> {
+        self.backend.revoke(lease)
+    }
+
+    pub(crate) fn keep_registered(
+        &self,
+        key: Vec<u8>,
+        ttl: i64,
+        lease: Arc<AtomicI64>,
+        stop: Arc<AtomicBool>,
+    ) {
+        self.backend.keep_registered(key, ttl, lease, stop);
+    }
+
+    pub(crate) fn status(&self, endpoint: &str) -> Result<MemberStatus, EtcdError> {
+        self.backend.status(endpoint)
     }
 
     /// Every key in `[start, end)` at `rev`, in key order, page by page,
@@ -130,14 +188,14 @@ impl Rpc {
             let opts = GetOptions::new()
                 .with_range(end.to_vec())
                 .with_revision(rev)
-                .with_limit(want);
+                .with_limit(want as usize);
             let mut resp = self.get(start.clone(), opts)?;
-            let more = resp.more();
+            let more = resp.result.more;
             let kvs = resp.take_kvs();
             let Some(last) = kvs.last() else {
                 return Ok(());
             };
-            start = crate::keys::key_after(last.key());
+            start = crate::keys::key_after(&last.key);
             for kv in kvs {
                 given += 1;
                 if !f(kv)? || given == limit {
@@ -148,41 +206,5 @@ impl Rpc {
                 return Ok(());
             }
         }
-    }
-}
-
-impl Drop for Rpc {
-    /// Stops the runtime without waiting for it: a runtime dropped the
-    /// usual way inside another one's task (the gateway's) panics.
-    fn drop(&mut self) {
-        if let Some(rt) = self.rt.take() {
-            rt.shutdown_background();
-        }
-    }
-}
-
-fn run_on<T, Fut>(
-    rt: &tokio::runtime::Runtime,
-    timeout: Duration,
-    endpoints: &str,
-    fut: Fut,
-) -> Result<T, EtcdError>
-where
-    T: Send + 'static,
-    Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
-{
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    rt.spawn(async move {
-        let _ = tx.send(tokio::time::timeout(timeout, fut).await);
-    });
-    // The task's own timeout answers first; this one only guards against
-    // a runtime that stopped running tasks.
-    match rx.recv_timeout(timeout + Duration::from_secs(5)) {
-        Ok(Ok(Ok(v))) => Ok(v),
-        Ok(Ok(Err(e))) => Err(EtcdError::Rpc(e)),
-        Ok(Err(_)) | Err(_) => Err(EtcdError::Timeout {
-            endpoints: endpoints.to_string(),
-            after: timeout,
-        }),
     }
 }

@@ -8,14 +8,16 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
+use etcd_model::{Cmp as CompareOp, Compare, Op as TxnOp, Txn};
 use meta::{Attr, Content, FileKind, Inode, InodeId, MetaError, Result, Timestamp};
 use parking_lot::Mutex;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use crate::keys::Keys;
 use crate::record::{encode, Rec};
 use crate::route::Ring;
-use crate::rpc::Rpc;
+use crate::rpc::{GetOptions, Rpc};
 use crate::shard::{ino_in, shard_for_dir, shard_of};
 use crate::view::Reader;
 use crate::EtcdError;
@@ -44,6 +46,14 @@ pub struct EtcdOptions {
     /// (the client closed, died or lost etcd that long) other clients
     /// purge the orphans it kept.
     pub client_ttl: Duration,
+    /// Seeds the store's random choices (its client id, intent ids,
+    /// back-offs), so that a simulation replays exactly; `None`: from
+    /// the operating system.
+    pub seed: Option<u64>,
+    /// The pause before another try after an unreachable cluster (100
+    /// ms); a stale shard map waits a fifth of it, a lock a tenth, and
+    /// colliding intents back off at random up to a tenth.
+    pub retry_pause: Duration,
 }
 
 impl Default for EtcdOptions {
@@ -52,6 +62,8 @@ impl Default for EtcdOptions {
             rpc_timeout: Duration::from_secs(5),
             op_deadline: Duration::from_secs(30),
             client_ttl: Duration::from_secs(60),
+            seed: None,
+            retry_pause: Duration::from_millis(100),
         }
     }
 }
@@ -82,6 +94,8 @@ pub struct EtcdMeta {
     /// Fault injection: where the next intent stops ([`crate::intent`]'s
     /// `STOP_*`; 0: nowhere).
     pub(crate) stop_at: std::sync::atomic::AtomicU8,
+    /// The store's random choices ([`EtcdOptions::seed`]).
+    rng: Mutex<StdRng>,
 }
 
 impl std::fmt::Debug for EtcdMeta {
@@ -116,7 +130,7 @@ pub(crate) fn transient(e: &MetaError) -> bool {
     match e {
         MetaError::Remote(src) => matches!(
             src.downcast_ref::<EtcdError>(),
-            Some(EtcdError::Rpc(_) | EtcdError::Timeout { .. })
+            Some(EtcdError::Rpc(_) | EtcdError::Timeout { .. } | EtcdError::Refused(_))
         ),
         _ => false,
     }
@@ -174,11 +188,16 @@ impl EtcdMeta {
     }
 
     fn with_ring(ring: Ring, fsid: &str, opts: EtcdOptions) -> Self {
+        let mut rng = match opts.seed {
+            Some(seed) => StdRng::seed_from_u64(seed),
+            None => StdRng::from_entropy(),
+        };
         EtcdMeta {
             ring,
             keys: Keys::new(fsid),
             opts,
-            client: rand::random(),
+            client: rng.gen(),
+            rng: Mutex::new(rng),
             registrations: Mutex::new(Vec::new()),
             stop_renewing: Arc::new(AtomicBool::new(false)),
             seq: AtomicU64::new(0),
@@ -190,6 +209,16 @@ impl EtcdMeta {
     }
 
     /// Whether the file system is over several clusters.
+    /// [`EtcdOptions::retry_pause`] divided by `by`.
+    pub(crate) fn pause(&self, by: u32) -> Duration {
+        self.opts.retry_pause / by
+    }
+
+    /// A random number from the store's generator.
+    pub(crate) fn random(&self) -> u64 {
+        self.rng.lock().gen()
+    }
+
     pub fn is_sharded(&self) -> bool {
         self.ring.control.is_some()
     }
@@ -205,9 +234,13 @@ impl EtcdMeta {
     /// operation deadline.
     pub(crate) fn read<T>(&self, mut f: impl FnMut(&mut Reader<'_>) -> Result<T>) -> Result<T> {
         let deadline = Instant::now() + self.opts.op_deadline;
+        let mut skews = 0;
         loop {
             let route = self.ring.route();
-            let mut r = Reader::new(&route, &self.keys, HashMap::new());
+            let mut r = match &self.ring.control {
+                Some(ctl) => Reader::strict(&route, &self.keys, ctl),
+                None => Reader::new(&route, &self.keys, HashMap::new()),
+            };
             match f(&mut r) {
                 Err(e) if crate::is(&e, |e| matches!(e, EtcdError::Stale(_))) => {
                     if Instant::now() >= deadline {
@@ -218,7 +251,7 @@ impl EtcdMeta {
                             return Err(e);
                         }
                     }
-                    std::thread::sleep(Duration::from_millis(20));
+                    std::thread::sleep(self.pause(5));
                 }
                 Err(e) if transient(&e) => {
                     if Instant::now() >= deadline {
@@ -229,9 +262,37 @@ impl EtcdMeta {
                         }
                         .into());
                     }
-                    std::thread::sleep(Duration::from_millis(100));
+                    std::thread::sleep(self.pause(1));
                 }
-                other => return other,
+                Err(e) if crate::is(&e, |e| matches!(e, EtcdError::Locked { .. })) => {
+                    if Instant::now() >= deadline {
+                        return Err(e);
+                    }
+                    if let MetaError::Remote(src) = &e {
+                        if let Some(&EtcdError::Locked { intent, shard }) = src.downcast_ref() {
+                            match crate::intent::settle_lock(self, intent, shard) {
+                                Err(e) if !transient(&e) => return Err(e),
+                                _ => {}
+                            }
+                        }
+                    }
+                    std::thread::sleep(self.pause(10));
+                }
+                // Read over several clusters, the answer may come from a
+                // state that never was: read again (bounded).
+                other => match r.still_holds() {
+                    Ok(true) => return other,
+                    Ok(false) => {
+                        skews += 1;
+                        if skews >= MAX_CONFLICTS {
+                            return Err(EtcdError::Contended(skews).into());
+                        }
+                    }
+                    Err(e) if transient(&e) && Instant::now() < deadline => {
+                        std::thread::sleep(self.pause(1));
+                    }
+                    Err(e) => return Err(e),
+                },
             }
         }
     }
@@ -268,7 +329,7 @@ impl EtcdMeta {
             }
             // Counted at the revision the root was missing at: another
             // client's root made since is not taken for other inodes.
-            let rev = resp.header().map_or(0, |h| h.revision());
+            let rev = resp.revision();
             let inodes = self.keys.inodes();
             let count = rpc
                 .get(
@@ -290,13 +351,13 @@ impl EtcdMeta {
                 .get(next.clone(), GetOptions::new().with_revision(rev))?
                 .kvs()
                 .first()
-                .map_or(0, |kv| kv.mod_revision());
+                .map_or(0, |kv| kv.mod_revision);
             let mut ops = vec![
-                TxnOp::put(root.clone(), encode(&rec), None),
-                TxnOp::put(self.keys.dir_mark(InodeId::ROOT), Vec::new(), None),
+                TxnOp::put(root.clone(), encode(&rec), 0),
+                TxnOp::put(self.keys.dir_mark(InodeId::ROOT), Vec::new(), 0),
             ];
             if counted == 0 {
-                ops.push(TxnOp::put(next.clone(), 2u64.to_le_bytes().to_vec(), None));
+                ops.push(TxnOp::put(next.clone(), 2u64.to_le_bytes().to_vec(), 0));
             }
             // Another client may create it at once: one of the two wins,
             // the other reads the winner's root.
@@ -306,7 +367,7 @@ impl EtcdMeta {
                     Compare::mod_revision(next, CompareOp::Equal, counted),
                 ])
                 .and_then(ops);
-            if rpc.txn(txn)?.succeeded() {
+            if rpc.txn(txn)?.succeeded {
                 return Ok(());
             }
         }
@@ -336,19 +397,22 @@ impl EtcdMeta {
                 let mut resp = rpc.get(key.clone(), GetOptions::new())?;
                 let (modrev, next) = match resp.take_kvs().pop() {
                     Some(kv) => {
-                        let v: [u8; 8] =
-                            kv.value().try_into().map_err(|_| EtcdError::BadCounter)?;
-                        (kv.mod_revision(), u64::from_le_bytes(v))
+                        let v: [u8; 8] = kv
+                            .value
+                            .as_slice()
+                            .try_into()
+                            .map_err(|_| EtcdError::BadCounter)?;
+                        (kv.mod_revision, u64::from_le_bytes(v))
                     }
                     None => (0, 2),
                 };
                 let end = next.checked_add(INO_BATCH).ok_or(EtcdError::BadCounter)?;
                 let txn = Txn::new()
                     .when([Compare::mod_revision(key.clone(), CompareOp::Equal, modrev)])
-                    .and_then([TxnOp::put(key.clone(), end.to_le_bytes().to_vec(), None)]);
+                    .and_then([TxnOp::put(key.clone(), end.to_le_bytes().to_vec(), 0)]);
                 // An unknown outcome only wastes numbers: the next read
                 // sees the counter moved, whoever moved it.
-                if rpc.txn(txn)?.succeeded() {
+                if rpc.txn(txn)?.succeeded {
                     *inos = (next, end);
                     break;
                 }
@@ -373,9 +437,7 @@ impl EtcdMeta {
             }
         }
         let at = Instant::now();
-        let id = rpc
-            .call(|mut c| async move { c.lease_grant(RESULT_TTL, None).await })?
-            .id();
+        let id = rpc.grant(RESULT_TTL)?;
         slots.insert(cluster, (id, at));
         Ok(id)
     }

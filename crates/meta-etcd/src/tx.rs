@@ -10,12 +10,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_model::{Cmp as CompareOp, Compare, Op as TxnOp, Range, Txn};
 use meta::{FileKind, Inode, InodeId, MetaError, Result, Timestamp};
 
 use crate::keys::Keys;
 use crate::record::{decode, dval, dval_decode, encode, Rec};
 use crate::route::Route;
+use crate::rpc::GetOptions;
 use crate::EtcdError;
 
 /// etcd's limit of compares, and of operations, in one transaction
@@ -83,11 +84,7 @@ impl Part {
             bytes += key.len() + 16;
             compares.push(Compare::mod_revision(key, CompareOp::Equal, modrev));
         }
-        ops.push(TxnOp::put(
-            op_key,
-            outcome,
-            Some(PutOptions::new().with_lease(lease)),
-        ));
+        ops.push(TxnOp::put(op_key, outcome, lease));
         check_size(compares.len(), ops.len(), bytes)?;
         Ok(Txn::new().when(compares).and_then(ops))
     }
@@ -97,20 +94,48 @@ impl Part {
         let mut ops = Vec::with_capacity(self.writes.len() + self.prefixes.len() + 1);
         for prefix in &self.prefixes {
             *bytes += prefix.len() * 2;
-            ops.push(TxnOp::delete(
-                prefix.clone(),
-                Some(DeleteOptions::new().with_prefix()),
-            ));
+            ops.push(TxnOp::delete(Range::prefix(prefix.clone())));
         }
         for (key, value) in &self.writes {
             *bytes += key.len() + value.as_ref().map_or(0, Vec::len) + 16;
             ops.push(match value {
-                Some(v) => TxnOp::put(key.clone(), v.clone(), None),
-                None => TxnOp::delete(key.clone(), None),
+                Some(v) => TxnOp::put(key.clone(), v.clone(), 0),
+                None => TxnOp::delete(Range::key(key.clone())),
             });
         }
         ops
     }
+}
+
+/// Whether keys read (cluster, key, mod revision) are still as read.
+/// Reads in one cluster are at one revision, a state that was: true
+/// without asking. Over several, each cluster is asked (compares only)
+/// after every read, so the reads all held at the time of the last one.
+pub(crate) fn reads_hold<'k>(
+    route: &Route,
+    reads: impl Iterator<Item = (usize, &'k [u8], i64)>,
+) -> Result<bool> {
+    let mut by_cluster: BTreeMap<usize, Vec<Compare>> = BTreeMap::new();
+    for (cluster, key, modrev) in reads {
+        by_cluster
+            .entry(cluster)
+            .or_default()
+            .push(Compare::mod_revision(key, CompareOp::Equal, modrev));
+    }
+    if by_cluster.len() < 2 {
+        return Ok(true);
+    }
+    for (cluster, mut compares) in by_cluster {
+        compares.sort_by(|a, b| a.key.cmp(&b.key));
+        compares.dedup();
+        for batch in compares.chunks(MAX_TXN_OPS) {
+            let txn = Txn::new().when(batch.to_vec());
+            if !route.rpc(cluster).txn(txn)?.succeeded {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
 }
 
 pub(crate) fn check_size(compares: usize, ops: usize, bytes: usize) -> Result<(), EtcdError> {
@@ -165,11 +190,10 @@ impl<'a> Tx<'a> {
             .rpc(cluster)
             .get(key.to_vec(), GetOptions::new().with_revision(rev))?;
         if rev == 0 {
-            self.revs
-                .insert(cluster, resp.header().map_or(0, |h| h.revision()));
+            self.revs.insert(cluster, resp.revision());
         }
         let (modrev, value) = match resp.take_kvs().pop() {
-            Some(kv) => (kv.mod_revision(), Some(kv.into_key_value().1)),
+            Some(kv) => (kv.mod_revision, Some(kv.value)),
             None => (0, None),
         };
         self.read
@@ -354,6 +378,16 @@ impl<'a> Tx<'a> {
     /// The attempt, one part per cluster it read or wrote in (in cluster
     /// order). Every shard written is fenced too (its fence read now, if
     /// no read touched the shard yet).
+    /// Whether every key read is still as read ([`reads_hold`]).
+    pub(crate) fn still_holds(&self) -> Result<bool> {
+        reads_hold(
+            self.route,
+            self.read
+                .iter()
+                .map(|(k, (c, r, _))| (*c, k.as_slice(), *r)),
+        )
+    }
+
     pub(crate) fn into_parts(mut self) -> Result<Vec<Part>> {
         for (ino, (rec, dirty)) in std::mem::take(&mut self.cache) {
             if dirty {

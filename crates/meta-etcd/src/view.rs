@@ -6,18 +6,22 @@
 //! fail, never lie). Over several clusters the first read of a shard also
 //! reads its fence at the same revision: a stale map fails with
 //! [`EtcdError::Stale`] (the caller reloads it and reads again) rather
-//! than read a cluster the shard has left. Locks are not waited for: the
-//! parts of an intent apply in an order that never shows a dangling entry.
+//! than read a cluster the shard has left. A view does not wait for
+//! locks: the parts of an intent apply in an order that never shows a
+//! dangling entry. The store's own reads over several clusters use a
+//! strict reader ([`Reader::strict`]): linearizable, it settles a
+//! committed intent it meets and checks its reads over clusters hold.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use etcd_client::{GetOptions, KeyValue};
+use etcd_model::KeyValue;
 use meta::{DirEntry, FileKind, Inode, InodeId, MetaError, MetaView, Result};
 
 use crate::keys::{prefix_end, Keys};
 use crate::record::{decode, dval_decode, Rec};
 use crate::route::Route;
+use crate::rpc::{GetOptions, Rpc};
 use crate::shard::Fence;
 use crate::EtcdError;
 
@@ -33,6 +37,10 @@ pub(crate) struct Reader<'a> {
     checked: HashSet<u32>,
     /// Per cluster, its fences at the reader's revision (whole scans).
     fences: HashMap<usize, HashMap<u32, Fence>>,
+    /// A linearizable reader's control cluster ([`Reader::strict`]).
+    control: Option<&'a Rpc>,
+    /// A linearizable reader's point reads: cluster, key, mod revision.
+    seen: Vec<(usize, Vec<u8>, i64)>,
 }
 
 impl<'a> Reader<'a> {
@@ -43,6 +51,20 @@ impl<'a> Reader<'a> {
             revs,
             checked: HashSet::new(),
             fences: HashMap::new(),
+            control: None,
+            seen: Vec::new(),
+        }
+    }
+
+    /// A reader whose answers are linearizable over several clusters: a
+    /// shard locked by an intent no longer preparing (parts of it may be
+    /// applied) fails with [`EtcdError::Locked`] (settle it, read again),
+    /// and [`Reader::still_holds`] tells whether reads made in several
+    /// clusters, each at its own time, still hold together.
+    pub(crate) fn strict(route: &'a Route, keys: &'a Keys, control: &'a Rpc) -> Self {
+        Reader {
+            control: Some(control),
+            ..Reader::new(route, keys, HashMap::new())
         }
     }
 
@@ -51,10 +73,37 @@ impl<'a> Reader<'a> {
         if let Some((shard, epoch)) = shard {
             if self.checked.insert(shard) {
                 let fence = self.value_in(cluster, self.keys.fence(shard))?;
-                Route::check_fence(shard, epoch, fence.as_deref())?;
+                let fence = Route::check_fence(shard, epoch, fence.as_deref())?;
+                if fence.lock != 0 {
+                    self.check_lock(shard, fence.lock)?;
+                }
             }
         }
         Ok(cluster)
+    }
+
+    /// A lock read through by a strict reader: fine while its intent is
+    /// preparing (nothing of it is applied; it is read after the fence,
+    /// so it was preparing when the fence was read), else `Locked`.
+    fn check_lock(&mut self, shard: u32, intent: u64) -> Result<()> {
+        let Some(ctl) = self.control else {
+            return Ok(());
+        };
+        let mut resp = ctl.get(self.keys.intent(intent), GetOptions::new())?;
+        match resp.take_kvs().pop() {
+            Some(kv) if crate::intent::preparing(&kv.value)? => Ok(()),
+            _ => Err(EtcdError::Locked { shard, intent }.into()),
+        }
+    }
+
+    /// Whether a strict reader's reads still hold (see [`Tx::still_holds`]).
+    ///
+    /// [`Tx::still_holds`]: crate::tx::Tx::still_holds
+    pub(crate) fn still_holds(&self) -> Result<bool> {
+        crate::tx::reads_hold(
+            self.route,
+            self.seen.iter().map(|(c, k, r)| (*c, k.as_slice(), *r)),
+        )
     }
 
     fn value_in(&mut self, cluster: usize, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
@@ -64,10 +113,9 @@ impl<'a> Reader<'a> {
             .rpc(cluster)
             .get(key, GetOptions::new().with_revision(rev))?;
         if rev == 0 {
-            self.revs
-                .insert(cluster, resp.header().map_or(0, |h| h.revision()));
+            self.revs.insert(cluster, resp.revision());
         }
-        Ok(resp.take_kvs().pop().map(|kv| kv.into_key_value().1))
+        Ok(resp.take_kvs().pop().map(|kv| kv.value))
     }
 
     pub(crate) fn value(&mut self, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
@@ -198,8 +246,8 @@ impl<'a> Reader<'a> {
                 rev,
                 usize::MAX,
                 &mut |kv| {
-                    let shard = keys.shard_of_fence(kv.key()).ok_or(EtcdError::BadFence)?;
-                    fences.insert(shard, Fence::decode(kv.value())?);
+                    let shard = keys.shard_of_fence(&kv.key).ok_or(EtcdError::BadFence)?;
+                    fences.insert(shard, Fence::decode(&kv.value)?);
                     Ok(true)
                 },
             )?;
@@ -279,8 +327,7 @@ impl<'a> Reader<'a> {
                     .with_count_only(),
             )?;
             if rev == 0 {
-                self.revs
-                    .insert(cluster, resp.header().map_or(0, |h| h.revision()));
+                self.revs.insert(cluster, resp.revision());
             }
             n += resp.count() as u64;
         }
@@ -297,8 +344,8 @@ impl<'a> Reader<'a> {
             &prefix_end(&prefix),
             usize::MAX,
             &mut |kv| {
-                let (ino, kind) = dval_decode(kv.value())?;
-                let name = keys.name_of(kv.key()).unwrap_or_default().to_vec();
+                let (ino, kind) = dval_decode(&kv.value)?;
+                let name = keys.name_of(&kv.key).unwrap_or_default().to_vec();
                 out.push(DirEntry { name, ino, kind });
                 Ok(true)
             },
@@ -316,8 +363,8 @@ impl<'a> Reader<'a> {
             &prefix_end(&prefix),
             usize::MAX,
             &mut |kv| {
-                let name = keys.name_of(kv.key()).unwrap_or_default().to_vec();
-                out.push((name, kv.into_key_value().1));
+                let name = keys.name_of(&kv.key).unwrap_or_default().to_vec();
+                out.push((name, kv.value));
                 Ok(true)
             },
         )?;
@@ -327,7 +374,7 @@ impl<'a> Reader<'a> {
     pub(crate) fn for_each(&mut self, f: &mut dyn FnMut(&Inode)) -> Result<()> {
         let keys = self.keys;
         self.scan_all(b"i/", &mut |kv| {
-            let rec = crate::ops::inode_of(keys, kv.key(), kv.value())?;
+            let rec = crate::ops::inode_of(keys, &kv.key, &kv.value)?;
             f(&rec.inode);
             Ok(true)
         })
@@ -343,8 +390,8 @@ impl<'a> Reader<'a> {
             &prefix_end(&prefix),
             usize::MAX,
             &mut |kv| {
-                if dval_decode(kv.value())?.0 == ino {
-                    found = keys.name_of(kv.key()).map(<[u8]>::to_vec);
+                if dval_decode(&kv.value)?.0 == ino {
+                    found = keys.name_of(&kv.key).map(<[u8]>::to_vec);
                     return Ok(false);
                 }
                 Ok(true)
@@ -402,7 +449,7 @@ impl EtcdView {
         let mut revs = HashMap::new();
         for (cluster, rpc) in route.data.iter().enumerate() {
             let resp = rpc.get(keys.next_ino(), GetOptions::new())?;
-            revs.insert(cluster, resp.header().map_or(0, |h| h.revision()));
+            revs.insert(cluster, resp.revision());
         }
         Ok(EtcdView { route, keys, revs })
     }

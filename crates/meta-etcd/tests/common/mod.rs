@@ -163,6 +163,8 @@ pub fn quick() -> EtcdOptions {
         rpc_timeout: Duration::from_secs(2),
         op_deadline: Duration::from_secs(4),
         client_ttl: Duration::from_secs(2),
+        seed: None,
+        retry_pause: Duration::from_millis(100),
     }
 }
 
