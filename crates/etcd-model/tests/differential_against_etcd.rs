@@ -39,7 +39,9 @@ enum Step {
 enum SimpleOp {
     Put(usize, usize),
     Delete(usize, bool),
-    Get(usize, bool),
+    /// A read inside a transaction, at the current revision or at an old
+    /// one (an offset from the case's first).
+    Get(usize, bool, Option<i64>),
 }
 
 fn cmp() -> impl Strategy<Value = Cmp> {
@@ -55,7 +57,8 @@ fn simple() -> impl Strategy<Value = SimpleOp> {
     prop_oneof![
         (0..KEYS.len(), 0..VALUES.len()).prop_map(|(k, v)| SimpleOp::Put(k, v)),
         (0..KEYS.len(), any::<bool>()).prop_map(|(k, p)| SimpleOp::Delete(k, p)),
-        (0..KEYS.len(), any::<bool>()).prop_map(|(k, p)| SimpleOp::Get(k, p)),
+        (0..KEYS.len(), any::<bool>(), prop::option::of(0..12i64))
+            .prop_map(|(k, p, r)| SimpleOp::Get(k, p, r)),
     ]
 }
 
@@ -297,15 +300,16 @@ impl Case<'_> {
                     TxnOp::delete(r.key.clone(), Self::delete_options(&r)),
                 )
             }
-            SimpleOp::Get(k, all) => {
+            SimpleOp::Get(k, all, off) => {
                 let r = self.range(*k, *all);
+                let revision = off.map_or(0, |o| self.rev(o));
                 (
                     Op::Get(Get {
                         range: r.clone(),
                         limit: 0,
-                        revision: 0,
+                        revision,
                     }),
-                    TxnOp::get(r.key.clone(), Some(self.get_options(&r, 0, 0))),
+                    TxnOp::get(r.key.clone(), Some(self.get_options(&r, 0, revision))),
                 )
             }
         }

@@ -159,6 +159,8 @@ pub enum EtcdError {
     BadEntry,
     #[error("a damaged result record")]
     BadOutcome,
+    #[error("etcd answered {got} reads of a transaction that asked for {asked}")]
+    ShortAnswer { asked: usize, got: usize },
     #[error("the inode-number counter is damaged")]
     BadCounter,
     #[error("a directory entry names inode {0}, which does not exist")]

@@ -48,6 +48,26 @@ impl MetaStore for EtcdMeta {
         self.read(|r| r.get(ino))
     }
 
+    fn get_many(&self, inos: &[InodeId]) -> Vec<Result<Inode>> {
+        match self.read(|r| r.get_many(inos)) {
+            Ok(each) => each,
+            // The store failed (not one inode): the first gets its error,
+            // the others one that names it.
+            Err(first) => {
+                let last = first.to_string();
+                let mut out = vec![Err(first)];
+                out.extend(inos.iter().skip(1).map(|_| {
+                    Err(MetaError::Remote(Box::new(crate::EtcdError::Unavailable {
+                        after: std::time::Duration::ZERO,
+                        last: last.clone(),
+                    })))
+                }));
+                out.truncate(inos.len());
+                out
+            }
+        }
+    }
+
     fn lookup(&self, parent: InodeId, name: &[u8]) -> Result<Inode> {
         check_name(name)?;
         self.read(|r| r.lookup(parent, name))

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_model::{Get, GetResult, KeyValue, Range, Txn, TxnResult};
+use etcd_model::{Get, GetResult, KeyValue, Op, OpResult, Range, Txn, TxnResult};
 
 use crate::EtcdError;
 
@@ -148,6 +148,52 @@ impl Rpc {
 
     pub(crate) fn txn(&self, txn: Txn) -> Result<TxnResult, EtcdError> {
         self.backend.txn(txn)
+    }
+
+    /// The values of `keys` (at most [`crate::MAX_TXN_OPS`]) at `revision`
+    /// (0: the current one) in one request: a transaction of reads only.
+    /// The revision read at, and each key's value.
+    pub(crate) fn get_many(
+        &self,
+        keys: Vec<Vec<u8>>,
+        revision: i64,
+    ) -> Result<(i64, Vec<Option<Vec<u8>>>), EtcdError> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let n = keys.len();
+        let txn = Txn {
+            success: keys
+                .into_iter()
+                .map(|key| {
+                    Op::Get(Get {
+                        range: Range { key, end: None },
+                        limit: 0,
+                        revision,
+                    })
+                })
+                .collect(),
+            ..Txn::default()
+        };
+        let done = self.backend.txn(txn)?;
+        let values: Vec<Option<Vec<u8>>> = done
+            .results
+            .into_iter()
+            .map(|r| match r {
+                OpResult::Get(mut g) => g.kvs.pop().map(|kv| kv.value),
+                _ => None,
+            })
+            .collect();
+        if values.len() != n {
+            return Err(EtcdError::ShortAnswer {
+                asked: n,
+                got: values.len(),
+            });
+        }
+        let at = if revision == 0 {
+            done.revision
+        } else {
+            revision
+        };
+        Ok((at, values))
     }
 
     pub(crate) fn grant(&self, ttl: i64) -> Result<i64, EtcdError> {

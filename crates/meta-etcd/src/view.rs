@@ -23,6 +23,7 @@ use crate::record::{decode, dval_decode, Rec};
 use crate::route::Route;
 use crate::rpc::{GetOptions, Rpc};
 use crate::shard::Fence;
+use crate::tx::MAX_TXN_OPS;
 use crate::EtcdError;
 
 /// Steps a parent-pointer walk takes over several clusters before it
@@ -132,6 +133,34 @@ impl<'a> Reader<'a> {
 
     pub(crate) fn get(&mut self, ino: InodeId) -> Result<Inode> {
         Ok(self.rec(ino)?.inode)
+    }
+
+    /// [`Reader::get`] of each of `inos`: one read-only transaction per
+    /// cluster (and per [`MAX_TXN_OPS`] inodes) instead of a request per
+    /// inode. The outer error is the store's (retried by the caller); a
+    /// missing or damaged inode is its own answer.
+    pub(crate) fn get_many(&mut self, inos: &[InodeId]) -> Result<Vec<Result<Inode>>> {
+        let mut by_cluster: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (i, ino) in inos.iter().enumerate() {
+            let cluster = self.cluster(&self.keys.inode(*ino))?;
+            by_cluster.entry(cluster).or_default().push(i);
+        }
+        let mut out: Vec<Result<Inode>> = inos.iter().map(|_| Err(MetaError::NotFound)).collect();
+        for (cluster, idx) in by_cluster {
+            for part in idx.chunks(MAX_TXN_OPS) {
+                let keys = part.iter().map(|&i| self.keys.inode(inos[i])).collect();
+                let rev = self.revs.get(&cluster).copied().unwrap_or(0);
+                let (at, values) = self.route.rpc(cluster).get_many(keys, rev)?;
+                self.revs.entry(cluster).or_insert(at);
+                for (&i, value) in part.iter().zip(values) {
+                    out[i] = match value {
+                        None => Err(MetaError::NotFound),
+                        Some(bytes) => decode(inos[i], &bytes).map(|r| r.inode).map_err(Into::into),
+                    };
+                }
+            }
+        }
+        Ok(out)
     }
 
     pub(crate) fn dir(&mut self, ino: InodeId) -> Result<Rec> {
