@@ -111,6 +111,10 @@ impl GetResponse {
 }
 
 /// One cluster, as the engine uses it.
+/// What [`Rpc::get_many`] read: the revision it read at, and each key's
+/// value (`None`: absent).
+pub(crate) type ReadMany = (i64, Vec<Option<Vec<u8>>>);
+
 pub(crate) struct Rpc {
     backend: Box<dyn KvBackend>,
     /// Read requests sent so far ([`meta::MetaStore::storage_reads`]).
@@ -150,14 +154,14 @@ impl Rpc {
         self.backend.txn(txn)
     }
 
-    /// The values of `keys` (at most [`crate::MAX_TXN_OPS`]) at `revision`
+    /// The values of `keys` (at most `MAX_TXN_OPS`) at `revision`
     /// (0: the current one) in one request: a transaction of reads only.
     /// The revision read at, and each key's value.
     pub(crate) fn get_many(
         &self,
         keys: Vec<Vec<u8>>,
         revision: i64,
-    ) -> Result<(i64, Vec<Option<Vec<u8>>>), EtcdError> {
+    ) -> Result<ReadMany, EtcdError> {
         self.reads.fetch_add(1, Ordering::Relaxed);
         let n = keys.len();
         let txn = Txn {
