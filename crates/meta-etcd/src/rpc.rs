@@ -112,8 +112,8 @@ impl GetResponse {
 
 /// One cluster, as the engine uses it.
 /// What [`Rpc::get_many`] read: the revision it read at, and each key's
-/// value (`None`: absent).
-pub(crate) type ReadMany = (i64, Vec<Option<Vec<u8>>>);
+/// value with its revisions (`None`: absent).
+pub(crate) type ReadMany = (i64, Vec<Option<KeyValue>>);
 
 pub(crate) struct Rpc {
     backend: Box<dyn KvBackend>,
@@ -178,11 +178,11 @@ impl Rpc {
             ..Txn::default()
         };
         let done = self.backend.txn(txn)?;
-        let values: Vec<Option<Vec<u8>>> = done
+        let values: Vec<Option<KeyValue>> = done
             .results
             .into_iter()
             .map(|r| match r {
-                OpResult::Get(mut g) => g.kvs.pop().map(|kv| kv.value),
+                OpResult::Get(mut g) => g.kvs.pop(),
                 _ => None,
             })
             .collect();

@@ -112,11 +112,21 @@ impl<'a> Reader<'a> {
         let mut resp = self
             .route
             .rpc(cluster)
-            .get(key, GetOptions::new().with_revision(rev))?;
+            .get(key.clone(), GetOptions::new().with_revision(rev))?;
         if rev == 0 {
             self.revs.insert(cluster, resp.revision());
         }
-        Ok(resp.take_kvs().pop().map(|kv| kv.value))
+        let kv = resp.take_kvs().pop();
+        self.saw(cluster, key, kv.as_ref().map_or(0, |kv| kv.mod_revision));
+        Ok(kv.map(|kv| kv.value))
+    }
+
+    /// Remembers a strict reader's point read (its key's mod revision, 0
+    /// for absent), for [`Reader::still_holds`].
+    fn saw(&mut self, cluster: usize, key: Vec<u8>, mod_revision: i64) {
+        if self.control.is_some() {
+            self.seen.push((cluster, key, mod_revision));
+        }
     }
 
     pub(crate) fn value(&mut self, key: Vec<u8>) -> Result<Option<Vec<u8>>> {
@@ -148,14 +158,17 @@ impl<'a> Reader<'a> {
         let mut out: Vec<Result<Inode>> = inos.iter().map(|_| Err(MetaError::NotFound)).collect();
         for (cluster, idx) in by_cluster {
             for part in idx.chunks(MAX_TXN_OPS) {
-                let keys = part.iter().map(|&i| self.keys.inode(inos[i])).collect();
+                let keys: Vec<Vec<u8>> = part.iter().map(|&i| self.keys.inode(inos[i])).collect();
                 let rev = self.revs.get(&cluster).copied().unwrap_or(0);
-                let (at, values) = self.route.rpc(cluster).get_many(keys, rev)?;
+                let (at, values) = self.route.rpc(cluster).get_many(keys.clone(), rev)?;
                 self.revs.entry(cluster).or_insert(at);
-                for (&i, value) in part.iter().zip(values) {
+                for ((&i, key), value) in part.iter().zip(keys).zip(values) {
+                    self.saw(cluster, key, value.as_ref().map_or(0, |kv| kv.mod_revision));
                     out[i] = match value {
                         None => Err(MetaError::NotFound),
-                        Some(bytes) => decode(inos[i], &bytes).map(|r| r.inode).map_err(Into::into),
+                        Some(kv) => decode(inos[i], &kv.value)
+                            .map(|r| r.inode)
+                            .map_err(Into::into),
                     };
                 }
             }
