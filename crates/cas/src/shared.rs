@@ -140,7 +140,23 @@ impl SharedIndex for CatchUp {
     }
 }
 
+/// What indexing one container read from its footer gives: its row in
+/// the index's container table, its policy, and its chunks' entries.
+type ContainerRow = (ContainerInfo, Policy, Vec<(ChunkId, ChunkLocation)>);
+
 impl Store {
+    /// Container `c` read from the branches (its footer, not its data),
+    /// ready to index.
+    fn container_row(&self, c: ContainerId) -> Result<ContainerRow> {
+        let (size, entries) = self.container_entries(c)?;
+        let info = ContainerInfo {
+            stored_bytes: size,
+            raw_bytes: entries.iter().map(|(_, l)| u64::from(l.len)).sum(),
+            chunks: entries.len() as u32,
+        };
+        Ok((info, self.stored_policy(c)?, entries))
+    }
+
     /// Consults `index` from now on for chunks this store's index does not
     /// know, and tells it of every container made durable.
     pub fn set_shared_index(&self, index: Arc<dyn SharedIndex>) {
@@ -185,16 +201,8 @@ impl Store {
         let mut rows = Vec::new();
         let mut entries = Vec::new();
         for c in new {
-            let found = self
-                .container_entries(c)
-                .and_then(|(size, e)| Ok((size, e, self.stored_policy(c)?)));
-            match found {
-                Ok((size, e, policy)) => {
-                    let info = ContainerInfo {
-                        stored_bytes: size,
-                        raw_bytes: e.iter().map(|(_, l)| u64::from(l.len)).sum(),
-                        chunks: e.len() as u32,
-                    };
+            match self.container_row(c) {
+                Ok((info, policy, e)) => {
                     rows.push((c, info, policy));
                     entries.extend(e);
                 }
@@ -275,16 +283,8 @@ impl Store {
             let key = c.blob_key();
             let own = |k: &branch::BlobKey| *k == key;
             self.shared.layer.discover_new(&format!("{key}."), &own);
-            let found = self
-                .container_entries(c)
-                .and_then(|(size, e)| Ok((size, e, self.stored_policy(c)?)));
-            match found {
-                Ok((size, e, policy)) => {
-                    let info = ContainerInfo {
-                        stored_bytes: size,
-                        raw_bytes: e.iter().map(|(_, l)| u64::from(l.len)).sum(),
-                        chunks: e.len() as u32,
-                    };
+            match self.container_row(c) {
+                Ok((info, policy, e)) => {
                     rows.push((c, info, policy));
                     whole.extend(e);
                 }
