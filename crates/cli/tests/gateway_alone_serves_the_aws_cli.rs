@@ -99,6 +99,9 @@ impl Aws {
             .env("AWS_ACCESS_KEY_ID", &self.key_id)
             .env("AWS_SECRET_ACCESS_KEY", &self.secret)
             .env("AWS_DEFAULT_REGION", "us-east-1")
+            // One attempt: botocore retries BadDigest with a backoff of
+            // seconds, and on loopback a retry would only hide a fault.
+            .env("AWS_MAX_ATTEMPTS", "1")
             .env("AWS_CONFIG_FILE", self.home.join("config"))
             .env("AWS_SHARED_CREDENTIALS_FILE", self.home.join("credentials"))
             .env("HOME", &self.home)

@@ -1,9 +1,10 @@
-//! A tree 30,000 directories deep through every walk of the history: a
+//! A tree 8,000 directories deep through every walk of the history: a
 //! version, snapshots, a diff, a clone, a restore, the "unique bytes"
 //! count, a rename's loop check and garbage collection's marking. Each of
 //! them once recursed a level per directory and overflowed the thread's
-//! stack, which aborted the daemon; this runs them on the test harness's
-//! own small thread stack.
+//! stack, which aborted the daemon; this runs them on a thread of
+//! [`STACK`] bytes, which a walk spending even 100 bytes of stack per level
+//! would overflow.
 
 mod common;
 
@@ -18,7 +19,9 @@ use meta::{Content, FileKind, InodeId, NewInode, RenameFlags};
 use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng};
 
-const DEPTH: usize = 30_000;
+const DEPTH: usize = 8_000;
+/// The walks' thread's stack: a quarter of a default thread's.
+const STACK: usize = 512 << 10;
 const LEVEL: &str = "d";
 const BOTTOM: &str = "bottom";
 /// Bytes of a stored listing of one entry without xattrs, besides the
@@ -88,7 +91,16 @@ fn snapshot_top(fs: &Fs, name: &str) -> InodeId {
 }
 
 #[test]
-fn every_history_walk_handles_a_30000_level_tree() {
+fn every_history_walk_handles_a_deep_tree_on_a_small_stack() {
+    std::thread::Builder::new()
+        .stack_size(STACK)
+        .spawn(walk_a_deep_tree)
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+fn walk_a_deep_tree() {
     let dir = tempfile::tempdir().unwrap();
     let (store, meta) = common::store_and_meta(dir.path());
     let settings = FsSettings {
