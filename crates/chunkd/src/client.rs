@@ -379,10 +379,14 @@ async fn post(
     path: &'static str,
     body: Vec<u8>,
 ) -> Result<Vec<u8>, OwnerFailure> {
-    let resp = http
-        .post(format!("{owner}{path}"))
-        .bearer_auth(token)
-        .body(body)
+    answer(http.post(format!("{owner}{path}")).bearer_auth(token).body(body)).await
+}
+
+/// Sends `request` and takes its answer: the body of a success; a stale
+/// epoch (421) or any other refusal with the first 500 characters the
+/// owner said.
+async fn answer(request: reqwest::RequestBuilder) -> Result<Vec<u8>, OwnerFailure> {
+    let resp = request
         .send()
         .await
         .map_err(|e| OwnerFailure::Unreachable(chain(&e)))?;
@@ -420,23 +424,7 @@ pub fn fetch_view(url: &str, token: &str, timeout: Duration) -> Result<RangeTabl
         .map_err(|e| OwnerFailure::Unreachable(chain(&e)))?;
     let url = format!("{}{}", crate::ranges::normalize(url), wire::VIEW);
     runtime.block_on(async {
-        let resp = http
-            .get(url)
-            .bearer_auth(token)
-            .send()
-            .await
-            .map_err(|e| OwnerFailure::Unreachable(chain(&e)))?;
-        let status = resp.status();
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| OwnerFailure::Unreachable(chain(&e)))?;
-        if !status.is_success() {
-            return Err(OwnerFailure::Refused {
-                status: status.as_u16(),
-                message: String::from_utf8_lossy(&body).into(),
-            });
-        }
+        let body = answer(http.get(url).bearer_auth(token)).await?;
         serde_json::from_slice(&body).map_err(|e| OwnerFailure::Garbage(e.to_string()))
     })
 }

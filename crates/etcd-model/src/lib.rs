@@ -101,7 +101,8 @@ impl Range {
     }
 }
 
-/// The first key after every key starting with `prefix` (`[0]`: none).
+/// The first key after every key starting with `prefix`; for a prefix of
+/// 0xff bytes only, `[0]`: etcd's "every key from the start on".
 pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {

@@ -168,19 +168,9 @@ impl Keys {
     }
 }
 
-/// The first key after every key starting with `prefix` (etcd's range end
-/// of a prefix).
-pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    // Only a prefix of 0xff bytes: every key from it on (etcd's "\0").
-    vec![0]
-}
+/// The first key after every key starting with a prefix (etcd's range end
+/// of a prefix): the model's, so the engine and its model agree.
+pub(crate) use etcd_model::prefix_end;
 
 /// The first key after `key` itself.
 pub(crate) fn key_after(key: &[u8]) -> Vec<u8> {
