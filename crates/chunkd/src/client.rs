@@ -379,7 +379,12 @@ async fn post(
     path: &'static str,
     body: Vec<u8>,
 ) -> Result<Vec<u8>, OwnerFailure> {
-    answer(http.post(format!("{owner}{path}")).bearer_auth(token).body(body)).await
+    answer(
+        http.post(format!("{owner}{path}"))
+            .bearer_auth(token)
+            .body(body),
+    )
+    .await
 }
 
 /// Sends `request` and takes its answer: the body of a success; a stale

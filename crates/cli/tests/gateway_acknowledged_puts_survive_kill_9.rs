@@ -10,18 +10,14 @@ mod serve;
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::process::Command;
 
 use common::{ok, Mount};
 
 const PUTS: &str = r#"
-import hashlib, json, os, boto3
+import hashlib, json, os
 from concurrent.futures import ThreadPoolExecutor
-from botocore.config import Config
-s3 = boto3.client("s3", endpoint_url=os.environ["ENDPOINT"],
-    aws_access_key_id=os.environ["KEY_ID"], aws_secret_access_key=os.environ["SECRET"],
-    region_name="us-east-1",
-    config=Config(s3={"addressing_style": "path"}, max_pool_connections=16))
+from cairn_s3 import client
+s3 = client(max_pool_connections=16)
 s3.create_bucket(Bucket="small")
 def put(i):
     key = f"d{i % 10}/obj {i:04}"
@@ -42,11 +38,9 @@ fn acknowledged_small_puts_survive_kill_9() {
     let dir = base.path().join("mnt");
     let expected = base.path().join("expected.json");
     let s = serve::serve(&repo, &dir);
-    let out = Command::new("python3")
+    let out = s
+        .python()
         .args(["-c", PUTS])
-        .env("ENDPOINT", &s.endpoint)
-        .env("KEY_ID", &s.key_id)
-        .env("SECRET", &s.secret)
         .env("EXPECTED", &expected)
         .output()
         .unwrap();

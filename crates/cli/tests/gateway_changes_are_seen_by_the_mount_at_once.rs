@@ -9,16 +9,12 @@ mod common;
 #[path = "s3_clients/serve.rs"]
 mod serve;
 
-use std::process::Command;
-
 use common::ok;
 
 const ROUNDS: &str = r#"
-import os, boto3
-from botocore.config import Config
-s3 = boto3.client("s3", endpoint_url=os.environ["ENDPOINT"],
-    aws_access_key_id=os.environ["KEY_ID"], aws_secret_access_key=os.environ["SECRET"],
-    region_name="us-east-1", config=Config(s3={"addressing_style": "path"}))
+import os
+from cairn_s3 import client
+s3 = client()
 m = os.environ["MOUNT"]
 s3.create_bucket(Bucket="live")
 for i in range(30):
@@ -43,14 +39,7 @@ fn the_mount_sees_s3_changes_at_once() {
     let repo = base.path().join("repo");
     let dir = base.path().join("mnt");
     let s = serve::serve(&repo, &dir);
-    let out = Command::new("python3")
-        .args(["-c", ROUNDS])
-        .env("ENDPOINT", &s.endpoint)
-        .env("KEY_ID", &s.key_id)
-        .env("SECRET", &s.secret)
-        .env("MOUNT", &dir)
-        .output()
-        .unwrap();
+    let out = s.python().args(["-c", ROUNDS]).output().unwrap();
     assert!(
         out.status.success() && String::from_utf8_lossy(&out.stdout).contains("OK"),
         "{}{}",

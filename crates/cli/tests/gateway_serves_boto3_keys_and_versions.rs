@@ -13,7 +13,6 @@ mod serve;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 
 use common::{ok, Mount};
 
@@ -42,11 +41,9 @@ fn boto3_pages_past_a_thousand_keys_and_puts_on_conditions() {
 
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3_clients/boto3_keys_and_versions.py");
-    let out = Command::new("python3")
+    let out = served
+        .python()
         .arg(&script)
-        .env("ENDPOINT", &served.endpoint)
-        .env("KEY_ID", &served.key_id)
-        .env("SECRET", &served.secret)
         .env("MANY", many.join(","))
         .env("EXPECTED", &expected)
         .output()

@@ -8,17 +8,13 @@ mod common;
 #[path = "s3_clients/serve.rs"]
 mod serve;
 
-use std::process::Command;
-
 use common::etcd::{cluster_init, Etcd};
 use common::{cairn, ok};
 
 const ROUNDTRIP: &str = r#"
-import os, boto3
-from botocore.config import Config
-s3 = boto3.client("s3", endpoint_url=os.environ["ENDPOINT"],
-    aws_access_key_id=os.environ["KEY_ID"], aws_secret_access_key=os.environ["SECRET"],
-    region_name="us-east-1", config=Config(s3={"addressing_style": "path"}))
+import os
+from cairn_s3 import client
+s3 = client()
 m = os.environ["MOUNT"]
 s3.create_bucket(Bucket="data")
 body = os.urandom(300_000)
@@ -40,14 +36,7 @@ fn serve_over_etcd_clusters_answers_s3_and_the_mount() {
     let made = cluster_init(&repo, &control, &[&d0, &d1], "web", &[]);
     let url = made["url"].as_str().unwrap().to_string();
     let s = serve::serve_with(&repo, &dir, &["--cluster", &url]);
-    let out = Command::new("python3")
-        .args(["-c", ROUNDTRIP])
-        .env("ENDPOINT", &s.endpoint)
-        .env("KEY_ID", &s.key_id)
-        .env("SECRET", &s.secret)
-        .env("MOUNT", &dir)
-        .output()
-        .unwrap();
+    let out = s.python().args(["-c", ROUNDTRIP]).output().unwrap();
     assert!(
         out.status.success() && String::from_utf8_lossy(&out.stdout).contains("OK"),
         "{}{}",

@@ -12,16 +12,10 @@ import hashlib
 import json
 import os
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import ClientError
+from cairn_s3 import client
 
-CFG = Config(signature_version="s3v4", s3={"addressing_style": "path"},
-             retries={"max_attempts": 1})
-s3 = boto3.client("s3", endpoint_url=os.environ["ENDPOINT"],
-                  aws_access_key_id=os.environ["KEY_ID"],
-                  aws_secret_access_key=os.environ["SECRET"],
-                  region_name="us-east-1", config=CFG)
+s3 = client()
 EXPECTED = os.environ["EXPECTED"]
 manifest = {}
 

@@ -6,19 +6,15 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 
 use crate::serve::Served;
 
 const DRIVER: &str = r#"
-import binascii, json, os, sys
-import boto3
-from botocore.config import Config
+import binascii, json, sys
 from botocore.exceptions import ClientError
-s3 = boto3.client("s3", endpoint_url=os.environ["ENDPOINT"],
-    aws_access_key_id=os.environ["KEY_ID"], aws_secret_access_key=os.environ["SECRET"],
-    region_name="us-east-1",
-    config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+from cairn_s3 import client
+s3 = client()
 for line in sys.stdin:
     r = json.loads(line)
     if r["op"] == "bucket":
@@ -59,11 +55,9 @@ pub struct Driver {
 
 impl Driver {
     pub fn start(s: &Served) -> Driver {
-        let mut child = Command::new("python3")
+        let mut child = s
+            .python()
             .args(["-c", DRIVER])
-            .env("ENDPOINT", &s.endpoint)
-            .env("KEY_ID", &s.key_id)
-            .env("SECRET", &s.secret)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

@@ -18,6 +18,25 @@ pub struct Served {
     pub secret: String,
 }
 
+impl Served {
+    /// `python3` with what a script of `s3_clients/` needs to reach this
+    /// gateway: ENDPOINT, KEY_ID, SECRET and MOUNT in its environment, and
+    /// `cairn_s3` (`client()`) on its module path.
+    pub fn python(&self) -> Command {
+        let mut python = Command::new("python3");
+        python
+            .env(
+                "PYTHONPATH",
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3_clients"),
+            )
+            .env("ENDPOINT", &self.endpoint)
+            .env("KEY_ID", &self.key_id)
+            .env("SECRET", &self.secret)
+            .env("MOUNT", &self.mount.dir);
+        python
+    }
+}
+
 /// The value of `name = value` in the key lines cairn printed.
 fn field(lines: &[String], name: &str) -> String {
     let prefix = format!("{name} = ");
