@@ -13,10 +13,10 @@ use meta_etcd::EtcdMeta;
 #[test]
 fn creates_survive_a_killed_leader_and_it_catches_up() {
     let control = common::Etcd::start();
-    let mut members = common::Etcd::start_cluster(3);
+    let mut members = testkit::etcd::Etcd::cluster(3, false);
     let other = common::Etcd::start();
     let fs = common::fsid();
-    let three: Vec<String> = members.iter().map(common::Etcd::endpoint).collect();
+    let three = members.endpoints();
     meta_etcd::init_cluster(
         &control.endpoints(),
         &[three, other.endpoints()],
@@ -45,12 +45,12 @@ fn creates_survive_a_killed_leader_and_it_catches_up() {
         .expect("the cluster has a leader");
     assert_eq!(
         st.clusters[0].members[leader].endpoint,
-        members[leader].endpoint()
+        members.endpoint(leader)
     );
     let mut acked = Vec::new();
     for i in 0..300 {
         if i == 100 {
-            members[leader].kill();
+            members.kill(leader);
         }
         let name = format!("f{i}");
         let f = m
@@ -72,8 +72,8 @@ fn creates_survive_a_killed_leader_and_it_catches_up() {
     assert!(st.clusters[0].members.iter().filter(|h| h.healthy).count() == 2);
 
     // The killed member restarts and catches up with the others.
-    members[leader].restart();
-    let alone = etcd_count(&members[leader].endpoint(), &fs);
+    members.restart(leader);
+    let alone = etcd_count(&members.endpoint(leader), &fs);
     let start = std::time::Instant::now();
     let mut seen = alone;
     while seen < acked.len() {
@@ -82,7 +82,7 @@ fn creates_survive_a_killed_leader_and_it_catches_up() {
             "member never caught up"
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
-        seen = etcd_count(&members[leader].endpoint(), &fs);
+        seen = etcd_count(&members.endpoint(leader), &fs);
     }
     assert_eq!(seen, acked.len());
 }

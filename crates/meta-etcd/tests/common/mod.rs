@@ -1,160 +1,46 @@
-//! A real `etcd` (Debian's etcd-server) on free loopback ports, with its
-//! data in a temporary directory, killed when dropped.
+//! What the etcd engine's tests share: a real `etcd` (testkit's, Debian's
+//! etcd-server on loopback), short deadlines, fresh file-system ids, the
+//! tree two stores are compared by, and a ring of clusters.
 #![allow(dead_code)]
 
 pub mod differential;
 pub mod races;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use meta::{MetaError, MetaStore};
 use meta_etcd::{EtcdError, EtcdMeta, EtcdOptions};
 
-pub struct Etcd {
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-    client: u16,
-    peer: u16,
-    /// This member's name and the cluster's `--initial-cluster`.
-    name: String,
-    initial: String,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+/// One etcd member (testkit's), with what these tests ask of it.
+pub struct Etcd(testkit::etcd::Etcd);
 
 impl Etcd {
-    /// Starts a one-member cluster and waits until it answers. Its data
-    /// is on tmpfs when there is one (fsync costs nothing there; a kill
-    /// keeps what the process wrote).
+    /// Starts a one-member cluster on tmpfs and waits until it answers.
     pub fn start() -> Etcd {
-        let mut e = Etcd::member("t");
-        e.initial = format!("t=http://127.0.0.1:{}", e.peer);
-        e.restart();
-        e
-    }
-
-    fn member(name: &str) -> Etcd {
-        let base = PathBuf::from("/dev/shm");
-        let dir = if base.is_dir() {
-            tempfile::tempdir_in(base).unwrap()
-        } else {
-            tempfile::tempdir().unwrap()
-        };
-        Etcd {
-            child: None,
-            dir,
-            client: free_port(),
-            peer: free_port(),
-            name: name.to_string(),
-            initial: String::new(),
-        }
-    }
-
-    /// Starts an `n`-member cluster and waits until every member answers.
-    pub fn start_cluster(n: usize) -> Vec<Etcd> {
-        let mut members: Vec<Etcd> = (0..n).map(|i| Etcd::member(&format!("m{i}"))).collect();
-        let initial = members
-            .iter()
-            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
-            .collect::<Vec<_>>()
-            .join(",");
-        for m in &mut members {
-            m.initial = initial.clone();
-            m.spawn();
-        }
-        for m in &members {
-            m.wait_healthy();
-        }
-        members
+        Etcd(testkit::etcd::Etcd::start())
     }
 
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client)
+        self.0.endpoint(0)
     }
 
     pub fn endpoints(&self) -> Vec<String> {
-        vec![self.endpoint()]
+        self.0.endpoints()
     }
 
     /// Kills the process (SIGKILL) and waits for it.
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.0.kill(0)
     }
 
     /// Starts the process again on the same data and ports.
     pub fn restart(&mut self) {
-        self.spawn();
-        self.wait_healthy();
-    }
-
-    fn spawn(&mut self) {
-        assert!(self.child.is_none(), "etcd is running");
-        let peer = format!("http://127.0.0.1:{}", self.peer);
-        let log = std::fs::File::create(self.dir.path().join("etcd.log")).unwrap();
-        let child = Command::new("etcd")
-            .args(["--name", &self.name])
-            .arg("--data-dir")
-            .arg(self.dir.path().join("data"))
-            .args(["--listen-client-urls", &self.endpoint()])
-            .args(["--advertise-client-urls", &self.endpoint()])
-            .args(["--listen-peer-urls", &peer])
-            .args(["--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &self.initial])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("etcd (Debian's etcd-server) must be installed: .ci/run installs it");
-        self.child = Some(child);
-    }
-
-    fn wait_healthy(&self) {
-        let start = Instant::now();
-        while !self.healthy() {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "etcd did not start: {}",
-                std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn healthy(&self) -> bool {
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.client)) else {
-            return false;
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        if s.write_all(b"GET /health HTTP/1.0\r\n\r\n").is_err() {
-            return false;
-        }
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
-        out.contains("\"health\":\"true\"")
+        self.0.restart(0)
     }
 
     /// A store on this etcd for file system `fsid`, with short deadlines.
     pub fn open(&self, fsid: &str) -> EtcdMeta {
         EtcdMeta::open(&self.endpoints(), fsid, 1000, 1000, quick()).unwrap()
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 
