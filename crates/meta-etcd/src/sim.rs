@@ -23,7 +23,11 @@ use crate::EtcdError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request {
     Range,
+    /// A transaction that writes (a put or a delete in a branch).
     Txn,
+    /// A transaction of reads only, which etcd serves as a read (no raft
+    /// proposal, nothing replicated).
+    ReadTxn,
     Grant,
     Revoke,
 }
@@ -137,7 +141,16 @@ impl KvBackend for Arc<SimCluster> {
     }
 
     fn txn(&self, txn: Txn) -> Result<TxnResult, EtcdError> {
-        let fault = self.gate(Request::Txn)?;
+        let writes = txn
+            .success
+            .iter()
+            .chain(&txn.failure)
+            .any(|op| !matches!(op, etcd_model::Op::Get(_)));
+        let fault = self.gate(if writes {
+            Request::Txn
+        } else {
+            Request::ReadTxn
+        })?;
         let out = self.kv.lock().txn(&txn)?;
         self.reply(fault, out)
     }

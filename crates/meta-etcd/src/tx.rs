@@ -176,7 +176,7 @@ impl<'a> Tx<'a> {
         if let Some((_, _, v)) = self.read.get(key) {
             return Ok(v.clone());
         }
-        let cluster = self.place(key)?;
+        let cluster = self.place_reading(key, true)?;
         self.read_in(cluster, key)
     }
 
@@ -201,15 +201,42 @@ impl<'a> Tx<'a> {
         Ok(value)
     }
 
+    /// The same reads in one request: a read-only transaction at the
+    /// transaction's revision of `cluster`.
+    fn read_both_in(&mut self, cluster: usize, keys: [Vec<u8>; 2]) -> Result<()> {
+        let rev = self.revs.get(&cluster).copied().unwrap_or(0);
+        let (at, values) = self.route.rpc(cluster).get_many(keys.to_vec(), rev)?;
+        self.revs.entry(cluster).or_insert(at);
+        for (key, kv) in keys.into_iter().zip(values) {
+            let (modrev, value) = match kv {
+                Some(kv) => (kv.mod_revision, Some(kv.value)),
+                None => (0, None),
+            };
+            self.read.insert(key, (cluster, modrev, value));
+        }
+        Ok(())
+    }
+
     /// The cluster of a key; over several clusters, the first touch of its
     /// shard reads the shard's fence (compared like any read): a stale map
     /// fails with [`EtcdError::Stale`], a shard an intent holds with
     /// [`EtcdError::Locked`].
     fn place(&mut self, key: &[u8]) -> Result<usize> {
+        self.place_reading(key, false)
+    }
+
+    /// [`Tx::place`]; with `read`, a fence read now brings `key` along in
+    /// the same request (one round trip, not two, for the first read of a
+    /// shard).
+    fn place_reading(&mut self, key: &[u8], read: bool) -> Result<usize> {
         let (cluster, shard) = self.route.place(self.keys, key)?;
         if let Some((shard, epoch)) = shard {
             if !self.fenced.contains_key(&shard) {
-                let value = self.read_in(cluster, &self.keys.fence(shard))?;
+                let fence = self.keys.fence(shard);
+                if read && !self.read.contains_key(&fence) && !self.read.contains_key(key) {
+                    self.read_both_in(cluster, [fence.clone(), key.to_vec()])?;
+                }
+                let value = self.read_in(cluster, &fence)?;
                 let fence = Route::check_fence(shard, epoch, value.as_deref())?;
                 if fence.lock != 0 {
                     return Err(EtcdError::Locked {
