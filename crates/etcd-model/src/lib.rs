@@ -368,10 +368,15 @@ impl Kv {
         } else {
             &txn.failure
         };
-        // Applied to a copy: a failing operation (an unknown lease, a
-        // compacted read) leaves the store as it was.
-        let mut next = self.clone();
-        let rev = self.revision + 1;
+        // An operation that would fail (an unknown lease, a compacted or
+        // future read) fails the transaction before anything applies, so
+        // the store changes in place (a copy per transaction made a long
+        // simulation quadratic).
+        for op in ops {
+            self.check(op)?;
+        }
+        let before = self.revision;
+        let rev = before + 1;
         let mut wrote = false;
         let mut results = Vec::with_capacity(ops.len());
         for op in ops {
@@ -380,40 +385,58 @@ impl Kv {
                     let mut g = g.clone();
                     if g.revision == 0 && wrote {
                         // Reads in a transaction see its earlier writes.
-                        next.revision = rev;
-                        let r = next.get(&g);
-                        next.revision = self.revision;
-                        OpResult::Get(r?)
+                        self.revision = rev;
+                        let r = self.get(&g);
+                        self.revision = before;
+                        OpResult::Get(r.expect("checked"))
                     } else {
-                        g.revision = if g.revision == 0 {
-                            self.revision
-                        } else {
-                            g.revision
-                        };
-                        OpResult::Get(next.get(&g)?)
+                        if g.revision == 0 {
+                            g.revision = before;
+                        }
+                        OpResult::Get(self.get(&g).expect("checked"))
                     }
                 }
                 Op::Put { key, value, lease } => {
-                    next.write(key, value, *lease, rev)?;
+                    self.write(key, value, *lease, rev).expect("checked");
                     wrote = true;
                     OpResult::Put
                 }
                 Op::Delete(range) => {
-                    let n = next.remove(range, rev);
+                    let n = self.remove(range, rev);
                     wrote |= n > 0;
                     OpResult::Delete(n)
                 }
             });
         }
         if wrote {
-            next.revision = rev;
+            self.revision = rev;
         }
-        *self = next;
         Ok(TxnResult {
             succeeded,
             revision: self.revision,
             results,
         })
+    }
+
+    /// The error `op` would meet in a transaction now, if any (leases do
+    /// not change inside a transaction, nor does a read's revision check).
+    fn check(&self, op: &Op) -> Result<(), ModelError> {
+        match op {
+            Op::Get(g) if g.revision > self.revision => Err(ModelError::FutureRevision {
+                rev: g.revision,
+                current: self.revision,
+            }),
+            Op::Get(g) if g.revision != 0 && g.revision < self.compacted => {
+                Err(ModelError::Compacted {
+                    rev: g.revision,
+                    compacted: self.compacted,
+                })
+            }
+            Op::Put { lease, .. } if *lease != 0 && !self.leases.contains_key(lease) => {
+                Err(ModelError::LeaseNotFound(*lease))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// A new lease's id.
