@@ -36,8 +36,14 @@ each mounted:
 This is a benchmark, not a test: it prints the figures and the ratios; the exit status
 is 0 when every command succeeded, 1 when one failed (with its stderr).
 
-Not here: the simulation for m up to 16 clusters (issue 18 asks for it; two cores cannot
-show scaling with real processes).
+Scaling (issue 18: two cores cannot show scaling with real processes): `cairn bench
+cluster-trace` records which etcd cluster each operation asks and how, with the namespace
+sharded over m simulated clusters (the engine's own code), for each m of
+--scaling-machines; `cluster_model.py` replays the traces on m machines with RFS placement
+(clusters of 1 and of 3 members) and service times calibrated from the etcd 1x1 and 1x3
+runs above. Printed: simulated ops/s per phase and the scaling against one machine, with
+the issue's targets (reads, a stat: >= 0.8 m; writes, a create: >= 0.8 m / n).
+`--scaling-only --service-ms READ,LEAD,FOLLOW` runs only that, with given service times.
 
 Usage (as root, from the repository root, after `cargo build --release`):
 
@@ -66,6 +72,7 @@ import urllib.request
 sys.dont_write_bytecode = True  # no bench/__pycache__
 from common import Mounts, ensure_tools, is_mounted, tool_version  # noqa: E402
 from ingest import BenchError, Runner, fmt_table, log  # noqa: E402
+import cluster_model  # noqa: E402
 
 PHASES = ("create", "stat", "readdir", "rename", "rename across")
 ETCD_START_S = 30.0
@@ -419,11 +426,61 @@ branches = ["shared"]
         etcd.stop()
 
 
+def run_scaling(results: dict, args) -> dict:
+    """The scaling simulation, calibrated from this run's etcd 1x1 and 1x3 figures (or
+    --service-ms)."""
+    if args.service_ms:
+        read, lead, follow = (float(v) / 1000 for v in args.service_ms.split(","))
+        times = cluster_model.ServiceTimes(read, lead, follow)
+        source = "--service-ms"
+    else:
+        one = cluster_model.trace(args.cairn, 1, args.scaling_dirs, args.scaling_files)
+        e1, e3 = results["cairn etcd 1x1"], results["cairn etcd 1x3"]
+        times = cluster_model.calibrate(one, e1["stat"]["ops_s"], e1["create"]["ops_s"],
+                                        e3["create"]["ops_s"])
+        source = "calibrated from cairn etcd 1x1 and 1x3"
+    machines = [int(m) for m in args.scaling_machines.split(",")]
+    if machines[0] != 1:
+        machines.insert(0, 1)
+    runs = cluster_model.scaling(args.cairn, times, machines, args.scaling_dirs,
+                                 args.scaling_files, log)
+    return {"service_ms": [times.read * 1000, times.lead * 1000, times.follow * 1000],
+            "source": source, "runs": runs}
+
+
+SIM_PHASES = ("stat", "create", "readdir", "rename", "rename-across", "mkdir")
+
+
+def report_scaling(sim: dict) -> str:
+    runs = sim["runs"]
+    base = runs["1x1"]
+    rows = []
+    targets = []
+    for label, r in runs.items():
+        m, n = r["machines"], r["members"]
+        rows.append([label] + [f"{r[p]:,.0f} ({r[p] / base[p]:.1f}x)" for p in SIM_PHASES])
+        if m == 1:
+            continue
+        reads, writes = r["stat"] / base["stat"], r["create"] / base["create"]
+        targets.append([f"reads (stat) on {m} machines, clusters of {n}", f"{reads:.2f}",
+                        f">= {0.8 * m:.1f}", "MET" if reads >= 0.8 * m else "NOT MET"])
+        targets.append([f"writes (create) on {m} machines, clusters of {n}", f"{writes:.2f}",
+                        f">= {0.8 * m / n:.1f}",
+                        "MET" if writes >= 0.8 * m / n else "NOT MET"])
+    rd, ld, fo = sim["service_ms"]
+    out = (f"scaling simulation: m machines x n members per cluster, simulated ops/s (x one "
+           f"machine); service ms read {rd:.3f}, leader {ld:.3f}, follower {fo:.3f} "
+           f"({sim['source']})\n")
+    out += fmt_table(["machines x members", *SIM_PHASES], rows)
+    out += "\n\n" + fmt_table(["target", "scaling", "goal", "status"], targets)
+    return out
+
+
 def report(results: dict, args) -> str:
     base = results.get("cairn redb", {})
     rows = []
     for label, res in results.items():
-        if label == "two clients":
+        if label in ("two clients", "scaling"):
             continue
         row = [label]
         for phase in PHASES:
@@ -444,6 +501,8 @@ def report(results: dict, args) -> str:
             ["two clients writing at once, MB/s", f"{t['together_mb_s']:.1f}",
              f"one alone: {t['alone_mb_s']:.1f}", "-"],
         ])
+    if "scaling" in results:
+        out += "\n\n" + report_scaling(results["scaling"])
     return out
 
 
@@ -458,7 +517,25 @@ def main() -> int:
     ap.add_argument("--dup-size", type=int, default=64 << 20)
     ap.add_argument("--together-size", type=int, default=256 << 20)
     ap.add_argument("--skip-two-clients", action="store_true")
+    ap.add_argument("--skip-scaling", action="store_true")
+    ap.add_argument("--scaling-only", action="store_true",
+                    help="only the scaling simulation (needs --service-ms)")
+    ap.add_argument("--service-ms", default=None,
+                    help="READ,LEAD,FOLLOW service times in ms instead of calibrating")
+    ap.add_argument("--scaling-machines", default="1,2,4,8,16")
+    ap.add_argument("--scaling-dirs", type=int, default=4096)
+    ap.add_argument("--scaling-files", type=int, default=16384)
     args = ap.parse_args()
+    if args.scaling_only:
+        if not args.service_ms:
+            raise BenchError("--scaling-only needs --service-ms READ,LEAD,FOLLOW")
+        args.cairn = os.path.abspath(args.cairn)
+        sim = run_scaling({}, args)
+        print(report_scaling(sim))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"args": vars(args), "results": {"scaling": sim}}, f, indent=1)
+        return 0
     args.cairn = os.path.abspath(args.cairn)
     if args.files < args.workers:
         raise BenchError("--files must be at least --workers")
@@ -478,6 +555,8 @@ def main() -> int:
         results["cairn ring 3x1"] = run_ring("cairn ring 3x1", work_dir, runner, mounts, args, 3)
         if not args.skip_two_clients:
             results["two clients"] = run_two_clients(work_dir, runner, mounts, args)
+        if not args.skip_scaling:
+            results["scaling"] = run_scaling(results, args)
     finally:
         mounts.cleanup()
     print(report(results, args))

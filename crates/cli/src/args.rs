@@ -1057,14 +1057,50 @@ pub enum BenchCommand {
     /// and with `--meta etcd://` on one etcd cluster of one and of three
     /// members started on loopback (etcd-server is installed with apt-get
     /// when missing). Prints ops/s per phase and the ratio to the redb
-    /// mount; every name is checked at the end.
+    /// mount; every name is checked at the end. Then two clients on one
+    /// file system (bytes a duplicate costs, two writers at once), and the
+    /// scaling simulation: the requests `bench cluster-trace` records,
+    /// replayed on m machines (RFS placement, clusters of 1 and 3 members,
+    /// service times calibrated from the etcd runs), against the issue's
+    /// targets (reads >= 0.8 m, writes >= 0.8 m / n).
     ///
     /// Options (after `--`): --files N (default 4000), --workers N (default
-    /// 4), --listings N, --workdir DIR, --json FILE.
+    /// 4), --listings N, --workdir DIR, --json FILE, --skip-two-clients,
+    /// --skip-scaling, --scaling-machines 1,2,4,8,16, --scaling-only
+    /// --service-ms READ,LEAD,FOLLOW (the simulation alone).
     ///
     /// Exit status: 0 when it ran, 1 when a command failed or a name was
     /// wrong.
     Cluster(ScriptArgs),
+    /// The etcd requests each metadata operation makes, for the cluster
+    /// benchmark's scaling simulation: a file system sharded over
+    /// --clusters simulated etcd clusters (in memory; the engine's code is
+    /// the one a mount runs), a workload of mkdir, create, stat (a lookup),
+    /// readdir with attributes, and renames within and across directories.
+    /// Prints one JSON object to stdout: for each phase, each operation's
+    /// requests in order as [cluster, kind] (cluster -1 is the control
+    /// cluster; kind "range", "read-txn" (a transaction of reads only),
+    /// "txn", "grant" or "revoke").
+    /// `bench/cluster.py` replays them on a model of m machines.
+    ClusterTrace(ClusterTraceArgs),
+}
+
+/// What `cairn bench cluster-trace` runs.
+#[derive(Args, Debug)]
+pub struct ClusterTraceArgs {
+    /// Data clusters the namespace is sharded over (1 to 64).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub clusters: u32,
+    /// Virtual shards.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub shards: u32,
+    /// Directories made under the root (each a traced mkdir).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub dirs: u32,
+    /// Files created over the directories (each a traced create, stat and
+    /// rename).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub files: u32,
 }
 
 /// Arguments passed on to a bench/ script.

@@ -1,6 +1,7 @@
 //! Measurements the benchmark scripts under `bench/` call, benchmarks that
 //! run whole inside cairn (`bench redundancy`), and those scripts themselves
-//! (`bench fs`, `ingest`, `gc`, `random`, `gateway`, `cluster`).
+//! (`bench fs`, `ingest`, `gc`, `random`, `gateway`, `cluster`; `cluster`
+//! replays what `bench cluster-trace` records).
 
 use std::fs::File;
 use std::process::ExitCode;
@@ -13,6 +14,7 @@ use rayon::prelude::*;
 
 use crate::args::BenchCommand;
 
+mod cluster_trace;
 mod redundancy;
 mod scripts;
 
@@ -43,5 +45,6 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
         BenchCommand::Random(a) => scripts::run("random_io.py", &a.args),
         BenchCommand::Gateway(a) => scripts::run("gateway.py", &a.args),
         BenchCommand::Cluster(a) => scripts::run("cluster.py", &a.args),
+        BenchCommand::ClusterTrace(a) => cluster_trace::run(&a),
     }
 }
