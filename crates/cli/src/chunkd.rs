@@ -121,23 +121,31 @@ fn ranges(cmd: RangesCommand) -> Result<ExitCode> {
 
 fn show(table: &RangeTable, owners: &[chunkd::OwnerStatus], json: bool) {
     if json {
-        let owners: Vec<serde_json::Value> = owners
-            .iter()
-            .map(|o| match &o.view {
-                Ok(held) => serde_json::json!({
-                    "owner": o.owner,
-                    "ok": true,
-                    "ranges": held.iter().map(|(s, e)| serde_json::json!({"start": format!("{s:016x}"), "epoch": e})).collect::<Vec<_>>(),
-                }),
-                Err(e) => serde_json::json!({"owner": o.owner, "ok": false, "error": e.to_string()}),
-            })
-            .collect();
-        out!(
-            "{}",
-            serde_json::json!({"ranges": table.ranges, "owners": owners})
-        );
-        return;
+        out!("{}", ranges_json(table, owners));
+    } else {
+        print_ranges(table, owners);
     }
+}
+
+/// The range table and what each owner asked said, as JSON: {"ranges":
+/// [...], "owners": [{"owner", "ok", "ranges" | "error"}]}.
+pub(crate) fn ranges_json(table: &RangeTable, owners: &[chunkd::OwnerStatus]) -> serde_json::Value {
+    let owners: Vec<serde_json::Value> = owners
+        .iter()
+        .map(|o| match &o.view {
+            Ok(held) => serde_json::json!({
+                "owner": o.owner,
+                "ok": true,
+                "ranges": held.iter().map(|(s, e)| serde_json::json!({"start": format!("{s:016x}"), "epoch": e})).collect::<Vec<_>>(),
+            }),
+            Err(e) => serde_json::json!({"owner": o.owner, "ok": false, "error": e.to_string()}),
+        })
+        .collect();
+    serde_json::json!({"ranges": table.ranges, "owners": owners})
+}
+
+/// The range table, a line per range, then a line per owner asked.
+pub(crate) fn print_ranges(table: &RangeTable, owners: &[chunkd::OwnerStatus]) {
     print_table(table);
     for o in owners {
         match &o.view {

@@ -66,15 +66,28 @@ pub enum ClusterCommand {
     /// shard), "intents": [{"id", "state", "owner"}]}, a member being
     /// {"endpoint", "healthy", "leader", "error"}.
     ///
-    /// Exit status: 0 when every member answers and no intent is
-    /// unfinished; 1 otherwise (or with an error).
+    /// When the file system has a chunkd fingerprint index (`cairn chunkd
+    /// ranges init` on the control cluster with the same FSID), its ranges
+    /// follow: start, end, owner and epoch of each; with --token-file,
+    /// each owner is asked what it holds ("ok, holds ..." or "not
+    /// answering: why"). JSON: "chunkd": null, or {"ranges": [...],
+    /// "owners": [{"owner", "ok", "ranges" | "error"}]}.
+    ///
+    /// Exit status: 0 when every member answers, no intent is unfinished
+    /// and every chunkd owner asked answers; 1 otherwise (or with an
+    /// error).
     ///
     /// What to run next: for a member down, restart it (etcd catches it
-    /// up); for an unfinished intent, cairn cluster settle.
+    /// up); for an unfinished intent, cairn cluster settle; for an owner
+    /// down, restart its `cairn chunkd` (meanwhile only dedup is missed)
+    /// or give its ranges to another (`cairn chunkd ranges assign`).
     Status {
         /// The file system: etcd://CONTROL_HOST:PORT[,...]/FSID.
         #[arg(long, env = "CAIRN_CLUSTER", value_name = "URL")]
         cluster: String,
+        /// The chunkd token file, to ask each index owner for its health.
+        #[arg(long, value_name = "PATH")]
+        token_file: Option<std::path::PathBuf>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -133,7 +146,11 @@ pub fn run(cmd: ClusterCommand) -> Result<ExitCode> {
             shards,
             json,
         } => init(&control, &data, &fsid, shards, json),
-        ClusterCommand::Status { cluster, json } => status(&cluster, json),
+        ClusterCommand::Status {
+            cluster,
+            token_file,
+            json,
+        } => status(&cluster, token_file.as_deref(), json),
         ClusterCommand::AddEtcd { cluster, url } => {
             let m = open(&cluster)?;
             let index = m.add_cluster(&parse_cluster(&url)?)?;
@@ -207,19 +224,49 @@ fn init(control: &str, data: &[String], fsid: &str, shards: u32, json: bool) -> 
     Ok(ExitCode::SUCCESS)
 }
 
-fn status(url: &str, json: bool) -> Result<ExitCode> {
-    let (control, _) = parse_url(url)?;
+fn status(url: &str, token_file: Option<&std::path::Path>, json: bool) -> Result<ExitCode> {
+    let (control, fsid) = parse_url(url)?;
     let m = open(url)?;
     let st = m.cluster_status(&control)?;
+    let index = match chunkd::read_ranges(&control, &fsid) {
+        Ok(table) => {
+            let owners = match token_file {
+                Some(f) => {
+                    let token = branch::read_token(f)
+                        .with_context(|| format!("token file {}", f.display()))?;
+                    chunkd::owner_status(&table, &token)
+                }
+                None => Vec::new(),
+            };
+            Some((table, owners))
+        }
+        Err(chunkd::ranges::RangesError::Missing { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
     let healthy = st.control.iter().all(|m| m.healthy)
         && st
             .clusters
             .iter()
-            .all(|c| c.members.iter().all(|m| m.healthy));
+            .all(|c| c.members.iter().all(|m| m.healthy))
+        && index
+            .iter()
+            .all(|(_, owners)| owners.iter().all(|o| o.view.is_ok()));
     if json {
-        out!("{}", serde_json::to_string(&st)?);
+        let mut v = serde_json::to_value(&st)?;
+        v["chunkd"] = match &index {
+            Some((table, owners)) => crate::chunkd::ranges_json(table, owners),
+            None => serde_json::Value::Null,
+        };
+        out!("{v}");
     } else {
         print_status(&st);
+        match &index {
+            Some((table, owners)) => {
+                out!("chunkd fingerprint index");
+                crate::chunkd::print_ranges(table, owners);
+            }
+            None => out!("no chunkd fingerprint index"),
+        }
     }
     Ok(if healthy && st.intents.is_empty() {
         ExitCode::SUCCESS
