@@ -255,6 +255,9 @@ impl Store {
     /// plain blob, policy `single`: a layer in the plain layout over
     /// `branch`) and whose index and roots are
     /// `index.redb` and `roots.redb` in `meta_dir` (created if missing).
+    /// Every open first indexes the containers a crash left on the
+    /// branch unindexed (see the `index` module: the write path does not
+    /// sync the index).
     pub fn open(
         branch: Arc<dyn Branch>,
         meta_dir: &Path,
