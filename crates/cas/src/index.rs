@@ -9,7 +9,26 @@
 //!   `single`, so an index written before policies existed reads as it was,
 //!   and an older binary simply ignores the table.
 //! - `meta`: the container-id high-water mark (re-derived from the branch's
-//!   listing when the file is new, so ids are never reused).
+//!   listing when the file is new, so ids are never reused), and the
+//!   *indexed mark*: every container of this client with a lower id was
+//!   indexed (or forgotten by a collection, or never referenced) as of the
+//!   commit that wrote it.
+//!
+//! **Durability.** The write path records containers without syncing the
+//! file ([`Index::commit_containers`] commits with redb's
+//! `Durability::None`): the containers are durable on the branch already,
+//! and a file sync must not cost an index sync too. A power cut then loses
+//! the index's latest commits, never the containers, so the invariant is:
+//! *every container the metadata may reference is either in the durable
+//! index or at or above its durable indexed mark (and below the id mark),
+//! where the store's open finds it on the branch and indexes it from its
+//! footer* (`Store::index_unrecorded`). The mark is written in the same
+//! transaction as the rows it describes, so whichever commit survives, its
+//! mark matches its rows. Every other commit (id reservations, a
+//! collection's forgetting, damage records, other clients' containers) is
+//! durable, and a durable commit makes every earlier one durable; so do
+//! id reservations, every 256 containers, which bounds what a crash can
+//! leave to find; and a store closed cleanly leaves nothing to find.
 //! - `damaged_chunks`: (container id, chunk id) of each stored copy of a
 //!   chunk that failed verification. Such a copy is never deduplicated
 //!   against: a writer stores the chunk again and the index entry moves to
@@ -55,6 +74,7 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const DAMAGED_CHUNKS: TableDefinition<(u64, [u8; 32]), ()> = TableDefinition::new("damaged_chunks");
 const DAMAGED_CONTAINERS: TableDefinition<u64, &str> = TableDefinition::new("damaged_containers");
 const CONTAINER_HWM: &str = "container_hwm";
+const INDEXED_MARK: &str = "indexed_below";
 
 /// Per-container accounting kept beside the index.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -248,7 +268,15 @@ impl Index {
             tx.open_table(CHUNKS)?;
             tx.open_table(CONTAINERS)?;
             tx.open_table(CONTAINER_POLICY)?;
-            tx.open_table(META)?;
+            let mut meta = tx.open_table(META)?;
+            // An index written before the mark existed synced every
+            // commit: all it handed out is indexed.
+            let hwm = meta.get(CONTAINER_HWM)?.map(|v| v.value());
+            let marked = meta.get(INDEXED_MARK)?.is_some();
+            if let (Some(hwm), false) = (hwm, marked) {
+                meta.insert(INDEXED_MARK, hwm)?;
+            }
+            drop(meta);
             tx.open_table(DAMAGED_CHUNKS)?;
             tx.open_table(DAMAGED_CONTAINERS)?;
         }
@@ -327,11 +355,15 @@ impl Index {
     }
 
     /// Records durable containers: their chunks (a chunk already indexed keeps
-    /// its first location) and their accounting, in one durable transaction.
-    pub fn commit_containers(&self, sealed: &[&Sealed]) -> Result<()> {
+    /// its first location) and their accounting, and the indexed mark
+    /// `indexed_below`, in one transaction that is not synced (see the
+    /// module doc: a power cut may lose it, and the store's open finds
+    /// the containers again).
+    pub fn commit_containers(&self, sealed: &[&Sealed], indexed_below: u64) -> Result<()> {
         let mut tx = self.db.read().begin_write()?;
-        tx.set_durability(Durability::Immediate)
+        tx.set_durability(Durability::None)
             .expect("no persistent savepoints are used");
+        tx.open_table(META)?.insert(INDEXED_MARK, indexed_below)?;
         let mut added = Vec::new();
         let damaged = self.damaged.read();
         {
@@ -386,9 +418,33 @@ impl Index {
         rows: &[(ContainerId, ContainerInfo, Policy)],
         entries: &[(ChunkId, ChunkLocation)],
     ) -> Result<()> {
+        self.add_found(rows, entries, None)
+    }
+
+    /// [`Index::add_foreign`] for this client's own containers that a
+    /// crash left unindexed, found at open; raises the indexed mark to
+    /// `indexed_below` in the same durable transaction.
+    pub fn add_recovered(
+        &self,
+        rows: &[(ContainerId, ContainerInfo, Policy)],
+        entries: &[(ChunkId, ChunkLocation)],
+        indexed_below: u64,
+    ) -> Result<()> {
+        self.add_found(rows, entries, Some(indexed_below))
+    }
+
+    fn add_found(
+        &self,
+        rows: &[(ContainerId, ContainerInfo, Policy)],
+        entries: &[(ChunkId, ChunkLocation)],
+        indexed_below: Option<u64>,
+    ) -> Result<()> {
         let mut tx = self.db.read().begin_write()?;
         tx.set_durability(Durability::Immediate)
             .expect("no persistent savepoints are used");
+        if let Some(mark) = indexed_below {
+            tx.open_table(META)?.insert(INDEXED_MARK, mark)?;
+        }
         let mut added = Vec::new();
         {
             let mut containers = tx.open_table(CONTAINERS)?;
@@ -569,6 +625,10 @@ impl Index {
                 None => floor()?,
             };
             meta.insert(CONTAINER_HWM, first + count)?;
+            let marked = meta.get(INDEXED_MARK)?.is_some();
+            if !marked {
+                meta.insert(INDEXED_MARK, first)?;
+            }
         }
         tx.commit()?;
         Ok(first)
@@ -582,6 +642,25 @@ impl Index {
         let meta = tx.open_table(META)?;
         let mark = meta.get(CONTAINER_HWM)?.map(|v| v.value());
         Ok(mark)
+    }
+
+    /// The indexed mark (see the module doc): every container of this
+    /// client below it was indexed as of the commit that wrote it. `None`
+    /// for an index that never allocated a container id.
+    pub fn indexed_mark(&self) -> Result<Option<u64>> {
+        let tx = self.db.read().begin_read()?;
+        let mark = tx.open_table(META)?.get(INDEXED_MARK)?.map(|v| v.value());
+        Ok(mark)
+    }
+
+    /// Sets the indexed mark durably (a store closing with nothing left
+    /// unindexed sets it to the id mark, so that its next open has
+    /// nothing to look for); makes every earlier commit durable too.
+    pub fn set_indexed_mark(&self, indexed_below: u64) -> Result<()> {
+        let tx = self.db.read().begin_write()?;
+        tx.open_table(META)?.insert(INDEXED_MARK, indexed_below)?;
+        tx.commit()?;
+        Ok(())
     }
 
     /// Forgets `containers`: removes every index entry that points into

@@ -47,7 +47,12 @@
 //!    it, and a mismatch is an error naming container and chunk.
 //! 2. A container is durable on its branch before any index entry points at
 //!    it; [`StreamWriter::flush`] returns only when every chunk the stream
-//!    wrote or deduplicated against is durable and indexed.
+//!    wrote or deduplicated against is durable and indexed. The write
+//!    path's index commits are not synced (a file sync costs the branch's
+//!    sync, not the index's too): every container the metadata may
+//!    reference is either in the durable index or at or above its durable
+//!    *indexed mark*, and [`Store::open`] indexes those from their footers
+//!    before anything trusts the index (`index.rs` has the details).
 //! 3. The index can be rebuilt from the containers alone
 //!    ([`Store::rebuild_index`]), and the roots from their blobs on the
 //!    branch ([`Store::recover_roots`]): the branch alone holds everything.

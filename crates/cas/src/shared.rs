@@ -142,12 +142,12 @@ impl SharedIndex for CatchUp {
 
 /// What indexing one container read from its footer gives: its row in
 /// the index's container table, its policy, and its chunks' entries.
-type ContainerRow = (ContainerInfo, Policy, Vec<(ChunkId, ChunkLocation)>);
+pub(crate) type ContainerRow = (ContainerInfo, Policy, Vec<(ChunkId, ChunkLocation)>);
 
 impl Store {
     /// Container `c` read from the branches (its footer, not its data),
     /// ready to index.
-    fn container_row(&self, c: ContainerId) -> Result<ContainerRow> {
+    pub(crate) fn container_row(&self, c: ContainerId) -> Result<ContainerRow> {
         let (size, entries) = self.container_entries(c)?;
         let info = ContainerInfo {
             stored_bytes: size,

@@ -1,5 +1,5 @@
 use parking_lot::{Condvar, Mutex, RwLock};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -136,6 +136,11 @@ pub(crate) struct Shared {
     /// [`crate::stall`]); garbage collection may drop those nothing uses.
     pub parked_jobs: Mutex<Vec<IoJob>>,
     ids: Mutex<(u64, u64)>,
+    /// Container ids handed out and not yet indexed (in a stream's open
+    /// container, on their way to the branch, parked, or failed): the
+    /// lowest is the indexed mark each index commit records (see the
+    /// `index` module). Taken after `ids` when both are.
+    pub unindexed: Mutex<BTreeSet<ContainerId>>,
     /// While a garbage collection runs, the chunks writers deduplicated
     /// against (see the `gc` module for the protocol).
     pub retained: RwLock<Option<Mutex<HashSet<ChunkId>>>>,
@@ -151,6 +156,18 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The indexed mark an index commit of `written` records: the lowest
+    /// container id handed out and still unindexed once they are, else
+    /// the next id to hand out (every later one is higher).
+    fn indexed_mark(&self, written: &[&Sealed]) -> u64 {
+        let ids = self.ids.lock();
+        let unindexed = self.unindexed.lock();
+        unindexed
+            .iter()
+            .find(|c| !written.iter().any(|s| s.id == **c))
+            .map_or(ids.0, |c| c.0)
+    }
+
     /// Whether a chunk is indexed under a policy at least as strong as
     /// `want`, for a writer about to reference it instead of storing it
     /// (a weaker copy, or one known to be damaged, counts as a miss: the
@@ -238,6 +255,9 @@ impl Store {
     /// plain blob, policy `single`: a layer in the plain layout over
     /// `branch`) and whose index and roots are
     /// `index.redb` and `roots.redb` in `meta_dir` (created if missing).
+    /// Every open first indexes the containers a crash left on the
+    /// branch unindexed (see the `index` module: the write path does not
+    /// sync the index).
     pub fn open(
         branch: Arc<dyn Branch>,
         meta_dir: &Path,
@@ -317,6 +337,7 @@ impl Store {
             inflight_cv: Condvar::new(),
             parked_jobs: Mutex::new(Vec::new()),
             ids: Mutex::new((0, 0)),
+            unindexed: Mutex::new(BTreeSet::new()),
             retained: RwLock::new(None),
             reads: std::sync::atomic::AtomicU64::new(0),
             qos: crate::qos::Scheduler::new(
@@ -344,6 +365,7 @@ impl Store {
         if roots_lost {
             store.recover_roots()?;
         }
+        store.index_unrecorded()?;
         Ok(store)
     }
 
@@ -475,7 +497,55 @@ impl Store {
             return Err(CasError::ContainerIdsExhausted(client));
         }
         ids.0 += 1;
+        self.shared.unindexed.lock().insert(ContainerId(id));
         Ok(ContainerId(id))
+    }
+
+    /// Indexes this client's containers that a crash left on the branches
+    /// but not in the durable index: those at or above its indexed mark
+    /// (and below its id mark) that it does not know, read from their
+    /// footers (a damaged one through salvage). Their chunks may be what
+    /// durable metadata references (see the `index` module); run at open,
+    /// before anything (a collection, a check) trusts the index. A clean
+    /// close leaves the marks equal, and this lists nothing. A container
+    /// that is gone or cannot give its chunks back is logged and skipped
+    /// (its loss is what `cairn check` reports); any other error fails the
+    /// open, leaving the mark where it was. Returns how many it indexed.
+    fn index_unrecorded(&self) -> Result<usize> {
+        let index = &self.shared.index;
+        let (Some(hwm), Some(below)) = (index.container_mark()?, index.indexed_mark()?) else {
+            return Ok(0);
+        };
+        if below >= hwm {
+            return Ok(0);
+        }
+        let client = self.client();
+        let mut rows = Vec::new();
+        let mut entries = Vec::new();
+        for c in self.container_ids()? {
+            if !client.owns(c) || c.0 < below || c.0 >= hwm || index.has_container(c)? {
+                continue;
+            }
+            match self.container_row(c) {
+                Ok((info, policy, e)) => {
+                    rows.push((c, info, policy));
+                    entries.extend(e);
+                }
+                Err(e) if e.loses_data() => {
+                    tracing::warn!(container = %c, error = %e, "a container a crash left unindexed cannot be read; its chunks are lost");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        index.add_recovered(&rows, &entries, hwm)?;
+        if !rows.is_empty() {
+            tracing::info!(
+                containers = rows.len(),
+                chunks = entries.len(),
+                "indexed containers a crash left unindexed"
+            );
+        }
+        Ok(rows.len())
     }
 
     /// One past the highest container id of this client on the branch
@@ -564,6 +634,7 @@ impl Store {
         };
         for job in &dropped {
             stall::unpark(&self.shared, &job.sealed);
+            self.shared.unindexed.lock().remove(&job.sealed.id);
         }
         let mut inflight = self.shared.inflight.lock();
         for job in &dropped {
@@ -866,8 +937,16 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
             .filter(|(_, o)| matches!(o, Outcome::Written))
             .map(|(j, _)| &j.sealed)
             .collect();
-        match shared.index.commit_containers(&written) {
+        match shared
+            .index
+            .commit_containers(&written, shared.indexed_mark(&written))
+        {
             Ok(()) => {
+                let mut unindexed = shared.unindexed.lock();
+                for sealed in &written {
+                    unindexed.remove(&sealed.id);
+                }
+                drop(unindexed);
                 for sealed in &written {
                     Store::publish(shared, sealed);
                 }
@@ -932,6 +1011,38 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
             containers = parked.len(),
             "the store closed while containers waited for space; their data is lost"
         );
+    }
+    drop(parked);
+    close_marks(shared);
+}
+
+/// At a clean close: makes the index durable with its indexed mark as high
+/// as what is left unindexed allows (the id mark when nothing is), so the
+/// next open has nothing to look for. A failure costs that open a listing.
+fn close_marks(shared: &Shared) {
+    let index = &shared.index;
+    let marks = index.container_mark().and_then(|hwm| {
+        let below = index.indexed_mark()?;
+        Ok(hwm.zip(below))
+    });
+    let (hwm, below) = match marks {
+        Ok(Some(marks)) => marks,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(error = %e, "the index's marks could not be read at close");
+            return;
+        }
+    };
+    let target = shared
+        .unindexed
+        .lock()
+        .first()
+        .map_or(hwm, |c| c.0)
+        .max(below);
+    if target != below {
+        if let Err(e) = index.set_indexed_mark(target) {
+            tracing::warn!(error = %e, "the index's indexed mark could not be raised at close");
+        }
     }
 }
 

@@ -221,6 +221,7 @@ impl StreamWriter {
             return Ok(());
         };
         if builder.is_empty() {
+            self.store.shared.unindexed.lock().remove(&builder.id());
             return Ok(());
         }
         let mut sealed = builder.seal();
@@ -336,6 +337,9 @@ impl Drop for StreamWriter {
     /// A stream dropped without a flush abandons its open container; its
     /// chunks stop being readable.
     fn drop(&mut self) {
+        if let Some(builder) = &self.open {
+            self.store.shared.unindexed.lock().remove(&builder.id());
+        }
         if !self.open_ids.is_empty() {
             let mut unsealed = self.store.shared.unsealed.lock();
             for id in &self.open_ids {

@@ -77,24 +77,27 @@ impl Inner {
     fn commit_locked(&self) -> Result<()> {
         let _recording = self.recording.write();
         let pending: Vec<StreamWriter> = std::mem::take(&mut *self.pending.lock());
-        // Every stream is flushed even after one failed: each flush starts
-        // its containers towards the disk.
+        // Every stream is sealed before any is waited for, so their
+        // containers reach the store's I/O thread together and share its
+        // syncs; every stream is flushed even after one failed.
         let mut first_error = None;
-        for mut w in pending {
-            if let Err(e) = w.flush() {
+        let mut waits = Vec::new();
+        let mut start = |w: &mut StreamWriter| match w.start_flush() {
+            Ok(durable) => waits.push(durable),
+            Err(e) => {
                 first_error.get_or_insert(e);
             }
+        };
+        for mut w in pending {
+            start(&mut w);
         }
         // No file is being recorded, so every shared stream is idle here.
         for w in self.small.lock().iter_mut() {
-            if let Err(e) = w.flush() {
-                first_error.get_or_insert(e);
-            }
+            start(w);
         }
         let open: Vec<Arc<Mutex<FileState>>> = self.files.lock().values().cloned().collect();
         // Open files' streams are sealed under their lock and waited for
         // without it, so a writer goes on while the disk drains.
-        let mut waits = Vec::new();
         for state in open {
             if let Some(w) = self.lock_settled(&state).writer.as_mut() {
                 waits.push(w.start_flush()?);
