@@ -15,7 +15,7 @@ use chunking::ChunkerParams;
 use fs::history::{Change, ChangeKind};
 use fs::reach::{self, MarkSet};
 use fs::{Fs, FsSettings, SNAPSHOTS_DIR};
-use meta::{Content, FileKind, InodeId, NewInode, RenameFlags};
+use meta::{FileKind, InodeId, NewInode, RenameFlags};
 use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng};
 
@@ -29,18 +29,6 @@ const BOTTOM: &str = "bottom";
 /// inode, kind, mode, owner, group, size, rdev, four times, content
 /// (a listing or a recipe) and the xattr count.
 const ONE_ENTRY_LISTING: u64 = 4 + 1 + 4 + 2 + 8 + 1 + 2 + 4 + 4 + 8 + 4 + 4 * 12 + 1 + 32 + 2;
-
-fn new_inode(kind: FileKind) -> NewInode {
-    NewInode {
-        kind,
-        perm: if kind == FileKind::Dir { 0o755 } else { 0o644 },
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        content: Content::Empty,
-        xattrs: Vec::new(),
-    }
-}
 
 /// Bytes no other call returns: every chunk of them is unique.
 fn random(seed: u64, len: usize) -> Vec<u8> {
@@ -113,7 +101,7 @@ fn walk_a_deep_tree() {
     let mut at = InodeId::ROOT;
     for _ in 0..DEPTH {
         at = fs
-            .create(at, LEVEL.as_bytes(), new_inode(FileKind::Dir))
+            .create(at, LEVEL.as_bytes(), NewInode::empty(FileKind::Dir))
             .unwrap()
             .id;
     }
@@ -121,7 +109,7 @@ fn walk_a_deep_tree() {
     // Above the inline limit, so the file has a recipe and chunks to mark.
     let first = random(1, 200 << 10);
     let bottom = fs
-        .create(deepest, BOTTOM.as_bytes(), new_inode(FileKind::File))
+        .create(deepest, BOTTOM.as_bytes(), NewInode::empty(FileKind::File))
         .unwrap()
         .id;
     write_all(&fs, bottom, &first);
@@ -179,7 +167,7 @@ fn walk_a_deep_tree() {
 
     // Garbage in a container of its own (a large file), gone before gc.
     let junk = fs
-        .create(InodeId::ROOT, b"junk", new_inode(FileKind::File))
+        .create(InodeId::ROOT, b"junk", NewInode::empty(FileKind::File))
         .unwrap()
         .id;
     write_all(&fs, junk, &random(3, 3 << 20));

@@ -117,6 +117,22 @@ pub struct NewInode {
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
+impl NewInode {
+    /// An empty inode of `kind` owned by root: mode 0755 for a directory,
+    /// 0644 otherwise, no content, no extended attributes.
+    pub fn empty(kind: FileKind) -> NewInode {
+        NewInode {
+            kind,
+            perm: if kind == FileKind::Dir { 0o755 } else { 0o644 },
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            content: Content::Empty,
+            xattrs: Vec::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {
     pub name: Vec<u8>,

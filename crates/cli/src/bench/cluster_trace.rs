@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use meta::{Content, FileKind, InodeId, MetaStore, NewInode, RenameFlags, Timestamp};
+use meta::{FileKind, InodeId, MetaStore, NewInode, RenameFlags, Timestamp};
 use meta_etcd::sim::{Fault, Gate, Request, SimCluster};
 use meta_etcd::{EtcdMeta, EtcdOptions};
 use parking_lot::Mutex;
@@ -52,18 +52,6 @@ impl Recorder {
     fn take(&self) -> Value {
         let seen = std::mem::take(&mut *self.seen.lock());
         Value::Array(seen.into_iter().map(|(c, k)| json!([c, k])).collect())
-    }
-}
-
-fn new_inode(kind: FileKind) -> NewInode {
-    NewInode {
-        kind,
-        perm: if kind == FileKind::Dir { 0o755 } else { 0o644 },
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        content: Content::Empty,
-        xattrs: Vec::new(),
     }
 }
 
@@ -113,7 +101,7 @@ pub fn run(args: &ClusterTraceArgs) -> Result<ExitCode> {
             m.create(
                 root,
                 format!("d{d}").as_bytes(),
-                new_inode(FileKind::Dir),
+                NewInode::empty(FileKind::Dir),
                 now,
             )?
             .id,
@@ -126,7 +114,7 @@ pub fn run(args: &ClusterTraceArgs) -> Result<ExitCode> {
     let mut ops = Vec::new();
     for i in 0..args.files {
         let (dir, name) = file(i);
-        m.create(dir, name.as_bytes(), new_inode(FileKind::File), now)?;
+        m.create(dir, name.as_bytes(), NewInode::empty(FileKind::File), now)?;
         ops.push(recorder.take());
     }
     trace("create", ops);
