@@ -51,6 +51,7 @@ mod error;
 mod fast;
 pub mod keys;
 mod list;
+mod md5_hash;
 mod metrics;
 mod multipart;
 mod names;

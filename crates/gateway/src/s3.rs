@@ -7,7 +7,6 @@ use std::sync::Arc;
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
-use md5::{Digest, Md5};
 use meta::{FileKind, Inode};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use s3s::dto::*;
@@ -17,6 +16,7 @@ use crate::checksum::Declared;
 use crate::error::s3_from_join;
 use crate::keys::Keyring;
 use crate::list::{self, Item, Query};
+use crate::md5_hash::Md5;
 use crate::multipart;
 use crate::names::{self, KeyPath};
 use crate::server::Limits;
@@ -460,7 +460,7 @@ impl Gateway {
                     Item::Key { inode, .. } if inode.attr.kind == FileKind::File => {
                         t.known_etag(inode)
                     }
-                    Item::Key { .. } => Some(hex::encode(Md5::digest([]))),
+                    Item::Key { .. } => Some(hex::encode(Md5::digest(&[]))),
                     Item::Prefix(_) => None,
                 })
                 .collect();
@@ -661,7 +661,7 @@ impl S3 for Gateway {
             })
             .await?;
             return Ok(S3Response::new(PutObjectOutput {
-                e_tag: Some(ETag::Strong(hex::encode(Md5::digest([])))),
+                e_tag: Some(ETag::Strong(hex::encode(Md5::digest(&[])))),
                 ..Default::default()
             }));
         }
