@@ -55,6 +55,7 @@ mod md5_hash;
 mod metrics;
 mod multipart;
 mod names;
+mod pieces;
 mod s3;
 mod scrape;
 mod server;
