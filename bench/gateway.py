@@ -719,6 +719,7 @@ def large_phase(args, serve: Serve, cairn_bin: str, repo: str, scratch: str,
     os.unlink(out)
     os.unlink(path)
     r["store_put_mb_s"], r["store_get_mb_s"] = mb / put["wall_s"], mb / get["wall_s"]
+    r["store_put_cpu_s"], r["store_get_cpu_s"] = put["cpu_s"], get["cpu_s"]
     return r
 
 
@@ -850,7 +851,8 @@ def report(r: dict) -> None:
         report_small(r)
     lg = r["large"]
     print(f"\nlarge object ({lg['bytes'] >> 20} MiB, each run its own random bytes): "
-          f"cairn put {lg['store_put_mb_s']:.0f} MB/s, get {lg['store_get_mb_s']:.0f} MB/s")
+          f"cairn put {lg['store_put_mb_s']:.0f} MB/s ({lg['store_put_cpu_s']:.1f} CPU s), "
+          f"get {lg['store_get_mb_s']:.0f} MB/s ({lg['store_get_cpu_s']:.1f} CPU s)")
     rows = []
     for run in lg["runs"].values():
         p, g = run["put"], run["get"]
