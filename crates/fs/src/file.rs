@@ -36,10 +36,8 @@ use crate::{FsError, Result};
 /// between them costs less than splitting chunks twice).
 const CLUSTER_GAP: u64 = 1 << 20;
 /// Length past which appends to a dirty run start a new run (small under
-/// test, so that the model test's files span many runs). At most the
-/// largest block mimalloc 3 keeps in its pages for reuse (512 KiB): a
-/// larger run is a page of its own, faulted in afresh for every run.
-const RUN_MAX: usize = if cfg!(test) { 2048 } else { 512 << 10 };
+/// test, so that the model test's files span many runs).
+const RUN_MAX: usize = if cfg!(test) { 2048 } else { 1 << 20 };
 
 pub struct FileState {
     pub ino: InodeId,

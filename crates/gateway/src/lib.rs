@@ -38,8 +38,8 @@
 //!   directory) are never keys: listings leave them out and keys holding
 //!   one are refused.
 //! - Every file-system call runs on a bounded pool of blocking threads;
-//!   bodies move in pieces of at most 512 KiB (`pieces`), never whole in
-//!   memory (a GET reads at most four pieces ahead of the socket).
+//!   bodies move in pieces of at most 1 MiB (`pieces`), never whole in
+//!   memory (a GET reads at most two pieces ahead of the socket).
 //! - An unsigned request, a bad signature, an unknown or revoked key, or a
 //!   key without the right to the bucket or the operation, changes nothing.
 

@@ -1,8 +1,9 @@
 //! A PUT's body cut into pieces of exactly [`PIECE`] bytes (the last one
 //! shorter), whatever sizes its chunks arrive in: each piece is hashed and
 //! written on blocking threads while the next one is received. A piece
-//! never exceeds [`PIECE`], so neither its buffer nor the file system's
-//! dirty run holding its bytes grows past the blocks the allocator reuses.
+//! never exceeds [`PIECE`], so its buffer is never reallocated while it
+//! fills, and the file system's dirty run holding its bytes is one block of
+//! exactly that size.
 //!
 //! Pieces are received into two buffers in turn: a buffer is filled again
 //! two pieces later, when the caller is done with the piece it held, and

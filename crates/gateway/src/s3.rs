@@ -536,7 +536,7 @@ impl Drop for Reader {
 /// chunks fetched, verified and assembled on a blocking thread) while the
 /// one before it goes out on the socket, so a large GET takes about the
 /// longer of the two, not their sum.
-const READS_AHEAD: usize = 4;
+const READS_AHEAD: usize = 2;
 
 fn body(tree: Tree, ino: meta::InodeId, start: u64, end: u64) -> StreamingBlob {
     let reader = Arc::new(Reader { tree, ino });

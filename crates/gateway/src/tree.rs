@@ -23,13 +23,8 @@ const ETAG_XATTR: &[u8] = b"user.cairn.etag";
 const TYPE_XATTR: &str = "user.cairn.s3.content-type";
 /// An object's user metadata `x-amz-meta-NAME`, as xattrs of this prefix.
 const META_XATTR: &str = "user.cairn.s3.meta.";
-/// Bytes one blocking read or write handles: at most the largest block
-/// the allocator (mimalloc 3) keeps in its pages for reuse. A larger one
-/// is a page of its own, returned to the kernel soon after it is freed:
-/// every piece, and the file system's dirty run holding it, would then be
-/// faulted in again (with 1 MiB pieces, zeroing fresh pages took a sixth
-/// to a third of a large PUT's CPU).
-pub const PIECE: usize = 512 << 10;
+/// Bytes one blocking read or write handles.
+pub const PIECE: usize = 1 << 20;
 
 /// An object's Content-Type and user metadata among its xattrs.
 fn attrs_of(xattrs: &Xattrs) -> Attrs {
