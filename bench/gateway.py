@@ -37,8 +37,11 @@ Phases, in order:
     and reading 1 MiB pieces, the file to and from disk as `cairn put`/`get` do:
     a single-part PUT and a GET on one connection; and what the AWS CLI and rclone
     do with a large file, a multipart upload of 8 MiB parts and ranged GETs of 8 MiB,
-    4 requests at a time on their own connections. The GETs' bytes are compared with
-    the file after the clock stops.
+    4 requests at a time on their own connections. A third run does the single-part
+    PUT and GET with curl on presigned URLs (a client in C: Python's own CPU shares
+    the machine with the gateway). Each run's CPU seconds, the client's and the
+    gateway's, are printed beside its throughput. The GETs' bytes are compared with
+    the file after the clock stops. --only-large runs this phase alone.
 
 Targets (the issue's): storage reads per cold GET <= 1.0 for inline objects and <= 2.0
 for the others; cold GET/s >= nginx-on-ext4's; warm GET/s >= 0.5 x nginx-on-ext4's;
@@ -67,6 +70,7 @@ import json
 import multiprocessing
 import os
 import random
+import resource
 import re
 import shutil
 import signal
@@ -164,6 +168,29 @@ def sign(method: str, host: str, path: str, key_id: str, secret: str,
     headers["authorization"] = (f"AWS4-HMAC-SHA256 Credential={key_id}/{scope}, "
                                 f"SignedHeaders={';'.join(names)}, Signature={signature}")
     return headers
+
+
+def presign(method: str, host: str, path: str, key_id: str, secret: str,
+            expires: int = 3600) -> str:
+    """A presigned URL (SigV4 in the query, UNSIGNED-PAYLOAD): for clients that take a
+    URL, such as curl."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    amz_date = now.strftime("%Y%m%dT%H%M%SZ")
+    day = amz_date[:8]
+    scope = f"{day}/{REGION}/s3/aws4_request"
+    params = {"X-Amz-Algorithm": "AWS4-HMAC-SHA256", "X-Amz-Credential": f"{key_id}/{scope}",
+              "X-Amz-Date": amz_date, "X-Amz-Expires": str(expires),
+              "X-Amz-SignedHeaders": "host"}
+    query = canonical_query(params)
+    canonical = "\n".join([method, quote_path(path), query, f"host:{host}\n", "host",
+                           "UNSIGNED-PAYLOAD"])
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope,
+                         hashlib.sha256(canonical.encode()).hexdigest()])
+    k = _hmac(("AWS4" + secret).encode(), day)
+    for part in (REGION, "s3", "aws4_request"):
+        k = _hmac(k, part)
+    signature = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
+    return f"http://{host}{quote_path(path)}?{query}&X-Amz-Signature={signature}"
 
 
 # --------------------------------------------------------------------------- clients
@@ -455,6 +482,8 @@ def parse_args(argv=None):
     p.add_argument("--scratch", help="directory for everything (default: a temporary one)")
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    p.add_argument("--only-large", action="store_true",
+                   help="run the large-object phase (4) alone: no file set, no nginx")
     return p.parse_args(argv)
 
 
@@ -507,20 +536,50 @@ class Connections:
             conn.close()
 
 
+class Meter:
+    """Wall time and CPU time of one timed step: the client's (this process and the
+    children it waited for, such as curl) and the gateway's (`cairn serve`)."""
+
+    def __init__(self, server_pid: int | None):
+        self.server_pid = server_pid
+
+    def _cpu(self) -> tuple[float, float]:
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        client = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+        server = 0.0
+        if self.server_pid:
+            with open(f"/proc/{self.server_pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            server = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return client, server
+
+    def start(self) -> None:
+        self.t0 = time.monotonic()
+        self.cpu0 = self._cpu()
+
+    def stop(self) -> dict:
+        wall = time.monotonic() - self.t0
+        client, server = self._cpu()
+        return {"wall_s": wall, "client_cpu_s": client - self.cpu0[0],
+                "server_cpu_s": server - self.cpu0[1]}
+
+
 def single_put_get(addr, cred, key: str, path: str, out: str, size: int,
-                   dropper: CacheDropper) -> tuple[float, float]:
-    """A single-part PUT of `path` and a GET into `out` on one connection: seconds each."""
+                   dropper: CacheDropper, meter: Meter) -> tuple[dict, dict]:
+    """A single-part PUT of `path` and a GET into `out` on one connection (Python
+    http.client): the PUT's and the GET's Meter figures."""
     conns = Connections(addr)
     try:
         dropper.drop()
-        t0 = time.monotonic()
+        meter.start()
         with open(path, "rb") as f:
             status, _, data = s3_call(conns.get(), cred, "PUT", key, body=f, length=size)
-        put_s = time.monotonic() - t0
+        put = meter.stop()
         if status != 200:
             raise BenchError(f"PUT of {key}: HTTP {status}: {data[:300]!r}")
         dropper.drop()
-        t0 = time.monotonic()
+        meter.start()
         conn = conns.get()
         conn.request("GET", quote_path(key),
                      headers=sign("GET", f"{conn.host}:{conn.port}", key, *cred))
@@ -528,26 +587,46 @@ def single_put_get(addr, cred, key: str, path: str, out: str, size: int,
         with open(out, "wb") as f:
             while piece := resp.read(PIECE):
                 f.write(piece)
-        get_s = time.monotonic() - t0
+        get = meter.stop()
         if resp.status != 200:
             raise BenchError(f"GET of {key}: HTTP {resp.status}")
     finally:
         conns.close()
-    return put_s, get_s
+    return put, get
+
+
+def curl_put_get(addr, cred, key: str, path: str, out: str, size: int,
+                 dropper: CacheDropper, meter: Meter) -> tuple[dict, dict]:
+    """The same single-part PUT and GET by curl on presigned URLs: a client in C, whose
+    CPU share is small, to tell the gateway's cost from the Python client's."""
+    host = f"{addr[0]}:{addr[1]}"
+    runs = []
+    for method, args in (("PUT", ["-T", path]), ("GET", ["-o", out])):
+        url = presign(method, host, key, *cred)
+        dropper.drop()
+        meter.start()
+        p = subprocess.run(["curl", "-sS", "--fail-with-body", "-H", "Expect:", *args, url],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        runs.append(meter.stop())
+        if p.returncode != 0:
+            raise BenchError(f"curl {method} of {key}: exit {p.returncode}: "
+                             f"{(p.stdout + p.stderr)[:300]!r}")
+    return runs[0], runs[1]
 
 
 def parallel_put_get(addr, cred, key: str, path: str, out: str, size: int,
-                     dropper: CacheDropper) -> tuple[float, float]:
+                     dropper: CacheDropper, meter: Meter) -> tuple[dict, dict]:
     """What the AWS CLI and rclone do with a large file: a multipart upload of
     LARGE_PART parts, and ranged GETs of LARGE_PART into `out`, LARGE_CONNECTIONS
-    requests at a time, each on its own connection: seconds each."""
+    requests at a time, each on its own connection: the PUT's and the GET's Meter
+    figures."""
     conns = Connections(addr)
     pieces = [(n + 1, at, min(LARGE_PART, size - at))
               for n, at in enumerate(range(0, size, LARGE_PART))]
     try:
         with open(path, "rb") as src, ThreadPoolExecutor(LARGE_CONNECTIONS) as pool:
             dropper.drop()
-            t0 = time.monotonic()
+            meter.start()
             status, _, data = s3_call(conns.get(), cred, "POST", key, {"uploads": ""})
             upload = re.search(rb"<UploadId>([^<]+)</UploadId>", data)
             if status != 200 or not upload:
@@ -569,13 +648,13 @@ def parallel_put_get(addr, cred, key: str, path: str, out: str, size: int,
             status, _, data = s3_call(
                 conns.get(), cred, "POST", key, {"uploadId": upload},
                 f"<CompleteMultipartUpload>{done}</CompleteMultipartUpload>".encode())
-            put_s = time.monotonic() - t0
+            put = meter.stop()
             if status != 200 or b"<Error>" in data:
                 raise BenchError(f"CompleteMultipartUpload: HTTP {status}: {data[:300]!r}")
         fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             dropper.drop()
-            t0 = time.monotonic()
+            meter.start()
 
             def get_range(piece):
                 _, at, length = piece
@@ -587,12 +666,24 @@ def parallel_put_get(addr, cred, key: str, path: str, out: str, size: int,
 
             with ThreadPoolExecutor(LARGE_CONNECTIONS) as pool:
                 list(pool.map(get_range, pieces))
-            get_s = time.monotonic() - t0
+            get = meter.stop()
         finally:
             os.close(fd)
     finally:
         conns.close()
-    return put_s, get_s
+    return put, get
+
+
+# The large-object runs: name, function, key, label in the report.
+LARGE_RUNS = (
+    ("single", single_put_get, "large.bin",
+     "single-part PUT, one GET, one connection (Python)"),
+    ("curl", curl_put_get, "large-curl.bin",
+     "single-part PUT, one GET, curl on presigned URLs"),
+    ("parallel", parallel_put_get, "large-multipart.bin",
+     f"multipart PUT and ranged GETs, {LARGE_PART >> 20} MiB, {LARGE_CONNECTIONS} "
+     "connections (Python)"),
+)
 
 
 def large_phase(args, serve: Serve, cairn_bin: str, repo: str, scratch: str,
@@ -603,17 +694,19 @@ def large_phase(args, serve: Serve, cairn_bin: str, repo: str, scratch: str,
     out = os.path.join(scratch, "large.out")
     size = args.large_size
     mb = size / 1e6
-    r = {"bytes": size, "part": LARGE_PART, "connections": LARGE_CONNECTIONS}
-    runs = (("single", single_put_get, "large.bin"),
-            ("parallel", parallel_put_get, "large-multipart.bin"))
-    for name, run, key in runs:
+    r = {"bytes": size, "part": LARGE_PART, "connections": LARGE_CONNECTIONS, "runs": {}}
+    meter = Meter(serve.pid())
+    for name, run, key, label in LARGE_RUNS:
         log(f"large object: {name} PUT and GET of {size >> 20} MiB of random data")
         write_random(path, size)
-        put_s, get_s = run(serve.addr, serve.key, f"/{BUCKET}/{key}", path, out, size, dropper)
+        put, get = run(serve.addr, serve.key, f"/{BUCKET}/{key}", path, out, size, dropper,
+                       meter)
         # Compared after the clock stops, as `cairn get`'s output is not hashed either.
         if file_digest(out) != file_digest(path):
             raise BenchError(f"{name} GET of the large object returned other bytes")
-        r[f"s3_{name}_put_mb_s"], r[f"s3_{name}_get_mb_s"] = mb / put_s, mb / get_s
+        put["mb_s"], get["mb_s"] = mb / put["wall_s"], mb / get["wall_s"]
+        r["runs"][name] = {"label": label, "put": put, "get": get}
+        log(f"  PUT {put['mb_s']:.0f} MB/s, GET {get['mb_s']:.0f} MB/s")
         os.unlink(out)
     serve.stop()
     write_random(path, size)
@@ -626,6 +719,7 @@ def large_phase(args, serve: Serve, cairn_bin: str, repo: str, scratch: str,
     os.unlink(out)
     os.unlink(path)
     r["store_put_mb_s"], r["store_get_mb_s"] = mb / put["wall_s"], mb / get["wall_s"]
+    r["store_put_cpu_s"], r["store_get_cpu_s"] = put["cpu_s"], get["cpu_s"]
     return r
 
 
@@ -661,7 +755,8 @@ def main(argv=None) -> int:
     if os.geteuid() != 0:
         raise BenchError("run as root (FUSE mounts, dropping the page cache, nginx)")
     cairn_bin = os.path.abspath(args.cairn)
-    common.ensure_tools({"nginx": "nginx", "fusermount3": "fuse3"})
+    common.ensure_tools({"fusermount3": "fuse3", "curl": "curl"} if args.only_large else
+                        {"nginx": "nginx", "fusermount3": "fuse3", "curl": "curl"})
     scratch = args.scratch or tempfile.mkdtemp(prefix="cairn-bench-gateway-")
     os.makedirs(scratch, exist_ok=True)
     runner = Runner(os.path.join(scratch, "logs"))
@@ -674,7 +769,7 @@ def main(argv=None) -> int:
     nginxes: list[Nginx] = []
     results: dict = {"objects": args.objects, "clients": args.clients, "gets": args.gets,
                      "cairn": common.tool_version([cairn_bin, "--version"]),
-                     "nginx": common.tool_version(["nginx", "-v"])}
+                     "nginx": None if args.only_large else common.tool_version(["nginx", "-v"])}
     pool = multiprocessing.get_context("fork").Pool(args.clients)
     try:
         serve.start()
@@ -682,51 +777,9 @@ def main(argv=None) -> int:
         status, body = request(s3.spec(), "PUT", "")  # CreateBucket
         if status != 200:
             raise BenchError(f"CreateBucket: HTTP {status}: {body[:300]!r}")
-        log(f"PUT {args.objects:,} objects through the gateway ({args.clients} clients)")
-        results["put"] = run_puts(pool, s3, args.objects, args.seed, args.clients)
-        log(f"  {results['put']['per_s']:,.0f} PUT/s")
-        log("writing the same objects into the ext4 directory")
-        write_ext4(ext4, args.objects, args.seed)
-        nginx_ext4 = Nginx(ext4, scratch, "ext4")
-        nginxes.append(nginx_ext4)
-        nginx_fuse = Nginx(mnt, scratch, "fuse")
-        nginxes.append(nginx_fuse)
-        rng = random.Random(args.seed)
-        patterns = {
-            "uniform": [rng.randrange(args.objects) for _ in range(args.gets)],
-            "zipf": zipf_sample(args.objects, args.gets, args.zipf_theta, args.seed + 1),
-        }
-        sample = rng.sample(range(args.objects), min(args.verify, args.objects))
-        targets = {"cairn S3": lambda: Target("cairn S3", serve.addr, f"/{BUCKET}", serve.key),
-                   "nginx ext4": lambda: nginx_ext4.target("nginx ext4"),
-                   "nginx FUSE": lambda: nginx_fuse.target("nginx FUSE")}
-        for name, make in targets.items():
-            log(f"{name}: comparing {len(sample)} objects byte for byte")
-            verify(pool, make(), sample, args.seed, args.clients)
-        runs = results["get"] = {}
-        for pattern, idxs in patterns.items():
-            for name, make in targets.items():
-                serve.stop()
-                dropper.drop()
-                serve.start()
-                cold = run_gets(pool, make(), idxs, args.clients)
-                warm = run_gets(pool, make(), idxs, args.clients)
-                runs[f"{pattern} {name}"] = {"cold": cold, "warm": warm}
-                log(f"{pattern:8} {name:10}: cold {cold['per_s']:,.0f} GET/s, "
-                    f"warm {warm['per_s']:,.0f} GET/s")
-        inline_max = 16 << 10
-        kinds = {"inline": [], "chunked": []}
-        for i in range(min(args.objects, 200_000)):
-            kinds["inline" if len(body_of(i, args.seed)) <= inline_max else "chunked"].append(i)
-        reads = results["reads_per_cold_get"] = {}
-        for kind, idxs in kinds.items():
-            idxs = [rng.choice(idxs) for _ in range(min(args.gets, 5000))] if idxs else []
-            serve.stop()
-            dropper.drop()
-            serve.start()
-            before = counters(repo)
-            run_gets(pool, targets["cairn S3"](), idxs, args.clients)
-            reads[kind] = reads_per_get(before, counters(repo), len(idxs))
+        if not args.only_large:
+            small_phases(args, pool, serve, s3, scratch, repo, mnt, ext4, nginxes, results,
+                         dropper)
         results["large"] = large_phase(args, serve, cairn_bin, repo, scratch, runner, dropper)
         results["page_cache_dropped"] = dropper.ok
     finally:
@@ -743,7 +796,88 @@ def main(argv=None) -> int:
     return 0
 
 
+def small_phases(args, pool, serve: Serve, s3: Target, scratch: str, repo: str, mnt: str,
+                 ext4: str, nginxes: list, results: dict, dropper: CacheDropper) -> None:
+    """Phases 1-3: the file set PUT, GET from the three targets, storage reads per GET."""
+    log(f"PUT {args.objects:,} objects through the gateway ({args.clients} clients)")
+    results["put"] = run_puts(pool, s3, args.objects, args.seed, args.clients)
+    log(f"  {results['put']['per_s']:,.0f} PUT/s")
+    log("writing the same objects into the ext4 directory")
+    write_ext4(ext4, args.objects, args.seed)
+    nginx_ext4 = Nginx(ext4, scratch, "ext4")
+    nginxes.append(nginx_ext4)
+    nginx_fuse = Nginx(mnt, scratch, "fuse")
+    nginxes.append(nginx_fuse)
+    rng = random.Random(args.seed)
+    patterns = {
+        "uniform": [rng.randrange(args.objects) for _ in range(args.gets)],
+        "zipf": zipf_sample(args.objects, args.gets, args.zipf_theta, args.seed + 1),
+    }
+    sample = rng.sample(range(args.objects), min(args.verify, args.objects))
+    targets = {"cairn S3": lambda: Target("cairn S3", serve.addr, f"/{BUCKET}", serve.key),
+               "nginx ext4": lambda: nginx_ext4.target("nginx ext4"),
+               "nginx FUSE": lambda: nginx_fuse.target("nginx FUSE")}
+    for name, make in targets.items():
+        log(f"{name}: comparing {len(sample)} objects byte for byte")
+        verify(pool, make(), sample, args.seed, args.clients)
+    runs = results["get"] = {}
+    for pattern, idxs in patterns.items():
+        for name, make in targets.items():
+            serve.stop()
+            dropper.drop()
+            serve.start()
+            cold = run_gets(pool, make(), idxs, args.clients)
+            warm = run_gets(pool, make(), idxs, args.clients)
+            runs[f"{pattern} {name}"] = {"cold": cold, "warm": warm}
+            log(f"{pattern:8} {name:10}: cold {cold['per_s']:,.0f} GET/s, "
+                f"warm {warm['per_s']:,.0f} GET/s")
+    inline_max = 16 << 10
+    kinds = {"inline": [], "chunked": []}
+    for i in range(min(args.objects, 200_000)):
+        kinds["inline" if len(body_of(i, args.seed)) <= inline_max else "chunked"].append(i)
+    reads = results["reads_per_cold_get"] = {}
+    for kind, idxs in kinds.items():
+        idxs = [rng.choice(idxs) for _ in range(min(args.gets, 5000))] if idxs else []
+        serve.stop()
+        dropper.drop()
+        serve.start()
+        before = counters(repo)
+        run_gets(pool, targets["cairn S3"](), idxs, args.clients)
+        reads[kind] = reads_per_get(before, counters(repo), len(idxs))
+
+
 def report(r: dict) -> None:
+    if "put" in r:
+        report_small(r)
+    lg = r["large"]
+    print(f"\nlarge object ({lg['bytes'] >> 20} MiB, each run its own random bytes): "
+          f"cairn put {lg['store_put_mb_s']:.0f} MB/s ({lg['store_put_cpu_s']:.1f} CPU s), "
+          f"get {lg['store_get_mb_s']:.0f} MB/s ({lg['store_get_cpu_s']:.1f} CPU s)")
+    rows = []
+    for run in lg["runs"].values():
+        p, g = run["put"], run["get"]
+        rows.append([run["label"], f"{p['mb_s']:.0f}", f"{p['mb_s'] / lg['store_put_mb_s']:.2f}",
+                     f"{p['client_cpu_s']:.1f} / {p['server_cpu_s']:.1f}", f"{g['mb_s']:.0f}",
+                     f"{g['mb_s'] / lg['store_get_mb_s']:.2f}",
+                     f"{g['client_cpu_s']:.1f} / {g['server_cpu_s']:.1f}"])
+    print(fmt_table(["large object over S3", "PUT MB/s", "x put", "CPU s client / gateway",
+                     "GET MB/s", "x get", "CPU s client / gateway"], rows))
+    print()
+    targets = []
+    if "put" in r:
+        targets = small_targets(r)
+    for name, run in lg["runs"].items():
+        targets.append(common.target(f"large PUT, {name}, x cairn put",
+                                     run["put"]["mb_s"] / lg["store_put_mb_s"], 0.8))
+        targets.append(common.target(f"large GET, {name}, x cairn get",
+                                     run["get"]["mb_s"] / lg["store_get_mb_s"], 0.8))
+    rows = [[t["name"], "-" if t["value"] is None else f"{t['value']:.2f}",
+             f"{'<=' if t.get('kind') == 'le' else '>='} {t['target']}", t["status"]]
+            for t in targets]
+    print(fmt_table(["Targets", "value", "goal", "status"], rows))
+
+
+def report_small(r: dict) -> None:
     print(f"\ncairn bench gateway: {r['objects']:,} objects of 4-20 KiB, {r['clients']} "
           f"clients, {r['gets']:,} GETs per run; {r['cairn']}; nginx {r['nginx']}")
     if not r.get("page_cache_dropped", True):
@@ -766,17 +900,9 @@ def report(r: dict) -> None:
             rows.append([kind] + [f"{v[k]:.2f}" for k in READ_KINDS] + [f"{v['total']:.2f}"])
     print(fmt_table(["storage reads per cold GET", "metadata", "index", "containers",
                      "total"], rows))
-    lg = r["large"]
-    print(f"\nlarge object ({lg['bytes'] >> 20} MiB, each run its own random bytes): "
-          f"cairn put {lg['store_put_mb_s']:.0f} MB/s, get {lg['store_get_mb_s']:.0f} MB/s")
-    print(fmt_table(["large object over S3 (Python http.client, 1 MiB sends)", "PUT MB/s",
-                     "GET MB/s"], [
-        ["single-part PUT, one GET, one connection",
-         f"{lg['s3_single_put_mb_s']:.0f}", f"{lg['s3_single_get_mb_s']:.0f}"],
-        [f"multipart PUT and ranged GETs, {lg['part'] >> 20} MiB, {lg['connections']} "
-         "connections", f"{lg['s3_parallel_put_mb_s']:.0f}",
-         f"{lg['s3_parallel_get_mb_s']:.0f}"]]))
-    print()
+
+
+def small_targets(r: dict) -> list[dict]:
     targets = []
     for kind, goal in (("inline", 1.0), ("chunked", 2.0)):
         v = r["reads_per_cold_get"].get(kind)
@@ -789,15 +915,7 @@ def report(r: dict) -> None:
                                      s3["cold"]["per_s"] / ng["cold"]["per_s"], 1.0))
         targets.append(common.target(f"warm GET/s, {pattern}, x nginx ext4",
                                      s3["warm"]["per_s"] / ng["warm"]["per_s"], 0.5))
-    for name, label in (("single", "one connection"), ("parallel", "as the AWS CLI")):
-        targets.append(common.target(f"large PUT, {label}, x cairn put",
-                                     lg[f"s3_{name}_put_mb_s"] / lg["store_put_mb_s"], 0.8))
-        targets.append(common.target(f"large GET, {label}, x cairn get",
-                                     lg[f"s3_{name}_get_mb_s"] / lg["store_get_mb_s"], 0.8))
-    rows = [[t["name"], "-" if t["value"] is None else f"{t['value']:.2f}",
-             f"{'<=' if t.get('kind') == 'le' else '>='} {t['target']}", t["status"]]
-            for t in targets]
-    print(fmt_table(["Targets", "value", "goal", "status"], rows))
+    return targets
 
 
 if __name__ == "__main__":

@@ -38,8 +38,8 @@
 //!   directory) are never keys: listings leave them out and keys holding
 //!   one are refused.
 //! - Every file-system call runs on a bounded pool of blocking threads;
-//!   bodies move in pieces of at most 1 MiB, never whole in memory (a
-//!   GET reads at most two pieces ahead of the socket).
+//!   bodies move in pieces of at most 1 MiB (`pieces`), never whole in
+//!   memory (a GET reads at most two pieces ahead of the socket).
 //! - An unsigned request, a bad signature, an unknown or revoked key, or a
 //!   key without the right to the bucket or the operation, changes nothing.
 
@@ -51,9 +51,11 @@ mod error;
 mod fast;
 pub mod keys;
 mod list;
+mod md5_hash;
 mod metrics;
 mod multipart;
 mod names;
+mod pieces;
 mod s3;
 mod scrape;
 mod server;

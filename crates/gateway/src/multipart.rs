@@ -6,11 +6,11 @@
 //! first part is a recipe clone and each next one a splice (its chunks
 //! listed after the others'), so no byte is read or stored again.
 
-use md5::{Digest, Md5};
 use meta::{FileKind, Inode, InodeId, XattrFlags};
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
 use crate::error::s3_from_fs;
+use crate::md5_hash::Md5;
 use crate::names::{KeyPath, UPLOAD_PREFIX};
 use crate::tree::{Attrs, Guard, Tree, PIECE};
 
@@ -160,7 +160,7 @@ pub fn complete(
         if md5 != etag.trim_matches('"') {
             return Err(S3Error::new(S3ErrorCode::InvalidPart));
         }
-        md5s.update(hex::decode(&md5).map_err(|_| S3Error::new(S3ErrorCode::InvalidPart))?);
+        md5s.update(&hex::decode(&md5).map_err(|_| S3Error::new(S3ErrorCode::InvalidPart))?);
         chosen.push(inode.clone());
     }
     let total: u64 = chosen.iter().map(|i: &Inode| i.attr.size).sum();

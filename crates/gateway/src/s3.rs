@@ -5,9 +5,8 @@
 use std::sync::Arc;
 
 use base64::Engine;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_util::StreamExt;
-use md5::{Digest, Md5};
 use meta::{FileKind, Inode};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use s3s::dto::*;
@@ -17,8 +16,10 @@ use crate::checksum::Declared;
 use crate::error::s3_from_join;
 use crate::keys::Keyring;
 use crate::list::{self, Item, Query};
+use crate::md5_hash::Md5;
 use crate::multipart;
 use crate::names::{self, KeyPath};
+use crate::pieces::Pieces;
 use crate::server::Limits;
 use crate::tree::{precondition_failed, Attrs, FoundObject, Guard, Tree, Upload, PIECE};
 
@@ -275,83 +276,42 @@ impl Gateway {
         // Each piece is hashed and written on blocking threads, one hash
         // and one write in flight at a time (each chain in order), while
         // the next piece is received: the network, MD5 (a third of a large
-        // PUT's time) and the file system overlap. Pieces are received into
-        // two buffers in turn, each taken back once the hash and the write
-        // of its last piece are done: fresh memory for every piece cost as
-        // much CPU in page faults as the copy into it.
-        let mut md5 = Some(Md5::new());
-        let mut offset = 0u64;
-        let mut bufs = [
-            BytesMut::with_capacity(PIECE),
-            BytesMut::with_capacity(PIECE),
-        ];
-        let mut filling = 0;
-        let mut writing: Option<tokio::task::JoinHandle<S3Result<()>>> = None;
-        let mut hashing: Option<tokio::task::JoinHandle<Md5>> = None;
-        let received: S3Result<()> = async {
-            loop {
-                let next = body.next().await;
-                let last = next.is_none();
-                if let Some(piece) = next {
-                    let piece = piece.map_err(|e| body_error(&e))?;
-                    // A body without a length is counted as it comes.
-                    let buf = &mut bufs[filling];
-                    if offset + (buf.len() + piece.len()) as u64 > max {
-                        return Err(too_large(max));
-                    }
-                    declared.update(&piece);
-                    buf.extend_from_slice(&piece);
+        // PUT's time) and the file system overlap.
+        let mut sink = Sink {
+            tree: self.tree.clone(),
+            up: up.clone(),
+            md5: Some(Md5::new()),
+            offset: 0,
+            hashing: None,
+            writing: None,
+        };
+        let mut pieces = Pieces::new();
+        let mut taken = 0u64;
+        let streamed: S3Result<()> = async {
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(|e| body_error(&e))?;
+                // A body without a length is counted as it comes.
+                taken += chunk.len() as u64;
+                if taken > max {
+                    return Err(too_large(max));
                 }
-                let buf = &mut bufs[filling];
-                if buf.len() >= PIECE || (last && !buf.is_empty()) {
-                    let data: Bytes = buf.split().freeze();
-                    filling = 1 - filling;
-                    let at = offset;
-                    offset += data.len() as u64;
-                    let up = up.clone();
-                    if let Some(previous) = hashing.take() {
-                        md5 = Some(previous.await.map_err(s3_from_join)?);
+                declared.update(&chunk);
+                let mut rest = &chunk[..];
+                while !rest.is_empty() {
+                    if let Some(piece) = pieces.fill(&mut rest) {
+                        sink.send(piece).await?;
                     }
-                    let mut hash = md5.take().expect("back from the last hash");
-                    let piece = data.clone();
-                    hashing = Some(tokio::task::spawn_blocking(move || {
-                        hash.update(&piece);
-                        hash
-                    }));
-                    if let Some(previous) = writing.take() {
-                        joined(previous).await?;
-                    }
-                    // The last piece's bytes are dropped: its buffer is the
-                    // next one's, whole again.
-                    bufs[filling].reserve(PIECE);
-                    let tree = self.tree.clone();
-                    writing = Some(tokio::task::spawn_blocking(move || {
-                        tree.write(&up, at, &data)
-                    }));
                 }
-                if last {
-                    return Ok(());
-                }
+            }
+            match pieces.last() {
+                Some(piece) => sink.send(piece).await,
+                None => Ok(()),
             }
         }
         .await;
-        // The write in flight ends before anything else touches the file,
-        // whether the body arrived whole or not.
-        let received = match writing.take() {
-            Some(w) => received.and(joined(w).await),
-            None => received,
-        };
-        let received = match hashing.take() {
-            Some(h) => match h.await {
-                Ok(hash) => {
-                    md5 = Some(hash);
-                    received
-                }
-                Err(e) => received.and(Err(s3_from_join(e))),
-            },
-            None => received,
-        };
-        let md5 = md5.unwrap_or_default().finalize();
+        let (md5, offset, stored) = sink.end().await;
+        let received = streamed.and(stored);
+        let md5 = md5.finalize();
         let verdict = received.and_then(|()| declared.verify()).and_then(|()| {
             if length.is_some_and(|l| l != offset as i64) {
                 return Err(S3Error::with_message(
@@ -379,6 +339,62 @@ impl Gateway {
         .await?;
         pending.done();
         Ok(etag)
+    }
+}
+
+/// Where a PUT's pieces go: each hashed and written on a blocking thread,
+/// one hash and one write in flight, in order.
+struct Sink {
+    tree: Tree,
+    up: Arc<Upload>,
+    /// The MD5 so far; away while a piece is hashed.
+    md5: Option<Md5>,
+    /// Bytes sent to be written so far.
+    offset: u64,
+    hashing: Option<tokio::task::JoinHandle<Md5>>,
+    writing: Option<tokio::task::JoinHandle<S3Result<()>>>,
+}
+
+impl Sink {
+    /// Starts hashing and writing `piece` once the piece before it is
+    /// hashed and written.
+    async fn send(&mut self, piece: Bytes) -> S3Result<()> {
+        if let Some(previous) = self.hashing.take() {
+            self.md5 = Some(previous.await.map_err(s3_from_join)?);
+        }
+        let mut hash = self.md5.take().expect("back from the last hash");
+        let data = piece.clone();
+        self.hashing = Some(tokio::task::spawn_blocking(move || {
+            hash.update(&data);
+            hash
+        }));
+        if let Some(previous) = self.writing.take() {
+            joined(previous).await?;
+        }
+        let (tree, up, at) = (self.tree.clone(), self.up.clone(), self.offset);
+        self.offset += piece.len() as u64;
+        self.writing = Some(tokio::task::spawn_blocking(move || {
+            tree.write(&up, at, &piece)
+        }));
+        Ok(())
+    }
+
+    /// Waits for the hash and the write in flight (the write ends before
+    /// anything else touches the file, whether the body arrived whole or
+    /// not): the MD5 of the bytes sent, their count, and whether every
+    /// write succeeded.
+    async fn end(mut self) -> (Md5, u64, S3Result<()>) {
+        let mut result = match self.writing.take() {
+            Some(w) => joined(w).await,
+            None => Ok(()),
+        };
+        if let Some(h) = self.hashing.take() {
+            match h.await {
+                Ok(hash) => self.md5 = Some(hash),
+                Err(e) => result = result.and(Err(s3_from_join(e))),
+            }
+        }
+        (self.md5.unwrap_or_default(), self.offset, result)
     }
 }
 
@@ -460,7 +476,7 @@ impl Gateway {
                     Item::Key { inode, .. } if inode.attr.kind == FileKind::File => {
                         t.known_etag(inode)
                     }
-                    Item::Key { .. } => Some(hex::encode(Md5::digest([]))),
+                    Item::Key { .. } => Some(hex::encode(Md5::digest(&[]))),
                     Item::Prefix(_) => None,
                 })
                 .collect();
@@ -661,7 +677,7 @@ impl S3 for Gateway {
             })
             .await?;
             return Ok(S3Response::new(PutObjectOutput {
-                e_tag: Some(ETag::Strong(hex::encode(Md5::digest([])))),
+                e_tag: Some(ETag::Strong(hex::encode(Md5::digest(&[])))),
                 ..Default::default()
             }));
         }

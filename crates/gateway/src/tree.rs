@@ -5,7 +5,6 @@
 use std::sync::{Arc, OnceLock};
 
 use fs::{Caller, Fs, FsError};
-use md5::{Digest, Md5};
 use meta::{
     Content, ContentHints, FileKind, Inode, InodeId, NewInode, PathFound, RenameFlags, XattrFlags,
     Xattrs,
@@ -14,6 +13,7 @@ use s3s::{S3Error, S3ErrorCode, S3Result};
 
 use crate::commit::GroupCommit;
 use crate::error::s3_from_fs;
+use crate::md5_hash::Md5;
 use crate::names::{KeyPath, UPLOAD_PREFIX};
 
 /// Where the MD5 of a file's bytes is cached, with the content it was
@@ -277,7 +277,7 @@ impl Tree {
             None => self.xattrs(inode.id)?,
         };
         let etag = if inode.attr.kind == FileKind::Dir {
-            hex::encode(Md5::digest([]))
+            hex::encode(Md5::digest(&[]))
         } else {
             self.etag_with(&inode, Some(&xattrs))?
         };
@@ -525,7 +525,7 @@ impl Tree {
             Content::Inline(bytes) if inode.attr.size == bytes.len() as u64 => {
                 return Some(self.inline_etags.etag(bytes))
             }
-            Content::Empty if inode.attr.size == 0 => return Some(hex::encode(Md5::digest([]))),
+            Content::Empty if inode.attr.size == 0 => return Some(hex::encode(Md5::digest(&[]))),
             _ => {}
         }
         let id = identity(inode)?;
@@ -778,6 +778,6 @@ mod tests {
             assert_eq!(etags.etag(&a), hex::encode(Md5::digest(&a)));
             assert_eq!(etags.etag(&b), hex::encode(Md5::digest(&b)));
         }
-        assert_eq!(etags.etag(b""), hex::encode(Md5::digest([])));
+        assert_eq!(etags.etag(b""), hex::encode(Md5::digest(&[])));
     }
 }
