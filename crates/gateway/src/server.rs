@@ -79,9 +79,12 @@ impl Default for Limits {
 
 /// s3s's service, logging every refused request (at info: they are the
 /// client's errors; the gateway's own are logged where they happen) and
-/// closing the connection after a refused request with a body: a request refused before its body was read (a key too long, a bad
-/// signature) leaves that body on the connection, where the client's next
-/// request would be read after it as garbage (a bare 400).
+/// closing the connection after a refused request with a body: a request
+/// refused before its body was read (a key too long, a bad signature)
+/// leaves that body on the connection, where the client's next request
+/// would be read after it as garbage (a bare 400). It also closes the
+/// connection after a request that expects "100 Continue" and has no body
+/// (see `call`).
 ///
 /// It also answers `/metrics` and records each request's latency, when
 /// the gateway keeps figures.
@@ -103,6 +106,16 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for CloseAfte
         let has_body = h.contains_key(http::header::TRANSFER_ENCODING)
             || h.get(http::header::CONTENT_LENGTH)
                 .is_some_and(|v| v.as_bytes() != b"0");
+        // hyper sends "100 Continue" when a body is first read, so an
+        // expecting request without a body gets its final answer alone,
+        // as the RFC allows; botocore then keeps that answer's status line
+        // for the next request on the connection, reads the next answer's
+        // status line as a header, and waits for a body until its read
+        // timeout (an empty PUT by the AWS CLI stalled the one after it
+        // 60 s). Closing such a connection leaves nothing stale to reuse.
+        let expects_without_body = !has_body
+            && h.get(http::header::EXPECT)
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
         if let Some(console) = self.console.clone().filter(|_| console::is_console(&req)) {
             let keys = self.keys.clone();
             return Box::pin(async move { Ok(to_console(console, req, &keys).await) });
@@ -138,7 +151,7 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for CloseAfte
             if !resp.status().is_success() {
                 tracing::info!(%method, %path, status = resp.status().as_u16(), "the gateway refused a request");
             }
-            if has_body && !resp.status().is_success() {
+            if expects_without_body || (has_body && !resp.status().is_success()) {
                 resp.headers_mut().insert(
                     http::header::CONNECTION,
                     http::HeaderValue::from_static("close"),
