@@ -159,15 +159,22 @@ def sign(method: str, host: str, path: str, key_id: str, secret: str,
         "".join(f"{n}:{headers[n].strip()}\n" for n in names),
         ";".join(names), "UNSIGNED-PAYLOAD"])
     scope = f"{day}/{REGION}/s3/aws4_request"
+    sig = signature(canonical, amz_date, secret)
+    headers["authorization"] = (f"AWS4-HMAC-SHA256 Credential={key_id}/{scope}, "
+                                f"SignedHeaders={';'.join(names)}, Signature={sig}")
+    return headers
+
+
+def signature(canonical: str, amz_date: str, secret: str) -> str:
+    """SigV4's signature of a canonical request made at `amz_date`."""
+    day = amz_date[:8]
+    scope = f"{day}/{REGION}/s3/aws4_request"
     to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope,
                          hashlib.sha256(canonical.encode()).hexdigest()])
     k = _hmac(("AWS4" + secret).encode(), day)
     for part in (REGION, "s3", "aws4_request"):
         k = _hmac(k, part)
-    signature = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
-    headers["authorization"] = (f"AWS4-HMAC-SHA256 Credential={key_id}/{scope}, "
-                                f"SignedHeaders={';'.join(names)}, Signature={signature}")
-    return headers
+    return hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
 
 
 def presign(method: str, host: str, path: str, key_id: str, secret: str,
@@ -184,13 +191,8 @@ def presign(method: str, host: str, path: str, key_id: str, secret: str,
     query = canonical_query(params)
     canonical = "\n".join([method, quote_path(path), query, f"host:{host}\n", "host",
                            "UNSIGNED-PAYLOAD"])
-    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope,
-                         hashlib.sha256(canonical.encode()).hexdigest()])
-    k = _hmac(("AWS4" + secret).encode(), day)
-    for part in (REGION, "s3", "aws4_request"):
-        k = _hmac(k, part)
-    signature = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
-    return f"http://{host}{quote_path(path)}?{query}&X-Amz-Signature={signature}"
+    sig = signature(canonical, amz_date, secret)
+    return f"http://{host}{quote_path(path)}?{query}&X-Amz-Signature={sig}"
 
 
 # --------------------------------------------------------------------------- clients
