@@ -501,6 +501,14 @@ impl Store {
         Ok(ContainerId(id))
     }
 
+    /// Makes the index durable (its write-path commits are not synced) with
+    /// its indexed mark raised as far as it can be: what a file system
+    /// does when it is unmounted, so that nothing the index recorded is
+    /// lost when the process exits, whoever still holds the store.
+    pub fn persist_index(&self) -> Result<()> {
+        close_marks(&self.shared)
+    }
+
     /// Indexes this client's containers that a crash left on the branches
     /// but not in the durable index: those at or above its indexed mark
     /// (and below its id mark) that it does not know, read from their
@@ -1013,25 +1021,25 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
         );
     }
     drop(parked);
-    close_marks(shared);
+    if let Err(e) = close_marks(shared) {
+        tracing::warn!(error = %e, "the index could not be made durable at close");
+    }
 }
 
 /// At a clean close: makes the index durable with its indexed mark as high
 /// as what is left unindexed allows (the id mark when nothing is), so the
-/// next open has nothing to look for. A failure costs that open a listing.
-fn close_marks(shared: &Shared) {
+/// next open has nothing to look for. Always a durable commit: the write
+/// path's commits are not synced, and a process that exits keeps only
+/// what a durable commit covered (a container lost while unmounted would
+/// otherwise be forgotten rather than reported as still indexed).
+fn close_marks(shared: &Shared) -> Result<()> {
     let index = &shared.index;
     let marks = index.container_mark().and_then(|hwm| {
         let below = index.indexed_mark()?;
         Ok(hwm.zip(below))
     });
-    let (hwm, below) = match marks {
-        Ok(Some(marks)) => marks,
-        Ok(None) => return,
-        Err(e) => {
-            tracing::warn!(error = %e, "the index's marks could not be read at close");
-            return;
-        }
+    let Some((hwm, below)) = marks? else {
+        return Ok(());
     };
     let target = shared
         .unindexed
@@ -1039,11 +1047,7 @@ fn close_marks(shared: &Shared) {
         .first()
         .map_or(hwm, |c| c.0)
         .max(below);
-    if target != below {
-        if let Err(e) = index.set_indexed_mark(target) {
-            tracing::warn!(error = %e, "the index's indexed mark could not be raised at close");
-        }
-    }
+    index.set_indexed_mark(target)
 }
 
 /// What became of one container the I/O thread was given.

@@ -45,7 +45,11 @@ fn gc_refuses_while_a_lost_recipe_is_indexed_and_goes_on_once_dropped() {
     // Still indexed: nothing reclaimed, the file named.
     let gc = cairn(&repo, &["gc"]);
     let err = String::from_utf8_lossy(&gc.stderr);
-    assert!(!gc.status.success(), "gc swept past an unknown recipe");
+    assert!(
+        !gc.status.success(),
+        "gc swept past an unknown recipe: {err} {}",
+        String::from_utf8_lossy(&gc.stdout)
+    );
     assert!(
         err.contains("nothing was reclaimed") && err.contains("/victim.bin"),
         "{err}"

@@ -37,7 +37,7 @@ impl Fs {
         if self.stopped.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        let result = self.inner.sync_all();
+        let mut result = self.inner.sync_all();
         // A file system that is only ever mounted briefly never reaches the
         // version timer: unmount leaves a version, so `cairn recover` always
         // has one to rebuild from (none is written when nothing changed).
@@ -51,6 +51,11 @@ impl Fs {
         self.inner.stop.1.notify_all();
         if let Some(t) = self.committer.lock().take() {
             let _ = t.join();
+        }
+        // The store's index commits on the write path are not synced.
+        if let Err(e) = self.inner.store.persist_index() {
+            tracing::error!(error = %e, "making the chunk index durable at unmount failed");
+            result = result.and(Err(e.into()));
         }
         result
     }
