@@ -7,23 +7,23 @@
 
 mod common;
 
-use std::process::Command;
+use std::path::Path;
 
 use serde_json::Value;
 
 fn trace(clusters: u32) -> Value {
-    let out = Command::new(common::CAIRN)
-        .args(["bench", "cluster-trace", "--clusters"])
-        .arg(clusters.to_string())
-        .args(["--dirs", "8", "--files", "32"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let clusters = clusters.to_string();
+    let args = [
+        "bench",
+        "cluster-trace",
+        "--clusters",
+        &clusters,
+        "--dirs",
+        "8",
+        "--files",
+        "32",
+    ];
+    serde_json::from_str(&common::ok(Path::new("/nonexistent"), &args)).unwrap()
 }
 
 /// The requests of one operation: (cluster, kind).
