@@ -82,6 +82,10 @@ pub struct FileState {
     /// How the file is being read: a random reader's misses bring their
     /// neighbours into the caches (see `ahead`), a sequential one's do not.
     pub read_pattern: crate::pattern::FilePattern,
+    /// The nodes of the recipe tree last stored for this file, reused by
+    /// the next one while `content` is still that tree (see
+    /// [`recipe::NodeMemo`]).
+    pub memo: Option<recipe::NodeMemo>,
 }
 
 impl FileState {
@@ -107,6 +111,7 @@ impl FileState {
             read_next: 0,
             read_ahead_until: 0,
             read_pattern: crate::pattern::FilePattern::default(),
+            memo: None,
         };
         if let Content::Inline(bytes) = content {
             f.insert_dirty(0, &bytes);

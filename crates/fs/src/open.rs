@@ -492,7 +492,16 @@ impl Inner {
             });
         }
         let writer = f.writer.as_mut().expect("apply opened a stream");
-        let root = recipe::store_tree(writer, f.extents.iter().map(|e| (e.len, e.chunk)))?;
+        // The last tree's nodes are known to exist only while it is the
+        // recorded content (which garbage collection marks).
+        let last = f
+            .memo
+            .take()
+            .filter(|m| f.content == Content::Recipe(m.root()));
+        let children = f.extents.iter().map(|e| (e.len, e.chunk));
+        let memo = recipe::store_tree_reusing(writer, children, last.as_ref())?;
+        let root = memo.root();
+        f.memo = Some(memo);
         Ok(Content::Recipe(root))
     }
 

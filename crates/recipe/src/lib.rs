@@ -13,19 +13,25 @@
 //!   entries are data chunks, level k entries are level k-1 nodes, so every
 //!   leaf is at the same depth and reading offset X reads one node per level,
 //!   never scanning the file.
+//! - Where a node ends is chosen by its children's ids (at most [`FANOUT`]
+//!   children), so two trees of one file that differ in a few children
+//!   share every other node; readers never depend on where nodes end (trees
+//!   stored before this rule, with full nodes, read the same).
 //! - A recipe's root chunk is durable (with everything under it) before
 //!   [`store_stream`] returns.
 //! - Leaf entries with id [`HOLE`] read as zeros and refer to no chunk.
 //! - Locks are `parking_lot`'s, which do not poison: a panic under a lock
 //!   does not spread to later callers (`docs/engineering.md`).
 
+mod memo;
 mod node;
 mod read;
 mod write;
 
+pub use memo::NodeMemo;
 pub use node::{Node, FANOUT};
 pub use read::{Extent, Recipe};
-pub use write::{store_stream, store_tree, Stored};
+pub use write::{store_stream, store_tree, store_tree_reusing, Stored};
 
 use cas::ChunkId;
 

@@ -3,6 +3,7 @@ use std::io::Read;
 use cas::{ChunkId, Store, StreamWriter, WriteStats};
 use chunking::{Chunker, ChunkerParams};
 
+use crate::memo::{NodeMemo, Recorder};
 use crate::node::{Node, FANOUT};
 use crate::{RecipeError, Result};
 
@@ -85,20 +86,64 @@ pub fn store_tree(
     tree.finish(writer)
 }
 
-/// Bulk-loads a recipe tree bottom-up: each level collects entries until a
-/// node is full, stores it, and passes (length, id) up one level.
-#[derive(Default)]
-struct TreeBuilder {
-    levels: Vec<Vec<(u64, ChunkId)>>,
+/// [`store_tree`] for a file whose last tree was `last`: the nodes the new
+/// tree shares with it are taken from the memo, not stored again. Pass
+/// `last` only while that tree is still the file's recorded content (see
+/// [`NodeMemo`]). Returns the memo of the new tree; its root is the root.
+pub fn store_tree_reusing(
+    writer: &mut StreamWriter,
+    children: impl IntoIterator<Item = (u64, Option<ChunkId>)>,
+    last: Option<&NodeMemo>,
+) -> Result<NodeMemo> {
+    let mut tree = TreeBuilder {
+        levels: Vec::new(),
+        memo: Some(Recorder::new(last)),
+    };
+    for (len, chunk) in children {
+        tree.push(writer, 0, len, chunk.unwrap_or(crate::HOLE))?;
+    }
+    let (root, memo) = tree.finish_with_memo(writer)?;
+    Ok(memo.expect("made with a recorder").finish(root))
 }
 
-impl TreeBuilder {
+/// A node has at least this many children before a content-defined end.
+const MIN_CHILDREN: usize = 64;
+/// After [`MIN_CHILDREN`], about one child in this many ends its node.
+const CUT_EVERY: u64 = 512;
+
+/// Whether a node with `children` children, the last with id `id`, ends
+/// here. Ends chosen by the children's ids (random: keyed BLAKE3) rather
+/// than by count keep an insertion or a removal from moving every later
+/// node's boundary: two trees of one file that differ in a few places
+/// share all their other nodes, which [`store_tree_reusing`] skips and the
+/// store deduplicates. A run of holes (all one id) or of one repeated
+/// chunk ends only when full.
+fn ends_node(children: usize, id: &ChunkId) -> bool {
+    if children >= FANOUT {
+        return true;
+    }
+    let tail = u64::from_le_bytes(id.as_bytes()[24..].try_into().expect("8 of 32"));
+    children >= MIN_CHILDREN && *id != crate::HOLE && tail % CUT_EVERY == 0
+}
+
+/// Bulk-loads a recipe tree bottom-up: each level collects entries until a
+/// node ends ([`ends_node`]), stores it, and passes (length, id) up one
+/// level.
+#[derive(Default)]
+struct TreeBuilder<'m> {
+    levels: Vec<Vec<(u64, ChunkId)>>,
+    /// Set when the nodes are to be remembered (and those of the last tree
+    /// reused).
+    memo: Option<Recorder<'m>>,
+}
+
+impl<'m> TreeBuilder<'m> {
     fn push(&mut self, w: &mut StreamWriter, level: usize, len: u64, id: ChunkId) -> Result<()> {
         if self.levels.len() <= level {
             self.levels.resize_with(level + 1, Vec::new);
         }
         self.levels[level].push((len, id));
-        if self.levels[level].len() == FANOUT {
+        if ends_node(self.levels[level].len(), &id) {
             self.store_node(w, level)?;
         }
         Ok(())
@@ -106,12 +151,20 @@ impl TreeBuilder {
 
     fn store_node(&mut self, w: &mut StreamWriter, level: usize) -> Result<()> {
         let children = std::mem::take(&mut self.levels[level]);
-        let (len, id) = store_node(w, level, &children)?;
+        let (len, id) = store_node(w, level, &children, self.memo.as_mut())?;
         self.push(w, level + 1, len, id)
     }
 
     /// Stores the partial nodes left at each level and returns the root.
-    fn finish(mut self, w: &mut StreamWriter) -> Result<ChunkId> {
+    fn finish(self, w: &mut StreamWriter) -> Result<ChunkId> {
+        Ok(self.finish_with_memo(w)?.0)
+    }
+
+    /// [`TreeBuilder::finish`], giving back the recorder too.
+    fn finish_with_memo(
+        mut self,
+        w: &mut StreamWriter,
+    ) -> Result<(ChunkId, Option<Recorder<'m>>)> {
         let mut level = 0;
         loop {
             let top = self.levels.len().saturating_sub(1);
@@ -119,9 +172,10 @@ impl TreeBuilder {
                 let entries = self.levels.get(level).cloned().unwrap_or_default();
                 // A single child above the leaves is already a whole subtree.
                 if level > 0 && entries.len() == 1 {
-                    return Ok(entries[0].1);
+                    return Ok((entries[0].1, self.memo));
                 }
-                return Ok(store_node(w, level, &entries)?.1);
+                let root = store_node(w, level, &entries, self.memo.as_mut())?.1;
+                return Ok((root, self.memo));
             }
             if !self.levels[level].is_empty() {
                 self.store_node(w, level)?;
@@ -135,6 +189,7 @@ fn store_node(
     w: &mut StreamWriter,
     level: usize,
     children: &[(u64, ChunkId)],
+    memo: Option<&mut Recorder<'_>>,
 ) -> Result<(u64, ChunkId)> {
     let mut end = 0;
     let entries = children
@@ -148,6 +203,18 @@ fn store_node(
         level: level as u8,
         entries,
     };
-    let id = w.write_chunk(node.encode().into())?;
+    let encoded = node.encode();
+    let id = match memo {
+        None => w.write_chunk(encoded.into())?,
+        Some(memo) => {
+            let fp = Recorder::fingerprint(&encoded);
+            let id = match memo.known(fp) {
+                Some(id) => id,
+                None => w.write_chunk(encoded.into())?,
+            };
+            memo.note(fp, id);
+            id
+        }
+    };
     Ok((end, id))
 }
