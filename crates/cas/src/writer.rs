@@ -6,7 +6,7 @@ use rayon::prelude::*;
 use crate::container::ContainerBuilder;
 use crate::id::{ChunkId, ContainerId};
 use crate::protection::{needs_restore, Protection};
-use crate::region;
+use crate::region::{self, Compression};
 use crate::store::{IoJob, Store};
 use crate::{CasError, Result};
 
@@ -75,6 +75,17 @@ impl StreamWriter {
         Ok(self.write_batch(std::slice::from_ref(&data))?[0])
     }
 
+    /// [`StreamWriter::write_chunk`], stored as it is, never compressed:
+    /// for chunks that are mostly hashes (recipe nodes), where compression
+    /// costs CPU at every write for a few percent of their size.
+    pub fn write_chunk_uncompressed(&mut self, data: Bytes) -> Result<ChunkId> {
+        let chunks = std::slice::from_ref(&data);
+        let ids = self.store.chunk_ids(chunks);
+        let target = self.store.shared.settings.region_size;
+        self.write_regions(chunks, &ids, target, Compression::None)?;
+        Ok(ids[0])
+    }
+
     /// Stores consecutive chunks and returns their ids, in order. Hashing and
     /// compression run on every core; chunks already stored are skipped.
     pub fn write_batch(&mut self, chunks: &[Bytes]) -> Result<Vec<ChunkId>> {
@@ -92,7 +103,7 @@ impl StreamWriter {
     pub fn write_batch_in(&mut self, chunks: &[Bytes], region_size: usize) -> Result<Vec<ChunkId>> {
         let ids = self.store.chunk_ids(chunks);
         let target = region_size.min(self.store.shared.settings.region_size);
-        self.write_regions(chunks, &ids, target)?;
+        self.write_regions(chunks, &ids, target, self.store.shared.settings.compression)?;
         Ok(ids)
     }
 
@@ -101,10 +112,16 @@ impl StreamWriter {
     /// while this one compresses).
     pub fn write_hashed(&mut self, chunks: &[Bytes], ids: &[ChunkId]) -> Result<()> {
         let target = self.store.shared.settings.region_size;
-        self.write_regions(chunks, ids, target)
+        self.write_regions(chunks, ids, target, self.store.shared.settings.compression)
     }
 
-    fn write_regions(&mut self, chunks: &[Bytes], ids: &[ChunkId], target: usize) -> Result<()> {
+    fn write_regions(
+        &mut self,
+        chunks: &[Bytes],
+        ids: &[ChunkId],
+        target: usize,
+        compression: Compression,
+    ) -> Result<()> {
         assert_eq!(chunks.len(), ids.len(), "one id per chunk");
         if !self.relocating && self.store.has_shared_index() {
             // Chunks another client stored are referenced, not stored again.
@@ -135,7 +152,6 @@ impl StreamWriter {
         }
         self.store.shared.unsealed.lock().extend(unsealed);
         let regions = group_regions(chunks, &fresh, target);
-        let compression = self.store.shared.settings.compression;
         let encoded: Vec<region::Encoded> = regions
             .par_iter()
             .map(|members| {
