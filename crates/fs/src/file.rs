@@ -86,6 +86,9 @@ pub struct FileState {
     /// the next one while `content` is still that tree (see
     /// [`recipe::NodeMemo`]).
     pub memo: Option<recipe::NodeMemo>,
+    /// Bytes whose extents changed since `memo`'s tree was stored: every
+    /// change to `extents` is noted here.
+    pub touched: crate::changed::Changed,
 }
 
 impl FileState {
@@ -112,6 +115,7 @@ impl FileState {
             read_ahead_until: 0,
             read_pattern: crate::pattern::FilePattern::default(),
             memo: None,
+            touched: crate::changed::Changed::default(),
         };
         if let Content::Inline(bytes) = content {
             f.insert_dirty(0, &bytes);
@@ -203,6 +207,7 @@ impl FileState {
             let keep = self.extents.partition_point(|e| e.offset + e.len <= size);
             if keep < self.extents.len() {
                 let e = self.extents[keep];
+                self.touched.touch(e.offset..u64::MAX);
                 self.extents.truncate(keep);
                 self.end_is_cut = false;
                 if e.offset < size {
@@ -390,6 +395,7 @@ impl FileState {
         // A gap between the extents and the runs becomes a hole.
         let ext_end = self.extents_end();
         if last_lo > ext_end {
+            self.touched.touch(ext_end..last_lo);
             self.extents.push(Extent {
                 offset: ext_end,
                 len: last_lo - ext_end,
@@ -569,6 +575,8 @@ impl FileState {
             let a = self.extents.partition_point(|e| e.offset < p.start);
             let b = self.extents.partition_point(|e| e.offset < p.old_end);
             let at_end = b == self.extents.len();
+            let fresh_end = p.fresh.last().map_or(p.start, |e| e.offset + e.len);
+            self.touched.touch(p.start..p.old_end.max(fresh_end));
             self.extents.splice(a..b, p.fresh);
             if at_end {
                 self.end_is_cut = p.tail.is_some();
@@ -601,6 +609,7 @@ impl FileState {
             return;
         };
         if e.chunk.is_none() && e.offset < at && at < e.offset + e.len {
+            self.touched.touch(e.offset..e.offset + e.len);
             self.extents[i] = Extent {
                 len: at - e.offset,
                 ..e

@@ -95,6 +95,7 @@ pub mod acl;
 mod ahead;
 mod behind;
 mod cache;
+mod changed;
 pub mod chunkmode;
 mod commit;
 mod cut;

@@ -423,12 +423,14 @@ impl Inner {
                 self.account(before, 0);
                 if bytes.is_empty() {
                     f.extents.clear();
+                    f.touched.everything();
                     Content::Empty
                 } else {
                     f.dirty.insert(0, bytes.clone());
                     f.dirty_bytes = bytes.len();
                     self.account(0, bytes.len());
                     f.extents.clear();
+                    f.touched.everything();
                     Content::Inline(bytes)
                 }
             } else {
@@ -485,6 +487,7 @@ impl Inner {
         f.failed = None;
         if f.extents_end() < f.size {
             let end = f.extents_end();
+            f.touched.touch(end..f.size);
             f.extents.push(recipe::Extent {
                 offset: end,
                 len: f.size - end,
@@ -498,9 +501,16 @@ impl Inner {
             .memo
             .take()
             .filter(|m| f.content == Content::Recipe(m.root()));
-        let children = f.extents.iter().map(|e| (e.len, e.chunk));
-        let memo = recipe::store_tree_reusing(writer, children, last.as_ref())?;
+        let touched = f.touched.take();
+        let memo =
+            recipe::store_tree_changed(writer, &f.extents, last.as_ref(), touched.as_deref())?;
         let root = memo.root();
+        if cfg!(debug_assertions) {
+            // A change to the extents not noted in `touched` would leave
+            // a stale leaf: the test suites store every tree both ways.
+            let full = recipe::store_tree(writer, f.extents.iter().map(|e| (e.len, e.chunk)))?;
+            assert_eq!(full, root, "a change to {:?}'s extents was not noted", f.ino);
+        }
         f.memo = Some(memo);
         Ok(Content::Recipe(root))
     }

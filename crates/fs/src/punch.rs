@@ -58,6 +58,7 @@ impl FileState {
                 fresh.push((i, Some(rewrite(id, from..to)?)));
             }
         }
+        self.touched.everything();
         for (i, id) in fresh {
             self.extents[i].chunk = id;
         }

@@ -92,6 +92,7 @@ impl Fs {
                 let size = from.attr.size;
                 let fresh = FileState::new(dst, size, from.content.clone(), extents);
                 f.extents = fresh.extents;
+                f.touched.everything();
                 f.dirty = fresh.dirty;
                 f.dirty_bytes = fresh.dirty_bytes;
                 f.size = size;

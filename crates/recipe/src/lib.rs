@@ -31,7 +31,7 @@ mod write;
 pub use memo::NodeMemo;
 pub use node::{Node, FANOUT};
 pub use read::{Extent, Recipe};
-pub use write::{store_stream, store_tree, store_tree_reusing, Stored};
+pub use write::{store_stream, store_tree, store_tree_changed, Stored};
 
 use cas::ChunkId;
 

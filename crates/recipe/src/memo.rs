@@ -26,7 +26,21 @@ use hashbrown::HashMap;
 pub struct NodeMemo {
     root: ChunkId,
     nodes: HashMap<u128, ChunkId>,
+    /// The leaves in file order (when the tree was stored from extents).
+    leaves: Vec<Leaf>,
     reused: usize,
+}
+
+/// A leaf of a stored tree: the bytes and the extents it covers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Leaf {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) count: usize,
+    pub(crate) id: ChunkId,
+    /// It ended by the boundary rule, not at the end of the file: the same
+    /// children from the same start end it at the same place again.
+    pub(crate) cut: bool,
 }
 
 impl NodeMemo {
@@ -44,6 +58,20 @@ impl NodeMemo {
         self.nodes.is_empty()
     }
 
+    /// The leaf starting at byte `at` that no byte range of `changed`
+    /// (sorted, disjoint) touches and that ended by the boundary rule.
+    pub(crate) fn unchanged_leaf_at(
+        &self,
+        at: u64,
+        changed: &[std::ops::Range<u64>],
+    ) -> Option<Leaf> {
+        let k = self.leaves.binary_search_by_key(&at, |l| l.start).ok()?;
+        let leaf = self.leaves[k];
+        let t = changed.partition_point(|r| r.end <= leaf.start);
+        let touched = changed.get(t).is_some_and(|r| r.start < leaf.end);
+        (leaf.cut && !touched).then_some(leaf)
+    }
+
     /// How many of its nodes were taken from the memo it was stored with.
     pub fn reused(&self) -> usize {
         self.reused
@@ -55,6 +83,7 @@ impl NodeMemo {
 pub(crate) struct Recorder<'a> {
     last: Option<&'a NodeMemo>,
     nodes: HashMap<u128, ChunkId>,
+    leaves: Vec<Leaf>,
     /// Nodes of the new tree found in the last one.
     reused: usize,
 }
@@ -64,12 +93,22 @@ impl<'a> Recorder<'a> {
         Recorder {
             last,
             nodes: HashMap::new(),
+            leaves: Vec::new(),
             reused: 0,
         }
     }
 
     pub(crate) fn fingerprint(encoded: &[u8]) -> u128 {
         twox_hash::XxHash3_128::oneshot(encoded)
+    }
+
+    pub(crate) fn note_leaf(&mut self, leaf: Leaf) {
+        self.leaves.push(leaf);
+    }
+
+    pub(crate) fn reuse_leaf(&mut self, leaf: Leaf) {
+        self.reused += 1;
+        self.leaves.push(leaf);
     }
 
     /// The id of a node of the last tree with this fingerprint.
@@ -87,6 +126,7 @@ impl<'a> Recorder<'a> {
         NodeMemo {
             root,
             nodes: self.nodes,
+            leaves: self.leaves,
             reused: self.reused,
         }
     }

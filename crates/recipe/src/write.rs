@@ -1,10 +1,12 @@
 use std::io::Read;
+use std::ops::Range;
 
 use cas::{ChunkId, Store, StreamWriter, WriteStats};
 use chunking::{Chunker, ChunkerParams};
 
-use crate::memo::{NodeMemo, Recorder};
+use crate::memo::{Leaf, NodeMemo, Recorder};
 use crate::node::{Node, FANOUT};
+use crate::read::Extent;
 use crate::{RecipeError, Result};
 
 /// What [`store_stream`] stored.
@@ -86,21 +88,70 @@ pub fn store_tree(
     tree.finish(writer)
 }
 
-/// [`store_tree`] for a file whose last tree was `last`: the nodes the new
-/// tree shares with it are taken from the memo, not stored again. Pass
-/// `last` only while that tree is still the file's recorded content (see
-/// [`NodeMemo`]). Returns the memo of the new tree; its root is the root.
-pub fn store_tree_reusing(
+/// [`store_tree`] over a file's extents (contiguous from offset 0), for a
+/// file whose last tree was `last` and of which only the bytes in
+/// `changed` (sorted, disjoint; `None`: any) changed since: a leaf of
+/// `last` that no changed range touches is taken as it is without looking
+/// at its extents, and any other node equal to one of `last` is taken from
+/// the memo, not stored again. The cost is the changed leaves', not the
+/// file's. Pass `last` only while its tree is still the file's recorded
+/// content (see [`NodeMemo`]). Returns the memo of the new tree, whose
+/// root is the tree [`store_tree`] stores from the same extents.
+pub fn store_tree_changed(
     writer: &mut StreamWriter,
-    children: impl IntoIterator<Item = (u64, Option<ChunkId>)>,
+    extents: &[Extent],
     last: Option<&NodeMemo>,
+    changed: Option<&[Range<u64>]>,
 ) -> Result<NodeMemo> {
     let mut tree = TreeBuilder {
         levels: Vec::new(),
         memo: Some(Recorder::new(last)),
     };
-    for (len, chunk) in children {
-        tree.push(writer, 0, len, chunk.unwrap_or(crate::HOLE))?;
+    if extents.is_empty() {
+        let root = store_node(writer, 0, &[], tree.memo.as_mut())?.1;
+        return Ok(tree.memo.expect("made with a recorder").finish(root));
+    }
+    let mut i = 0;
+    while i < extents.len() {
+        let at = extents[i].offset;
+        let same = last
+            .zip(changed)
+            .and_then(|(memo, changed)| memo.unchanged_leaf_at(at, changed))
+            .filter(|leaf| {
+                extents
+                    .get(i + leaf.count - 1)
+                    .is_some_and(|e| e.offset + e.len == leaf.end)
+            });
+        let memo = tree.memo.as_mut().expect("made with a recorder");
+        if let Some(leaf) = same {
+            memo.reuse_leaf(leaf);
+            i += leaf.count;
+            tree.push(writer, 1, leaf.end - leaf.start, leaf.id)?;
+            continue;
+        }
+        let first = i;
+        let mut children = Vec::new();
+        let cut = loop {
+            let e = &extents[i];
+            let id = e.chunk.unwrap_or(crate::HOLE);
+            children.push((e.len, id));
+            i += 1;
+            if ends_node(children.len(), &id) {
+                break true;
+            }
+            if i == extents.len() {
+                break false;
+            }
+        };
+        let (len, id) = store_node(writer, 0, &children, Some(memo))?;
+        memo.note_leaf(Leaf {
+            start: at,
+            end: at + len,
+            count: i - first,
+            id,
+            cut,
+        });
+        tree.push(writer, 1, len, id)?;
     }
     let (root, memo) = tree.finish_with_memo(writer)?;
     Ok(memo.expect("made with a recorder").finish(root))
@@ -115,7 +166,7 @@ const CUT_EVERY: u64 = 512;
 /// here. Ends chosen by the children's ids (random: keyed BLAKE3) rather
 /// than by count keep an insertion or a removal from moving every later
 /// node's boundary: two trees of one file that differ in a few places
-/// share all their other nodes, which [`store_tree_reusing`] skips and the
+/// share all their other nodes, which [`store_tree_changed`] skips and the
 /// store deduplicates. A run of holes (all one id) or of one repeated
 /// chunk ends only when full.
 fn ends_node(children: usize, id: &ChunkId) -> bool {
