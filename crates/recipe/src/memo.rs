@@ -38,6 +38,8 @@ pub(crate) struct Leaf {
     pub(crate) end: u64,
     pub(crate) count: usize,
     pub(crate) id: ChunkId,
+    /// The fingerprint of its encoding.
+    pub(crate) fp: u128,
     /// It ended by the boundary rule, not at the end of the file: the same
     /// children from the same start end it at the same place again.
     pub(crate) cut: bool,
@@ -108,6 +110,7 @@ impl<'a> Recorder<'a> {
 
     pub(crate) fn reuse_leaf(&mut self, leaf: Leaf) {
         self.reused += 1;
+        self.nodes.insert(leaf.fp, leaf.id);
         self.leaves.push(leaf);
     }
 

@@ -143,12 +143,13 @@ pub fn store_tree_changed(
                 break false;
             }
         };
-        let (len, id) = store_node(writer, 0, &children, Some(memo))?;
+        let (len, id, fp) = store_node(writer, 0, &children, Some(memo))?;
         memo.note_leaf(Leaf {
             start: at,
             end: at + len,
             count: i - first,
             id,
+            fp: fp.expect("fingerprinted with a recorder"),
             cut,
         });
         tree.push(writer, 1, len, id)?;
@@ -202,7 +203,7 @@ impl<'m> TreeBuilder<'m> {
 
     fn store_node(&mut self, w: &mut StreamWriter, level: usize) -> Result<()> {
         let children = std::mem::take(&mut self.levels[level]);
-        let (len, id) = store_node(w, level, &children, self.memo.as_mut())?;
+        let (len, id, _) = store_node(w, level, &children, self.memo.as_mut())?;
         self.push(w, level + 1, len, id)
     }
 
@@ -241,7 +242,7 @@ fn store_node(
     level: usize,
     children: &[(u64, ChunkId)],
     memo: Option<&mut Recorder<'_>>,
-) -> Result<(u64, ChunkId)> {
+) -> Result<(u64, ChunkId, Option<u128>)> {
     let mut end = 0;
     let entries = children
         .iter()
@@ -258,17 +259,14 @@ fn store_node(
     // Four fifths of a node are ids, which do not compress: compressing
     // saved a few percent of its size and cost a sixth of the CPU of a
     // database-like job, which stores nodes at every fsync.
-    let id = match memo {
-        None => w.write_chunk_uncompressed(encoded.into())?,
-        Some(memo) => {
-            let fp = Recorder::fingerprint(&encoded);
-            let id = match memo.known(fp) {
-                Some(id) => id,
-                None => w.write_chunk_uncompressed(encoded.into())?,
-            };
-            memo.note(fp, id);
-            id
-        }
+    let Some(memo) = memo else {
+        return Ok((end, w.write_chunk_uncompressed(encoded.into())?, None));
     };
-    Ok((end, id))
+    let fp = Recorder::fingerprint(&encoded);
+    let id = match memo.known(fp) {
+        Some(id) => id,
+        None => w.write_chunk_uncompressed(encoded.into())?,
+    };
+    memo.note(fp, id);
+    Ok((end, id, Some(fp)))
 }

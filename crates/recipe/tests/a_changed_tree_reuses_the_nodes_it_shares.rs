@@ -74,6 +74,11 @@ fn one_overwritten_block_stores_one_path_of_nodes() {
     // boundaries meet again) and the nodes above it.
     assert!(stored <= 2 * 2 + 2 * 2 + 1, "{stored} nodes stored for 2 edits");
     assert!(second.reused() + stored as usize >= second.len());
+    // Taken whole or found by fingerprint, every node of the second tree
+    // is known to the third, stored from every extent.
+    let third = store_tree_changed(&mut w, &next, Some(&second), None).unwrap();
+    assert_eq!(third.root(), second.root());
+    assert_eq!(third.reused(), third.len());
     w.flush().unwrap();
 
     assert_eq!(plain_root(&s, &next), second.root());
