@@ -509,7 +509,11 @@ impl Inner {
             // A change to the extents not noted in `touched` would leave
             // a stale leaf: the test suites store every tree both ways.
             let full = recipe::store_tree(writer, f.extents.iter().map(|e| (e.len, e.chunk)))?;
-            assert_eq!(full, root, "a change to {:?}'s extents was not noted", f.ino);
+            assert_eq!(
+                full, root,
+                "a change to {:?}'s extents was not noted",
+                f.ino
+            );
         }
         f.memo = Some(memo);
         Ok(Content::Recipe(root))

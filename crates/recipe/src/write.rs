@@ -213,10 +213,7 @@ impl<'m> TreeBuilder<'m> {
     }
 
     /// [`TreeBuilder::finish`], giving back the recorder too.
-    fn finish_with_memo(
-        mut self,
-        w: &mut StreamWriter,
-    ) -> Result<(ChunkId, Option<Recorder<'m>>)> {
+    fn finish_with_memo(mut self, w: &mut StreamWriter) -> Result<(ChunkId, Option<Recorder<'m>>)> {
         let mut level = 0;
         loop {
             let top = self.levels.len().saturating_sub(1);
