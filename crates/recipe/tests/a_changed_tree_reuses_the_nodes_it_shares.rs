@@ -2,24 +2,14 @@
 //! nodes that changed, visits only the leaves over the changed bytes, and
 //! is exactly the tree stored without the memo.
 
-use std::ops::Range;
-use std::sync::Arc;
+mod common;
 
-use branch::LocalDir;
-use cas::{ChunkId, RepoKey, Store, StoreSettings};
+use std::ops::Range;
+
+use cas::{ChunkId, Store};
+use common::store;
 use proptest::prelude::*;
 use recipe::{store_tree, store_tree_changed, Extent, Recipe};
-
-fn store(dir: &std::path::Path) -> Store {
-    let (branch, _) = LocalDir::open("local", dir.join("b")).unwrap();
-    Store::open(
-        Arc::new(branch),
-        dir,
-        RepoKey::generate(),
-        StoreSettings::default(),
-    )
-    .unwrap()
-}
 
 /// A child id from a number: ids of chunks that need not exist, since a
 /// tree only refers to its data chunks.

@@ -1,22 +1,10 @@
 //! Recipes over a real store: streaming in, random access and streaming out.
 
-use std::sync::Arc;
+mod common;
 
-use branch::LocalDir;
-use cas::{RepoKey, Store, StoreSettings};
 use chunking::ChunkerParams;
+use common::store;
 use recipe::{store_stream, Recipe};
-
-fn store(dir: &std::path::Path) -> Store {
-    let (branch, _) = LocalDir::open("local", dir.join("b")).unwrap();
-    Store::open(
-        Arc::new(branch),
-        dir,
-        RepoKey::generate(),
-        StoreSettings::default(),
-    )
-    .unwrap()
-}
 
 /// Small chunks so that a few MiB make a tree of several levels.
 const TINY: ChunkerParams = ChunkerParams::ContentDefined {
