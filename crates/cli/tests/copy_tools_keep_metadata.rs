@@ -171,9 +171,13 @@ fn build_source(src: &Path) {
     set_xattr(&src.join("odd/setgid-dir"), "user.big", &[7u8; 3000]);
     set_xattr(&src.join("acl/dir"), "user.dir", b"d");
     // Times last, deepest first so a directory's is not moved by its
-    // children; nanoseconds that are not zero, and ones before 1970.
+    // children; nanoseconds that are not zero, and ones before 1970. Every
+    // directory gets a time in the past: rsync re-sets a directory's time
+    // only when the seconds differ, so one made in the second rsync runs
+    // keeps the time rsync's own writes gave it (plain ext4 does the same).
     sh(&format!(
         "set -e; cd '{}'
+        touch -d @1500000000.25 doc
         find odd links acl -depth -exec touch -h -d @946684799.123456789 {{}} +
         touch -h -d @1234567890.987654321 odd/relative-link odd/big acl/dir
         touch -h -d @-86400.5 odd/none
