@@ -130,6 +130,7 @@ pub fn start(
 
 pub fn gateway(root: &Path, args: &GatewayArgs, quiet: bool) -> Result<ExitCode> {
     let repo = crate::ops::open(root, quiet)?;
+    crate::alloc::govern(repo.config.memory_limit());
     let fs = service::open_fs(&repo)?;
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
     let figures = metrics(&fs, None, None);

@@ -53,6 +53,7 @@ pub fn mount(
     fuse::check_fuse_available()?;
     prepare_mountpoint(&args.mountpoint, args.nonempty, quiet)?;
     let mut repo = crate::ops::open(root, quiet)?;
+    crate::alloc::govern(repo.config.memory_limit());
     if args.read_only {
         // Nothing changes, so no version is due; without this the timer
         // and the unmount would still write version records.

@@ -43,6 +43,25 @@ pub struct Config {
     pub shared_index: Option<SharedIndexConfig>,
 }
 
+impl Config {
+    /// What the mount daemon's memory is held to: the sum of its budgets
+    /// (`memory.budget`, `fs.total_dirty`, `fs.cache`,
+    /// `memory.metadata_cache`, `memory.index_cache`; docs/file-system.md,
+    /// "Memory").
+    pub fn memory_limit(&self) -> u64 {
+        [
+            self.store.memory_budget,
+            self.fs.total_dirty_max,
+            self.fs.cache_bytes,
+            self.metadata_cache,
+            self.store.index_cache,
+        ]
+        .iter()
+        .map(|&b| b as u64)
+        .sum()
+    }
+}
+
 /// `[shared_index] kind = "chunkd"`: the range table of file system
 /// `fsid` in etcd, and the chunkds' token (a relative path is taken from
 /// the repository root).
@@ -355,6 +374,17 @@ mod tests {
                 .to_string();
             assert!(e.contains(wanted), "{from} -> {to}: {e}");
         }
+    }
+
+    #[test]
+    fn memory_limit_adds_every_budget() {
+        assert_eq!(Config::parse("").unwrap().memory_limit(), 864 << 20);
+        let c = Config::parse(
+            "[memory]\nbudget = \"64MiB\"\nmetadata_cache = \"16MiB\"\nindex_cache = \"8MiB\"\n\
+             [fs]\ntotal_dirty = \"32MiB\"\ncache = \"128MiB\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.memory_limit(), 248 << 20);
     }
 
     #[test]
