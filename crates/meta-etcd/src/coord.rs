@@ -333,3 +333,171 @@ impl EtcdMeta {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use meta::conformance::{new, t, ROOT};
+    use meta::{FileKind, MetaStore};
+
+    use super::*;
+    use crate::sim::{Fault, Gate, Request, SimCluster};
+    use crate::EtcdOptions;
+
+    /// Lets every request through, counting those of the control cluster.
+    #[derive(Default)]
+    struct Counting(AtomicUsize);
+
+    impl Gate for Counting {
+        fn pass(&self, cluster: &str, _: Request) -> Fault {
+            if cluster.ends_with("-ctl") {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+            Fault::Pass
+        }
+    }
+
+    /// A file system over two simulated data clusters, whose control
+    /// cluster's requests `gate` counts.
+    struct Ring {
+        gate: Arc<Counting>,
+        ctl: Arc<SimCluster>,
+        _data: [Arc<SimCluster>; 2],
+    }
+
+    impl Ring {
+        fn new(name: &str) -> Ring {
+            let gate = Arc::new(Counting::default());
+            let ctl = SimCluster::new(&format!("{name}-ctl"), gate.clone());
+            let open: Arc<dyn Gate> = Arc::new(crate::sim::Open);
+            let data = [
+                SimCluster::new(&format!("{name}-d0"), open.clone()),
+                SimCluster::new(&format!("{name}-d1"), open),
+            ];
+            crate::init_cluster(
+                &[ctl.endpoint()],
+                &[vec![data[0].endpoint()], vec![data[1].endpoint()]],
+                "fs",
+                16,
+                0,
+                0,
+                &EtcdOptions::default(),
+            )
+            .unwrap();
+            Ring {
+                gate,
+                ctl,
+                _data: data,
+            }
+        }
+
+        fn open(&self) -> EtcdMeta {
+            EtcdMeta::open_cluster(&[self.ctl.endpoint()], "fs", EtcdOptions::default()).unwrap()
+        }
+
+        fn coordinator(&self, pid: u32) -> Coordinator {
+            let mut c = Coordinator::new(self.open(), CoordOptions::default()).unwrap();
+            c.me.pid = pid;
+            c
+        }
+    }
+
+    fn campaign(c: &mut Coordinator) -> Vec<Event> {
+        let mut seen = Vec::new();
+        c.campaign(&mut |e| seen.push(e)).unwrap();
+        seen
+    }
+
+    #[test]
+    fn one_of_two_leads_and_the_other_takes_over_when_it_resigns() {
+        let ring = Ring::new("coord-resign");
+        let (mut a, mut b) = (ring.coordinator(1), ring.coordinator(2));
+        assert_eq!(campaign(&mut a), [Event::Leading]);
+        assert_eq!(campaign(&mut b), [Event::Following(a.me.clone())]);
+        assert!(a.leading() && !b.leading());
+        // Campaigning again changes nothing and reports nothing.
+        assert!(campaign(&mut a).is_empty() && campaign(&mut b).is_empty());
+        assert_eq!(b.store.coordinator().unwrap(), Some(a.me.clone()));
+
+        a.resign();
+        assert!(!a.leading());
+        assert_eq!(b.store.coordinator().unwrap(), None);
+        assert_eq!(campaign(&mut b), [Event::Leading]);
+        assert_eq!(campaign(&mut a), [Event::Following(b.me.clone())]);
+    }
+
+    #[test]
+    fn a_leader_whose_lease_lapsed_or_record_went_no_longer_leads() {
+        let ring = Ring::new("coord-lapse");
+        let (mut a, mut b) = (ring.coordinator(1), ring.coordinator(2));
+        campaign(&mut a);
+        campaign(&mut b);
+        // A's lease runs out (it was paused longer than the TTL): B takes
+        // over, and A finds out at its next renewal.
+        ring.ctl.expire(a.leading.unwrap().0).unwrap();
+        assert_eq!(campaign(&mut b), [Event::Leading]);
+        assert_eq!(campaign(&mut a), [Event::Lost, Event::Following(b.me.clone())]);
+
+        // B's record deleted by hand, its lease alive: its next pass sees
+        // and steps down, and A may lead.
+        let key = b.store.keys.leader();
+        b.ctl()
+            .unwrap()
+            .txn(Txn::new().and_then([Op::delete(Range::key(key))]))
+            .unwrap();
+        let mut seen = Vec::new();
+        assert_eq!(b.pass(&mut |e| seen.push(e)).unwrap(), 0);
+        assert_eq!(seen, [Event::Lost]);
+        assert!(!b.leading());
+        assert_eq!(campaign(&mut a), [Event::Leading]);
+    }
+
+    #[test]
+    fn an_idle_pass_is_one_request_and_a_pass_rolls_an_interrupted_mkdir_forward() {
+        let ring = Ring::new("coord-pass");
+        let mut a = ring.coordinator(1);
+        campaign(&mut a);
+        let before = ring.gate.0.load(Ordering::SeqCst);
+        assert_eq!(a.pass(&mut |_| {}).unwrap(), 0);
+        assert_eq!(ring.gate.0.load(Ordering::SeqCst) - before, 1);
+
+        // Opened before the interruption (an open settles intents).
+        let mut b = ring.coordinator(2);
+        campaign(&mut b);
+        // A client's mkdir across clusters stops after its first part.
+        let c = ring.open();
+        c.stop_after_first_part();
+        let mut stopped = None;
+        for i in 0..200 {
+            let name = format!("m{i}");
+            if let Err(e) = c.create(ROOT, name.as_bytes(), new(FileKind::Dir), t(1)) {
+                assert!(crate::is(&e, |e| matches!(e, EtcdError::Injected)), "{e}");
+                stopped = Some(name);
+                break;
+            }
+        }
+        let name = stopped.expect("a mkdir across clusters");
+        assert_eq!(crate::intent::unfinished(&a.store).unwrap().len(), 1);
+        // A follower's pass does nothing.
+        assert_eq!(b.pass(&mut |_| {}).unwrap(), 0);
+        assert_eq!(crate::intent::unfinished(&a.store).unwrap().len(), 1);
+
+        assert_eq!(a.pass(&mut |_| {}).unwrap(), 1);
+        assert!(crate::intent::unfinished(&a.store).unwrap().is_empty());
+        let d = b.store.lookup(ROOT, name.as_bytes()).unwrap();
+        assert_eq!((d.attr.kind, d.attr.nlink), (FileKind::Dir, 2));
+        meta::conformance::consistent(&b.store);
+        // Settled once: the next pass finds nothing.
+        assert_eq!(a.pass(&mut |_| {}).unwrap(), 0);
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_its_bound() {
+        let s = Duration::from_secs(2);
+        assert_eq!(backoff(s, 1), Duration::from_secs(4));
+        assert_eq!(backoff(s, 3), Duration::from_secs(16));
+        assert_eq!(backoff(s, 40), MAX_BACKOFF);
+    }
+}
