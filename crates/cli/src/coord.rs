@@ -39,7 +39,11 @@ fn log(e: CoordEvent) {
     match e {
         CoordEvent::Leading => say!("cairn coord: leading (pid {})", std::process::id()),
         CoordEvent::Following(l) => {
-            say!("cairn coord: following the leader on {} (pid {})", l.host, l.pid)
+            say!(
+                "cairn coord: following the leader on {} (pid {})",
+                l.host,
+                l.pid
+            )
         }
         CoordEvent::Lost => say!("cairn coord: no longer leading"),
         CoordEvent::Settled(n) => say!("cairn coord: settled {n} intents"),
