@@ -231,7 +231,7 @@ impl Coordinator {
         else {
             return Err(EtcdError::ShortAnswer { asked: 2, got: 0 }.into());
         };
-        if !mine.kvs.first().is_some_and(|kv| kv.lease == lease) {
+        if mine.kvs.first().is_none_or(|kv| kv.lease != lease) {
             self.lose(report);
             return Ok(0);
         }
