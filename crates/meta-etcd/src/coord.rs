@@ -34,13 +34,16 @@ use crate::rpc::{GetOptions, Rpc, PAGE};
 use crate::store::EtcdMeta;
 use crate::EtcdError;
 
+/// The shortest interval between passes (and campaigns).
+const MIN_INTERVAL: Duration = Duration::from_millis(100);
 /// The longest pause between the leader's passes after failures.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// How a coordinator runs.
 #[derive(Debug, Clone)]
 pub struct CoordOptions {
-    /// Between two passes of the leader, and two campaigns of the others.
+    /// Between two passes of the leader, and two campaigns of the others
+    /// (at least 100 ms).
     pub interval: Duration,
     /// The TTL of the leader's lease (whole seconds, at least 2): how long
     /// the others wait for a leader that died.
@@ -127,11 +130,16 @@ impl Coordinator {
     }
 
     fn ctl(&self) -> Result<&Rpc, EtcdError> {
-        self.store.ring.control.as_deref().ok_or(EtcdError::NotSharded)
+        self.store
+            .ring
+            .control
+            .as_deref()
+            .ok_or(EtcdError::NotSharded)
     }
 
-    fn ttl_secs(&self) -> i64 {
-        self.opts.ttl.as_secs().max(2) as i64
+    /// The lease's TTL in whole seconds, at least 2.
+    fn ttl(&self) -> Duration {
+        Duration::from_secs(self.opts.ttl.as_secs().max(2))
     }
 
     /// The leader renews its lease; the others campaign if no one leads.
@@ -145,7 +153,7 @@ impl Coordinator {
                 Ok(false) => self.lose(report),
                 Err(e) => {
                     // Unrenewed for a TTL: the lease has surely lapsed.
-                    if renewed.elapsed() >= self.opts.ttl {
+                    if renewed.elapsed() >= self.ttl() {
                         self.lose(report);
                     }
                     return Err(e.into());
@@ -162,7 +170,7 @@ impl Coordinator {
             }
             return Ok(());
         }
-        let lease = ctl.grant(self.ttl_secs())?;
+        let lease = ctl.grant(self.ttl().as_secs() as i64)?;
         let record = serde_json::to_vec(&self.me).expect("a record of strings and numbers");
         let put = Txn::new()
             .when([Compare {
@@ -225,11 +233,13 @@ impl Coordinator {
                 revision: 0,
             }),
         ]);
-        let mut results = self.ctl()?.txn(read)?.results.into_iter();
+        let results = self.ctl()?.txn(read)?.results;
+        let got = results.len();
+        let mut results = results.into_iter();
         let (Some(OpResult::Get(mine)), Some(OpResult::Get(page))) =
             (results.next(), results.next())
         else {
-            return Err(EtcdError::ShortAnswer { asked: 2, got: 0 }.into());
+            return Err(EtcdError::ShortAnswer { asked: 2, got }.into());
         };
         if mine.kvs.first().is_none_or(|kv| kv.lease != lease) {
             self.lose(report);
@@ -260,7 +270,8 @@ impl Coordinator {
     /// Campaigns and, while leading, passes every interval, until `stop`
     /// says stop (or its sender is dropped); then resigns.
     pub fn run(mut self, stop: &Receiver<()>, mut report: impl FnMut(Event)) {
-        let renew = self.opts.ttl / 3;
+        let renew = self.ttl() / 3;
+        let interval = self.opts.interval.max(MIN_INTERVAL);
         let mut due = Instant::now();
         let mut failed = (0u32, 0u32); // campaigns, passes, in a row
         loop {
@@ -275,18 +286,18 @@ impl Coordinator {
                         if n > 0 {
                             report(Event::Settled(n));
                         }
-                        due = Instant::now() + self.opts.interval;
+                        due = Instant::now() + interval;
                     }
                     Err(e) => {
                         failure(&mut failed.1, e, &mut report);
-                        due = Instant::now() + backoff(self.opts.interval, failed.1);
+                        due = Instant::now() + backoff(interval, failed.1);
                     }
                 }
             }
             let wait = if self.leading() {
                 renew.min(due.saturating_duration_since(Instant::now()))
             } else {
-                self.opts.interval
+                interval
             };
             match stop.recv_timeout(wait) {
                 Err(RecvTimeoutError::Timeout) => {}
@@ -438,7 +449,10 @@ mod tests {
         // over, and A finds out at its next renewal.
         ring.ctl.expire(a.leading.unwrap().0).unwrap();
         assert_eq!(campaign(&mut b), [Event::Leading]);
-        assert_eq!(campaign(&mut a), [Event::Lost, Event::Following(b.me.clone())]);
+        assert_eq!(
+            campaign(&mut a),
+            [Event::Lost, Event::Following(b.me.clone())]
+        );
 
         // B's record deleted by hand, its lease alive: its next pass sees
         // and steps down, and A may lead.
