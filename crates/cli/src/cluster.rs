@@ -131,7 +131,8 @@ pub enum ClusterCommand {
 
     /// Settle the unfinished intents: roll committed ones forward, and
     /// abort those whose client is gone. Clients do this themselves when
-    /// they meet one; this is for a file system no client uses.
+    /// they meet one, and a running `cairn coord` does it for every one;
+    /// this is for a file system that has neither.
     ///
     /// Prints how many were settled. Exit status: 0; 1 with an error.
     Settle {
