@@ -19,7 +19,9 @@
 //! etcd lock); splits an operation whose keys are in one cluster over two
 //! transactions (`purge_orphans` is many operations, one per orphan);
 //! stores file data or recipes (they stay in the chunk store); replicates
-//! or elects anything itself (etcd does).
+//! anything itself (etcd does); elects beyond the coordinator's one
+//! compare-and-put under a lease (`coord`), which only saves duplicate
+//! work and fences nothing.
 //!
 //! **Key layout** (every key under `/<fsid>/`; numbers are 8-byte
 //! big-endian so keys sort by number):
