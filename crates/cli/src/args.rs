@@ -267,6 +267,49 @@ pub enum Command {
     #[command(subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
     Chunkd(ChunkdArgs),
 
+    /// Settle the unfinished operations of a file system over several
+    /// etcd clusters: the leader-elected coordinator.
+    ///
+    /// An operation whose keys are in several data clusters (a rename or
+    /// hard link across them, a directory made on another cluster than
+    /// its parent) is an intent in the control cluster. A client that
+    /// dies part-way leaves it unfinished; clients settle those they
+    /// meet, and `cairn coord` settles every one: it rolls committed ones
+    /// forward and aborts those whose client is gone.
+    ///
+    /// Run one on a few machines: one leads (its record, under its lease
+    /// of --ttl seconds, is `coord/leader` in the control cluster), the
+    /// others wait. The leader renews its lease every third of --ttl and
+    /// reads the intents every --interval seconds (one request when there
+    /// is none). When it stops (Ctrl-C or SIGTERM) it revokes its lease,
+    /// and another leads at its next try; when it dies, another leads
+    /// once the lease lapses. Leadership only saves duplicate work:
+    /// settling is safe from any number of processes at once.
+    ///
+    /// Logs on stderr when it starts or stops leading, who leads when
+    /// that changes, each pass that settled something (how many), and
+    /// failures (the 1st, 2nd, 4th, 8th... in a row; passes back off to
+    /// at most a minute apart). Runs in the foreground until Ctrl-C or
+    /// SIGTERM. Exit status: 0 when stopped; 1 if the file system cannot
+    /// be opened.
+    ///
+    /// What to run next: cairn cluster status --cluster URL shows the
+    /// coordinator that leads and the intents still unfinished.
+    Coord {
+        /// The file system: etcd://CONTROL_HOST:PORT[,...]/FSID.
+        #[arg(long, env = "CAIRN_CLUSTER", value_name = "URL")]
+        cluster: String,
+        /// Seconds between the leader's passes (and the others' tries).
+        #[arg(long, value_name = "SECONDS", default_value_t = 2,
+              value_parser = clap::value_parser!(u64).range(1..=3600))]
+        interval: u64,
+        /// The leader's lease, in seconds: how long the others wait for a
+        /// leader that died.
+        #[arg(long, value_name = "SECONDS", default_value_t = 10,
+              value_parser = clap::value_parser!(u64).range(2..=3600))]
+        ttl: u64,
+    },
+
     /// Create, list and revoke the S3 gateway's access keys.
     ///
     /// Keys are kept in the repository (REPO/gateway/keys.toml, readable by

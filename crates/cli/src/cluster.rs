@@ -59,12 +59,15 @@ pub enum ClusterCommand {
     ///
     /// Prints one line per etcd member (healthy or not, which one leads),
     /// the shards of each data cluster (as ranges, with their epochs when
-    /// not 1) and each unfinished intent (an operation across clusters a
-    /// client did not finish: `settle` rolls it forward or back). With
+    /// not 1), the coordinator that leads (`cairn coord`: host, pid and
+    /// start time in seconds since 1970, or none) and each unfinished
+    /// intent (an operation across clusters a client did not finish:
+    /// `settle` or the coordinator rolls it forward or back). With
     /// --json: {"control": [member], "clusters": [{"index", "members":
     /// [member], "shards"}], "shards": [[cluster, epoch], ...] (one per
-    /// shard), "intents": [{"id", "state", "owner"}]}, a member being
-    /// {"endpoint", "healthy", "leader", "error"}.
+    /// shard), "intents": [{"id", "state", "owner"}], "coordinator":
+    /// null or {"host", "pid", "since"}}, a member being {"endpoint",
+    /// "healthy", "leader", "error"}.
     ///
     /// When the file system has a chunkd fingerprint index (`cairn chunkd
     /// ranges init` on the control cluster with the same FSID), its ranges
@@ -78,7 +81,8 @@ pub enum ClusterCommand {
     /// error).
     ///
     /// What to run next: for a member down, restart it (etcd catches it
-    /// up); for an unfinished intent, cairn cluster settle; for an owner
+    /// up); for an unfinished intent, cairn cluster settle (or run cairn
+    /// coord); for an owner
     /// down, restart its `cairn chunkd` (meanwhile only dedup is missed)
     /// or give its ranges to another (`cairn chunkd ranges assign`).
     Status {
@@ -127,7 +131,8 @@ pub enum ClusterCommand {
 
     /// Settle the unfinished intents: roll committed ones forward, and
     /// abort those whose client is gone. Clients do this themselves when
-    /// they meet one; this is for a file system no client uses.
+    /// they meet one, and a running `cairn coord` does it for every one;
+    /// this is for a file system that has neither.
     ///
     /// Prints how many were settled. Exit status: 0; 1 with an error.
     Settle {
@@ -324,6 +329,10 @@ fn print_status(st: &ClusterStatus) {
         if !moved.is_empty() {
             out!("    epochs {}", moved.join(" "));
         }
+    }
+    match &st.coordinator {
+        Some(l) => out!("coordinator: {} pid {} (since {})", l.host, l.pid, l.since),
+        None => out!("coordinator: none (clients settle the intents they meet)"),
     }
     if st.intents.is_empty() {
         out!("no unfinished intents");

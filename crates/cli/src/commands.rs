@@ -65,6 +65,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Gateway { gateway } => crate::gateway::gateway(&root, &gateway, quiet),
         Command::Chunkd(args) => crate::chunkd::run(args, quiet),
+        Command::Coord {
+            cluster,
+            interval,
+            ttl,
+        } => crate::coord::run(&cluster, interval, ttl, quiet),
         Command::AccessKey(cmd) => crate::gateway::access_key(&root, cmd),
         Command::Bucket(cmd) => crate::gateway::bucket(&root, cmd),
         Command::Bench(cmd) => crate::bench::run(cmd),

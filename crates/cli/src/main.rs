@@ -33,6 +33,7 @@ mod branches;
 mod chunkd;
 mod cluster;
 mod commands;
+mod coord;
 mod doctor;
 mod gateway;
 mod history;

@@ -1,8 +1,8 @@
 //! The README's "Two machines, one file system" steps, as a user runs
 //! them: three etcd clusters (control and two data), `cairn chunkd`
 //! serving the shared branch, `cluster init`, a second client by `init
-//! --join`, both mounted with `--cluster`. What one client writes and
-//! closes the other reads byte-exact; a rename on one is seen by the
+//! --join`, `cairn coord`, both clients mounted with `--cluster`. What
+//! one client writes and closes the other reads byte-exact; a rename on one is seen by the
 //! other; both clients' `cairn check` is clean; after both unmount and
 //! mount again every file is still there.
 
@@ -11,6 +11,7 @@ mod common;
 use std::fs;
 
 use common::chunkd::{token_file, Chunkd};
+use common::coord::{client, wait_until, Coord};
 use common::etcd::{cluster_init, Etcd};
 use common::{ok, random, Mount};
 
@@ -36,6 +37,7 @@ fn the_readme_cluster_steps_share_one_file_system() {
         &b,
         &["init", "--join", a.to_str().unwrap(), "--client", "1"],
     );
+    let coord = Coord::start(&url, 10, &base.path().join("coord.log"));
     let mount = |repo: &std::path::Path, name: &str| {
         let dir = base.path().join(name);
         fs::create_dir_all(&dir).unwrap();
@@ -81,4 +83,8 @@ fn the_readme_cluster_steps_share_one_file_system() {
     }
     ma.unmount();
     mb.unmount();
+    wait_until("the coordinator leads", || {
+        client(&url).coordinator().unwrap().map(|l| l.pid) == Some(coord.pid())
+    });
+    coord.stop();
 }

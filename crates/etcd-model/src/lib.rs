@@ -447,6 +447,11 @@ impl Kv {
         id
     }
 
+    /// Whether lease `lease` lives (granted, neither revoked nor expired).
+    pub fn has_lease(&self, lease: i64) -> bool {
+        self.leases.contains_key(&lease)
+    }
+
     /// Revokes a lease, deleting its keys (one revision for all of them).
     pub fn revoke(&mut self, lease: i64) -> Result<i64, ModelError> {
         let keys = self

@@ -131,6 +131,16 @@ impl KvBackend for EtcdClient {
             .map(drop)
     }
 
+    fn keep_alive(&self, lease: i64) -> Result<bool, EtcdError> {
+        // etcd answers an unknown lease's renewal with TTL 0, not an error.
+        let left = self.call(|mut c| async move {
+            let (mut keeper, mut stream) = c.lease_keep_alive(lease).await?;
+            keeper.keep_alive().await?;
+            Ok(stream.message().await?.map_or(0, |r| r.ttl()))
+        })?;
+        Ok(left > 0)
+    }
+
     fn keep_registered(
         &self,
         key: Vec<u8>,

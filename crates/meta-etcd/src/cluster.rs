@@ -132,6 +132,8 @@ pub struct ClusterStatus {
     /// Per shard: (owning cluster, epoch).
     pub shards: Vec<(u16, u64)>,
     pub intents: Vec<IntentInfo>,
+    /// The coordinator that leads (`cairn coord`), if any.
+    pub coordinator: Option<crate::Leader>,
 }
 
 /// Each member's answer to a status request, one connection per member.
@@ -161,7 +163,8 @@ fn members(endpoints: &[String], timeout: Duration) -> Vec<MemberHealth> {
 
 impl EtcdMeta {
     /// The control cluster, every data cluster with each member's health,
-    /// the placement of every shard and the unfinished intents.
+    /// the placement of every shard, the unfinished intents and the
+    /// coordinator that leads.
     pub fn cluster_status(&self, control: &[String]) -> Result<ClusterStatus> {
         let map = self.ring.reload(&self.keys)?;
         let timeout = self.opts.rpc_timeout.min(Duration::from_secs(2));
@@ -192,6 +195,7 @@ impl EtcdMeta {
             clusters,
             shards: map.shards.clone(),
             intents,
+            coordinator: self.coordinator()?,
         })
     }
 

@@ -22,13 +22,14 @@
 //! Anyone who finds a shard locked settles the intent: a `Committed` one
 //! is rolled forward (apply is idempotent), an `Aborted` one released,
 //! and a `Preparing` one whose owner is no longer registered in the
-//! control cluster aborted. A separate, leader-elected coordinator (`cairn
-//! coord`) would run the same [`settle`] over every intent it finds; the
-//! client library is the coordinator for now.
+//! control cluster aborted. The leader-elected coordinator (`cairn coord`,
+//! [`crate::coord`]) runs the same [`settle`] over every intent it finds,
+//! so that intents of clients that died are settled even when no client
+//! meets their locks.
 
 use std::sync::atomic::Ordering;
 
-use etcd_model::{Cmp as CompareOp, Compare, Op as TxnOp, Range, Txn};
+use etcd_model::{Cmp as CompareOp, Compare, KeyValue, Op as TxnOp, Range, Txn};
 use meta::codec::Reader;
 use meta::Result;
 
@@ -429,7 +430,7 @@ pub(crate) fn settle_lock(store: &EtcdMeta, id: u64, shard: u32) -> Result<()> {
 }
 
 /// The unfinished intents (not `Done`): id, state name and owner.
-pub(crate) fn unfinished(store: &EtcdMeta) -> Result<Vec<(u64, &'static str, u64)>> {
+pub(crate) fn unfinished(store: &EtcdMeta) -> Result<Vec<Unfinished>> {
     let ctl = control(store)?;
     let prefix = store.keys.intents();
     let mut out = Vec::new();
@@ -439,31 +440,47 @@ pub(crate) fn unfinished(store: &EtcdMeta) -> Result<Vec<(u64, &'static str, u64
         0,
         usize::MAX,
         &mut |kv| {
-            let id = kv
-                .key
-                .get(prefix.len()..)
-                .and_then(|b| b.try_into().ok())
-                .map(u64::from_be_bytes)
-                .ok_or(EtcdError::BadIntent)?;
-            let intent = Intent::decode(&kv.value)?;
-            let state = match intent.state {
-                PREPARING => "preparing",
-                COMMITTED => "committed",
-                ABORTED => "aborted",
-                _ => return Ok(true),
-            };
-            out.push((id, state, intent.owner));
+            out.extend(unfinished_one(store, &kv)?);
             Ok(true)
         },
     )?;
     Ok(out)
 }
 
+/// An unfinished intent: id, state name and owner.
+pub(crate) type Unfinished = (u64, &'static str, u64);
+
+/// The intent record `kv` (a key under `t/`), unless it is `Done`.
+pub(crate) fn unfinished_one(
+    store: &EtcdMeta,
+    kv: &KeyValue,
+) -> Result<Option<Unfinished>, EtcdError> {
+    let id = kv
+        .key
+        .get(store.keys.intents().len()..)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_be_bytes)
+        .ok_or(EtcdError::BadIntent)?;
+    let intent = Intent::decode(&kv.value)?;
+    let state = match intent.state {
+        PREPARING => "preparing",
+        COMMITTED => "committed",
+        ABORTED => "aborted",
+        _ => return Ok(None),
+    };
+    Ok(Some((id, state, intent.owner)))
+}
+
 /// Settles every unfinished intent that can be: what a coordinator does.
 /// Returns how many were settled.
 pub(crate) fn settle_all(store: &EtcdMeta) -> Result<u64> {
+    settle_each(store, &unfinished(store)?)
+}
+
+/// Settles each of `found` that can be; how many were.
+pub(crate) fn settle_each(store: &EtcdMeta, found: &[Unfinished]) -> Result<u64> {
     let mut n = 0;
-    for (id, _, _) in unfinished(store)? {
+    for &(id, _, _) in found {
         if settle(store, id, false)?.is_some() {
             n += 1;
         }

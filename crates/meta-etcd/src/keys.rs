@@ -124,6 +124,12 @@ impl Keys {
         self.key(b"t/", &[])
     }
 
+    /// The coordinator's leader record (control cluster), under the
+    /// leader's lease.
+    pub(crate) fn leader(&self) -> Vec<u8> {
+        self.key(b"coord/leader", &[])
+    }
+
     /// The shard of a key that holds an inode number (`i/`, `d/`, `x/`,
     /// `o/`, `k/`): the number's top bits. `None` for other keys.
     pub(crate) fn shard_of_key(&self, key: &[u8]) -> Option<u32> {

@@ -10,7 +10,8 @@
 //! retries after an unknown outcome, inode-number reservations, clients'
 //! registrations; over several clusters also the shard map and its
 //! fences (`shard`, `route`), the intents of operations across clusters
-//! and their settling (`intent`), and shard moves (`cluster`).
+//! and their settling (`intent`), the coordinator that settles them
+//! (`coord`), and shard moves (`cluster`).
 //!
 //! **Never:** holds an etcd lock or lease to fence (a compare inside the
 //! transaction fences, as Jepsen found etcd's locks unsafe; an intent's
@@ -18,7 +19,9 @@
 //! etcd lock); splits an operation whose keys are in one cluster over two
 //! transactions (`purge_orphans` is many operations, one per orphan);
 //! stores file data or recipes (they stay in the chunk store); replicates
-//! or elects anything itself (etcd does).
+//! anything itself (etcd does); elects beyond the coordinator's one
+//! compare-and-put under a lease (`coord`), which only saves duplicate
+//! work and fences nothing.
 //!
 //! **Key layout** (every key under `/<fsid>/`; numbers are 8-byte
 //! big-endian so keys sort by number):
@@ -41,7 +44,8 @@
 //!   written by the operation's own transaction under a lease (120 s).
 //! - Over several clusters: `e/<shard>` in each data cluster (the fence
 //!   of a shard it owns: epoch, intent lock, moved); `m` (the shard map),
-//!   `n` and `t/<id>` (intents) in the control cluster. Inode numbers
+//!   `n`, `t/<id>` (intents) and `coord/leader` (who coordinates, under
+//!   its lease: [`Coordinator`]) in the control cluster. Inode numbers
 //!   carry their shard in their top 16 bits ([`SHARD_SHIFT`]); every key
 //!   above but `n`, `r/` and `c/` starts with one, so routes by it.
 //!
@@ -98,6 +102,7 @@
 
 mod client;
 mod cluster;
+mod coord;
 mod intent;
 mod keys;
 mod mutate;
@@ -115,6 +120,7 @@ mod view;
 pub use cluster::{
     init_cluster, parse_cluster, ClusterHealth, ClusterStatus, IntentInfo, MemberHealth,
 };
+pub use coord::{CoordOptions, Coordinator, Event as CoordEvent, Leader};
 pub use ops::{MAX_INLINE, MAX_OP_XATTRS, XATTR_SIZE_MAX};
 pub use rpc::{KvBackend, MemberStatus};
 pub use shard::{shard_of, ShardMap, DEFAULT_SHARDS, MAX_SHARDS, SHARD_SHIFT};
@@ -193,6 +199,8 @@ pub enum EtcdError {
     BadFence,
     #[error("a damaged intent record")]
     BadIntent,
+    #[error("a damaged coordinator leader record")]
+    BadLeader,
     #[error("no shard {0} in the shard map")]
     NoSuchShard(u32),
     #[error("no data cluster {0} in the shard map")]

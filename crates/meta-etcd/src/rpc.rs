@@ -41,6 +41,9 @@ pub trait KvBackend: Send + Sync {
     /// A new lease of `ttl` seconds; its id.
     fn grant(&self, ttl: i64) -> Result<i64, EtcdError>;
     fn revoke(&self, lease: i64) -> Result<(), EtcdError>;
+    /// Renews `lease` once: whether it still lived (a lapsed or revoked
+    /// lease cannot be renewed).
+    fn keep_alive(&self, lease: i64) -> Result<bool, EtcdError>;
     /// Keeps the registration `key` under `lease` alive until `stop` (in
     /// the background; a lapsed lease is replaced and stored in `lease`).
     /// A simulated cluster's leases lapse only when the simulation says.
@@ -206,6 +209,10 @@ impl Rpc {
 
     pub(crate) fn revoke(&self, lease: i64) -> Result<(), EtcdError> {
         self.backend.revoke(lease)
+    }
+
+    pub(crate) fn keep_alive(&self, lease: i64) -> Result<bool, EtcdError> {
+        self.backend.keep_alive(lease)
     }
 
     pub(crate) fn keep_registered(

@@ -30,6 +30,7 @@ pub enum Request {
     ReadTxn,
     Grant,
     Revoke,
+    KeepAlive,
 }
 
 /// What happens to one request.
@@ -165,6 +166,12 @@ impl KvBackend for Arc<SimCluster> {
         let fault = self.gate(Request::Revoke)?;
         let out = self.kv.lock().revoke(lease).map(drop);
         self.reply(fault, out?)
+    }
+
+    fn keep_alive(&self, lease: i64) -> Result<bool, EtcdError> {
+        let fault = self.gate(Request::KeepAlive)?;
+        let out = self.kv.lock().has_lease(lease);
+        self.reply(fault, out)
     }
 
     fn keep_registered(&self, _: Vec<u8>, _: i64, _: Arc<AtomicI64>, _: Arc<AtomicBool>) {}

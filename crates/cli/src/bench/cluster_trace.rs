@@ -41,6 +41,7 @@ impl Gate for Recorder {
             Request::ReadTxn => "read-txn",
             Request::Grant => "grant",
             Request::Revoke => "revoke",
+            Request::KeepAlive => "keep-alive",
         };
         self.seen.lock().push((index, kind));
         Fault::Pass

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod chunkd;
+pub mod coord;
 pub mod etcd;
 pub mod metrics;
 pub mod s3;
