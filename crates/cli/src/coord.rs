@@ -46,8 +46,12 @@ fn log(e: CoordEvent) {
             )
         }
         CoordEvent::Lost => say!("cairn coord: no longer leading"),
-        CoordEvent::Settled(n) => say!("cairn coord: settled {n} intents"),
+        CoordEvent::Settled(n) => {
+            tracing::info!(intents = n, "the coordinator settled unfinished intents");
+            say!("cairn coord: settled {n} intents")
+        }
         CoordEvent::Failed { error, times } => {
+            tracing::warn!(%error, times, "a coordinator request failed");
             say!("cairn coord: failed ({times} in a row): {error}")
         }
     }
