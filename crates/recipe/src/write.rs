@@ -159,9 +159,9 @@ pub fn store_tree_changed(
 }
 
 /// A node has at least this many children before a content-defined end.
-const MIN_CHILDREN: usize = 64;
+const MIN_CHILDREN: usize = 16;
 /// After [`MIN_CHILDREN`], about one child in this many ends its node.
-const CUT_EVERY: u64 = 512;
+const CUT_EVERY: u64 = 128;
 
 /// Whether a node with `children` children, the last with id `id`, ends
 /// here. Ends chosen by the children's ids (random: keyed BLAKE3) rather
