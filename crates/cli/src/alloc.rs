@@ -20,8 +20,9 @@
 //! budgets, and about 130 MiB below it with no delay at all. So a daemon
 //! also runs a [`govern`] thread: when its RSS nears the sum of its
 //! budgets, freed pages go back to the kernel at once (and what is already
-//! waiting is returned); when it is well below again, the delay comes back.
-//! Throughput pays only while memory is tight.
+//! waiting is returned) and the DRAM chunk cache shrinks to a quarter; when
+//! it is well below again, both come back. Throughput pays only while
+//! memory is tight.
 
 use std::ffi::c_long;
 use std::time::Duration;
@@ -58,30 +59,37 @@ fn set_purge_delay(ms: c_long) {
 }
 
 /// Starts the thread that keeps the daemon's RSS under `limit` bytes (the
-/// sum of its budgets, `repo::Config::memory_limit`) as far as the
-/// allocator's retention is concerned; nothing when the environment sets
-/// the purge delay (the operator's choice wins) or the RSS cannot be read.
-pub fn govern(limit: u64) {
-    if std::env::var_os(PURGE_DELAY_VAR).is_some() || rss().is_none() {
+/// sum of its budgets, `repo::Config::memory_limit`): while memory is
+/// tight the allocator returns freed pages at once (unless the environment
+/// sets the purge delay: the operator's choice wins) and the file
+/// system's DRAM cache yields (`fs::Fs::memory_pressure`; held weakly, so
+/// that the governor never keeps a file system open). Nothing when the
+/// RSS cannot be read.
+pub fn govern(limit: u64, fs: std::sync::Weak<fs::Fs>) {
+    if rss().is_none() {
         return;
     }
+    let tune_allocator = std::env::var_os(PURGE_DELAY_VAR).is_none();
     let mut governor = Governor::new(limit);
     let spawned = std::thread::Builder::new()
         .name("mem-governor".into())
         .spawn(move || loop {
             if let Some(rss) = rss() {
-                match governor.observe(rss) {
-                    Some(Pressure::Tight) => {
-                        tracing::debug!(rss, limit, "memory tight: freed pages return at once");
-                        set_purge_delay(TIGHT_PURGE_DELAY_MS);
+                if let Some(p) = governor.observe(rss) {
+                    let tight = p == Pressure::Tight;
+                    tracing::debug!(rss, limit, tight, "memory pressure changed");
+                    if tune_allocator {
+                        set_purge_delay(if tight {
+                            TIGHT_PURGE_DELAY_MS
+                        } else {
+                            PURGE_DELAY_MS
+                        });
                     }
-                    Some(Pressure::Relaxed) => {
-                        tracing::debug!(rss, limit, "memory relaxed");
-                        set_purge_delay(PURGE_DELAY_MS);
+                    if let Some(fs) = fs.upgrade() {
+                        fs.memory_pressure(tight);
                     }
-                    None => {}
                 }
-                if governor.tight {
+                if governor.tight && tune_allocator {
                     // SAFETY: a plain call; `true` also returns the pages
                     // of every arena that wait for their delay.
                     unsafe { libmimalloc_sys::mi_collect(true) }

@@ -130,8 +130,8 @@ pub fn start(
 
 pub fn gateway(root: &Path, args: &GatewayArgs, quiet: bool) -> Result<ExitCode> {
     let repo = crate::ops::open(root, quiet)?;
-    crate::alloc::govern(repo.config.memory_limit());
     let fs = service::open_fs(&repo)?;
+    crate::alloc::govern(repo.config.memory_limit(), std::sync::Arc::downgrade(&fs));
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
     let figures = metrics(&fs, None, None);
     let running = start(fs.clone(), &repo.root, args, figures, None, quiet)?;

@@ -53,7 +53,6 @@ pub fn mount(
     fuse::check_fuse_available()?;
     prepare_mountpoint(&args.mountpoint, args.nonempty, quiet)?;
     let mut repo = crate::ops::open(root, quiet)?;
-    crate::alloc::govern(repo.config.memory_limit());
     if args.read_only {
         // Nothing changes, so no version is due; without this the timer
         // and the unmount would still write version records.
@@ -64,6 +63,7 @@ pub fn mount(
         (None, Some(url)) => service::open_fs_on_etcd_cluster(&repo, url)?,
         (None, None) => service::open_fs(&repo)?,
     };
+    crate::alloc::govern(repo.config.memory_limit(), Arc::downgrade(&fs));
     // Listening first: an address in use is refused before anything is
     // mounted.
     let control_served = Arc::new(service::control::Served {

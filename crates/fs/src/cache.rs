@@ -17,12 +17,17 @@
 //! together are refused past half the capacity (the step is dropped, as
 //! read-ahead is only a hint).
 //!
+//! Under memory pressure (the daemon's RSS near the sum of its budgets,
+//! see [`ChunkCache::set_tight`]) the cache holds a quarter of its
+//! capacity: it is the one budget that can give memory back at once, and
+//! the load that fills the others (writes) gains little from it.
+//!
 //! Recipe nodes do not pass through here: an open file keeps its whole
 //! extent list (its fast range map), so streaming data cannot evict the
 //! metadata a read needs (HydraFS's concern behind its weighted LRU).
 
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
 use cas::ChunkId;
@@ -31,6 +36,8 @@ use lru::LruCache;
 pub struct ChunkCache {
     inner: Mutex<Inner>,
     capacity: usize,
+    /// Memory is tight: hold a quarter of `capacity`.
+    tight: AtomicBool,
     /// Lookups that found their chunk (`/metrics`).
     hits: AtomicU64,
 }
@@ -88,8 +95,27 @@ impl ChunkCache {
                 reserved: 0,
             }),
             capacity,
+            tight: AtomicBool::new(false),
             hits: AtomicU64::new(0),
         }
+    }
+
+    /// What the cache may hold now: its capacity, or a quarter of it while
+    /// memory is tight.
+    fn limit(&self) -> usize {
+        if self.tight.load(Ordering::Relaxed) {
+            self.capacity / 4
+        } else {
+            self.capacity
+        }
+    }
+
+    /// Memory is tight (or no longer): while it is, the cache holds a
+    /// quarter of its capacity, and evicts down to that at once.
+    pub fn set_tight(&self, tight: bool) {
+        self.tight.store(tight, Ordering::Relaxed);
+        let limit = self.limit();
+        self.inner.lock().evict(limit);
     }
 
     pub fn get(&self, id: &ChunkId) -> Option<Bytes> {
@@ -110,7 +136,8 @@ impl ChunkCache {
     }
 
     pub fn put(&self, id: ChunkId, data: Bytes) {
-        if data.len() > self.capacity {
+        let limit = self.limit();
+        if data.len() > limit {
             return;
         }
         let mut inner = self.inner.lock();
@@ -118,7 +145,7 @@ impl ChunkCache {
         if let Some(old) = inner.lru.put(id, data) {
             inner.bytes -= charge(&old);
         }
-        inner.evict(self.capacity);
+        inner.evict(limit);
     }
 
     /// Counts `bytes` about to be read (a read-ahead step) toward the
@@ -126,13 +153,14 @@ impl ChunkCache {
     /// room; `None` if reservations would then hold more than half the
     /// capacity.
     pub(crate) fn try_reserve(&self, bytes: usize) -> Option<Reservation<'_>> {
+        let limit = self.limit();
         let mut inner = self.inner.lock();
-        if inner.reserved + bytes > self.capacity / 2 {
+        if inner.reserved + bytes > limit / 2 {
             return None;
         }
         inner.reserved += bytes;
         inner.bytes += bytes;
-        inner.evict(self.capacity);
+        inner.evict(limit);
         Some(Reservation { cache: self, bytes })
     }
 
@@ -163,6 +191,27 @@ mod tests {
         assert!(c.get(&id(2)).is_none());
         assert_eq!(c.hits(), 1);
         assert!(c.bytes() <= 2 * (100 + ENTRY_OVERHEAD) + 50);
+    }
+
+    #[test]
+    fn a_tight_cache_holds_a_quarter_until_relaxed() {
+        let entry = 100 + ENTRY_OVERHEAD;
+        let c = ChunkCache::new(8 * entry);
+        for n in 1..=8 {
+            c.put(id(n), Bytes::from(vec![n; 100]));
+        }
+        assert_eq!(c.bytes(), 8 * entry);
+        c.set_tight(true);
+        assert_eq!(c.bytes(), 2 * entry, "evicted to a quarter at once");
+        assert!(c.contains(&id(7)) && c.contains(&id(8)), "the newest stay");
+        c.put(id(9), Bytes::from(vec![9; 100]));
+        assert_eq!(c.bytes(), 2 * entry, "puts stay within the quarter");
+        assert!(c.try_reserve(entry + 1).is_none(), "half of the quarter");
+        c.set_tight(false);
+        for n in 10..=15 {
+            c.put(id(n), Bytes::from(vec![n; 100]));
+        }
+        assert_eq!(c.bytes(), 8 * entry, "the whole capacity again");
     }
 
     #[test]

@@ -430,6 +430,13 @@ impl Fs {
         Ok(report)
     }
 
+    /// The daemon's memory is tight (its RSS near the sum of its budgets)
+    /// or no longer: the DRAM chunk cache yields while it is
+    /// ([`ChunkCache::set_tight`]).
+    pub fn memory_pressure(&self, tight: bool) {
+        self.inner.cache.set_tight(tight);
+    }
+
     /// What the read caches did since the mount.
     pub fn read_cache_report(&self) -> space::ReadCacheReport {
         let caches = self.inner.fetcher.figures();
