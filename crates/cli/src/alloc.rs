@@ -63,8 +63,8 @@ fn set_purge_delay(ms: c_long) {
 /// tight the allocator returns freed pages at once (unless the environment
 /// sets the purge delay: the operator's choice wins) and the file
 /// system's DRAM cache yields (`fs::Fs::memory_pressure`; held weakly, so
-/// that the governor never keeps a file system open). Nothing when the
-/// RSS cannot be read.
+/// that the governor never keeps a file system open; the thread ends with
+/// it). Nothing when the RSS cannot be read.
 pub fn govern(limit: u64, fs: std::sync::Weak<fs::Fs>) {
     if rss().is_none() {
         return;
@@ -74,6 +74,9 @@ pub fn govern(limit: u64, fs: std::sync::Weak<fs::Fs>) {
     let spawned = std::thread::Builder::new()
         .name("mem-governor".into())
         .spawn(move || loop {
+            if fs.strong_count() == 0 {
+                return; // the file system is gone: nothing left to govern
+            }
             if let Some(rss) = rss() {
                 if let Some(p) = governor.observe(rss) {
                     let tight = p == Pressure::Tight;
