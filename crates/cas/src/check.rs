@@ -258,6 +258,8 @@ struct Scanned {
     bad: Vec<(ChunkId, ChunkLocation)>,
     /// The footer parsed.
     ok: bool,
+    /// Unreadable because it is on no branch any more.
+    gone: bool,
     /// Why the container could not be read at all.
     unreadable: Option<String>,
     bytes: u64,
@@ -327,8 +329,14 @@ impl Store {
         let mut suspicious: HashSet<ContainerId> = HashSet::new();
         let mut unreadable: HashMap<ContainerId, String> = HashMap::new();
         let present: HashSet<ContainerId> = ids.iter().copied().collect();
+        // Other clients' containers gone since this store indexed them.
+        let mut vanished = HashSet::new();
         for s in scanned {
             let expected = per_container.get(&s.id).copied().unwrap_or(0);
+            if s.gone && !self.client().owns(s.id) {
+                vanished.insert(s.id);
+                continue;
+            }
             if let Some(reason) = s.unreadable {
                 report.problems.push(Problem::UnreadableContainer {
                     container: s.id,
@@ -377,7 +385,12 @@ impl Store {
             }
         }
         for (&c, &count) in &per_container {
-            if !present.contains(&c) {
+            if !present.contains(&c) && !self.client().owns(c) {
+                // Another client's, deleted by its collection since this
+                // store indexed it: forgotten, found afresh where its live
+                // chunks went.
+                vanished.insert(c);
+            } else if !present.contains(&c) {
                 let reason = "it is on no branch".to_string();
                 report.problems.push(Problem::UnreadableContainer {
                     container: c,
@@ -386,6 +399,14 @@ impl Store {
                 });
                 unreadable.insert(c, reason);
             }
+        }
+        if !vanished.is_empty() {
+            let dropped = index.forget_containers(&vanished)?;
+            tracing::info!(
+                containers = vanished.len(),
+                entries = dropped,
+                "forgot other clients' containers that are gone"
+            );
         }
         if !unreadable.is_empty() {
             index.for_each_chunk(|id, loc| {
@@ -467,6 +488,10 @@ impl Store {
         let mut entries = Vec::new();
         for s in scanned {
             report.problems.extend(s.problems);
+            // Another client's, deleted since: nothing to rebuild.
+            if s.gone && !self.client().owns(s.id) {
+                continue;
+            }
             if let Some(reason) = s.unreadable {
                 report.problems.push(Problem::UnreadableContainer {
                     container: s.id,
@@ -597,11 +622,13 @@ impl Store {
             bad: Vec::new(),
             ok: false,
             unreadable: None,
+            gone: false,
             bytes: 0,
         };
         let bytes = match self.shared.read_container(id) {
             Ok(b) => Bytes::from(b),
             Err(e) => {
+                s.gone = e.is_gone();
                 s.unreadable = Some(root_cause(&e));
                 return Ok(s);
             }

@@ -156,6 +156,13 @@ impl Store {
                 clients: clients.len().max(2),
             });
         }
+        self.begin_collection_among_clients()
+    }
+
+    /// [`Store::begin_collection`] on branches several clients share, for
+    /// a caller that runs the protocol across clients (`gc`'s `peers`):
+    /// the candidates are this client's own containers only.
+    pub fn begin_collection_among_clients(&self) -> Result<Collection> {
         {
             let mut retained = self.shared.retained.write();
             if retained.is_some() {
@@ -170,7 +177,14 @@ impl Store {
             relocation: Mutex::new(HashMap::new()),
             prepared: Mutex::new(HashMap::new()),
         };
-        collection.candidates = self.shared.index.containers()?.into_iter().collect();
+        let client = self.client();
+        collection.candidates = self
+            .shared
+            .index
+            .containers()?
+            .into_iter()
+            .filter(|(c, _)| client.owns(*c))
+            .collect();
         Ok(collection)
     }
 }
@@ -407,7 +421,25 @@ impl Collection {
         Ok(report)
     }
 
-    fn flush_copies(&self) -> Result<()> {
+    /// The containers [`Collection::commit`] will delete.
+    pub fn prepared_containers(&self) -> Vec<ContainerId> {
+        let mut out: Vec<ContainerId> = self.prepared.lock().keys().copied().collect();
+        out.sort();
+        out
+    }
+
+    /// Adds chunks other clients deduplicated against to the retained
+    /// set: [`Collection::commit`] copies those still in a prepared
+    /// container.
+    pub fn retain(&self, ids: impl IntoIterator<Item = ChunkId>) {
+        let retained = self.store.shared.retained.read();
+        let set = retained.as_ref().expect("recording while collecting");
+        set.lock().extend(ids);
+    }
+
+    /// Makes the copies made so far durable and indexed (other clients
+    /// find them before the originals go).
+    pub fn flush_copies(&self) -> Result<()> {
         for stream in self.relocation.lock().values_mut() {
             stream.flush()?;
         }
@@ -482,6 +514,20 @@ impl Collection {
     /// or between a reclaim's index transaction and its delete. Returns how
     /// many and their bytes.
     pub fn remove_orphans(&self) -> Result<(u64, u64)> {
+        let orphans = self.orphans()?;
+        self.delete_orphans(orphans)
+    }
+
+    /// [`Collection::remove_orphans`] of those of `among` still orphans:
+    /// across clients, only orphans every client was told of go.
+    pub fn remove_orphans_among(&self, among: &HashSet<ContainerId>) -> Result<(u64, u64)> {
+        let mut orphans = self.orphans()?;
+        orphans.retain(|c| among.contains(c));
+        self.delete_orphans(orphans)
+    }
+
+    /// The orphans [`Collection::remove_orphans`] would delete now.
+    pub fn orphans(&self) -> Result<Vec<ContainerId>> {
         let shared = &self.store.shared;
         let listed = self.store.container_ids()?;
         let before: HashSet<ContainerId> = shared
@@ -500,7 +546,7 @@ impl Collection {
                 .collect()
         };
         if maybe.is_empty() {
-            return Ok((0, 0));
+            return Ok(Vec::new());
         }
         // Indexed between the first look and the in-flight check: not orphans.
         let after: HashSet<ContainerId> = shared
@@ -509,7 +555,14 @@ impl Collection {
             .into_iter()
             .map(|(c, _)| c)
             .collect();
-        let orphans: Vec<ContainerId> = maybe.into_iter().filter(|c| !after.contains(c)).collect();
+        Ok(maybe.into_iter().filter(|c| !after.contains(c)).collect())
+    }
+
+    fn delete_orphans(&self, orphans: Vec<ContainerId>) -> Result<(u64, u64)> {
+        let shared = &self.store.shared;
+        if orphans.is_empty() {
+            return Ok((0, 0));
+        }
         Store::forget_shared(shared, &orphans)?;
         let (mut count, mut bytes) = (0, 0);
         for c in orphans {

@@ -117,6 +117,7 @@ mod hinted;
 mod id;
 mod index;
 mod le;
+mod peers;
 mod protection;
 pub mod qos;
 mod read;
@@ -234,6 +235,9 @@ pub enum CasError {
          another client wrote, and would delete them; see docs/cluster.md)"
     )]
     SharedBranches { clients: usize },
+    /// A blob two clients exchange during a collection is damaged.
+    #[error("a collection's note on the branches is damaged: {0}")]
+    BadNote(String),
     /// The client number is registered on the branches already.
     #[error("client number {0} is already registered on the branches")]
     ClientTaken(ClientNo),
@@ -281,6 +285,23 @@ impl CasError {
             CasError::ContainerLost { source, .. } | CasError::Redundancy(source) => {
                 matches!(**source, redundancy::Error::NotFound(_))
             }
+            _ => false,
+        }
+    }
+
+    /// Whether the error says a container is gone: on no branch, or every
+    /// shard of it the read looked for missing (a layer that had mapped it
+    /// before another client deleted it).
+    pub fn is_gone(&self) -> bool {
+        if self.is_not_found() {
+            return true;
+        }
+        match self {
+            CasError::ContainerLost { source, .. } | CasError::Redundancy(source) => matches!(
+                &**source,
+                redundancy::Error::Unrecoverable { lost, .. }
+                    if !lost.is_empty() && lost.iter().all(|f| f.kind == redundancy::FaultKind::Missing)
+            ),
             _ => false,
         }
     }

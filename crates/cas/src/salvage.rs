@@ -47,6 +47,16 @@ impl Store {
         if !e.loses_data() {
             return;
         }
+        if e.is_gone() && !self.client().owns(container) {
+            // Another client's, deleted by its collection: the chunks
+            // still used were copied first, and are found afresh once its
+            // entries are gone (its owner judges its damage, not this
+            // store).
+            if let Err(e) = self.shared.index.forget_containers(&[container].into()) {
+                tracing::error!(container = %container, error = %e, "could not forget a container another client deleted");
+            }
+            return;
+        }
         if !e.is_not_found() {
             return self.note_damaged_chunks(copies);
         }

@@ -196,7 +196,7 @@ impl Store {
         let new: Vec<ContainerId> = self
             .container_ids()?
             .into_iter()
-            .filter(|c| !client.owns(*c) && !known.contains(c))
+            .filter(|c| !client.owns(*c) && !known.contains(c) && !self.is_doomed(*c))
             .collect();
         let mut rows = Vec::new();
         let mut entries = Vec::new();
@@ -212,10 +212,11 @@ impl Store {
             }
         }
         if !rows.is_empty() {
-            self.shared.index.add_foreign(&rows, &entries)?;
+            let chunks = entries.len();
+            self.index_foreign(&rows, entries)?;
             tracing::debug!(
                 containers = rows.len(),
-                chunks = entries.len(),
+                chunks,
                 "indexed other clients' containers"
             );
         }
@@ -303,6 +304,29 @@ impl Store {
         if entries.is_empty() {
             return Ok(());
         }
+        self.index_foreign(&rows, entries)
+    }
+
+    /// Indexes other clients' containers and chunks, but none in a
+    /// container another client's collection is deleting (see
+    /// `peers`): the read lock orders this against [`Store::doom`], so
+    /// a doomed container's entries are never put back after it dropped
+    /// them from deduplication.
+    fn index_foreign(
+        &self,
+        rows: &[(ContainerId, ContainerInfo, Policy)],
+        mut entries: Vec<(ChunkId, ChunkLocation)>,
+    ) -> Result<()> {
+        let doomed = self.shared.doomed.read();
+        if doomed.is_empty() {
+            return self.shared.index.add_foreign(rows, &entries);
+        }
+        let rows: Vec<_> = rows
+            .iter()
+            .filter(|(c, _, _)| !doomed.contains(c))
+            .cloned()
+            .collect();
+        entries.retain(|(_, l)| !doomed.contains(&l.container));
         self.shared.index.add_foreign(&rows, &entries)
     }
 

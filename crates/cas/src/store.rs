@@ -144,6 +144,13 @@ pub(crate) struct Shared {
     /// While a garbage collection runs, the chunks writers deduplicated
     /// against (see the `gc` module for the protocol).
     pub retained: RwLock<Option<Mutex<HashSet<ChunkId>>>>,
+    /// Containers another client's collection is about to delete: never
+    /// deduplicated against nor indexed again (see [`crate::peers`]).
+    /// Taken before `retained` when both are.
+    pub doomed: RwLock<HashSet<ContainerId>>,
+    /// `retained` was turned on for another client's collection, not
+    /// this store's own.
+    pub peer_recording: std::sync::atomic::AtomicBool,
     /// Reads of containers and root blobs asked of the layer since the
     /// store opened (see [`Store::storage_reads`]).
     pub reads: std::sync::atomic::AtomicU64,
@@ -171,13 +178,16 @@ impl Shared {
     /// Whether a chunk is indexed under a policy at least as strong as
     /// `want`, for a writer about to reference it instead of storing it
     /// (a weaker copy, or one known to be damaged, counts as a miss: the
-    /// chunk is stored again). While a
+    /// chunk is stored again; so does a copy in a container another
+    /// client's collection is deleting). While a
     /// collection runs the hit is recorded, and the read lock orders it
     /// against the sweep's removal of index entries.
     pub(crate) fn dedup_lookup(&self, id: &ChunkId, want: &Policy) -> Result<bool> {
+        let doomed = self.doomed.read();
         let retained = self.retained.read();
         let hit = match self.index.lookup_sound(id)? {
             None => false,
+            Some(loc) if doomed.contains(&loc.container) => false,
             Some(_) if *want == Policy::Single => true,
             Some(loc) => !needs_restore(&self.index.container_policy(loc.container)?, want),
         };
@@ -339,6 +349,8 @@ impl Store {
             ids: Mutex::new((0, 0)),
             unindexed: Mutex::new(BTreeSet::new()),
             retained: RwLock::new(None),
+            doomed: RwLock::new(HashSet::new()),
+            peer_recording: std::sync::atomic::AtomicBool::new(false),
             reads: std::sync::atomic::AtomicU64::new(0),
             qos: crate::qos::Scheduler::new(
                 settings.qos,
@@ -820,7 +832,7 @@ const CLIENT_BLOB: &str = "/client";
 /// Where a client's root blobs are: the first client's where they always
 /// were, every other client's under its own prefix, so that two clients'
 /// roots of one label (`version/3`) never overwrite each other.
-fn roots_prefix(client: crate::id::ClientNo) -> String {
+pub(crate) fn roots_prefix(client: crate::id::ClientNo) -> String {
     match client.get() {
         0 => ROOTS_PREFIX.to_string(),
         n => format!("{CLIENTS_PREFIX}{n}/{ROOTS_PREFIX}"),
@@ -849,7 +861,7 @@ fn root_blob_key(client: crate::id::ClientNo, label: &str) -> branch::BlobKey {
         .expect("hex segments are valid keys")
 }
 
-fn label_of_root_blob(prefix: &str, key: &branch::BlobKey) -> Option<String> {
+pub(crate) fn label_of_root_blob(prefix: &str, key: &branch::BlobKey) -> Option<String> {
     let hex: String = key
         .as_str()
         .strip_prefix(prefix)?

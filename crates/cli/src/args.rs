@@ -417,9 +417,15 @@ pub enum Command {
     /// exits 1 naming the files; bring the branch back, or run `cairn check
     /// --drop-lost` (or delete the files), then gc again.
     ///
-    /// Refused (exit 1, nothing changed) on a file system shared by several
-    /// client repositories (`init --join`, docs/cluster.md): one client
-    /// cannot see the chunks another wrote and has not yet recorded.
+    /// On a file system shared by several client repositories (`init
+    /// --join`, docs/cluster.md) the collection runs across clients: every
+    /// mounted client hands in what its open files reach and the chunks its
+    /// writers deduplicated against meanwhile, and the collector deletes
+    /// only containers of its own (run gc on each client to reclaim all).
+    /// While it runs, the other clients write no version or snapshot. A
+    /// mounted client that does not answer within --peer-wait (down, cut
+    /// off, or killed while mounted) ends it with nothing deleted (exit 1,
+    /// naming the clients): mount it again, or unmount it cleanly.
     Gc {
         /// Reclaim containers whose live fraction is below this (0..1).
         #[arg(long, default_value_t = service::GC_THRESHOLD)]
@@ -432,6 +438,10 @@ pub enum Command {
         /// Only report what would be reclaimed.
         #[arg(long)]
         dry_run: bool,
+        /// Across clients: seconds to wait for every mounted client's
+        /// answer to each phase.
+        #[arg(long, default_value_t = service::GC_PEER_WAIT.as_secs(), value_name = "SECS")]
+        peer_wait: u64,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,

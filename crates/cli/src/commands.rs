@@ -97,8 +97,19 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             threshold,
             max_garbage,
             dry_run,
+            peer_wait,
             json,
-        } => crate::history::gc(&root, threshold, max_garbage, dry_run, json, quiet),
+        } => crate::history::gc(
+            &root,
+            service::GcAsk {
+                threshold,
+                max_garbage,
+                dry_run,
+                peer_wait,
+            },
+            json,
+            quiet,
+        ),
         Command::Recover {
             version,
             snapshot,

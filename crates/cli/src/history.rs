@@ -141,18 +141,13 @@ fn dropped(labels: &[String], what: &str) {
     }
 }
 
-pub fn gc(
-    root: &Path,
-    threshold: f64,
-    max_garbage: f64,
-    dry_run: bool,
-    json: bool,
-    quiet: bool,
-) -> Result<ExitCode> {
+pub fn gc(root: &Path, ask: service::GcAsk, json: bool, quiet: bool) -> Result<ExitCode> {
+    let dry_run = ask.dry_run;
     let request = Request::Gc {
-        threshold,
-        max_garbage,
+        threshold: ask.threshold,
+        max_garbage: ask.max_garbage,
         dry_run,
+        peer_wait: ask.peer_wait,
     };
     let r = ops::run(root, &request, quiet)?.into_gc()?;
     if json {

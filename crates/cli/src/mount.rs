@@ -64,6 +64,9 @@ pub fn mount(
         (None, None) => service::open_fs(&repo)?,
     };
     crate::alloc::govern(repo.config.memory_limit(), Arc::downgrade(&fs));
+    // Before anything is served: a collection by another client running
+    // now must see this client's writes from the first.
+    service::participate_in_collections(&fs)?;
     // Listening first: an address in use is refused before anything is
     // mounted.
     let control_served = Arc::new(service::control::Served {
@@ -181,20 +184,35 @@ fn prepare_mountpoint_if_present(dir: &Path, nonempty: bool, quiet: bool) -> Res
     prepare_mountpoint(dir, nonempty, quiet)
 }
 
+/// Tries of an unmount the kernel calls busy, 200 ms apart.
+const BUSY_TRIES: u32 = 10;
+
 fn umount_path(mountpoint: &Path) -> Result<()> {
-    let out = Process::new("fusermount3")
-        .arg("-u")
-        .arg(mountpoint)
-        .output()
-        .context("cannot run fusermount3 (install the fuse3 package)")?;
-    if !out.status.success() {
+    let mut tries = 0;
+    loop {
+        let out = Process::new("fusermount3")
+            .arg("-u")
+            .arg(mountpoint)
+            .output()
+            .context("cannot run fusermount3 (install the fuse3 package)")?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        tries += 1;
+        // A mount whose last files were closed a moment ago can look busy
+        // for an instant (seen under load); one still in use stays busy.
+        if err.contains("busy") && tries < BUSY_TRIES {
+            tracing::debug!(mountpoint = %mountpoint.display(), "the mount is busy; unmounting again");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            continue;
+        }
         bail!(
             "fusermount3 -u {} failed: {}",
             mountpoint.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
+            err.trim()
         );
     }
-    Ok(())
 }
 
 /// Unmounts a cairn mount; a dead one (its daemon was killed) is detached.

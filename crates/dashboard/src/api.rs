@@ -222,6 +222,7 @@ impl Inner {
                 threshold: service::GC_THRESHOLD,
                 max_garbage: service::GC_MAX_GARBAGE,
                 dry_run: false,
+                peer_wait: service::GC_PEER_WAIT.as_secs(),
             },
             "snapshot" => Request::SnapshotCreate {
                 name: start

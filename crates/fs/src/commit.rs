@@ -23,7 +23,7 @@ use cas::StreamWriter;
 use meta::InodeId;
 
 use crate::file::FileState;
-use crate::{Fs, Inner, Result};
+use crate::{Fs, FsError, Inner, Result};
 use std::sync::atomic::Ordering;
 
 impl Fs {
@@ -42,8 +42,14 @@ impl Fs {
         // version timer: unmount leaves a version, so `cairn recover` always
         // has one to rebuild from (none is written when nothing changed).
         if result.is_ok() && !self.inner.settings.version_interval.is_zero() {
-            if let Err(e) = self.inner.write_version() {
-                tracing::error!(error = %e, "writing a version of the file system at unmount failed");
+            match self.inner.write_version() {
+                Err(e @ FsError::HistoryPaused { .. }) => {
+                    tracing::info!("no version written at unmount: {e}")
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "writing a version of the file system at unmount failed")
+                }
+                Ok(_) => {}
             }
         }
         self.inner.fetcher.close();
@@ -163,8 +169,13 @@ impl Inner {
             let every = self.settings.version_interval;
             if !every.is_zero() && last_version.elapsed() >= every {
                 last_version = std::time::Instant::now();
-                if let Err(e) = self.write_version() {
-                    tracing::error!(error = %e, "writing a version of the file system failed");
+                match self.write_version() {
+                    // Written at the next interval after the collection.
+                    Err(FsError::HistoryPaused { .. }) => {}
+                    Err(e) => {
+                        tracing::error!(error = %e, "writing a version of the file system failed")
+                    }
+                    Ok(_) => {}
                 }
             }
             stopped = lock.lock();

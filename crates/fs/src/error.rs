@@ -19,6 +19,10 @@ pub enum FsError {
     Recipe(Box<RecipeError>),
     #[error("not a regular file")]
     NotFile,
+    /// Another client's garbage collection runs: a version or snapshot
+    /// written now could name files that collection no longer marks.
+    #[error("client {collector}'s garbage collection is running: versions and snapshots wait until it ends")]
+    HistoryPaused { collector: u64 },
     #[error("operation not supported")]
     NotSupported,
     #[error("read-only: snapshots under .snapshots cannot be changed")]
@@ -106,6 +110,7 @@ impl FsError {
             FsError::BadAcl(_) => libc::EINVAL,
             FsError::DefaultAclNotDir => libc::EACCES,
             FsError::ReadOnly => libc::EROFS,
+            FsError::HistoryPaused { .. } => libc::EAGAIN,
             FsError::NotFoundNamed { .. } => libc::ENOENT,
             FsError::Exists { .. } => libc::EEXIST,
             FsError::SnapshotInodeRange { .. } => libc::EOVERFLOW,

@@ -156,6 +156,7 @@ impl Fs {
         check_snapshot_name(name)?;
         let label = format!("{SNAPSHOT_PREFIX}{name}");
         let _history = self.history_lock();
+        self.inner.history_allowed()?;
         if self.inner.store.get_root(&label).is_ok() {
             return Err(FsError::Exists {
                 name: name.to_owned(),
@@ -589,6 +590,14 @@ impl Fs {
     /// chunks it found already stored before the recording began are in
     /// none of the places marked until it is spliced in.
     pub fn mark_live(&self, set: &mut MarkSet) -> Result<()> {
+        self.mark_open(set)?;
+        let view = self.inner.meta.view()?;
+        set.namespace(&self.inner.store, view.as_ref())
+    }
+
+    /// The open files' part of [`Fs::mark_live`]: what this mount's handles
+    /// reach, recorded or not (another client's collection asks for it).
+    pub fn mark_open(&self, set: &mut MarkSet) -> Result<()> {
         let open: Vec<_> = self.inner.files.lock().values().cloned().collect();
         for state in open {
             let f = self.inner.lock_settled(&state);
@@ -597,8 +606,21 @@ impl Fs {
                 set.recipe(&self.inner.store, &id)?;
             }
         }
-        let view = self.inner.meta.view()?;
-        set.namespace(&self.inner.store, view.as_ref())
+        Ok(())
+    }
+
+    /// Refuses versions and snapshots while client `collector`'s
+    /// collection runs (`Some`), or allows them again (`None`). Call with
+    /// the history lock held when pausing, so that no version is half
+    /// written.
+    pub fn pause_history(&self, collector: Option<u64>) {
+        *self.inner.history_paused.lock() = collector;
+    }
+
+    /// Where the clients of a shared namespace agree on a collection
+    /// (`None` when this file system's namespace is its own).
+    pub fn board(&self) -> Option<&dyn meta::CollectionBoard> {
+        self.inner.meta.board()
     }
 }
 
@@ -665,11 +687,20 @@ impl Inner {
         Ok(out)
     }
 
+    /// [`FsError::HistoryPaused`] while another client's collection runs.
+    fn history_allowed(&self) -> Result<()> {
+        match *self.history_paused.lock() {
+            Some(collector) => Err(FsError::HistoryPaused { collector }),
+            None => Ok(()),
+        }
+    }
+
     /// Writes a version if anything changed since the last one, then drops
     /// the versions retention no longer keeps.
     pub(crate) fn write_version(&self) -> Result<VersionReport> {
         let started = std::time::Instant::now();
         let _history = self.history.lock();
+        self.history_allowed()?;
         let (id, record, stats) = self.write_record()?;
         let versions = self.versions()?;
         let unchanged = match versions.last() {

@@ -232,6 +232,10 @@ struct Inner {
     commit_lock: Mutex<()>,
     /// See [`history`]: versions and garbage collection's marking.
     history: Mutex<()>,
+    /// Set while another client's collection runs (`gc`'s `peers`):
+    /// versions and snapshots are refused meanwhile. Changed and read
+    /// under `history`.
+    history_paused: Mutex<Option<u64>>,
     /// The time versions are dated and judged by (see [`Fs::set_clock`]).
     clock: parking_lot::RwLock<Arc<dyn Clock>>,
     /// Whether retention said it holds back because the namespace is empty.
@@ -324,6 +328,7 @@ impl Fs {
             migrators: migrate::Migrators::new(migrate::MIGRATORS, migrate::MIGRATE_QUEUE),
             commit_lock: Mutex::new(()),
             history: Mutex::new(()),
+            history_paused: Mutex::new(None),
             clock: parking_lot::RwLock::new(Arc::new(SystemClock)),
             empty_said: AtomicBool::new(false),
             modes: Mutex::new(()),

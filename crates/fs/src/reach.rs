@@ -54,6 +54,29 @@ impl MarkSet {
         self.ids.is_empty()
     }
 
+    /// The set as bytes (8 per id, in no order), to hand to another
+    /// client's collection.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.ids.len() * 8);
+        for id in &self.ids {
+            out.extend_from_slice(&id.to_le_bytes());
+        }
+        out
+    }
+
+    /// Adds the ids of [`MarkSet::to_bytes`]; false (nothing added) when
+    /// `bytes` is not a whole number of ids.
+    pub fn extend_from_bytes(&mut self, bytes: &[u8]) -> bool {
+        if !bytes.len().is_multiple_of(8) {
+            return false;
+        }
+        for id in bytes.chunks_exact(8) {
+            self.ids
+                .insert(u64::from_le_bytes(id.try_into().expect("8 bytes")));
+        }
+        true
+    }
+
     /// From now on a node that cannot be read is listed (see
     /// [`MarkSet::unreadable`]) and the walk goes on with the rest.
     pub fn tolerate_damage(&mut self) {

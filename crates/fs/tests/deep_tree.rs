@@ -179,6 +179,7 @@ fn walk_a_deep_tree() {
         dry_run: false,
         max_garbage: 1.0,
         compact_index: false,
+        peer_wait: gc::PEER_WAIT,
     };
     let report = gc::collect(fs.store(), gc::Live::Mounted(&fs), options, &|_| {}).unwrap();
     // Two chunks (a listing and its recipe node) per directory of the

@@ -66,6 +66,7 @@ fn gc(fs: &Fs) -> gc::GcReport {
         dry_run: false,
         max_garbage: 1.0,
         compact_index: false,
+        peer_wait: gc::PEER_WAIT,
     };
     gc::collect(fs.store(), gc::Live::Mounted(fs), options, &|_| {}).unwrap()
 }

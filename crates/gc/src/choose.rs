@@ -69,6 +69,7 @@ mod tests {
             max_garbage,
             dry_run: false,
             compact_index: false,
+            peer_wait: crate::PEER_WAIT,
         }
     }
 

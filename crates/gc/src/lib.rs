@@ -50,11 +50,13 @@
 //! cannot overflow the daemon's stack while it collects.
 
 mod choose;
+pub mod peers;
 
 use cas::{Prepared, Store};
 use choose::choose;
 use fs::reach::MarkSet;
 use fs::Fs;
+use peers::Across;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +65,31 @@ pub enum GcError {
     Store(#[from] cas::CasError),
     #[error(transparent)]
     Fs(#[from] fs::FsError),
+    /// The board where clients agree on a collection failed (etcd).
+    #[error("the collection board: {0}")]
+    Board(#[from] meta::MetaError),
+    #[error(
+        "client {collector} is collecting garbage now (one collection at a time per file \
+         system); run gc again once it is done"
+    )]
+    OtherCollecting { collector: u64 },
+    /// Mounted clients did not answer a phase of a collection across
+    /// clients: nothing was deleted.
+    #[error(
+        "nothing was reclaimed: client(s) {} did not answer the {phase} phase within {waited:?} \
+         (down, cut off from etcd, or killed while mounted: mount each of them again, \
+         or unmount it cleanly, then run gc again)",
+        clients.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    PeersSilent {
+        phase: &'static str,
+        clients: Vec<u64>,
+        waited: std::time::Duration,
+    },
+    #[error("client {client} handed in a damaged answer to a collection")]
+    BadAnswer { client: u64 },
+    #[error("starting the collection participant: {0}")]
+    Thread(#[source] std::io::Error),
     #[error("the live fraction threshold must be between 0 and 1, not {0}")]
     BadThreshold(f64),
     #[error("the garbage fraction left must be between 0 and 1, not {0}")]
@@ -123,7 +150,14 @@ pub struct GcOptions {
     /// repository to itself: it waits for every index transaction, and a
     /// mounted file system would stall behind it.
     pub compact_index: bool,
+    /// Over a namespace several clients share: how long to wait for every
+    /// mounted client's answer to each phase before giving up, having
+    /// deleted nothing (see `peers`).
+    pub peer_wait: std::time::Duration,
 }
+
+/// The default [`GcOptions::peer_wait`].
+pub const PEER_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Default for GcOptions {
     fn default() -> Self {
@@ -132,6 +166,7 @@ impl Default for GcOptions {
             max_garbage: MAX_GARBAGE,
             dry_run: false,
             compact_index: false,
+            peer_wait: PEER_WAIT,
         }
     }
 }
@@ -219,6 +254,10 @@ fn collect_inner(
     if !(0.0..=1.0).contains(&options.max_garbage) {
         return Err(GcError::BadMaxGarbage(options.max_garbage));
     }
+    let board = match &live {
+        Live::Mounted(fs) => Across::check(fs)?,
+        Live::StoreOnly => None,
+    };
     let mut report = GcReport::default();
     let started = std::time::Instant::now();
     // Versions retention no longer keeps go first, so that what only they
@@ -227,19 +266,35 @@ fn collect_inner(
     if let Live::Mounted(fs) = &live {
         report.dropped_versions = fs.apply_retention(!options.dry_run)?;
     }
-    let (collection, marks) = {
+    let (collection, marks, across) = {
         let _history = match &live {
             Live::Mounted(fs) => Some(fs.history_lock()),
             Live::StoreOnly => None,
         };
-        let collection = store.begin_collection()?;
+        let collection = match board {
+            Some(_) => store.begin_collection_among_clients()?,
+            None => store.begin_collection()?,
+        };
+        let across = match board {
+            Some(b) => Some(Across::announce(b, store, options.peer_wait)?),
+            None => None,
+        };
         // Containers waiting for space before marking began: those that
         // hold nothing marked belong to files deleted since, and dropping
         // them is what lets a full disk commit again.
         let parked = store.parked_containers();
         let mut marks = MarkSet::default();
         marks.tolerate_damage();
-        for (label, id) in store.list_roots()? {
+        // Across clients: what the others' open files reach, then every
+        // client's roots (none is written meanwhile: `peers`).
+        let roots = match &across {
+            Some(a) => {
+                a.gather_marks(&mut marks)?;
+                store.every_clients_roots()?
+            }
+            None => store.list_roots()?,
+        };
+        for (label, id) in roots {
             let before = marks.unreadable().len();
             marks.root(store, &id)?;
             if let Some((_, e)) = marks.unreadable().get(before) {
@@ -270,7 +325,7 @@ fn collect_inner(
             }
         }
         report.dropped_parked = store.drop_unused_parked(&parked, &|id| marks.contains(id)) as u64;
-        (collection, marks)
+        (collection, marks, across)
     };
     // Invariant 5: what was marked is durable before anything unmarked goes.
     if let Live::Mounted(fs) = &live {
@@ -322,13 +377,29 @@ fn collect_inner(
             total,
         });
     }
+    // Across clients: the others stop deduplicating against what goes and
+    // hand in what they did since marking began; copied before it goes.
+    let mut announced_orphans = None;
+    if let Some(a) = &across {
+        collection.flush_copies()?;
+        let orphans = collection.orphans()?;
+        let mut doomed = collection.prepared_containers();
+        doomed.extend(&orphans);
+        if !doomed.is_empty() {
+            collection.retain(a.sweep(&doomed)?);
+        }
+        announced_orphans = Some(orphans.into_iter().collect());
+    }
     let r = collection.commit()?;
     report.reclaimed_containers = r.containers;
     report.freed_bytes = r.freed_bytes;
     report.copied_chunks += r.copied_chunks;
     report.copied_bytes += r.copied_bytes;
     report.dropped_chunks = r.dropped_chunks;
-    let (orphans, orphan_bytes) = collection.remove_orphans()?;
+    let (orphans, orphan_bytes) = match &announced_orphans {
+        Some(among) => collection.remove_orphans_among(among)?,
+        None => collection.remove_orphans()?,
+    };
     report.orphans_removed = orphans;
     report.orphan_bytes = orphan_bytes;
     report.freed_bytes += orphan_bytes;

@@ -36,6 +36,7 @@ fn a_chunk_deduplicated_during_a_collection_is_kept() {
         dry_run: false,
         max_garbage: 1.0,
         compact_index: false,
+        peer_wait: gc::PEER_WAIT,
     };
     gc::collect(&store, Live::StoreOnly, options, &progress).unwrap();
 

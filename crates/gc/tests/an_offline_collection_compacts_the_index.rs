@@ -30,6 +30,7 @@ fn options(compact_index: bool) -> GcOptions {
         max_garbage: 1.0,
         dry_run: false,
         compact_index,
+        peer_wait: gc::PEER_WAIT,
     }
 }
 

@@ -348,6 +348,7 @@ fn collect(fs: &Fs) -> Result<(), gc::GcError> {
         dry_run: false,
         max_garbage: 1.0,
         compact_index: false,
+        peer_wait: gc::PEER_WAIT,
     };
     gc::collect(fs.store(), Live::Mounted(fs), options, &|_| {}).map(drop)
 }

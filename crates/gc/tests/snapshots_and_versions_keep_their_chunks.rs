@@ -56,6 +56,7 @@ fn collect_mounted(fs: &Fs) -> gc::GcReport {
         dry_run: false,
         max_garbage: 1.0,
         compact_index: false,
+        peer_wait: gc::PEER_WAIT,
     };
     gc::collect(fs.store(), Live::Mounted(fs), options, &|_| {}).unwrap()
 }

@@ -79,6 +79,35 @@ impl Keys {
         self.key(b"c/", &[&client.to_be_bytes()])
     }
 
+    /// The collection across clients running now (`g`), if any.
+    pub(crate) fn collecting(&self) -> Vec<u8> {
+        self.key(b"g", &[])
+    }
+
+    /// A client's answer to the running collection's phase (`ga/<client>`).
+    pub(crate) fn gc_answer(&self, client: u64) -> Vec<u8> {
+        self.key(b"ga/", &[&client.to_be_bytes()])
+    }
+
+    pub(crate) fn gc_answers(&self) -> Vec<u8> {
+        self.key(b"ga/", &[])
+    }
+
+    /// A client's mounted mark (`u/<client>`, no lease: a crash leaves it).
+    pub(crate) fn mounted(&self, client: u64) -> Vec<u8> {
+        self.key(b"u/", &[&client.to_be_bytes()])
+    }
+
+    pub(crate) fn mounteds(&self) -> Vec<u8> {
+        self.key(b"u/", &[])
+    }
+
+    /// The client number at the end of a `ga/` or `u/` key.
+    pub(crate) fn client_at_end(key: &[u8]) -> Option<u64> {
+        let n = key.get(key.len().checked_sub(8)?..)?;
+        Some(u64::from_be_bytes(n.try_into().ok()?))
+    }
+
     /// The mark of a directory inode (`k/<ino>`), counted by `counts`.
     pub(crate) fn dir_mark(&self, ino: InodeId) -> Vec<u8> {
         self.key(b"k/", &[&ino.0.to_be_bytes()])

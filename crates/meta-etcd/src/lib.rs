@@ -37,6 +37,10 @@
 //! - `c/<client>`: a client's registration, under a lease the client
 //!   renews ([`EtcdOptions::client_ttl`]) and revokes when it closes (in
 //!   the control cluster over several clusters).
+//! - `g`: the garbage collection across clients running now, `ga/<client>`
+//!   each client's answer to its phase, `u/<client>` each mounted client's
+//!   mark, by chunk-store client number, none under a lease (`board`;
+//!   in the control cluster over several clusters).
 //! - `k/<ino>`: a directory mark, counted by `counts` (files are the
 //!   inodes that are not directories).
 //! - `n`: the first inode number no client has reserved.
@@ -100,6 +104,7 @@
 //! simulated one ([`sim`], endpoint `sim://NAME`) for deterministic
 //! simulations; the engine's code is the same for both.
 
+mod board;
 mod client;
 mod cluster;
 mod coord;
@@ -207,6 +212,12 @@ pub enum EtcdError {
     NoSuchCluster(usize),
     #[error("{0}")]
     BadClusterSpec(&'static str),
+    #[error("a damaged record of the collection across clients")]
+    BadCollection,
+    #[error(
+        "collection {0:016x} is no longer the one recorded (its record was replaced or ended)"
+    )]
+    CollectionGone(u64),
     #[error("stopped after the first part of an intent (fault injection)")]
     Injected,
 }

@@ -576,6 +576,10 @@ impl MetaStore for EtcdMeta {
         let control = self.ring.control.as_ref().map_or(0, |c| c.reads());
         control + route.data.iter().map(|r| r.reads()).sum::<u64>()
     }
+
+    fn board(&self) -> Option<&dyn meta::CollectionBoard> {
+        Some(self)
+    }
 }
 
 /// Decodes an inode record read by a [`Reader`].

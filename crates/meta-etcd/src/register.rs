@@ -54,10 +54,17 @@ impl EtcdMeta {
 }
 
 impl Drop for EtcdMeta {
-    /// Revokes the client's registrations (best effort: unrevoked, they
+    /// Takes the client's mounted mark away (`board`) and revokes its
+    /// registrations (best effort: unrevoked, they
     /// lapse after their TTL), so that other clients may purge its orphans
     /// and settle its intents now.
     fn drop(&mut self) {
+        let mounted = *self.mounted_as.lock();
+        if let Some(me) = mounted {
+            if let Err(e) = meta::CollectionBoard::unmounted(self, me) {
+                tracing::warn!(error = %e, client = me, "the client's mounted mark was not taken away; a collection across clients waits until it mounts again");
+            }
+        }
         for (rpc, lease) in self.registrations.lock().drain(..) {
             let id = lease.load(Ordering::SeqCst);
             if let Err(e) = rpc.revoke(id) {

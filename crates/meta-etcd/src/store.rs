@@ -81,6 +81,9 @@ pub struct EtcdMeta {
     /// or the one data cluster), renewed in the background, revoked on
     /// drop.
     pub(crate) registrations: Mutex<Vec<(Arc<Rpc>, Arc<AtomicI64>)>>,
+    /// The chunk-store client number this store marked mounted on the
+    /// collection board (`board`), taken away on drop.
+    pub(crate) mounted_as: Mutex<Option<u64>>,
     /// Fault injection: the registration is no longer renewed.
     pub(crate) stop_renewing: Arc<AtomicBool>,
     pub(crate) seq: AtomicU64,
@@ -199,6 +202,7 @@ impl EtcdMeta {
             client: rng.gen(),
             rng: Mutex::new(rng),
             registrations: Mutex::new(Vec::new()),
+            mounted_as: Mutex::new(None),
             stop_renewing: Arc::new(AtomicBool::new(false)),
             seq: AtomicU64::new(0),
             inos: Mutex::new((0, 0)),

@@ -55,6 +55,7 @@
 //! issue) can implement it over the network.
 
 mod batch;
+mod board;
 pub mod codec;
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -67,6 +68,7 @@ mod types;
 mod verify;
 mod view;
 
+pub use board::{Collecting, CollectionBoard, Phase};
 pub use counted::Counted;
 pub use engine::{RedbMeta, DEFAULT_CACHE};
 pub use ids::ChunkId;
@@ -335,6 +337,12 @@ pub trait MetaStore: Send + Sync {
     /// engine without one (etcd), or while an I/O error has the database
     /// closed.
     fn page_cache(&self) -> Option<redb::CacheStats> {
+        None
+    }
+
+    /// Where the clients of a shared namespace agree on a garbage
+    /// collection; `None` for an engine only one client uses.
+    fn board(&self) -> Option<&dyn CollectionBoard> {
         None
     }
 }

@@ -162,11 +162,13 @@ pub fn exec(
             threshold,
             max_garbage,
             dry_run,
+            peer_wait,
         } => {
             let options = gc::GcOptions {
                 threshold: *threshold,
                 max_garbage: *max_garbage,
                 dry_run: *dry_run,
+                peer_wait: std::time::Duration::from_secs(*peer_wait),
                 // This process opened the repository (no daemon serves it):
                 // nothing else can be using the index.
                 compact_index: t.repo.is_some(),

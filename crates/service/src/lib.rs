@@ -64,8 +64,23 @@ pub use exec::{call, exec, open_fs, open_fs_on_etcd, open_fs_on_etcd_cluster, Ca
 /// The live fraction under which `cairn gc` reclaims a container by
 /// default.
 pub const GC_THRESHOLD: f64 = 0.5;
+
+/// What a user asks of a collection ([`Request::Gc`]).
+#[derive(Debug, Clone, Copy)]
+pub struct GcAsk {
+    pub threshold: f64,
+    pub max_garbage: f64,
+    pub dry_run: bool,
+    /// Seconds to wait for each mounted client's answer, across clients.
+    pub peer_wait: u64,
+}
+/// A mount or gateway over a shared namespace takes part in the other
+/// clients' collections (call before it serves anything).
+pub use gc::peers::participate as participate_in_collections;
 /// The garbage `cairn gc` leaves at most by default (see `gc::GcOptions`).
 pub use gc::MAX_GARBAGE as GC_MAX_GARBAGE;
+/// How long `cairn gc` waits for each mounted client by default.
+pub use gc::PEER_WAIT as GC_PEER_WAIT;
 pub use open::{init, join, open, open_for_rebuild, open_to_check};
 pub use progress::{Progress, Silent, Step};
 pub use recover::{recover, RecoverFrom, Recovered};

@@ -56,6 +56,9 @@ pub enum Request {
         #[serde(default = "default_max_garbage")]
         max_garbage: f64,
         dry_run: bool,
+        /// Seconds; absent from a client of an older cairn: the default.
+        #[serde(default = "default_peer_wait")]
+        peer_wait: u64,
     },
     PolicyShow {
         path: String,
@@ -278,6 +281,10 @@ replies! {
     StorageReads(StorageReads) => into_storage_reads,
 }
 
+fn default_peer_wait() -> u64 {
+    gc::PEER_WAIT.as_secs()
+}
+
 fn default_max_garbage() -> f64 {
     gc::MAX_GARBAGE
 }
@@ -333,6 +340,7 @@ mod tests {
                 threshold: 0.5,
                 max_garbage: 0.5,
                 dry_run: true,
+                peer_wait: 3,
             },
             Request::BranchReplace {
                 old: s(),

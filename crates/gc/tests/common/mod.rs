@@ -81,6 +81,7 @@ pub fn collect(store: &Store, threshold: f64, dry_run: bool) -> GcReport {
         max_garbage: 1.0,
         dry_run,
         compact_index: false,
+        peer_wait: gc::PEER_WAIT,
     };
     gc::collect(store, Live::StoreOnly, options, &|_| {}).unwrap()
 }

@@ -404,6 +404,7 @@ pub fn apply(fs: &Fs, model: &mut Model, op: &Op) -> Result<(), super::AnyError>
                 dry_run: false,
                 max_garbage: 1.0,
                 compact_index: false,
+                peer_wait: gc::PEER_WAIT,
             };
             // Damage is reported, with the case's seed, by the caller.
             gc::collect(fs.store(), Live::Mounted(fs), options, &|_| {})?;

@@ -1,0 +1,253 @@
+//! [`meta::CollectionBoard`] in etcd: the record of the collection across
+//! clients running now (`g`), each client's answer to its phase
+//! (`ga/<client>`) and each mounted client's mark (`u/<client>`), all in
+//! the control cluster (or the one data cluster), beside the clients'
+//! registrations. The protocol is `gc`'s `peers` module.
+//!
+//! Neither the record nor the marks are under a lease: a collector that
+//! stops answering must not let another collection start while it may
+//! still delete containers (a bucket's deletes cannot be fenced by an
+//! etcd compare), and a client that crashed may have been holding
+//! references nobody else knows. Both wait for the client to come back:
+//! a collection is refused or given up (space leaks), never run past
+//! them. A client's own stale record is replaced when it collects again.
+
+use etcd_model::{Cmp, Compare, Op, Range, Target, Txn};
+use meta::{Collecting, CollectionBoard, Phase, Result};
+
+use crate::keys::{prefix_end, Keys};
+use crate::rpc::GetOptions;
+use crate::store::EtcdMeta;
+use crate::EtcdError;
+
+fn phase_byte(p: Phase) -> u8 {
+    match p {
+        Phase::Marking => 1,
+        Phase::Sweeping => 2,
+    }
+}
+
+fn phase_of(b: u8) -> Result<Phase, EtcdError> {
+    match b {
+        1 => Ok(Phase::Marking),
+        2 => Ok(Phase::Sweeping),
+        _ => Err(EtcdError::BadCollection),
+    }
+}
+
+fn encode(c: &Collecting) -> Vec<u8> {
+    let mut v = Vec::with_capacity(17);
+    v.extend_from_slice(&c.epoch.to_be_bytes());
+    v.extend_from_slice(&c.collector.to_be_bytes());
+    v.push(phase_byte(c.phase));
+    v
+}
+
+fn decode(v: &[u8]) -> Result<Collecting, EtcdError> {
+    let bad = || EtcdError::BadCollection;
+    if v.len() != 17 {
+        return Err(bad());
+    }
+    Ok(Collecting {
+        epoch: u64::from_be_bytes(v[..8].try_into().map_err(|_| bad())?),
+        collector: u64::from_be_bytes(v[8..16].try_into().map_err(|_| bad())?),
+        phase: phase_of(v[16])?,
+    })
+}
+
+fn answer_value(epoch: u64, phase: Phase) -> Vec<u8> {
+    let mut v = epoch.to_be_bytes().to_vec();
+    v.push(phase_byte(phase));
+    v
+}
+
+impl EtcdMeta {
+    /// Every client number under `prefix` (`u/` or `ga/`), with its value.
+    fn clients_under(&self, prefix: Vec<u8>) -> Result<Vec<(u64, Vec<u8>)>> {
+        let end = prefix_end(&prefix);
+        let mut out = Vec::new();
+        self.ring
+            .counter_rpc()
+            .scan(prefix, &end, 0, usize::MAX, &mut |kv| {
+                if let Some(n) = Keys::client_at_end(&kv.key) {
+                    out.push((n, kv.value));
+                }
+                Ok(true)
+            })?;
+        Ok(out)
+    }
+
+    /// Puts the record of `me`'s collection if it is still `me`'s
+    /// `epoch`; false if it is not.
+    fn replace_own(&self, me: u64, epoch: u64, next: Option<Collecting>) -> Result<bool> {
+        let rpc = self.ring.counter_rpc();
+        let key = self.keys.collecting();
+        let Some(kv) = rpc
+            .get(key.clone(), GetOptions::new())?
+            .kvs()
+            .first()
+            .cloned()
+        else {
+            return Ok(false);
+        };
+        let now = decode(&kv.value)?;
+        if now.collector != me || now.epoch != epoch {
+            return Ok(false);
+        }
+        let then = match next {
+            Some(c) => vec![Op::put(key.clone(), encode(&c), 0)],
+            None => vec![
+                Op::delete(Range::key(key.clone())),
+                Op::delete(Range::prefix(self.keys.gc_answers())),
+            ],
+        };
+        let txn = Txn::new()
+            .when([Compare {
+                key,
+                cmp: Cmp::Equal,
+                target: Target::ModRevision(kv.mod_revision),
+            }])
+            .and_then(then);
+        Ok(rpc.txn(txn)?.succeeded)
+    }
+}
+
+impl CollectionBoard for EtcdMeta {
+    fn collecting(&self) -> Result<Option<Collecting>> {
+        let resp = self
+            .ring
+            .counter_rpc()
+            .get(self.keys.collecting(), GetOptions::new())?;
+        match resp.kvs().first() {
+            None => Ok(None),
+            Some(kv) => Ok(Some(decode(&kv.value)?)),
+        }
+    }
+
+    fn announce(&self, me: u64, epoch: u64) -> Result<Option<Collecting>> {
+        let rpc = self.ring.counter_rpc();
+        let key = self.keys.collecting();
+        let record = Collecting {
+            epoch,
+            collector: me,
+            phase: Phase::Marking,
+        };
+        // Absent, or this client's own (a crash cut it short): replaced,
+        // with the answers to it.
+        let seen = rpc
+            .get(key.clone(), GetOptions::new())?
+            .kvs()
+            .first()
+            .cloned();
+        let compare = match &seen {
+            None => Target::CreateRevision(0),
+            Some(kv) => {
+                let other = decode(&kv.value)?;
+                if other.collector != me {
+                    return Ok(Some(other));
+                }
+                Target::ModRevision(kv.mod_revision)
+            }
+        };
+        let txn = Txn::new()
+            .when([Compare {
+                key: key.clone(),
+                cmp: Cmp::Equal,
+                target: compare,
+            }])
+            .and_then([
+                Op::delete(Range::prefix(self.keys.gc_answers())),
+                Op::put(key, encode(&record), 0),
+            ]);
+        if rpc.txn(txn)?.succeeded {
+            return Ok(None);
+        }
+        // Another client announced in between.
+        Ok(self
+            .collecting()?
+            .filter(|c| c.collector != me)
+            .or(Some(record)))
+    }
+
+    fn advance(&self, me: u64, epoch: u64, phase: Phase) -> Result<()> {
+        let next = Collecting {
+            epoch,
+            collector: me,
+            phase,
+        };
+        if self.replace_own(me, epoch, Some(next))? {
+            Ok(())
+        } else {
+            Err(EtcdError::CollectionGone(epoch).into())
+        }
+    }
+
+    fn finish(&self, me: u64, epoch: u64) -> Result<()> {
+        self.replace_own(me, epoch, None)?;
+        Ok(())
+    }
+
+    fn mounted(&self, me: u64) -> Result<()> {
+        let txn = Txn::new().and_then([Op::put(self.keys.mounted(me), Vec::new(), 0)]);
+        self.ring.counter_rpc().txn(txn)?;
+        *self.mounted_as.lock() = Some(me);
+        Ok(())
+    }
+
+    fn unmounted(&self, me: u64) -> Result<()> {
+        let txn = Txn::new().and_then([Op::delete(Range::key(self.keys.mounted(me)))]);
+        self.ring.counter_rpc().txn(txn)?;
+        let mut mounted = self.mounted_as.lock();
+        if *mounted == Some(me) {
+            *mounted = None;
+        }
+        Ok(())
+    }
+
+    fn mounted_clients(&self) -> Result<Vec<u64>> {
+        Ok(self
+            .clients_under(self.keys.mounteds())?
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect())
+    }
+
+    fn answer(&self, me: u64, epoch: u64, phase: Phase) -> Result<()> {
+        let txn = Txn::new().and_then([Op::put(
+            self.keys.gc_answer(me),
+            answer_value(epoch, phase),
+            0,
+        )]);
+        self.ring.counter_rpc().txn(txn)?;
+        Ok(())
+    }
+
+    fn answered(&self, epoch: u64, phase: Phase) -> Result<Vec<u64>> {
+        let want = answer_value(epoch, phase);
+        Ok(self
+            .clients_under(self.keys.gc_answers())?
+            .into_iter()
+            .filter(|(_, v)| *v == want)
+            .map(|(n, _)| n)
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_round_trips_and_garbage_is_refused() {
+        let c = Collecting {
+            epoch: 7,
+            collector: 3,
+            phase: Phase::Sweeping,
+        };
+        assert_eq!(decode(&encode(&c)).unwrap(), c);
+        assert!(decode(&[0; 16]).is_err());
+        let mut bad = encode(&c);
+        bad[16] = 9;
+        assert!(decode(&bad).is_err());
+    }
+}

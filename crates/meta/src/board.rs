@@ -1,0 +1,68 @@
+//! The board where clients of one shared namespace agree on a garbage
+//! collection (`gc`'s `peers` module holds the protocol): which collection
+//! runs and in which phase, which clients are mounted, and which of them
+//! answered the phase. An engine shared by several clients (etcd) keeps
+//! it beside the namespace; a private engine has none.
+
+use crate::Result;
+
+/// Where a collection across clients is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Every mounted client starts recording the chunks its writers
+    /// deduplicate against and hands in what its open files reach.
+    Marking,
+    /// The collector named the containers it will delete: every mounted
+    /// client stops deduplicating against them and hands in what it
+    /// recorded.
+    Sweeping,
+}
+
+/// The collection running now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Collecting {
+    /// Unique per collection.
+    pub epoch: u64,
+    /// The client that collects.
+    pub collector: u64,
+    pub phase: Phase,
+}
+
+/// See the module doc. Every call is one request (or one transaction) of
+/// the engine, with its timeouts: none waits for another client. Clients
+/// are named by their number in the chunk store (stable across restarts,
+/// one process at a time), not by the engine's own per-open ids.
+pub trait CollectionBoard: Send + Sync {
+    /// The collection running now, if any.
+    fn collecting(&self) -> Result<Option<Collecting>>;
+
+    /// Announces a collection by this client in phase `Marking`: `Ok(None)`
+    /// with it announced, `Ok(Some(other))` when another client's runs
+    /// (nothing changed). A record of this client's own (a collection a
+    /// crash cut short: one process holds a client number at a time) is
+    /// replaced.
+    fn announce(&self, me: u64, epoch: u64) -> Result<Option<Collecting>>;
+
+    /// Moves this client's collection `epoch` to `phase`.
+    fn advance(&self, me: u64, epoch: u64, phase: Phase) -> Result<()>;
+
+    /// Ends this client's collection `epoch` (and forgets its answers).
+    fn finish(&self, me: u64, epoch: u64) -> Result<()>;
+
+    /// Marks client `me` mounted (until [`CollectionBoard::unmounted`] or
+    /// the engine is closed; a crash leaves the mark, so a collection waits
+    /// for this client until it mounts again).
+    fn mounted(&self, me: u64) -> Result<()>;
+
+    /// Takes this client's mounted mark away.
+    fn unmounted(&self, me: u64) -> Result<()>;
+
+    /// The clients marked mounted, in number order.
+    fn mounted_clients(&self) -> Result<Vec<u64>>;
+
+    /// Records that this client answered `phase` of collection `epoch`.
+    fn answer(&self, me: u64, epoch: u64, phase: Phase) -> Result<()>;
+
+    /// The clients that answered `phase` of collection `epoch`.
+    fn answered(&self, epoch: u64, phase: Phase) -> Result<Vec<u64>>;
+}
