@@ -19,8 +19,10 @@
 //! under its own prefix; a chunk its index does not know is asked of a
 //! [`SharedIndex`] ([`CatchUp`] indexes the other clients' containers
 //! found on the branches; `repo` has one over the chunkd index service),
-//! and garbage collection is refused while more
-//! than one client is registered (`shared.rs`, `docs/cluster.md`).
+//! and a collection over shared branches deletes only the collecting
+//! client's containers, after every other client stopped deduplicating
+//! against them (`peers.rs`; the protocol is `gc`'s `peers`;
+//! `docs/cluster.md`).
 //! A caller may remember a chunk's location and read it there without the
 //! index ([`Store::read_hinted`]; a stale hint falls back to the normal
 //! read). Every read of storage is counted: containers and root blobs
@@ -89,7 +91,11 @@
 //!    records name and that verifies ([`container::recover`]); garbage
 //!    collection rewrites every container recorded as damaged.
 //! 10. A container is never deleted or judged by a store of another
-//!     client: collection is refused with more than one client, and orphan
+//!     client: a collection's candidates are its own client's containers
+//!     ([`Store::begin_collection_among_clients`]; the plain
+//!     [`Store::begin_collection`] is refused with more than one client);
+//!     a container another client deleted is forgotten, not reported as
+//!     damage, when a read or a check finds it gone; and orphan
 //!     removal and the index's id mark look only at the store's own range.
 //!     A shared index hears of a container only once it is durable and
 //!     indexed ([`SharedIndex::publish`]), and is told to forget a

@@ -5,7 +5,10 @@
 //! from the live file system, choose the containers to rewrite (`choose`:
 //! those whose live fraction is under a threshold, then the sparsest others
 //! until the garbage left is under a fraction of what stays stored), and
-//! have the store copy their live chunks forward and delete them.
+//! have the store copy their live chunks forward and delete them. Over a
+//! namespace several clients share, also the protocol that lets one
+//! client collect while the others run (`peers`): they hand in what only
+//! they can see, and stop deduplicating against what it deletes.
 //!
 //! **Never:** decides what a chunk holds (the file system's `reach` module
 //! walks recipes and listings) nor how a container is rewritten (that is
