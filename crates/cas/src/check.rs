@@ -377,7 +377,10 @@ impl Store {
                 suspicious.insert(s.id);
             }
             let unindexed = s.info.chunks as u64 - indexed_here.min(s.info.chunks as u64);
-            if s.ok && unindexed > 0 && !suspicious.contains(&s.id) {
+            // Another client's container may hold chunks this index
+            // places elsewhere (each client stores what it could not
+            // deduplicate): its own client judges it.
+            if s.ok && unindexed > 0 && !suspicious.contains(&s.id) && self.client().owns(s.id) {
                 report.problems.push(Problem::UnindexedChunks {
                     container: s.id,
                     count: unindexed,

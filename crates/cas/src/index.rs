@@ -358,8 +358,14 @@ impl Index {
     /// its first location) and their accounting, and the indexed mark
     /// `indexed_below`, in one transaction that is not synced (see the
     /// module doc: a power cut may lose it, and the store's open finds
-    /// the containers again).
-    pub fn commit_containers(&self, sealed: &[&Sealed], indexed_below: u64) -> Result<()> {
+    /// the containers again). A copy in a container of `doomed` (another
+    /// client's collection is deleting it) is replaced like a damaged one.
+    pub fn commit_containers(
+        &self,
+        sealed: &[&Sealed],
+        indexed_below: u64,
+        doomed: &HashSet<ContainerId>,
+    ) -> Result<()> {
         let mut tx = self.db.read().begin_write()?;
         tx.set_durability(Durability::None)
             .expect("no persistent savepoints are used");
@@ -385,7 +391,7 @@ impl Index {
                         None => true,
                         Some(_) if s.relocated => true,
                         // A good copy replaces a damaged one.
-                        Some(c) if damaged.contains(&(c, *id)) => true,
+                        Some(c) if damaged.contains(&(c, *id)) || doomed.contains(&c) => true,
                         Some(c) => needs_restore(&policy_in(&policies, c)?, &s.protection.policy),
                     };
                     if take {

@@ -957,10 +957,11 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
             .filter(|(_, o)| matches!(o, Outcome::Written))
             .map(|(j, _)| &j.sealed)
             .collect();
-        match shared
-            .index
-            .commit_containers(&written, shared.indexed_mark(&written))
-        {
+        match shared.index.commit_containers(
+            &written,
+            shared.indexed_mark(&written),
+            &shared.doomed.read().clone(),
+        ) {
             Ok(()) => {
                 let mut unindexed = shared.unindexed.lock();
                 for sealed in &written {

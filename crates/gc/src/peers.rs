@@ -205,26 +205,15 @@ impl Drop for Across<'_> {
     }
 }
 
-/// A client's side, for as long as the file system lives: marks this
-/// client mounted, starts recording at once if a collection runs (before
-/// the caller serves anything), then answers every collection of another
-/// client from a thread that ends with the file system. Nothing happens
-/// for a namespace that is this client's own.
+/// A client's side, for as long as the file system lives: joins (see
+/// [`Participant::join`], before the caller serves anything), then
+/// answers every collection of another client from a thread that ends
+/// with the file system. Nothing happens for a namespace that is this
+/// client's own.
 pub fn participate(fs: &std::sync::Arc<Fs>) -> Result<()> {
-    let Some(board) = fs.board() else {
+    let Some(peer) = Participant::join(fs)? else {
         return Ok(());
     };
-    let me = u64::from(fs.store().client().get());
-    board.mounted(me)?;
-    let mut peer = Peer { me, answered: None };
-    if let Some(c) = board.collecting()? {
-        if c.collector != me {
-            let _history = fs.history_lock();
-            fs.store().record_for_peer();
-            fs.pause_history(Some(c.collector));
-            peer.answered = Some((c.epoch, None));
-        }
-    }
     let weak = std::sync::Arc::downgrade(fs);
     std::thread::Builder::new()
         .name("cairn-gc-peer".into())
@@ -233,14 +222,36 @@ pub fn participate(fs: &std::sync::Arc<Fs>) -> Result<()> {
     Ok(())
 }
 
-struct Peer {
+/// One client's part in the other clients' collections.
+pub struct Participant {
     me: u64,
     /// The collection this client takes part in, and the last phase it
     /// answered.
     answered: Option<(u64, Option<Phase>)>,
 }
 
-impl Peer {
+impl Participant {
+    /// Marks this client mounted and, if another client's collection runs
+    /// now, starts recording at once; `None` for a namespace that is this
+    /// client's own.
+    pub fn join(fs: &Fs) -> Result<Option<Participant>> {
+        let Some(board) = fs.board() else {
+            return Ok(None);
+        };
+        let me = u64::from(fs.store().client().get());
+        board.mounted(me)?;
+        let mut peer = Participant { me, answered: None };
+        if let Some(c) = board.collecting()? {
+            if c.collector != me {
+                let _history = fs.history_lock();
+                fs.store().record_for_peer();
+                fs.pause_history(Some(c.collector));
+                peer.answered = Some((c.epoch, None));
+            }
+        }
+        Ok(Some(peer))
+    }
+
     fn run(mut self, fs: Weak<Fs>) {
         let mut last_error: Option<Instant> = None;
         loop {
@@ -258,7 +269,10 @@ impl Peer {
         }
     }
 
-    fn step(&mut self, fs: &Fs) -> Result<()> {
+    /// Reads the board once and does what it asks: answers the phase of a
+    /// collection not answered yet, or ends this client's part in one
+    /// that is over.
+    pub fn step(&mut self, fs: &Fs) -> Result<()> {
         let board = fs
             .board()
             .expect("a participant runs over a shared namespace");
