@@ -114,6 +114,7 @@ pub fn mount(
         threads: args.threads.max(1),
         page_cache_max: repo.config.page_cache_max,
         writeback_cache: repo.config.writeback_cache,
+        kernel_dirty: repo.config.kernel_dirty,
         nonempty: args.nonempty,
         metrics: fuse_metrics,
         read_only: args.read_only,

@@ -42,6 +42,15 @@ pub struct MountOptions {
     /// writes to a cached handle land in the page cache and reach the
     /// daemon merged, at writeback, fsync or close.
     pub writeback_cache: bool,
+    /// With the writeback cache: bytes of written pages the kernel may hold
+    /// for the mount before it throttles writers (`max_bytes` of its bdi,
+    /// Linux 6.2+; only root may set it). FUSE's default, about 1% of the
+    /// kernel's dirty limit, holds a few tens of MiB: a random writer over
+    /// a larger file then waits on writeback page by page, one FUSE write
+    /// each, where with room the kernel writes back runs of neighbouring
+    /// pages in large writes. 0 keeps the default. Written pages are not
+    /// the daemon's memory; fsync and close still write through.
+    pub kernel_dirty: u64,
     /// Mount on a directory that is not empty or is itself a mount point
     /// (never on a live cairn mount: see [`check_mountpoint`]).
     pub nonempty: bool,
@@ -69,6 +78,7 @@ impl Default for MountOptions {
             threads: 4,
             page_cache_max: 16 << 20,
             writeback_cache: true,
+            kernel_dirty: 0,
             nonempty: false,
             metrics: None,
             read_only: false,
@@ -446,11 +456,36 @@ pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> Result<Moun
     shared.pushes.set_notifier(session.notifier());
     let session = session.spawn().map_err(mount_error)?;
     raise_kernel_readahead(&path);
+    if opts.writeback_cache && !opts.close_to_open && !opts.read_only && opts.kernel_dirty > 0 {
+        set_kernel_dirty(&path, opts.kernel_dirty);
+    }
     Ok(Mounted {
         mountpoint: path,
         session: Some(session),
         shared,
     })
+}
+
+/// Sets `max_bytes` of the mount's bdi (see [`MountOptions::kernel_dirty`]).
+/// Anyone but root, or a kernel without the knob, keeps the default: slower
+/// random writes, nothing else.
+fn set_kernel_dirty(mountpoint: &Path, bytes: u64) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(mountpoint) else {
+        return;
+    };
+    let dev = meta.dev();
+    let knob = format!(
+        "/sys/class/bdi/{}:{}/max_bytes",
+        libc::major(dev),
+        libc::minor(dev)
+    );
+    match std::fs::write(&knob, bytes.to_string()) {
+        Ok(()) => tracing::debug!(knob, bytes, "raised the kernel's dirty limit for the mount"),
+        Err(e) => {
+            tracing::info!(knob, error = %e, "kept the kernel's dirty limit for the mount (random writes wait on writeback sooner)")
+        }
+    }
 }
 
 /// Sets the read-ahead of the mount's backing device (`read_ahead_kb` of its

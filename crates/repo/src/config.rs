@@ -30,6 +30,10 @@ pub struct Config {
     /// `fs.writeback_cache`: the kernel's writeback cache for the mount
     /// (see `fuse::MountOptions::writeback_cache`).
     pub writeback_cache: bool,
+    /// `fs.kernel_dirty`: bytes of written data the kernel may hold for the
+    /// mount before it slows writers down (see
+    /// `fuse::MountOptions::kernel_dirty`); 0 keeps the kernel's default.
+    pub kernel_dirty: u64,
     /// The `[[branch]]`, `[[rule]]` and `[default_rule]` sections; `None`
     /// when no branch is configured (one plain local branch, `single`).
     pub redundancy: Option<RedundancyConfig>,
@@ -189,6 +193,12 @@ pub enum ConfigError {
 /// of stay in the page cache; media, images and archives stream past it.
 pub const PAGE_CACHE_MAX: u64 = 16 << 20;
 
+/// Default `fs.kernel_dirty`: the kernel may hold a gibibyte of a mount's
+/// written pages (the whole working set of a random-write job on a VM
+/// image or database) instead of FUSE's default of about 1% of its dirty
+/// limit, which throttles random writers to one FUSE write per page.
+pub const KERNEL_DIRTY: u64 = 1 << 30;
+
 /// The file `cairn init` writes: every setting with its default, explained.
 pub const DEFAULT_TOML: &str = r#"# cairn repository settings. Sizes take B, KiB, MiB or GiB ("64KiB") or a
 # plain number of bytes. Changing chunking or compression affects only data
@@ -249,6 +259,7 @@ readahead = "32MiB"     # how far ahead of a sequential reader chunks are fetche
 cache = "256MiB"        # DRAM cache of chunks
 page_cache_max = "16MiB" # bigger files are read around the kernel's page cache (one copy less)
 writeback_cache = true  # the kernel merges small writes in its page cache (fsync and close still write through)
+kernel_dirty = "1GiB"   # written pages the kernel may hold for the mount before writers wait (needs root; 0: the kernel's default, ~1% of its dirty limit)
 commit_seconds = 5      # written data and metadata become durable at least this often
 version_seconds = 30    # a version of the namespace is written this often (0: never)
 
@@ -326,6 +337,7 @@ mod tests {
             )
         );
         assert_eq!(c.page_cache_max, PAGE_CACHE_MAX);
+        assert_eq!(c.kernel_dirty, KERNEL_DIRTY);
         assert_eq!(c.metadata_cache, meta::DEFAULT_CACHE);
         assert_eq!(c.fs.retention, d.retention);
         assert_eq!(Config::parse("").unwrap(), c);

@@ -8,7 +8,7 @@ use fs::FsSettings;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::PAGE_CACHE_MAX;
+use super::{KERNEL_DIRTY, PAGE_CACHE_MAX};
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -139,6 +139,8 @@ pub(super) struct RawFs {
     pub(super) page_cache_max: Size,
     #[serde(default = "writeback_cache")]
     pub(super) writeback_cache: bool,
+    #[serde(default = "kernel_dirty")]
+    pub(super) kernel_dirty: Size,
     #[serde(default = "commit_seconds")]
     pub(super) commit_seconds: Spanned<u64>,
     #[serde(default = "version_seconds")]
@@ -168,6 +170,9 @@ fn page_cache_max() -> Size {
 fn writeback_cache() -> bool {
     true
 }
+fn kernel_dirty() -> Size {
+    Size(KERNEL_DIRTY)
+}
 fn commit_seconds() -> Spanned<u64> {
     absent(FsSettings::default().commit_interval.as_secs())
 }
@@ -185,6 +190,7 @@ impl Default for RawFs {
             cache: cache(),
             page_cache_max: page_cache_max(),
             writeback_cache: writeback_cache(),
+            kernel_dirty: kernel_dirty(),
             commit_seconds: commit_seconds(),
             version_seconds: version_seconds(),
             versions_keep: None,

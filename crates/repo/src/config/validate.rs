@@ -169,6 +169,7 @@ pub(super) fn config(mut raw: Raw, text: &str) -> Result<Config> {
         metadata_cache: m.metadata_cache.get_ref().0 as usize,
         page_cache_max: f.page_cache_max.0,
         writeback_cache: f.writeback_cache,
+        kernel_dirty: f.kernel_dirty.0,
     })
 }
 
