@@ -57,6 +57,7 @@ pub use branches::{
 pub use check::{check_repo, rebuild_index, CheckOut, Repair, Repaired};
 pub use doctor::{
     doctor, record_key_export, CairnMount, DoctorOptions, DoctorReport, Finding, FuseFacts,
+    IndexTable,
     Severity,
 };
 pub use error::{Result, ServiceError};
