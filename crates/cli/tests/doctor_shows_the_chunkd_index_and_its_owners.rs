@@ -78,7 +78,11 @@ impl Doctor {
 
     /// The worst severity among this repository's findings.
     fn worst_of_ours(&self) -> &str {
-        let rank = |s: &str| ["ok", "info", "warning", "problem"].iter().position(|x| *x == s);
+        let rank = |s: &str| {
+            ["ok", "info", "warning", "problem"]
+                .iter()
+                .position(|x| *x == s)
+        };
         self.json["findings"]
             .as_array()
             .unwrap()
@@ -113,11 +117,7 @@ fn doctor_shows_the_chunkd_index_and_its_owners() {
 
     let d = doctor(&c.b);
     assert_eq!(d.code, d.expected_code(), "{}", d.text);
-    assert!(
-        ["ok", "info"].contains(&d.worst_of_ours()),
-        "{}",
-        d.text
-    );
+    assert!(["ok", "info"].contains(&d.worst_of_ours()), "{}", d.text);
     let table = &d.json["shared_index"];
     assert_eq!(table["fsid"], "fs1", "{}", d.json);
     assert_eq!(table["etcd"][0], c.etcd.as_str());
@@ -136,8 +136,14 @@ fn doctor_shows_the_chunkd_index_and_its_owners() {
         assert_eq!(d.owner(url)["severity"], "ok", "{}", d.text);
     }
     for said in [
-        format!("OK       chunkd_owner  {} answers, holds 0000000000000000@1", urls[0]),
-        format!("OK       chunkd_owner  {} answers, holds 8000000000000000@1", urls[1]),
+        format!(
+            "OK       chunkd_owner  {} answers, holds 0000000000000000@1",
+            urls[0]
+        ),
+        format!(
+            "OK       chunkd_owner  {} answers, holds 8000000000000000@1",
+            urls[1]
+        ),
         "chunkd index of file system fs1".to_string(),
         format!("0000000000000000 7fffffffffffffff {} epoch 1", urls[0]),
         format!("8000000000000000 ffffffffffffffff {} epoch 1", urls[1]),
@@ -169,7 +175,10 @@ fn doctor_shows_the_chunkd_index_and_its_owners() {
         "{fix}"
     );
     // The table is still shown: it is etcd's, not the owners'.
-    assert_eq!(d.json["shared_index"]["ranges"][1]["owner"], urls[1].as_str());
+    assert_eq!(
+        d.json["shared_index"]["ranges"][1]["owner"],
+        urls[1].as_str()
+    );
     for said in [
         format!("WARNING  chunkd_owner  {} does not answer", urls[1]),
         "summary: healthy, with warnings".to_string(),

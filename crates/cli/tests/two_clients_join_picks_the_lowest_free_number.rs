@@ -56,9 +56,15 @@ fn joins_without_a_number_get_the_lowest_free_one() {
 
     // What was handed out is registered: asked for by hand, it is refused.
     let g = repo("g");
-    let out = cairn(&g, &["init", "--join", a.to_str().unwrap(), "--client", "2"]);
+    let out = cairn(
+        &g,
+        &["init", "--join", a.to_str().unwrap(), "--client", "2"],
+    );
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("already registered"), "{err}");
-    assert!(!g.join("cairn.toml").exists(), "a refused join left a repository");
+    assert!(
+        !g.join("cairn.toml").exists(),
+        "a refused join left a repository"
+    );
 }

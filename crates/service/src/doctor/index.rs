@@ -102,7 +102,10 @@ fn owners_of(table: &RangeTable) -> Vec<&str> {
 
 /// `start@epoch` of each range: how the table and an owner's view are shown.
 fn held(ranges: &[(u64, u64)]) -> String {
-    let all: Vec<String> = ranges.iter().map(|(s, e)| format!("{s:016x}@{e}")).collect();
+    let all: Vec<String> = ranges
+        .iter()
+        .map(|(s, e)| format!("{s:016x}@{e}"))
+        .collect();
     all.join(" ")
 }
 
@@ -150,7 +153,11 @@ fn ask_owners(f: &mut Findings, root: &Path, index: &SharedIndexConfig, table: &
                     "{} answers, but holds {} where the table gives it {}: it reads the \
                      table again every --refresh seconds",
                     status.owner,
-                    if view.is_empty() { "nothing".into() } else { held(&view) },
+                    if view.is_empty() {
+                        "nothing".into()
+                    } else {
+                        held(&view)
+                    },
                     held(&given)
                 ),
                 None,
