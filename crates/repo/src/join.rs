@@ -12,8 +12,9 @@
 //!
 //! The claim is a check then a put that replaces nothing: an S3 branch
 //! puts with `If-None-Match: *`, so of two joins claiming one number at
-//! once on a store that honours it, one fails (and leaves nothing behind).
-//! A store that ignores the header (S3Proxy on files) lets both succeed
+//! once on a store that honours it, one's put fails: it leaves nothing
+//! behind, and a join that picks its own number takes the next one. A
+//! store that ignores the header (S3Proxy on files) lets both succeed
 //! within the moment between the check and the put: joins must not race
 //! there.
 //!
@@ -103,9 +104,22 @@ impl Repo {
         let (config, _) = shareable(other)?;
         let mut lost = Vec::new();
         for _ in 0..MAX_PICKS {
-            let client = free_client(other, &config, &lost)?;
+            let taken = registered(other, &config)?;
+            let client = (1..=ClientNo::MAX)
+                .map(ClientNo::new)
+                .find(|n| !taken.contains(n) && !lost.contains(n))
+                .ok_or_else(|| refused_join(other, JoinProblem::NoFreeClient))?;
             match Self::join_as(root, other, client) {
                 Err(RepoError::Store(CasError::ClientTaken(_))) => lost.push(client),
+                // A branch that refuses to replace a blob fails the put of
+                // a number another join registered since the check (or,
+                // after an unknown outcome, ours: that number stays unused).
+                Err(e @ RepoError::Store(_)) => {
+                    if !registered(other, &config)?.contains(&client) {
+                        return Err(e);
+                    }
+                    lost.push(client);
+                }
                 done => return done.map(|()| client),
             }
         }
@@ -194,21 +208,17 @@ fn shareable(other: &Path) -> Result<(Config, String), RepoError> {
     Ok((config, text))
 }
 
-/// The lowest client number registered on none of the branches of
-/// `config` (a shareable repository's) and not in `lost`. Only the
-/// `clients/` registrations are listed, not the containers.
-fn free_client(other: &Path, config: &Config, lost: &[ClientNo]) -> Result<ClientNo, RepoError> {
+/// The client numbers registered on the branches of `config` (a
+/// shareable repository's), 0 included. Only the `clients/`
+/// registrations are listed, not the containers.
+fn registered(other: &Path, config: &Config) -> Result<Vec<ClientNo>, RepoError> {
     let specs = config.redundancy.iter().flat_map(|r| &r.branches);
     let branches = specs
         .map(|spec| crate::layout::open_branch(other, spec).map(|(b, _)| b))
         .collect::<Result<Vec<Arc<dyn Branch>>, _>>()?;
     let layer = redundancy::Redundant::new(branches)
         .map_err(|e| crate::layout::refused(other, e.to_string()))?;
-    let taken = cas::registered_clients(&layer)?;
-    (1..=ClientNo::MAX)
-        .map(ClientNo::new)
-        .find(|n| !taken.contains(n) && !lost.contains(n))
-        .ok_or_else(|| refused_join(other, JoinProblem::NoFreeClient))
+    Ok(cas::registered_clients(&layer)?)
 }
 
 /// A `[shared_index]` token file named by a relative path is the first
