@@ -27,7 +27,6 @@ use std::fs;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-
 use std::sync::Arc;
 
 use branch::Branch;
@@ -115,7 +114,7 @@ impl Repo {
                 // a number another join registered since the check (or,
                 // after an unknown outcome, ours: that number stays unused).
                 Err(e @ RepoError::Store(_)) => {
-                    if !registered(other, &config)?.contains(&client) {
+                    if !registered(other, &config).is_ok_and(|taken| taken.contains(&client)) {
                         return Err(e);
                     }
                     lost.push(client);
