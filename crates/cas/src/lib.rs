@@ -148,7 +148,7 @@ pub use protection::{needs_restore, BranchId, Policy, PolicyError, Protection};
 pub use read::{Around, Fetched};
 pub use region::{Compression, RegionError};
 pub use shared::{CatchUp, SharedIndex};
-pub use store::{Store, StoreSettings, StoreStats, INDEX_FILE, ROOTS_FILE};
+pub use store::{registered_clients, Store, StoreSettings, StoreStats, INDEX_FILE, ROOTS_FILE};
 pub use writer::{Durable, StreamWriter, WriteStats};
 
 #[derive(Debug, thiserror::Error)]

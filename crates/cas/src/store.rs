@@ -599,22 +599,7 @@ impl Store {
     /// Every client registered on the branches, and client 0 (the first
     /// client, which never registers), in number order.
     pub fn clients(&self) -> Result<Vec<crate::id::ClientNo>> {
-        let mut out = vec![crate::id::ClientNo::default()];
-        // Registered since the layer opened: found by listing the branches.
-        self.shared.layer.discover_new(CLIENTS_PREFIX, &|_| true);
-        for key in self.shared.list_blobs(CLIENTS_PREFIX)? {
-            let n = key
-                .as_str()
-                .strip_prefix(CLIENTS_PREFIX)
-                .and_then(|rest| rest.strip_suffix(CLIENT_BLOB))
-                .and_then(|n| n.parse::<u16>().ok());
-            if let Some(n) = n.filter(|n| *n != 0) {
-                out.push(crate::id::ClientNo::new(n));
-            }
-        }
-        out.sort();
-        out.dedup();
-        Ok(out)
+        registered_clients(&self.shared.layer)
     }
 
     /// [`CasError::NoSpace`] naming a container a full branch refused, if
@@ -837,6 +822,29 @@ pub(crate) fn roots_prefix(client: crate::id::ClientNo) -> String {
         0 => ROOTS_PREFIX.to_string(),
         n => format!("{CLIENTS_PREFIX}{n}/{ROOTS_PREFIX}"),
     }
+}
+
+/// Every client registered on `layer`'s branches, and client 0 (the
+/// first client, which never registers), in number order: what
+/// [`Store::clients`] answers, for a caller with no store open (a client
+/// repository being made picks its number from it).
+pub fn registered_clients(layer: &Redundant) -> Result<Vec<crate::id::ClientNo>> {
+    let mut out = vec![crate::id::ClientNo::default()];
+    // Registered since the layer opened: found by listing the branches.
+    layer.discover_new(CLIENTS_PREFIX, &|_| true);
+    for key in layer.list(CLIENTS_PREFIX)? {
+        let n = key
+            .as_str()
+            .strip_prefix(CLIENTS_PREFIX)
+            .and_then(|rest| rest.strip_suffix(CLIENT_BLOB))
+            .and_then(|n| n.parse::<u16>().ok());
+        if let Some(n) = n.filter(|n| *n != 0) {
+            out.push(crate::id::ClientNo::new(n));
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
 }
 
 fn client_blob_key(client: crate::id::ClientNo) -> branch::BlobKey {

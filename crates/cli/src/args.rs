@@ -45,20 +45,26 @@ pub enum Command {
     /// budget, each explained), a random per-repository key that keys every
     /// chunk id, an empty fingerprint index and a local branch for containers.
     ///
-    /// With --join OTHER --client N: makes a client repository of the file
-    /// system whose repository is OTHER, for a second mount of it on this
-    /// or another machine (docs/cluster.md). OTHER's key and cairn.toml are
+    /// With --join OTHER: makes a client repository of the file system
+    /// whose repository is OTHER, for a second mount of it on this or
+    /// another machine (docs/cluster.md). OTHER's key and cairn.toml are
     /// copied (OTHER is only read, and may be mounted); its branches must be
     /// S3 buckets. The new repository has its own index, caches and lock,
-    /// and makes containers under client number N (1-65535, unique per file
-    /// system), which it registers on the branches. Then mount both with the
-    /// same `--meta etcd://...`. Exit 0 once joined; 1 when refused (OTHER
-    /// not shareable, N taken), with nothing left behind.
+    /// and makes containers under its client number (1-65535, unique per
+    /// file system), which it registers on the branches: --client N, or
+    /// without it the lowest number not registered there yet. Prints
+    /// `client N`, the number it got. Then mount both with the same
+    /// `--meta etcd://...`. Exit 0 once joined; 1 when refused (OTHER not
+    /// shareable, N taken), with nothing left behind. Two joins at the same
+    /// moment may pick the same number: on a store that ignores
+    /// `If-None-Match` (S3Proxy on files) both may then get it, so join
+    /// one client at a time.
     Init {
         /// The repository of the file system to join.
-        #[arg(long, value_name = "OTHER", requires = "client")]
+        #[arg(long, value_name = "OTHER")]
         join: Option<std::path::PathBuf>,
-        /// This client's number (with --join): 1-65535, unique per file system.
+        /// This client's number (with --join): 1-65535, unique per file
+        /// system [default: the lowest one not registered].
         #[arg(long, value_name = "N", requires = "join", value_parser = clap::value_parser!(u16).range(1..))]
         client: Option<u16>,
     },
@@ -558,14 +564,20 @@ pub enum Command {
     /// file's mode; the free space of the metadata's disk and of every
     /// local branch (a problem when it cannot take two more containers, a
     /// warning below --min-free percent; S3 branches are not measured);
-    /// and the clock (a problem when the repository holds files newer than
-    /// now, i.e. the clock went back, or when it is before 2024).
+    /// the clock (a problem when the repository holds files newer than
+    /// now, i.e. the clock went back, or when it is before 2024); and, for
+    /// a client with `[shared_index] kind = "chunkd"`, the index's range
+    /// table read from etcd and whether each owner answers, asked with the
+    /// repository's token file (an owner or etcd not answering is a
+    /// warning: dedup is missed, data is safe; each is given 5 s).
     ///
     /// Prints one line per finding: OK, INFO, WARNING or PROBLEM, what was
-    /// found, and for the last two the fix ("-> ..."). With --json: one
-    /// object {"repository", "status", "findings": [{"check", "severity",
-    /// "subject", "message", "fix"}]}, severity one of ok, info, warning,
-    /// problem.
+    /// found, and for the last two the fix ("-> ..."), then the chunkd
+    /// index's ranges (start, end, owner, epoch) if there is one. With
+    /// --json: one object {"repository", "status", "findings": [{"check",
+    /// "severity", "subject", "message", "fix"}], "shared_index": null or
+    /// {"fsid", "etcd", "ranges": [{"start", "end", "owner", "epoch"}]}},
+    /// severity one of ok, info, warning, problem.
     ///
     /// Exit status: 0 when nothing needs attention (only OK and INFO), 1
     /// when the worst finding is a WARNING, 2 when there is a PROBLEM.

@@ -70,8 +70,9 @@ fn serve(args: ChunkdArgs, quiet: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_table(t: &RangeTable) {
-    for r in &t.ranges {
+/// A line per range: start, end, owner, epoch.
+pub(crate) fn print_ranges(ranges: &[chunkd::ranges::Range]) {
+    for r in ranges {
         out!(
             "{:016x} {:016x} {} epoch {}",
             r.start,
@@ -86,7 +87,7 @@ fn ranges(cmd: RangesCommand) -> Result<ExitCode> {
     match cmd {
         RangesCommand::Init { cluster: c, owners } => {
             let (etcd, fsid) = cluster(&c)?;
-            print_table(&chunkd::init_ranges(etcd, fsid, &owners)?);
+            print_ranges(&chunkd::init_ranges(etcd, fsid, &owners)?.ranges);
         }
         RangesCommand::Assign {
             cluster: c,
@@ -96,7 +97,7 @@ fn ranges(cmd: RangesCommand) -> Result<ExitCode> {
             let (etcd, fsid) = cluster(&c)?;
             let start = u64::from_str_radix(&start, 16)
                 .with_context(|| format!("--start {start:?} is not a hex number"))?;
-            print_table(&chunkd::assign_range(etcd, fsid, start, &owner)?);
+            print_ranges(&chunkd::assign_range(etcd, fsid, start, &owner)?.ranges);
         }
         RangesCommand::Show {
             cluster: c,
@@ -123,7 +124,7 @@ fn show(table: &RangeTable, owners: &[chunkd::OwnerStatus], json: bool) {
     if json {
         out!("{}", ranges_json(table, owners));
     } else {
-        print_ranges(table, owners);
+        print_table(table, owners);
     }
 }
 
@@ -145,8 +146,8 @@ pub(crate) fn ranges_json(table: &RangeTable, owners: &[chunkd::OwnerStatus]) ->
 }
 
 /// The range table, a line per range, then a line per owner asked.
-pub(crate) fn print_ranges(table: &RangeTable, owners: &[chunkd::OwnerStatus]) {
-    print_table(table);
+pub(crate) fn print_table(table: &RangeTable, owners: &[chunkd::OwnerStatus]) {
+    print_ranges(&table.ranges);
     for o in owners {
         match &o.view {
             Ok(held) => {

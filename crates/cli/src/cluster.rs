@@ -268,7 +268,7 @@ fn status(url: &str, token_file: Option<&std::path::Path>, json: bool) -> Result
         match &index {
             Some((table, owners)) => {
                 out!("chunkd fingerprint index");
-                crate::chunkd::print_ranges(table, owners);
+                crate::chunkd::print_table(table, owners);
             }
             None => out!("no chunkd fingerprint index"),
         }

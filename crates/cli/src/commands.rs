@@ -24,9 +24,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     let quiet = cli.quiet;
     ops::set_lock_wait(Duration::from_secs(cli.lock_wait));
     match cli.command {
-        Command::Init { join, client } => match (join, client) {
-            (Some(other), Some(client)) => join_fs(&root, &other, client, quiet),
-            _ => init(&root, quiet),
+        Command::Init { join, client } => match join {
+            Some(other) => join_fs(&root, &other, client, quiet),
+            None => init(&root, quiet),
         },
         Command::Put(args) => put(&root, &args, quiet),
         Command::Get(args) => get(&root, &args, quiet),
@@ -145,8 +145,9 @@ fn init(root: &Path, quiet: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn join_fs(root: &Path, other: &Path, client: u16, quiet: bool) -> Result<ExitCode> {
-    service::join(root, other, client, ops::lock_wait())?;
+fn join_fs(root: &Path, other: &Path, client: Option<u16>, quiet: bool) -> Result<ExitCode> {
+    let client = service::join(root, other, client, ops::lock_wait())?;
+    out!("client {client}");
     if !quiet {
         say!(
             "created client {client} of the file system of {} at {}; mount both with the same --meta or --cluster URL",

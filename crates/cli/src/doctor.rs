@@ -46,6 +46,14 @@ pub fn doctor(root: &Path, json: bool, min_free: f64) -> Result<ExitCode> {
                 out!("{:<22} -> {fix}", "");
             }
         }
+        if let Some(index) = &report.shared_index {
+            out!(
+                "chunkd index of file system {} (etcd {}):",
+                index.fsid,
+                index.etcd.join(",")
+            );
+            crate::chunkd::print_ranges(&index.ranges);
+        }
         let verdict = match report.status {
             Severity::Ok | Severity::Info => "healthy",
             Severity::Warning => "healthy, with warnings",

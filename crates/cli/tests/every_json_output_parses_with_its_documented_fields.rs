@@ -207,9 +207,11 @@ fn every_json_output_parses_with_its_documented_fields() {
     let out = common::cairn(&repo, &["doctor", "--json"]);
     assert!(matches!(out.status.code(), Some(0..=2)), "{out:?}");
     let doctor: Value = serde_json::from_slice(&out.stdout).unwrap();
-    for f in ["repository", "status", "findings"] {
+    for f in ["repository", "status", "findings", "shared_index"] {
         assert!(doctor.get(f).is_some(), "no {f} in {doctor}");
     }
+    // No [shared_index] in this repository's config.
+    assert!(doctor["shared_index"].is_null(), "{doctor}");
     for f in ["check", "severity", "subject", "message", "fix"] {
         assert!(doctor["findings"][0].get(f).is_some(), "no {f} in {doctor}");
     }

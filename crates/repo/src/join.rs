@@ -3,11 +3,20 @@
 //!
 //! A client repository has the first one's key and `cairn.toml` (so the
 //! same branches and rules), and its own index, caches, lock and record.
-//! Its client number, given at join and kept in `meta/client`, puts its
-//! container ids in a range no other client uses and its roots under its
-//! own prefix on the branches; it is registered on the branches
-//! (`clients/<n>/client`), which is how every client knows the file
-//! system has more than one (garbage collection is refused then).
+//! Its client number, given at join (or the lowest one not registered)
+//! and kept in `meta/client`, puts its container ids in a range no other
+//! client uses and its roots under its own prefix on the branches; it is
+//! registered on the branches (`clients/<n>/client`), which is how every
+//! client knows the file system has more than one (garbage collection then
+//! runs across clients: `gc`'s `peers`).
+//!
+//! The claim is a check then a put that replaces nothing: an S3 branch
+//! puts with `If-None-Match: *`, so of two joins claiming one number at
+//! once on a store that honours it, one's put fails: it leaves nothing
+//! behind, and a join that picks its own number takes the next one. A
+//! store that ignores the header (S3Proxy on files) lets both succeed
+//! within the moment between the check and the put: joins must not race
+//! there.
 //!
 //! Only S3 branches can be shared: a local directory is opened by each
 //! client as its own (opening it discards the partial blobs another
@@ -18,8 +27,10 @@ use std::fs;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use cas::ClientNo;
+use branch::Branch;
+use cas::{CasError, ClientNo};
 
 use crate::config::{Config, Location};
 use crate::layout::{io, Repo, RepoError, CONFIG, KEY};
@@ -27,6 +38,10 @@ use crate::lock::RepoLock;
 
 /// Where a client repository keeps its client number.
 pub(crate) const CLIENT_FILE: &str = "meta/client";
+
+/// Most numbers a join that picks its own tries, each lost to another
+/// join claiming it at the same moment.
+const MAX_PICKS: usize = 16;
 
 /// Why a repository cannot be joined.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,6 +58,8 @@ pub enum JoinProblem {
         ClientNo::MAX
     )]
     ClientZero,
+    #[error("every client number, 1 to {}, is registered already", ClientNo::MAX)]
+    NoFreeClient,
 }
 
 /// Reads the client number of the repository at `root` (0 when it has
@@ -68,33 +85,54 @@ impl Repo {
     /// Makes `root` client repository number `client` of the file system
     /// whose repository is `other` (its key and `cairn.toml` copied; `other`
     /// is only read and may be mounted), and registers the client on the
-    /// branches. Refused, with nothing written, when `root` is a repository
-    /// or holds data, or `other` cannot be shared ([`JoinProblem`]); a
-    /// client number registered already is [`cas::CasError::ClientTaken`],
-    /// and the half-made repository is removed again (its config first).
-    pub fn join(root: &Path, other: &Path, client: ClientNo) -> Result<(), RepoError> {
-        let refuse = |problem: JoinProblem| RepoError::JoinRefused {
-            other: other.to_path_buf(),
-            problem,
-        };
+    /// branches. Without `client`, the lowest number not registered on the
+    /// branches is taken (another, up to [`MAX_PICKS`] times, when a join
+    /// elsewhere registers it first). Returns the number. Refused, with
+    /// nothing written, when `root` is a repository or holds data, or
+    /// `other` cannot be shared ([`JoinProblem`]); a client number
+    /// registered already is [`cas::CasError::ClientTaken`], and the
+    /// half-made repository is removed again (its config first).
+    pub fn join(
+        root: &Path,
+        other: &Path,
+        client: Option<ClientNo>,
+    ) -> Result<ClientNo, RepoError> {
+        if let Some(client) = client {
+            return Self::join_as(root, other, client).map(|()| client);
+        }
+        let (config, _) = shareable(other)?;
+        let mut lost = Vec::new();
+        for _ in 0..MAX_PICKS {
+            let taken = registered(other, &config)?;
+            let client = (1..=ClientNo::MAX)
+                .map(ClientNo::new)
+                .find(|n| !taken.contains(n) && !lost.contains(n))
+                .ok_or_else(|| refused_join(other, JoinProblem::NoFreeClient))?;
+            match Self::join_as(root, other, client) {
+                Err(RepoError::Store(CasError::ClientTaken(_))) => lost.push(client),
+                // A branch that refuses to replace a blob fails the put of
+                // a number another join registered since the check (or,
+                // after an unknown outcome, ours: that number stays unused).
+                Err(e @ RepoError::Store(_)) => {
+                    if !registered(other, &config).is_ok_and(|taken| taken.contains(&client)) {
+                        return Err(e);
+                    }
+                    lost.push(client);
+                }
+                done => return done.map(|()| client),
+            }
+        }
+        Err(RepoError::Store(CasError::ClientTaken(
+            *lost.last().expect("MAX_PICKS is not 0"),
+        )))
+    }
+
+    fn join_as(root: &Path, other: &Path, client: ClientNo) -> Result<(), RepoError> {
         if client == ClientNo::default() {
-            return Err(refuse(JoinProblem::ClientZero));
+            return Err(refused_join(other, JoinProblem::ClientZero));
         }
-        if !Self::exists(other) {
-            return Err(RepoError::NotARepo(other.to_path_buf()));
-        }
-        let (config, text) = Config::load_with_text(&other.join(CONFIG))?;
+        let (config, text) = shareable(other)?;
         let key = crate::keyfile::read(other)?;
-        let Some(redundancy) = &config.redundancy else {
-            return Err(refuse(JoinProblem::Plain));
-        };
-        if let Some(local) = redundancy
-            .branches
-            .iter()
-            .find(|b| matches!(b.location, Location::Local(_)))
-        {
-            return Err(refuse(JoinProblem::LocalBranch(local.name.clone())));
-        }
         if Self::exists(root) {
             return Err(RepoError::AlreadyExists(root.to_path_buf()));
         }
@@ -137,6 +175,49 @@ impl Repo {
         }
         Ok(())
     }
+}
+
+fn refused_join(other: &Path, problem: JoinProblem) -> RepoError {
+    RepoError::JoinRefused {
+        other: other.to_path_buf(),
+        problem,
+    }
+}
+
+/// The config (and its text) of `other`, a repository whose file system
+/// clients may share: its branches are all remote.
+fn shareable(other: &Path) -> Result<(Config, String), RepoError> {
+    if !Repo::exists(other) {
+        return Err(RepoError::NotARepo(other.to_path_buf()));
+    }
+    let (config, text) = Config::load_with_text(&other.join(CONFIG))?;
+    let Some(redundancy) = &config.redundancy else {
+        return Err(refused_join(other, JoinProblem::Plain));
+    };
+    if let Some(local) = redundancy
+        .branches
+        .iter()
+        .find(|b| matches!(b.location, Location::Local(_)))
+    {
+        return Err(refused_join(
+            other,
+            JoinProblem::LocalBranch(local.name.clone()),
+        ));
+    }
+    Ok((config, text))
+}
+
+/// The client numbers registered on the branches of `config` (a
+/// shareable repository's), 0 included. Only the `clients/`
+/// registrations are listed, not the containers.
+fn registered(other: &Path, config: &Config) -> Result<Vec<ClientNo>, RepoError> {
+    let specs = config.redundancy.iter().flat_map(|r| &r.branches);
+    let branches = specs
+        .map(|spec| crate::layout::open_branch(other, spec).map(|(b, _)| b))
+        .collect::<Result<Vec<Arc<dyn Branch>>, _>>()?;
+    let layer = redundancy::Redundant::new(branches)
+        .map_err(|e| crate::layout::refused(other, e.to_string()))?;
+    Ok(cas::registered_clients(&layer)?)
 }
 
 /// A `[shared_index]` token file named by a relative path is the first

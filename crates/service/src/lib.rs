@@ -57,7 +57,7 @@ pub use branches::{
 pub use check::{check_repo, rebuild_index, CheckOut, Repair, Repaired};
 pub use doctor::{
     doctor, record_key_export, CairnMount, DoctorOptions, DoctorReport, Finding, FuseFacts,
-    Severity,
+    IndexTable, Severity,
 };
 pub use error::{Result, ServiceError};
 pub use exec::{call, exec, open_fs, open_fs_on_etcd, open_fs_on_etcd_cluster, Caller, Target};

@@ -38,10 +38,12 @@ pub fn init(root: &Path, wait: Duration) -> Result<()> {
     wait_for_lock(wait, || Repo::init(root))
 }
 
-/// Makes `root` client repository `client` of the file system whose
-/// repository is `other` (see [`Repo::join`] and `docs/cluster.md`).
-pub fn join(root: &Path, other: &Path, client: u16, wait: Duration) -> Result<()> {
-    wait_for_lock(wait, || Repo::join(root, other, cas::ClientNo::new(client)))
+/// Makes `root` client repository `client` (without one, the lowest
+/// number free) of the file system whose repository is `other` (see
+/// [`Repo::join`] and `docs/cluster.md`); returns the number.
+pub fn join(root: &Path, other: &Path, client: Option<u16>, wait: Duration) -> Result<u16> {
+    let client = client.map(cas::ClientNo::new);
+    wait_for_lock(wait, || Repo::join(root, other, client)).map(|n| n.get())
 }
 
 /// Opens a repository whose index may not match the store: what `check`

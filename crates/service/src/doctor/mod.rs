@@ -4,11 +4,15 @@
 //! It only looks: it takes no lock, opens no database and writes nothing,
 //! so it runs beside a mount, on a repository no command can open, and
 //! where there is no repository at all (FUSE and the mounts are still
-//! checked).
+//! checked). The one thing it asks over the network, a chunkd index's
+//! range table and owners, is bounded by timeouts.
 
 mod access;
+mod index;
 mod machine;
 mod space;
+
+pub use index::IndexTable;
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -36,7 +40,9 @@ pub enum Severity {
 pub struct Finding {
     /// Which check: `fuse_device`, `fuse_package`, `repository`,
     /// `permissions`, `config`, `key`, `key_backup`, `gateway_keys`,
-    /// `free_space`, `clock`, `mount`.
+    /// `free_space`, `clock`, `mount`, and for a repository with a chunkd
+    /// index `shared_index`, `chunkd_token`, `chunkd_owner` (one per
+    /// owner).
     pub check: String,
     pub severity: Severity,
     /// What it is about when a check looks at several things (a branch
@@ -55,6 +61,9 @@ pub struct DoctorReport {
     /// The worst severity among the findings.
     pub status: Severity,
     pub findings: Vec<Finding>,
+    /// The chunkd index's range table, when the repository names one
+    /// (`[shared_index] kind = "chunkd"`) and etcd gave it.
+    pub shared_index: Option<IndexTable>,
 }
 
 /// What the FUSE side of the machine looks like, gathered by the caller:
@@ -115,6 +124,7 @@ pub fn record_key_export(root: &Path) -> crate::Result<()> {
 /// at `root`, with what the caller found of FUSE in `fuse`.
 pub fn doctor(root: &Path, opts: &DoctorOptions, fuse: &FuseFacts) -> DoctorReport {
     let mut f = Findings(Vec::new());
+    let mut shared_index = None;
     machine::fuse_checks(&mut f, fuse);
     machine::mounts(&mut f, root, fuse);
     if Repo::exists(root) {
@@ -129,6 +139,7 @@ pub fn doctor(root: &Path, opts: &DoctorOptions, fuse: &FuseFacts) -> DoctorRepo
         access::gateway_keys(&mut f, opts);
         space::free_space(&mut f, root, config.as_ref(), opts);
         space::clock(&mut f, root, config.as_ref());
+        shared_index = index::shared_index(&mut f, root, config.as_ref());
     } else {
         f.push(
             "repository",
@@ -155,6 +166,7 @@ pub fn doctor(root: &Path, opts: &DoctorOptions, fuse: &FuseFacts) -> DoctorRepo
         repository: root.to_path_buf(),
         status,
         findings,
+        shared_index,
     }
 }
 
