@@ -470,20 +470,10 @@ pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> Result<Moun
 /// Anyone but root, or a kernel without the knob, keeps the default: slower
 /// random writes, nothing else.
 fn set_kernel_dirty(mountpoint: &Path, bytes: u64) {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = std::fs::metadata(mountpoint) else {
-        return;
-    };
-    let dev = meta.dev();
-    let knob = format!(
-        "/sys/class/bdi/{}:{}/max_bytes",
-        libc::major(dev),
-        libc::minor(dev)
-    );
-    match std::fs::write(&knob, bytes.to_string()) {
-        Ok(()) => tracing::debug!(knob, bytes, "raised the kernel's dirty limit for the mount"),
+    match set_bdi(mountpoint, "max_bytes", bytes) {
+        Ok(()) => tracing::debug!(bytes, "raised the kernel's dirty limit for the mount"),
         Err(e) => {
-            tracing::info!(knob, error = %e, "kept the kernel's dirty limit for the mount (random writes wait on writeback sooner)")
+            tracing::info!(error = %e, "kept the kernel's dirty limit for the mount (random writes wait on writeback sooner)")
         }
     }
 }
@@ -492,17 +482,20 @@ fn set_kernel_dirty(mountpoint: &Path, bytes: u64) {
 /// bdi in sysfs). Only root may; for anyone else the mount keeps the
 /// kernel's default, which is slower for large reads but correct.
 fn raise_kernel_readahead(mountpoint: &Path) {
+    let _ = set_bdi(mountpoint, "read_ahead_kb", u64::from(KERNEL_READAHEAD_KB));
+}
+
+/// Writes `value` to the sysfs knob `name` of the mount's bdi.
+fn set_bdi(mountpoint: &Path, name: &str, value: u64) -> io::Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = std::fs::metadata(mountpoint) else {
-        return;
-    };
-    let dev = meta.dev();
+    let dev = std::fs::metadata(mountpoint)?.dev();
     let knob = format!(
-        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        "/sys/class/bdi/{}:{}/{name}",
         libc::major(dev),
         libc::minor(dev)
     );
-    let _ = std::fs::write(knob, KERNEL_READAHEAD_KB.to_string());
+    std::fs::write(&knob, value.to_string())
+        .map_err(|e| io::Error::new(e.kind(), format!("{knob}: {e}")))
 }
 
 /// Tells the kernel that a name changed without the mount seeing it, so

@@ -129,9 +129,12 @@ fn list(what: &str, items: impl Iterator<Item = String>) -> String {
     }
 }
 
-/// The default [`GcOptions::max_garbage`]: a repository is at most about a
-/// tenth larger than its live data after a collection.
-pub const MAX_GARBAGE: f64 = 0.1;
+/// The default [`GcOptions::max_garbage`]: a repository is at most about
+/// 5% larger than its live data after a collection, so that with its
+/// metadata (index, namespace, recipes) it stays within a tenth (issue 15's
+/// bound: 0.1 left 1.103 times the logical size after a heavy random-write
+/// run).
+pub const MAX_GARBAGE: f64 = 0.05;
 
 /// How a collection runs.
 #[derive(Debug, Clone, Copy)]
