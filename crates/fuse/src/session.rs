@@ -48,8 +48,9 @@ pub struct MountOptions {
     /// kernel's dirty limit, holds a few tens of MiB: a random writer over
     /// a larger file then waits on writeback page by page, one FUSE write
     /// each, where with room the kernel writes back runs of neighbouring
-    /// pages in large writes. 0 keeps the default. Written pages are not
-    /// the daemon's memory; fsync and close still write through.
+    /// pages in large writes. 0 keeps the default; at most an eighth of the
+    /// machine's memory is given. Written pages are not the daemon's
+    /// memory; fsync and close still write through.
     pub kernel_dirty: u64,
     /// Mount on a directory that is not empty or is itself a mount point
     /// (never on a live cairn mount: see [`check_mountpoint`]).
@@ -470,6 +471,11 @@ pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> Result<Moun
 /// Anyone but root, or a kernel without the knob, keeps the default: slower
 /// random writes, nothing else.
 fn set_kernel_dirty(mountpoint: &Path, bytes: u64) {
+    // Never more than an eighth of the machine's memory: the pages wait
+    // for this daemon, which needs memory of its own to write them back.
+    // SAFETY: plain getters.
+    let memory = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) as u64 * libc::sysconf(libc::_SC_PAGESIZE) as u64 };
+    let bytes = if memory > 0 { bytes.min(memory / 8) } else { bytes };
     match set_bdi(mountpoint, "max_bytes", bytes) {
         Ok(()) => tracing::debug!(bytes, "raised the kernel's dirty limit for the mount"),
         Err(e) => {
