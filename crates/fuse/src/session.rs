@@ -474,8 +474,14 @@ fn set_kernel_dirty(mountpoint: &Path, bytes: u64) {
     // Never more than an eighth of the machine's memory: the pages wait
     // for this daemon, which needs memory of its own to write them back.
     // SAFETY: plain getters.
-    let memory = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) as u64 * libc::sysconf(libc::_SC_PAGESIZE) as u64 };
-    let bytes = if memory > 0 { bytes.min(memory / 8) } else { bytes };
+    let memory = unsafe {
+        libc::sysconf(libc::_SC_PHYS_PAGES) as u64 * libc::sysconf(libc::_SC_PAGESIZE) as u64
+    };
+    let bytes = if memory > 0 {
+        bytes.min(memory / 8)
+    } else {
+        bytes
+    };
     match set_bdi(mountpoint, "max_bytes", bytes) {
         Ok(()) => tracing::debug!(bytes, "raised the kernel's dirty limit for the mount"),
         Err(e) => {
