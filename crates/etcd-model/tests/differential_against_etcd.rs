@@ -90,6 +90,10 @@ struct Case<'a> {
     base: i64,
     /// Leases granted: (model id, real id).
     leases: Vec<(i64, i64)>,
+    /// The real cluster's compaction point, kept across cases (each case
+    /// shares the one etcd, so a later case starts compacted where an
+    /// earlier one left it).
+    compacted: &'a std::cell::Cell<i64>,
 }
 
 #[derive(Debug, PartialEq)]
@@ -275,6 +279,9 @@ impl Case<'_> {
                 let rev = self.rev(*off);
                 let m = self.model.compact(rev);
                 let r = self.rt.block_on(c.compact(rev, None));
+                if r.is_ok() {
+                    self.compacted.set(self.compacted.get().max(rev));
+                }
                 (
                     m.map_or_else(|e| Answer::Err(kind(&e)), |()| Answer::Rev(0)),
                     r.map_or_else(|e| Answer::Err(real_kind(&e)), |_| Answer::Rev(0)),
@@ -406,6 +413,7 @@ fn the_model_answers_as_etcd_does() {
         .block_on(Client::connect(etcd.endpoints(), None))
         .unwrap();
     let case_no = std::cell::Cell::new(0u64);
+    let compacted = std::cell::Cell::new(0i64);
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
         cases: 48,
         failure_persistence: None,
@@ -423,13 +431,18 @@ fn the_model_answers_as_etcd_does() {
                 .header()
                 .unwrap()
                 .revision();
+            let mut model = Kv::starting_at(base);
+            if compacted.get() > 0 {
+                model.compact(compacted.get()).unwrap();
+            }
             let mut case = Case {
                 rt: &rt,
                 client: client.clone(),
-                model: Kv::starting_at(base),
+                model,
                 prefix: format!("case{}/", case_no.get()),
                 base,
                 leases: Vec::new(),
+                compacted: &compacted,
             };
             for (i, s) in steps.iter().enumerate() {
                 let (m, r) = case.run(s);
