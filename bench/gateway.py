@@ -70,6 +70,7 @@ import json
 import multiprocessing
 import os
 import random
+import statistics
 import resource
 import re
 import shutil
@@ -501,6 +502,8 @@ def parse_args(argv=None):
     p.add_argument("--scratch", help="directory for everything (default: a temporary one)")
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    p.add_argument("--large-rounds", type=int, default=3,
+                   help="rounds of the large-object runs; each figure is their median")
     p.add_argument("--only-large", action="store_true",
                    help="run the large-object phase (4) alone: no file set, no nginx")
     return p.parse_args(argv)
@@ -584,10 +587,29 @@ class Meter:
                 "server_cpu_s": server - self.cpu0[1]}
 
 
+def fetch_to(addr, cred, key: str, out: str) -> None:
+    """An untimed GET of `key` into the file `out`, to check the bytes a timed GET
+    (which keeps none) was sent."""
+    conns = Connections(addr)
+    try:
+        conn = conns.get()
+        conn.request("GET", quote_path(key),
+                     headers=sign("GET", f"{conn.host}:{conn.port}", key, *cred))
+        resp = conn.getresponse()
+        with open(out, "wb") as f:
+            while piece := resp.read(PIECE):
+                f.write(piece)
+        if resp.status != 200:
+            raise BenchError(f"GET of {key}: HTTP {resp.status}")
+    finally:
+        conns.close()
+
+
 def single_put_get(addr, cred, key: str, path: str, out: str, size: int,
                    dropper: CacheDropper, meter: Meter) -> tuple[dict, dict]:
-    """A single-part PUT of `path` and a GET into `out` on one connection (Python
-    http.client): the PUT's and the GET's Meter figures."""
+    """A single-part PUT of `path` and a GET on one connection (Python http.client),
+    whose bytes are received into one buffer and dropped: the PUT's and the GET's
+    Meter figures. `out` gets the object afterwards, untimed."""
     conns = Connections(addr)
     try:
         dropper.drop()
@@ -598,29 +620,32 @@ def single_put_get(addr, cred, key: str, path: str, out: str, size: int,
         if status != 200:
             raise BenchError(f"PUT of {key}: HTTP {status}: {data[:300]!r}")
         dropper.drop()
+        buf = memoryview(bytearray(PIECE))
         meter.start()
         conn = conns.get()
         conn.request("GET", quote_path(key),
                      headers=sign("GET", f"{conn.host}:{conn.port}", key, *cred))
         resp = conn.getresponse()
-        with open(out, "wb") as f:
-            while piece := resp.read(PIECE):
-                f.write(piece)
+        got = 0
+        while n := resp.readinto(buf):
+            got += n
         get = meter.stop()
-        if resp.status != 200:
-            raise BenchError(f"GET of {key}: HTTP {resp.status}")
+        if resp.status != 200 or got != size:
+            raise BenchError(f"GET of {key}: HTTP {resp.status}, {got} bytes")
     finally:
         conns.close()
+    fetch_to(addr, cred, key, out)
     return put, get
 
 
 def curl_put_get(addr, cred, key: str, path: str, out: str, size: int,
                  dropper: CacheDropper, meter: Meter) -> tuple[dict, dict]:
     """The same single-part PUT and GET by curl on presigned URLs: a client in C, whose
-    CPU share is small, to tell the gateway's cost from the Python client's."""
+    CPU share is small, to tell the gateway's cost from the Python client's. The GET
+    goes to /dev/null; `out` gets the object afterwards, untimed."""
     host = f"{addr[0]}:{addr[1]}"
     runs = []
-    for method, args in (("PUT", ["-T", path]), ("GET", ["-o", out])):
+    for method, args in (("PUT", ["-T", path]), ("GET", ["-o", "/dev/null"])):
         url = presign(method, host, key, *cred)
         dropper.drop()
         meter.start()
@@ -630,6 +655,7 @@ def curl_put_get(addr, cred, key: str, path: str, out: str, size: int,
         if p.returncode != 0:
             raise BenchError(f"curl {method} of {key}: exit {p.returncode}: "
                              f"{(p.stdout + p.stderr)[:300]!r}")
+    fetch_to(addr, cred, key, out)
     return runs[0], runs[1]
 
 
@@ -670,22 +696,24 @@ def parallel_put_get(addr, cred, key: str, path: str, out: str, size: int,
             put = meter.stop()
             if status != 200 or b"<Error>" in data:
                 raise BenchError(f"CompleteMultipartUpload: HTTP {status}: {data[:300]!r}")
+        dropper.drop()
+        meter.start()
+
+        def get_range(piece):
+            _, at, length = piece
+            status, _, data = s3_call(conns.get(), cred, "GET", key, extra={
+                "range": f"bytes={at}-{at + length - 1}"})
+            if status != 206 or len(data) != length:
+                raise BenchError(f"GET of {key} at {at}: HTTP {status}, {len(data)} bytes")
+            return at, data
+
+        with ThreadPoolExecutor(LARGE_CONNECTIONS) as pool:
+            ranges = list(pool.map(get_range, pieces))
+        get = meter.stop()
         fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            dropper.drop()
-            meter.start()
-
-            def get_range(piece):
-                _, at, length = piece
-                status, _, data = s3_call(conns.get(), cred, "GET", key, extra={
-                    "range": f"bytes={at}-{at + length - 1}"})
-                if status != 206 or len(data) != length:
-                    raise BenchError(f"GET of {key} at {at}: HTTP {status}, {len(data)} bytes")
+            for at, data in ranges:
                 os.pwrite(fd, data, at)
-
-            with ThreadPoolExecutor(LARGE_CONNECTIONS) as pool:
-                list(pool.map(get_range, pieces))
-            get = meter.stop()
         finally:
             os.close(fd)
     finally:
@@ -708,37 +736,60 @@ LARGE_RUNS = (
 def large_phase(args, serve: Serve, cairn_bin: str, repo: str, scratch: str,
                 runner: Runner, dropper: CacheDropper) -> dict:
     """Each measurement stores its own random file: bytes already stored would only be
-    deduplicated."""
+    deduplicated. `--large-rounds` rounds, each of every S3 run and then `cairn put`/`get`
+    on the stopped repository; every figure is the median of its rounds, so that a
+    stretch of a noisy host's CPU or disk moves one round, not a ratio."""
     path = os.path.join(scratch, "large.bin")
     out = os.path.join(scratch, "large.out")
     size = args.large_size
     mb = size / 1e6
-    r = {"bytes": size, "part": LARGE_PART, "connections": LARGE_CONNECTIONS, "runs": {}}
-    meter = Meter(serve.pid())
-    for name, run, key, label in LARGE_RUNS:
-        log(f"large object: {name} PUT and GET of {size >> 20} MiB of random data")
+    rounds = {name: [] for name, *_ in LARGE_RUNS}
+    store = []
+    for rnd in range(args.large_rounds):
+        if rnd:
+            serve.start()
+        meter = Meter(serve.pid())
+        for name, run, key, label in LARGE_RUNS:
+            log(f"large object, round {rnd + 1} of {args.large_rounds}: {name} PUT and GET "
+                f"of {size >> 20} MiB of random data")
+            write_random(path, size)
+            put, get = run(serve.addr, serve.key, f"/{BUCKET}/{rnd}-{key}", path, out, size,
+                           dropper, meter)
+            # Compared after the clock stops, as `cairn get`'s output is not hashed
+            # either. Every timed GET keeps no bytes (`cairn get` writes to /dev/null
+            # too): a client writing a file on the same two cores measured itself, not
+            # the server.
+            if file_digest(out) != file_digest(path):
+                raise BenchError(f"{name} GET of the large object returned other bytes")
+            put["mb_s"], get["mb_s"] = mb / put["wall_s"], mb / get["wall_s"]
+            rounds[name].append({"put": put, "get": get})
+            log(f"  PUT {put['mb_s']:.0f} MB/s, GET {get['mb_s']:.0f} MB/s")
+            os.unlink(out)
+        serve.stop()
         write_random(path, size)
-        put, get = run(serve.addr, serve.key, f"/{BUCKET}/{key}", path, out, size, dropper,
-                       meter)
-        # Compared after the clock stops, as `cairn get`'s output is not hashed either.
-        if file_digest(out) != file_digest(path):
-            raise BenchError(f"{name} GET of the large object returned other bytes")
-        put["mb_s"], get["mb_s"] = mb / put["wall_s"], mb / get["wall_s"]
-        r["runs"][name] = {"label": label, "put": put, "get": get}
-        log(f"  PUT {put['mb_s']:.0f} MB/s, GET {get['mb_s']:.0f} MB/s")
-        os.unlink(out)
-    serve.stop()
-    write_random(path, size)
-    dropper.drop()
-    put = runner.run([cairn_bin, "--repo", repo, "-q", "put", path, "--name", "large"],
-                     name="cairn-put-large")
-    dropper.drop()
-    get = runner.run([cairn_bin, "--repo", repo, "-q", "get", "large", "-o", out, "--force"],
-                     name="cairn-get-large")
-    os.unlink(out)
+        dropper.drop()
+        put = runner.run([cairn_bin, "--repo", repo, "-q", "put", path, "--name",
+                          f"large-{rnd}"], name=f"cairn-put-large-{rnd}")
+        dropper.drop()
+        get = runner.run([cairn_bin, "--repo", repo, "-q", "get", f"large-{rnd}", "-o",
+                          "/dev/null", "--force"], name=f"cairn-get-large-{rnd}")
+        store.append({"put_mb_s": mb / put["wall_s"], "get_mb_s": mb / get["wall_s"],
+                      "put_cpu_s": put["cpu_s"], "get_cpu_s": get["cpu_s"]})
+        log(f"  cairn put {store[-1]['put_mb_s']:.0f} MB/s, "
+            f"get {store[-1]['get_mb_s']:.0f} MB/s")
     os.unlink(path)
-    r["store_put_mb_s"], r["store_get_mb_s"] = mb / put["wall_s"], mb / get["wall_s"]
-    r["store_put_cpu_s"], r["store_get_cpu_s"] = put["cpu_s"], get["cpu_s"]
+
+    def median_of(figures: list[dict]) -> dict:
+        return {k: statistics.median(f[k] for f in figures) for k in figures[0]}
+
+    r = {"bytes": size, "part": LARGE_PART, "connections": LARGE_CONNECTIONS,
+         "rounds": args.large_rounds, "runs": {}, "store_rounds": store}
+    for name, _, _, label in LARGE_RUNS:
+        r["runs"][name] = {"label": label, "rounds": rounds[name],
+                           "put": median_of([x["put"] for x in rounds[name]]),
+                           "get": median_of([x["get"] for x in rounds[name]])}
+    for k, v in median_of(store).items():
+        r[f"store_{k}"] = v
     return r
 
 
@@ -869,7 +920,8 @@ def report(r: dict) -> None:
     if "put" in r:
         report_small(r)
     lg = r["large"]
-    print(f"\nlarge object ({lg['bytes'] >> 20} MiB, each run its own random bytes): "
+    print(f"\nlarge object ({lg['bytes'] >> 20} MiB, each run its own random bytes; medians of "
+          f"{lg['rounds']} rounds): "
           f"cairn put {lg['store_put_mb_s']:.0f} MB/s ({lg['store_put_cpu_s']:.1f} CPU s), "
           f"get {lg['store_get_mb_s']:.0f} MB/s ({lg['store_get_cpu_s']:.1f} CPU s)")
     rows = []

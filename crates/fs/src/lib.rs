@@ -135,6 +135,7 @@ use meta::{Counts, InodeId, MetaStore, Timestamp};
 pub use cache::ChunkCache;
 pub use error::{FsError, Result};
 use file::FileState;
+pub use open::Stream;
 pub use posix::Caller;
 pub use problem::{Damage, Existing, Missing, NameProblem, PolicyProblem};
 use retention::{Clock, Retention, SystemClock};

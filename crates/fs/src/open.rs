@@ -17,6 +17,25 @@ use crate::metrics::Limit;
 use crate::snapview::is_virtual;
 use crate::{now, writable, Caller, Fs, FsError, Inner, Result};
 
+/// A stream a reader reads a file by, front to back ([`Fs::read_stream`]):
+/// where it ends and how far it has been read ahead. The reader keeps it
+/// between reads.
+#[derive(Debug)]
+pub struct Stream {
+    end: u64,
+    ahead_until: u64,
+}
+
+impl Stream {
+    /// A stream that reads no further than `end`.
+    pub fn new(end: u64) -> Stream {
+        Stream {
+            end,
+            ahead_until: 0,
+        }
+    }
+}
+
 /// Files up to this size that have no stream of their own are recorded
 /// through a stream shared with other small files, so many of them fill
 /// one container. Larger files keep their chunks together in their own.
@@ -105,6 +124,53 @@ impl Fs {
             .fetcher
             .get_around(&plan.ids(), &near)
             .map(|chunks| (plan.assemble(chunks), around));
+        self.inner.release_state(ino, state);
+        out
+    }
+
+    /// A read that is one step of a stream whose reader says where it
+    /// ends (a GET of an object or of a range of it): the chunks of the
+    /// next `readahead` bytes of the stream, never past its end, are
+    /// fetched ahead in half-window strides, as for a sequential reader.
+    /// The file's own access pattern and read position are left alone, so
+    /// streams over different parts of one file at once (the ranged GETs a
+    /// client sends in parallel) each get their read-ahead instead of
+    /// looking like one random reader.
+    pub fn read_stream(
+        &self,
+        ino: InodeId,
+        offset: u64,
+        len: u32,
+        stream: &mut Stream,
+    ) -> Result<Vec<u8>> {
+        if is_virtual(ino) {
+            return self.snap_read(ino, offset, len);
+        }
+        let state = self.inner.state(ino)?;
+        let f = state.lock();
+        let window = self.inner.settings.readahead;
+        let read_end = offset + len as u64;
+        let mut ahead = Vec::new();
+        if window > 0 && read_end + window / 2 >= stream.ahead_until {
+            let from = stream.ahead_until.max(read_end);
+            let to = stream.end.min(read_end + window);
+            stream.ahead_until = read_end + window;
+            let first = f.extents.partition_point(|e| e.offset + e.len <= from);
+            ahead.extend(
+                f.extents[first..]
+                    .iter()
+                    .take_while(|e| e.offset < to)
+                    .filter_map(|e| e.chunk),
+            );
+        }
+        let plan = f.read_plan(offset, len as u64);
+        drop(f);
+        self.inner.fetcher.ahead(&ahead);
+        let out = self
+            .inner
+            .fetcher
+            .get_many(&plan.ids())
+            .map(|chunks| plan.assemble(chunks));
         self.inner.release_state(ino, state);
         out
     }

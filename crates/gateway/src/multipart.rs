@@ -253,12 +253,13 @@ pub fn copy_part(
     let copied = (|| {
         tree.open(from.id)?;
         let mut at = range.start;
+        let mut stream = fs::Stream::new(range.end);
         let read = loop {
             if at >= range.end {
                 break Ok(());
             }
             let len = (range.end - at).min(PIECE as u64) as u32;
-            match tree.read(from.id, at, len) {
+            match tree.read(from.id, at, len, &mut stream) {
                 Ok(b) if b.is_empty() => {
                     break Err(S3Error::with_message(
                         S3ErrorCode::InternalError,

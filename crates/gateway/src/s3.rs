@@ -524,6 +524,9 @@ impl Gateway {
 struct Reader {
     tree: Tree,
     ino: meta::InodeId,
+    /// How far the body's range has been read ahead (its pieces are read
+    /// on blocking threads, a few at once).
+    stream: parking_lot::Mutex<fs::Stream>,
 }
 
 impl Drop for Reader {
@@ -539,12 +542,20 @@ impl Drop for Reader {
 const READS_AHEAD: usize = 2;
 
 fn body(tree: Tree, ino: meta::InodeId, start: u64, end: u64) -> StreamingBlob {
-    let reader = Arc::new(Reader { tree, ino });
+    let reader = Arc::new(Reader {
+        tree,
+        ino,
+        stream: parking_lot::Mutex::new(fs::Stream::new(end)),
+    });
     let pieces = (start..end).step_by(PIECE).map(move |at| {
         let reader = reader.clone();
         let len = (end - at).min(PIECE as u64) as u32;
         async move {
-            let got = tokio::task::spawn_blocking(move || reader.tree.read(reader.ino, at, len))
+            let got = tokio::task::spawn_blocking(move || {
+                reader
+                    .tree
+                    .read(reader.ino, at, len, &mut reader.stream.lock())
+            })
                 .await
                 .map_err(std::io::Error::other)
                 .and_then(|r| r.map_err(std::io::Error::other));

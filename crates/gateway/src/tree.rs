@@ -579,8 +579,17 @@ impl Tree {
             .map_err(|e| s3_from_fs(e, S3ErrorCode::NoSuchKey, "an object"))
     }
 
-    pub fn read(&self, ino: InodeId, offset: u64, len: u32) -> Result<Vec<u8>, FsError> {
-        self.fs.read(ino, offset, len)
+    /// `len` bytes at `offset` of an object, the next piece of `stream`
+    /// (a GET's range, a copy's source range): what follows in the stream
+    /// is read ahead, whatever other streams read the object.
+    pub fn read(
+        &self,
+        ino: InodeId,
+        offset: u64,
+        len: u32,
+        stream: &mut fs::Stream,
+    ) -> Result<Vec<u8>, FsError> {
+        self.fs.read_stream(ino, offset, len, stream)
     }
 
     pub fn release(&self, ino: InodeId) {
