@@ -129,6 +129,42 @@ pub enum ClusterCommand {
         to: usize,
     },
 
+    /// Forget a client killed while mounted, or whose machine is gone for
+    /// good, so that garbage collections stop waiting for it.
+    ///
+    /// Every mounted client marks itself on the file system's collection
+    /// board, and a collection deletes nothing until each marked client
+    /// answered (docs/cluster.md, "Collection across clients"): a client
+    /// killed while mounted leaves its mark, and every gc gives up,
+    /// naming it, until it is mounted again. This takes the mark away,
+    /// but only once the client's registration in etcd has lapsed (60 s
+    /// after it last reached etcd), in the same transaction that checks
+    /// so: a live client is never forgotten. A client forgotten while it
+    /// was only cut off finds out before it writes again, and then
+    /// refuses every write (EIO, and a log line) until it is unmounted
+    /// and mounted again; what it had written but not yet recorded may be
+    /// lost, so prefer mounting the client again when it can be.
+    ///
+    /// Exit status: 0 when forgotten, or when CLIENT was not marked
+    /// mounted; 1 when it is alive, or with an error.
+    ForgetClient {
+        /// The file system, when over several etcd clusters:
+        /// etcd://CONTROL_HOST:PORT[,...]/FSID.
+        #[arg(
+            long,
+            env = "CAIRN_CLUSTER",
+            value_name = "URL",
+            required_unless_present = "meta"
+        )]
+        cluster: Option<String>,
+        /// The file system, when in one etcd cluster (as given to `cairn
+        /// mount --meta`): etcd://HOST:PORT[,...]/FSID.
+        #[arg(long, value_name = "URL", conflicts_with = "cluster")]
+        meta: Option<String>,
+        /// The client's number (`cairn init --join ... --client N`).
+        client: u64,
+    },
+
     /// Settle the unfinished intents: roll committed ones forward, and
     /// abort those whose client is gone. Clients do this themselves when
     /// they meet one, and a running `cairn coord` does it for every one;
@@ -167,6 +203,24 @@ pub fn run(cmd: ClusterCommand) -> Result<ExitCode> {
             m.move_shard(shard, to)
                 .with_context(|| format!("moving shard {shard} to data cluster {to}"))?;
             out!("shard {shard} is on data cluster {to}");
+            Ok(ExitCode::SUCCESS)
+        }
+        ClusterCommand::ForgetClient {
+            cluster,
+            meta,
+            client,
+        } => {
+            let m = match (&cluster, &meta) {
+                (Some(url), _) => open(url)?,
+                (None, Some(url)) => EtcdMeta::open_url(url, 0, 0)
+                    .with_context(|| format!("opening the file system at {url}"))?,
+                (None, None) => unreachable!("clap requires one of them"),
+            };
+            if service::forget_client(&m, client)? {
+                out!("client {client} forgotten: collections no longer wait for it");
+            } else {
+                out!("client {client} was not marked mounted: nothing to forget");
+            }
             Ok(ExitCode::SUCCESS)
         }
         ClusterCommand::Settle { cluster } => {

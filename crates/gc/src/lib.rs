@@ -89,6 +89,13 @@ pub enum GcError {
         clients: Vec<u64>,
         waited: std::time::Duration,
     },
+    /// `forget_client` of a client whose registration lives.
+    #[error(
+        "client {client} is alive (registered with etcd, so running and reaching it): its mark \
+         stays; unmount it there, or wait until it has been down past its registration's TTL \
+         (60 s)"
+    )]
+    StillAlive { client: u64 },
     #[error("client {client} handed in a damaged answer to a collection")]
     BadAnswer { client: u64 },
     #[error("starting the collection participant: {0}")]

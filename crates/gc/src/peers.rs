@@ -45,7 +45,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use cas::{ChunkId, ContainerId, Store};
 use fs::reach::MarkSet;
 use fs::Fs;
-use meta::{CollectionBoard, Phase};
+use meta::{CollectionBoard, Forget, Phase};
 
 use crate::{GcError, Result};
 
@@ -201,6 +201,31 @@ impl Drop for Across<'_> {
         }
         if let Err(e) = self.store.delete_notes(self.epoch) {
             tracing::warn!(error = %e, "a collection's notes were left on the branches");
+        }
+    }
+}
+
+/// Takes away the mounted mark of `client`, killed or lost for good, so
+/// that collections stop waiting for it ([`CollectionBoard::forget`]):
+/// refused while its registration with the engine lives. `Ok(false)`
+/// when it was not marked mounted. Run it only for a client that is not
+/// coming back with what it held: a client forgotten while it was merely
+/// cut off writes nothing more once it is back (it must be mounted
+/// again), and what it wrote but had not recorded may be lost.
+pub fn forget_client(board: &dyn CollectionBoard, client: u64) -> Result<bool> {
+    match board.forget(client)? {
+        Forget::Forgotten => {
+            tracing::warn!(
+                client,
+                "forgot the client: collections no longer wait for it"
+            );
+            Ok(true)
+        }
+        Forget::NotMounted => Ok(false),
+        Forget::Alive => {
+            let e = GcError::StillAlive { client };
+            tracing::error!(error = %e, "the client was not forgotten");
+            Err(e)
         }
     }
 }

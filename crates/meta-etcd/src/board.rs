@@ -1,8 +1,9 @@
 //! [`meta::CollectionBoard`] in etcd: the record of the collection across
 //! clients running now (`g`), each client's answer to its phase
-//! (`ga/<client>`) and each mounted client's mark (`u/<client>`), all in
-//! the control cluster (or the one data cluster), beside the clients'
-//! registrations. The protocol is `gc`'s `peers` module.
+//! (`ga/<client>`) and each mounted client's mark (`u/<client>`, whose
+//! value is the engine's registration id of the process that mounted
+//! it), all in the control cluster (or the one data cluster), beside the
+//! clients' registrations. The protocol is `gc`'s `peers` module.
 //!
 //! Neither the record nor the marks are under a lease: a collector that
 //! stops answering must not let another collection start while it may
@@ -11,9 +12,11 @@
 //! references nobody else knows. Both wait for the client to come back:
 //! a collection is refused or given up (space leaks), never run past
 //! them. A client's own stale record is replaced when it collects again.
+//! A mark is taken away by hand ([`CollectionBoard::forget`]), and only
+//! in a transaction that finds the registration named in it gone.
 
 use etcd_model::{Cmp, Compare, Op, Range, Target, Txn};
-use meta::{Collecting, CollectionBoard, Phase, Result};
+use meta::{Collecting, CollectionBoard, Forget, Phase, Result};
 
 use crate::keys::{prefix_end, Keys};
 use crate::rpc::GetOptions;
@@ -62,6 +65,18 @@ fn answer_value(epoch: u64, phase: Phase) -> Vec<u8> {
 }
 
 impl EtcdMeta {
+    /// Whether this process's mark of client `me` is on the board.
+    pub(crate) fn holds_mark(&self, me: u64) -> Result<bool> {
+        let resp = self
+            .ring
+            .counter_rpc()
+            .get(self.keys.mounted(me), GetOptions::new())?;
+        Ok(resp
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.value == self.client.to_be_bytes()))
+    }
+
     /// Every client number under `prefix` (`u/` or `ga/`), with its value.
     fn clients_under(&self, prefix: Vec<u8>) -> Result<Vec<(u64, Vec<u8>)>> {
         let end = prefix_end(&prefix);
@@ -188,10 +203,56 @@ impl CollectionBoard for EtcdMeta {
     }
 
     fn mounted(&self, me: u64) -> Result<()> {
-        let txn = Txn::new().and_then([Op::put(self.keys.mounted(me), Vec::new(), 0)]);
+        let txn = Txn::new().and_then([Op::put(
+            self.keys.mounted(me),
+            self.client.to_be_bytes().to_vec(),
+            0,
+        )]);
         self.ring.counter_rpc().txn(txn)?;
         *self.mounted_as.lock() = Some(me);
         Ok(())
+    }
+
+    fn forget(&self, client: u64) -> Result<Forget> {
+        let rpc = self.ring.counter_rpc();
+        let key = self.keys.mounted(client);
+        let Some(kv) = rpc
+            .get(key.clone(), GetOptions::new())?
+            .kvs()
+            .first()
+            .cloned()
+        else {
+            return Ok(Forget::NotMounted);
+        };
+        let mut when = vec![Compare {
+            key: key.clone(),
+            cmp: Cmp::Equal,
+            target: Target::ModRevision(kv.mod_revision),
+        }];
+        // A mark without a registration id (put before marks carried
+        // one) names no process to wait for.
+        if let Ok(id) = <[u8; 8]>::try_from(&kv.value[..]) {
+            when.push(Compare {
+                key: self.keys.client(u64::from_be_bytes(id)),
+                cmp: Cmp::Equal,
+                target: Target::CreateRevision(0),
+            });
+        }
+        let txn = Txn::new()
+            .when(when)
+            .and_then([Op::delete(Range::key(key.clone()))]);
+        if rpc.txn(txn)?.succeeded {
+            tracing::warn!(
+                client,
+                "the client's mounted mark was taken away: collections no longer wait for it"
+            );
+            return Ok(Forget::Forgotten);
+        }
+        // Registered, or mounted again in between.
+        match rpc.get(key, GetOptions::new())?.kvs().first() {
+            Some(_) => Ok(Forget::Alive),
+            None => Ok(Forget::NotMounted),
+        }
     }
 
     fn unmounted(&self, me: u64) -> Result<()> {

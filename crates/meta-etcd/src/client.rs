@@ -10,7 +10,7 @@
 //! killed member).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ use etcd_client::{
 };
 use etcd_model::{Cmp, Get, GetResult, KeyValue, Op, OpResult, Range, Target, Txn, TxnResult};
 
+use crate::register::Registration;
 use crate::rpc::{KvBackend, MemberStatus};
 use crate::EtcdError;
 
@@ -132,12 +133,7 @@ impl KvBackend for EtcdClient {
     }
 
     fn keep_alive(&self, lease: i64) -> Result<bool, EtcdError> {
-        // etcd answers an unknown lease's renewal with TTL 0, not an error.
-        let left = self.call(|mut c| async move {
-            let (mut keeper, mut stream) = c.lease_keep_alive(lease).await?;
-            keeper.keep_alive().await?;
-            Ok(stream.message().await?.map_or(0, |r| r.ttl()))
-        })?;
+        let left = self.call(move |c| renew(c, lease))?;
         Ok(left > 0)
     }
 
@@ -145,11 +141,11 @@ impl KvBackend for EtcdClient {
         &self,
         key: Vec<u8>,
         ttl: i64,
-        lease: Arc<AtomicI64>,
+        reg: Arc<Registration>,
         stop: Arc<AtomicBool>,
     ) {
         let rt = self.rt.as_ref().expect("the runtime lives until drop");
-        rt.spawn(keep_registered(self.clients.clone(), key, ttl, lease, stop));
+        rt.spawn(keep_registered(self.clients.clone(), key, ttl, reg, stop));
     }
 
     fn status(&self, _endpoint: &str) -> Result<MemberStatus, EtcdError> {
@@ -240,7 +236,7 @@ async fn keep_registered(
     members: Vec<Client>,
     key: Vec<u8>,
     ttl: i64,
-    lease: Arc<AtomicI64>,
+    reg: Arc<Registration>,
     stop: Arc<AtomicBool>,
 ) {
     let period = Duration::from_millis(ttl as u64 * 1000 / 3);
@@ -251,28 +247,37 @@ async fn keep_registered(
             return;
         }
         let c = &members[at % members.len()];
-        let id = lease.load(Ordering::SeqCst);
-        let renewed = async {
-            let (mut keeper, mut stream) = c.clone().lease_keep_alive(id).await?;
-            keeper.keep_alive().await?;
-            Ok::<_, etcd_client::Error>(stream.message().await?.map_or(0, |r| r.ttl()))
-        };
-        match tokio::time::timeout(period, renewed).await {
-            Ok(Ok(left)) if left > 0 => {}
+        let id = reg.lease();
+        match tokio::time::timeout(period, renew(c.clone(), id)).await {
+            Ok(Ok(left)) if left > 0 => reg.renewed(),
             Ok(Ok(_)) => {
                 tracing::error!(
-                    "the client's registration in etcd expired: other clients may have purged its orphans"
+                    "the client's registration in etcd expired: other clients may have purged its orphans, and it writes nothing until it finds itself still mounted"
                 );
+                reg.lapsed();
                 if let Ok(Ok(id)) =
                     tokio::time::timeout(period, grant_and_put(c.clone(), key.clone(), ttl)).await
                 {
-                    lease.store(id, Ordering::SeqCst);
+                    reg.replaced(id);
                 }
             }
             // Unreachable: the next period tries the next member.
             Ok(Err(_)) | Err(_) => at += 1,
         }
     }
+}
+
+/// Renews `lease` once: the seconds it has left, 0 when it lapsed. etcd
+/// answers an unknown lease's renewal with TTL 0, which the client
+/// library turns into an error of its own ("lease not found").
+async fn renew(mut c: Client, lease: i64) -> Result<i64, etcd_client::Error> {
+    let (mut keeper, mut stream) = match c.lease_keep_alive(lease).await {
+        Ok(kept) => kept,
+        Err(etcd_client::Error::LeaseKeepAliveError(m)) if m == "lease not found" => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    keeper.keep_alive().await?;
+    Ok(stream.message().await?.map_or(0, |r| r.ttl()))
 }
 
 /// A new lease of `ttl` seconds with `key` put under it; the lease's id.

@@ -212,6 +212,8 @@ pub enum EtcdError {
     NoSuchCluster(usize),
     #[error("{0}")]
     BadClusterSpec(&'static str),
+    #[error("this client ({0}) was forgotten by another (`cairn cluster forget-client`) while its registration in etcd had lapsed: it writes nothing more; unmount it and mount it again")]
+    Forgotten(u64),
     #[error("a damaged record of the collection across clients")]
     BadCollection,
     #[error(

@@ -52,6 +52,7 @@ impl EtcdMeta {
                 std::thread::sleep(self.pause(pause));
             }
             let attempt = (|| -> Result<Option<T>> {
+                self.may_write()?;
                 let route = self.ring.route();
                 if let Some(c) = unknown {
                     let mut resp = route.rpc(c).get(op_key.clone(), GetOptions::new())?;

@@ -8,12 +8,13 @@
 //! A failed request is not sent again here: the caller decides, as its
 //! outcome may be unknown.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_model::{Get, GetResult, KeyValue, Op, OpResult, Range, Txn, TxnResult};
 
+use crate::register::Registration;
 use crate::EtcdError;
 
 /// Keys read per page of a range (a directory listing, a view's scan), so
@@ -44,10 +45,17 @@ pub trait KvBackend: Send + Sync {
     /// Renews `lease` once: whether it still lived (a lapsed or revoked
     /// lease cannot be renewed).
     fn keep_alive(&self, lease: i64) -> Result<bool, EtcdError>;
-    /// Keeps the registration `key` under `lease` alive until `stop` (in
-    /// the background; a lapsed lease is replaced and stored in `lease`).
+    /// Keeps the registration `key` alive until `stop` (in the
+    /// background): each renewal is noted in `reg`; a lapsed lease is
+    /// noted there too, then replaced by a new one.
     /// A simulated cluster's leases lapse only when the simulation says.
-    fn keep_registered(&self, key: Vec<u8>, ttl: i64, lease: Arc<AtomicI64>, stop: Arc<AtomicBool>);
+    fn keep_registered(
+        &self,
+        key: Vec<u8>,
+        ttl: i64,
+        reg: Arc<Registration>,
+        stop: Arc<AtomicBool>,
+    );
     /// The status of each member endpoint (`cluster status`).
     fn status(&self, endpoint: &str) -> Result<MemberStatus, EtcdError>;
 }
@@ -219,10 +227,10 @@ impl Rpc {
         &self,
         key: Vec<u8>,
         ttl: i64,
-        lease: Arc<AtomicI64>,
+        reg: Arc<Registration>,
         stop: Arc<AtomicBool>,
     ) {
-        self.backend.keep_registered(key, ttl, lease, stop);
+        self.backend.keep_registered(key, ttl, reg, stop);
     }
 
     pub(crate) fn status(&self, endpoint: &str) -> Result<MemberStatus, EtcdError> {

@@ -10,12 +10,13 @@
 //! [`EtcdMeta`]: crate::EtcdMeta
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock, Weak};
 
 use etcd_model::{Get, GetResult, Kv, Txn, TxnResult};
 use parking_lot::Mutex;
 
+use crate::register::Registration;
 use crate::rpc::{KvBackend, MemberStatus};
 use crate::EtcdError;
 
@@ -174,7 +175,7 @@ impl KvBackend for Arc<SimCluster> {
         self.reply(fault, out)
     }
 
-    fn keep_registered(&self, _: Vec<u8>, _: i64, _: Arc<AtomicI64>, _: Arc<AtomicBool>) {}
+    fn keep_registered(&self, _: Vec<u8>, _: i64, _: Arc<Registration>, _: Arc<AtomicBool>) {}
 
     fn status(&self, _endpoint: &str) -> Result<MemberStatus, EtcdError> {
         Ok(MemberStatus {

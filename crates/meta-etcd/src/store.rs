@@ -4,7 +4,7 @@
 //! `mutate`, registrations in `register`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::keys::Keys;
 use crate::record::{encode, Rec};
+use crate::register::Registration;
 use crate::route::Ring;
 use crate::rpc::{GetOptions, Rpc};
 use crate::shard::{ino_in, shard_for_dir, shard_of};
@@ -80,10 +81,13 @@ pub struct EtcdMeta {
     /// The lease of the client's registration (in the control cluster,
     /// or the one data cluster), renewed in the background, revoked on
     /// drop.
-    pub(crate) registrations: Mutex<Vec<(Arc<Rpc>, Arc<AtomicI64>)>>,
+    pub(crate) registrations: Mutex<Vec<(Arc<Rpc>, Arc<Registration>)>>,
     /// The chunk-store client number this store marked mounted on the
     /// collection board (`board`), taken away on drop.
     pub(crate) mounted_as: Mutex<Option<u64>>,
+    /// Another client took this one's mounted mark away while its
+    /// registration had lapsed: it writes nothing more (`register`).
+    pub(crate) forgotten: AtomicBool,
     /// Fault injection: the registration is no longer renewed.
     pub(crate) stop_renewing: Arc<AtomicBool>,
     pub(crate) seq: AtomicU64,
@@ -203,6 +207,7 @@ impl EtcdMeta {
             rng: Mutex::new(rng),
             registrations: Mutex::new(Vec::new()),
             mounted_as: Mutex::new(None),
+            forgotten: AtomicBool::new(false),
             stop_renewing: Arc::new(AtomicBool::new(false)),
             seq: AtomicU64::new(0),
             inos: Mutex::new((0, 0)),

@@ -28,6 +28,18 @@ pub struct Collecting {
     pub phase: Phase,
 }
 
+/// What [`CollectionBoard::forget`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forget {
+    /// The client's mark is gone: collections no longer wait for it.
+    Forgotten,
+    /// The client is registered with the engine (running and reaching
+    /// it): its mark stays.
+    Alive,
+    /// The client was not marked mounted.
+    NotMounted,
+}
+
 /// See the module doc. Every call is one request (or one transaction) of
 /// the engine, with its timeouts: none waits for another client. Clients
 /// are named by their number in the chunk store (stable across restarts,
@@ -56,6 +68,14 @@ pub trait CollectionBoard: Send + Sync {
 
     /// Takes this client's mounted mark away.
     fn unmounted(&self, me: u64) -> Result<()>;
+
+    /// Takes away the mounted mark of `client`, gone for good (killed,
+    /// its machine lost), so that collections stop waiting for it: only
+    /// once its registration with the engine has lapsed (it is down or
+    /// cut off), in the same transaction that checks so. A client
+    /// forgotten while it was only cut off finds out before it writes
+    /// again, and writes nothing more until it is mounted again.
+    fn forget(&self, client: u64) -> Result<Forget>;
 
     /// The clients marked mounted, in number order.
     fn mounted_clients(&self) -> Result<Vec<u64>>;

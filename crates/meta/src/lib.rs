@@ -68,7 +68,7 @@ mod types;
 mod verify;
 mod view;
 
-pub use board::{Collecting, CollectionBoard, Phase};
+pub use board::{Collecting, CollectionBoard, Forget, Phase};
 pub use counted::Counted;
 pub use engine::{RedbMeta, DEFAULT_CACHE};
 pub use ids::ChunkId;
