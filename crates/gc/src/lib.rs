@@ -81,7 +81,8 @@ pub enum GcError {
     #[error(
         "nothing was reclaimed: client(s) {} did not answer the {phase} phase within {waited:?} \
          (down, cut off from etcd, or killed while mounted: mount each of them again, \
-         or unmount it cleanly, then run gc again)",
+         or unmount it cleanly, then run gc again; a client gone for good is let go with \
+         `cairn cluster forget-client N` once its etcd registration lapsed)",
         clients.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
     )]
     PeersSilent {
