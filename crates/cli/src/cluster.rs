@@ -65,9 +65,12 @@ pub enum ClusterCommand {
     /// `settle` or the coordinator rolls it forward or back). With
     /// --json: {"control": [member], "clusters": [{"index", "members":
     /// [member], "shards"}], "shards": [[cluster, epoch], ...] (one per
-    /// shard), "intents": [{"id", "state", "owner"}], "coordinator":
-    /// null or {"host", "pid", "since"}}, a member being {"endpoint",
-    /// "healthy", "leader", "error"}.
+    /// shard), "intents": [{"id", "state", "owner"}], "mounted":
+    /// [{"client", "registered"}], "coordinator": null or {"host", "pid",
+    /// "since"}}, a member being {"endpoint", "healthy", "leader",
+    /// "error"}. "mounted" lists the clients marked mounted on the
+    /// collection board, each running (registered) or GONE (killed while
+    /// mounted, or cut off from etcd past its registration's TTL).
     ///
     /// When the file system has a chunkd fingerprint index (`cairn chunkd
     /// ranges init` on the control cluster with the same FSID), its ranges
@@ -76,12 +79,13 @@ pub enum ClusterCommand {
     /// answering: why"). JSON: "chunkd": null, or {"ranges": [...],
     /// "owners": [{"owner", "ok", "ranges" | "error"}]}.
     ///
-    /// Exit status: 0 when every member answers, no intent is unfinished
-    /// and every chunkd owner asked answers; 1 otherwise (or with an
-    /// error).
+    /// Exit status: 0 when every member answers, no intent is unfinished,
+    /// no mounted client is gone and every chunkd owner asked answers; 1
+    /// otherwise (or with an error).
     ///
     /// What to run next: for a member down, restart it (etcd catches it
-    /// up); for an unfinished intent, cairn cluster settle (or run cairn
+    /// up); for a client gone, mount it again, or if it is not coming
+    /// back, cairn cluster forget-client N; for an unfinished intent, cairn cluster settle (or run cairn
     /// coord); for an owner
     /// down, restart its `cairn chunkd` (meanwhile only dedup is missed)
     /// or give its ranges to another (`cairn chunkd ranges assign`).
@@ -327,7 +331,8 @@ fn status(url: &str, token_file: Option<&std::path::Path>, json: bool) -> Result
             None => out!("no chunkd fingerprint index"),
         }
     }
-    Ok(if healthy && st.intents.is_empty() {
+    let gone = st.mounted.iter().any(|c| !c.registered);
+    Ok(if healthy && st.intents.is_empty() && !gone {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -387,6 +392,22 @@ fn print_status(st: &ClusterStatus) {
     match &st.coordinator {
         Some(l) => out!("coordinator: {} pid {} (since {})", l.host, l.pid, l.since),
         None => out!("coordinator: none (clients settle the intents they meet)"),
+    }
+    if st.mounted.is_empty() {
+        out!("no client mounted");
+    } else {
+        out!("clients mounted");
+        for c in &st.mounted {
+            if c.registered {
+                out!("    client {}  running", c.client);
+            } else {
+                out!(
+                    "    client {}  GONE: not registered; collections wait for it (mount it again, or `cairn cluster forget-client {}`)",
+                    c.client,
+                    c.client
+                );
+            }
+        }
     }
     if st.intents.is_empty() {
         out!("no unfinished intents");

@@ -168,6 +168,9 @@ pub fn mount(
         tracing::error!(mountpoint = %mountpoint.display(), error = %e, "making written data durable at unmount failed");
         return Err(anyhow::Error::new(e).context("making written data durable at unmount"));
     }
+    // The file system's own threads keep it alive to the end of the
+    // process, so its drop cannot be what takes the mark away.
+    service::leave_collections(&fs);
     tracing::info!(mountpoint = %mountpoint.display(), "unmounted");
     if !quiet {
         say!("cairn: unmounted {}", args.mountpoint.display());

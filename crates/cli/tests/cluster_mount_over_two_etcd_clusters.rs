@@ -88,9 +88,13 @@ fn a_mount_over_two_etcd_clusters_survives_a_shard_move_and_a_remount() {
         &repo,
         &["cluster", "move-shard", "--cluster", &url, "0", &to],
     );
+    let st = status(&repo, &url);
+    assert_eq!(st["shards"][0][0].as_u64().unwrap(), 1 - root_home);
+    // The mount is on the collection board, and running.
     assert_eq!(
-        status(&repo, &url)["shards"][0][0].as_u64().unwrap(),
-        1 - root_home
+        st["mounted"],
+        serde_json::json!([{"client": 0, "registered": true}]),
+        "{st}"
     );
     fs::write(m.path("after-move"), b"written after the move").unwrap();
     written.push(("after-move".into(), b"written after the move".to_vec()));
@@ -129,4 +133,5 @@ fn a_mount_over_two_etcd_clusters_survives_a_shard_move_and_a_remount() {
     assert_eq!(st["clusters"][2]["shards"].as_u64().unwrap(), 0);
     let human = ok(&repo, &["cluster", "status", "--cluster", &url]);
     assert!(human.contains("no unfinished intents"), "{human}");
+    assert!(human.contains("no client mounted"), "{human}");
 }

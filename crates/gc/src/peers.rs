@@ -205,6 +205,48 @@ impl Drop for Across<'_> {
     }
 }
 
+/// How long [`leave`] waits for another client's collection to end.
+const LEAVE_WAIT: Duration = Duration::from_secs(30);
+
+/// This client's part ends (at unmount, after the file system made
+/// everything durable): its mounted mark is taken away, so collections stop
+/// waiting for it. While another client's collection runs, the mark stays
+/// until it ended (at most [`LEAVE_WAIT`]; the participant goes on
+/// answering meanwhile): the collector still needs what this client hands
+/// in at the sweep. Past that, the mark is left (logged): the next
+/// collection waits for this client until it is mounted again or
+/// forgotten. A process that exits without this leaves its mark too.
+pub fn leave(fs: &Fs) {
+    let Some(board) = fs.board() else {
+        return;
+    };
+    let me = u64::from(fs.store().client().get());
+    let started = Instant::now();
+    loop {
+        match board.collecting() {
+            Ok(Some(c)) if c.collector != me => {
+                if started.elapsed() >= LEAVE_WAIT {
+                    tracing::warn!(
+                        collector = c.collector,
+                        "unmounted during another client's collection: the mounted mark stays; \
+                         collections wait for this client until it is mounted again"
+                    );
+                    return;
+                }
+                std::thread::sleep(ANSWER_POLL);
+            }
+            Ok(_) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, "the mounted mark was left: collections wait for this client until it is mounted again");
+                return;
+            }
+        }
+    }
+    if let Err(e) = board.unmounted(me) {
+        tracing::warn!(error = %e, "the mounted mark was left: collections wait for this client until it is mounted again");
+    }
+}
+
 /// Takes away the mounted mark of `client`, killed or lost for good, so
 /// that collections stop waiting for it ([`CollectionBoard::forget`]):
 /// refused while its registration with the engine lives. `Ok(false)`

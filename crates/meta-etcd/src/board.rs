@@ -77,6 +77,21 @@ impl EtcdMeta {
             .is_some_and(|kv| kv.value == self.client.to_be_bytes()))
     }
 
+    /// Every client marked mounted, with whether the process named in its
+    /// mark is registered.
+    pub(crate) fn mounted_status(&self) -> Result<Vec<crate::MountedClient>> {
+        self.clients_under(self.keys.mounteds())?
+            .into_iter()
+            .map(|(client, value)| {
+                let registered = match <[u8; 8]>::try_from(&value[..]) {
+                    Ok(id) => self.registered(u64::from_be_bytes(id))?,
+                    Err(_) => false,
+                };
+                Ok(crate::MountedClient { client, registered })
+            })
+            .collect()
+    }
+
     /// Every client number under `prefix` (`u/` or `ga/`), with its value.
     fn clients_under(&self, prefix: Vec<u8>) -> Result<Vec<(u64, Vec<u8>)>> {
         let end = prefix_end(&prefix);

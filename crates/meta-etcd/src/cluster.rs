@@ -124,6 +124,17 @@ pub struct IntentInfo {
     pub owner: String,
 }
 
+/// A client marked mounted on the collection board.
+#[derive(Debug, Clone, Serialize)]
+pub struct MountedClient {
+    /// Its chunk-store client number.
+    pub client: u64,
+    /// Whether the process that mounted it is registered (running and
+    /// reaching etcd); if not, collections wait for it until it is
+    /// mounted again or forgotten (`cairn cluster forget-client`).
+    pub registered: bool,
+}
+
 /// What `cairn cluster status` prints.
 #[derive(Debug, Clone, Serialize)]
 pub struct ClusterStatus {
@@ -132,6 +143,8 @@ pub struct ClusterStatus {
     /// Per shard: (owning cluster, epoch).
     pub shards: Vec<(u16, u64)>,
     pub intents: Vec<IntentInfo>,
+    /// The clients marked mounted, in number order.
+    pub mounted: Vec<MountedClient>,
     /// The coordinator that leads (`cairn coord`), if any.
     pub coordinator: Option<crate::Leader>,
 }
@@ -195,6 +208,7 @@ impl EtcdMeta {
             clusters,
             shards: map.shards.clone(),
             intents,
+            mounted: self.mounted_status()?,
             coordinator: self.coordinator()?,
         })
     }

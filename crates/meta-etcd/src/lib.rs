@@ -124,6 +124,7 @@ mod view;
 
 pub use cluster::{
     init_cluster, parse_cluster, ClusterHealth, ClusterStatus, IntentInfo, MemberHealth,
+    MountedClient,
 };
 pub use coord::{CoordOptions, Coordinator, Event as CoordEvent, Leader};
 pub use ops::{MAX_INLINE, MAX_OP_XATTRS, XATTR_SIZE_MAX};

@@ -77,6 +77,7 @@ pub struct GcAsk {
 /// A mount or gateway over a shared namespace takes part in the other
 /// clients' collections (call before it serves anything).
 pub use gc::peers::forget_client;
+pub use gc::peers::leave as leave_collections;
 pub use gc::peers::participate as participate_in_collections;
 /// The garbage `cairn gc` leaves at most by default (see `gc::GcOptions`).
 pub use gc::MAX_GARBAGE as GC_MAX_GARBAGE;
