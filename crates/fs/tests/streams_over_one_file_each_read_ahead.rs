@@ -11,23 +11,11 @@ use std::sync::Arc;
 
 use chunking::ChunkerParams;
 use fs::{Fs, FsSettings, Stream};
-use meta::{Content, FileKind, InodeId, NewInode};
+use meta::InodeId;
 
 const MIB: usize = 1 << 20;
 const PIECE: usize = 256 << 10;
 const STREAMS: usize = 4;
-
-fn data(len: usize) -> Vec<u8> {
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 /// Reads `bytes.len()` bytes of `ino` as STREAMS ranges at once, a piece
 /// of each in turn, with `read`; checks every piece.
@@ -49,16 +37,10 @@ fn new_fs(dir: &std::path::Path, name: &[u8], bytes: &[u8]) -> (Fs, InodeId) {
         ..FsSettings::default()
     };
     let fs = Fs::new(Arc::new(meta), store, ChunkerParams::default(), settings).unwrap();
-    let new = NewInode {
-        kind: FileKind::File,
-        perm: 0o644,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        content: Content::Empty,
-        xattrs: Vec::new(),
-    };
-    let ino = fs.create(InodeId::ROOT, name, new).unwrap().id;
+    let ino = fs
+        .create(InodeId::ROOT, name, common::new_file())
+        .unwrap()
+        .id;
     fs.open(ino).unwrap();
     for (i, piece) in bytes.chunks(MIB).enumerate() {
         fs.write(ino, (i * MIB) as u64, piece).unwrap();
@@ -71,7 +53,7 @@ fn new_fs(dir: &std::path::Path, name: &[u8], bytes: &[u8]) -> (Fs, InodeId) {
 
 #[test]
 fn streams_over_one_file_each_read_ahead() {
-    let bytes = data(16 * MIB);
+    let bytes = common::pattern(16 * MIB, 5);
     let pieces = (bytes.len() / PIECE) as u64;
 
     // Each stream's first read hints the rest of its quarter; every later

@@ -24,3 +24,29 @@ pub fn store_and_meta(dir: &Path) -> (Store, RedbMeta) {
     let meta = RedbMeta::open(&dir.join("fs.redb"), 0, 0).unwrap();
     (store, meta)
 }
+
+/// What a new empty regular file is created with (0644, root's).
+pub fn new_file() -> meta::NewInode {
+    meta::NewInode {
+        kind: meta::FileKind::File,
+        perm: 0o644,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        content: meta::Content::Empty,
+        xattrs: Vec::new(),
+    }
+}
+
+/// Deterministic bytes that differ from one seed to the next.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
