@@ -151,15 +151,11 @@ pub enum ClusterCommand {
     ///
     /// Exit status: 0 when forgotten, or when CLIENT was not marked
     /// mounted; 1 when it is alive, or with an error.
+    #[command(group(clap::ArgGroup::new("fs").required(true).args(["cluster", "meta"])))]
     ForgetClient {
         /// The file system, when over several etcd clusters:
         /// etcd://CONTROL_HOST:PORT[,...]/FSID.
-        #[arg(
-            long,
-            env = "CAIRN_CLUSTER",
-            value_name = "URL",
-            required_unless_present = "meta"
-        )]
+        #[arg(long, env = "CAIRN_CLUSTER", value_name = "URL")]
         cluster: Option<String>,
         /// The file system, when in one etcd cluster (as given to `cairn
         /// mount --meta`): etcd://HOST:PORT[,...]/FSID.
