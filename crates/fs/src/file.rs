@@ -128,6 +128,16 @@ impl FileState {
         self.extents.last().map_or(0, |e| e.offset + e.len)
     }
 
+    /// The stored chunks of the extents that overlap `[from, to)`.
+    pub fn chunks_in(&self, from: u64, to: u64) -> Vec<ChunkId> {
+        let first = self.extents.partition_point(|e| e.offset + e.len <= from);
+        self.extents[first..]
+            .iter()
+            .take_while(|e| e.offset < to)
+            .filter_map(|e| e.chunk)
+            .collect()
+    }
+
     /// Records a write; returns how many dirty bytes it added.
     pub fn write(&mut self, offset: u64, data: &[u8], now: Timestamp) -> usize {
         let before = self.dirty_bytes;

@@ -118,12 +118,27 @@ impl Fs {
         // The chunks are fetched without the file's lock: the kernel's
         // read-ahead requests for the file are served in parallel.
         drop(f);
-        self.inner.fetcher.ahead(&ahead);
+        self.fetch_planned(ino, state, &plan, &ahead, &near)
+            .map(|data| (data, around))
+    }
+
+    /// Starts fetching `ahead`, reads `plan`'s chunks (admitting `near`
+    /// when a random read decodes them anyway) and releases the file's
+    /// state.
+    fn fetch_planned(
+        &self,
+        ino: InodeId,
+        state: Arc<Mutex<FileState>>,
+        plan: &crate::file::ReadPlan,
+        ahead: &[ChunkId],
+        near: &[ChunkId],
+    ) -> Result<Vec<u8>> {
+        self.inner.fetcher.ahead(ahead);
         let out = self
             .inner
             .fetcher
-            .get_around(&plan.ids(), &near)
-            .map(|chunks| (plan.assemble(chunks), around));
+            .get_around(&plan.ids(), near)
+            .map(|chunks| plan.assemble(chunks));
         self.inner.release_state(ino, state);
         out
     }
@@ -155,24 +170,11 @@ impl Fs {
             let from = stream.ahead_until.max(read_end);
             let to = stream.end.min(read_end + window);
             stream.ahead_until = read_end + window;
-            let first = f.extents.partition_point(|e| e.offset + e.len <= from);
-            ahead.extend(
-                f.extents[first..]
-                    .iter()
-                    .take_while(|e| e.offset < to)
-                    .filter_map(|e| e.chunk),
-            );
+            ahead = f.chunks_in(from, to);
         }
         let plan = f.read_plan(offset, len as u64);
         drop(f);
-        self.inner.fetcher.ahead(&ahead);
-        let out = self
-            .inner
-            .fetcher
-            .get_many(&plan.ids())
-            .map(|chunks| plan.assemble(chunks));
-        self.inner.release_state(ino, state);
-        out
+        self.fetch_planned(ino, state, &plan, &ahead, &[])
     }
 
     /// The parts of `range` of a regular file, as it is now, whose chunks
@@ -666,11 +668,6 @@ impl Inner {
         let from = f.read_ahead_until.max(end);
         let to = (end + window).min(f.extents_end());
         f.read_ahead_until = end + window;
-        let first = f.extents.partition_point(|e| e.offset + e.len <= from);
-        f.extents[first..]
-            .iter()
-            .take_while(|e| e.offset < to)
-            .filter_map(|e| e.chunk)
-            .collect()
+        f.chunks_in(from, to)
     }
 }
