@@ -14,6 +14,7 @@ const START: Duration = Duration::from_secs(30);
 
 struct Member {
     name: String,
+    data: PathBuf,
     client: u16,
     peer: u16,
     child: Option<Child>,
@@ -50,14 +51,31 @@ impl Etcd {
             tempfile::tempdir()
         }
         .expect("a temporary directory for etcd");
+        let data = (0..members)
+            .map(|i| dir.path().join(format!("m{i}")))
+            .collect();
+        Etcd::launch(dir, data)
+    }
+
+    /// One member per directory in `data`, each keeping its data there
+    /// (on a [`crate::powercut::Disks`] disk, say); logs elsewhere.
+    pub fn cluster_on(data: &[PathBuf]) -> Etcd {
+        let dir = tempfile::tempdir().expect("a temporary directory for etcd's logs");
+        Etcd::launch(dir, data.iter().map(|d| d.join("etcd")).collect())
+    }
+
+    fn launch(dir: tempfile::TempDir, data: Vec<PathBuf>) -> Etcd {
         let token = dir
             .path()
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "cairn-test".into());
-        let members = (0..members)
-            .map(|i| Member {
+        let members = data
+            .into_iter()
+            .enumerate()
+            .map(|(i, data)| Member {
                 name: format!("m{i}"),
+                data,
                 client: free_port(),
                 peer: free_port(),
                 child: None,
@@ -117,6 +135,24 @@ impl Etcd {
         self.wait_healthy(i);
     }
 
+    /// Kills every member (SIGKILL) and waits for them.
+    pub fn kill_all(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+
+    /// Starts every member again and waits until each is healthy.
+    pub fn restart_all(&mut self) {
+        for i in 0..self.members.len() {
+            assert!(self.members[i].child.is_none(), "member {i} is running");
+            self.spawn(i);
+        }
+        for i in 0..self.members.len() {
+            self.wait_healthy(i);
+        }
+    }
+
     /// The log of member `i`, for a failing test's message.
     pub fn log(&self, i: usize) -> String {
         std::fs::read_to_string(self.log_path(i)).unwrap_or_default()
@@ -138,11 +174,15 @@ impl Etcd {
         let m = &self.members[i];
         let client = format!("http://127.0.0.1:{}", m.client);
         let peer = format!("http://127.0.0.1:{}", m.peer);
-        let log = std::fs::File::create(self.log_path(i)).expect("etcd's log file");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(i))
+            .expect("etcd's log file");
         let child = Command::new("etcd")
             .args(["--name", &m.name])
             .arg("--data-dir")
-            .arg(self.dir.path().join(&m.name))
+            .arg(&m.data)
             .args(["--listen-client-urls", &client])
             .args(["--advertise-client-urls", &client])
             .args(["--listen-peer-urls", &peer])

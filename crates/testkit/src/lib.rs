@@ -2,7 +2,8 @@
 //! an etcd cluster of one or more members on free loopback ports, whose
 //! members a test kills and restarts; [`proxy::Proxy`], a TCP proxy that
 //! holds, resets and heals a link (a partition without network
-//! namespaces).
+//! namespaces); [`powercut::Disks`], ext4 disks whose power a test cuts
+//! (what was not flushed is lost).
 //!
 //! **Owns:** the processes and sockets it starts; each is stopped when its
 //! handle is dropped.
@@ -13,4 +14,5 @@
 //! thread started ends with its handle.
 
 pub mod etcd;
+pub mod powercut;
 pub mod proxy;
