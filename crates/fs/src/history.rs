@@ -687,12 +687,18 @@ impl Inner {
         Ok(out)
     }
 
-    /// [`FsError::HistoryPaused`] while another client's collection runs.
+    /// [`FsError::HistoryPaused`] while another client's collection runs;
+    /// the engine's error once this client was forgotten by the others
+    /// (a collection may have run without it, so a root it wrote now
+    /// could name chunks that are gone).
     fn history_allowed(&self) -> Result<()> {
-        match *self.history_paused.lock() {
-            Some(collector) => Err(FsError::HistoryPaused { collector }),
-            None => Ok(()),
+        if let Some(collector) = *self.history_paused.lock() {
+            return Err(FsError::HistoryPaused { collector });
         }
+        if let Some(board) = self.meta.board() {
+            board.may_write()?;
+        }
+        Ok(())
     }
 
     /// Writes a version if anything changed since the last one, then drops

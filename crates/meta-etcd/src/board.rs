@@ -228,6 +228,10 @@ impl CollectionBoard for EtcdMeta {
         Ok(())
     }
 
+    fn may_write(&self) -> Result<()> {
+        EtcdMeta::may_write(self)
+    }
+
     fn forget(&self, client: u64) -> Result<Forget> {
         let rpc = self.ring.counter_rpc();
         let key = self.keys.mounted(client);

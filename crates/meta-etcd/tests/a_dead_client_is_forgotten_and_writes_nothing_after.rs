@@ -55,6 +55,12 @@ fn a_dead_client_is_forgotten_and_writes_nothing_after() {
             "B wrote after it was forgotten: {e}"
         );
     }
+    // Nor may it write a root (a version or snapshot) on the branches.
+    let e = b.may_write().unwrap_err();
+    assert!(
+        matches!(common::etcd_error(&e), Some(EtcdError::Forgotten(1))),
+        "{e}"
+    );
     assert!(matches!(
         a.lookup(ROOT, b"after"),
         Err(meta::MetaError::NotFound)
@@ -64,6 +70,7 @@ fn a_dead_client_is_forgotten_and_writes_nothing_after() {
     // again, finds its mark, and writes on.
     c.stop_renewing();
     std::thread::sleep(Duration::from_secs(4));
+    c.may_write().unwrap();
     c.create(ROOT, b"from-c", new(FileKind::File), t(3))
         .unwrap();
     assert!(a.lookup(ROOT, b"from-c").is_ok());

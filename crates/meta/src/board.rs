@@ -77,6 +77,17 @@ pub trait CollectionBoard: Send + Sync {
     /// again, and writes nothing more until it is mounted again.
     fn forget(&self, client: u64) -> Result<Forget>;
 
+    /// Whether this client may still write what a collection must see
+    /// before it deletes anything (a version or a snapshot, whose root
+    /// names chunks): an error once it was forgotten
+    /// ([`CollectionBoard::forget`]), for good. A yes holds for at least
+    /// half the engine's registration TTL (no one can forget the client
+    /// sooner), the time a root has to be written. An engine without
+    /// registrations always says yes.
+    fn may_write(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// The clients marked mounted, in number order.
     fn mounted_clients(&self) -> Result<Vec<u64>>;
 
