@@ -14,66 +14,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use branch::LocalDir;
-use cas::{CatchUp, ClientNo, RepoKey, Store};
-use common::{random, settings};
-use fs::{Fs, FsSettings};
+use cas::RepoKey;
+use common::clients::{client, read, until_phase, write};
+use common::random;
 use gc::peers::Participant;
 use gc::{GcOptions, Live};
-use meta::{Content, FileKind, InodeId, NewInode, Phase};
+use meta::{InodeId, Phase};
 use meta_etcd::sim::{Open, SimCluster};
-use meta_etcd::{EtcdMeta, EtcdOptions};
 
 const MIB: usize = 1 << 20;
-
-fn client(dir: &Path, key: &RepoKey, n: u16, etcd: &str) -> Arc<Fs> {
-    let meta_dir = dir.join(format!("client{n}"));
-    std::fs::create_dir_all(&meta_dir).unwrap();
-    let mut s = settings();
-    s.client = ClientNo::new(n);
-    let (branch, _) = LocalDir::open("shared", dir.join("branch")).unwrap();
-    let store = Store::open(Arc::new(branch), &meta_dir, key.clone(), s).unwrap();
-    store.set_shared_index(CatchUp::new(&store));
-    let meta = EtcdMeta::open(&[etcd.to_string()], "fs", 0, 0, EtcdOptions::default()).unwrap();
-    let fs = Fs::new(
-        Arc::new(meta),
-        store,
-        common::params(),
-        FsSettings {
-            version_interval: Duration::ZERO,
-            ..FsSettings::default()
-        },
-    )
-    .unwrap();
-    Arc::new(fs)
-}
-
-fn write(fs: &Fs, name: &str, data: &[u8]) {
-    let new = NewInode {
-        kind: FileKind::File,
-        perm: 0o600,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        content: Content::Empty,
-        xattrs: Vec::new(),
-    };
-    let ino = fs.create(InodeId::ROOT, name.as_bytes(), new).unwrap().id;
-    fs.open(ino).unwrap();
-    fs.write(ino, 0, data).unwrap();
-    fs.fsync(ino).unwrap();
-    fs.release(ino).unwrap();
-    fs.sync_all().unwrap();
-}
-
-fn read(fs: &Fs, name: &str) -> Vec<u8> {
-    let ino = fs.lookup(InodeId::ROOT, name.as_bytes()).unwrap().id;
-    fs.open(ino).unwrap();
-    let size = fs.getattr(ino).unwrap().attr.size;
-    let data = fs.read(ino, 0, size as u32).unwrap();
-    fs.release(ino).unwrap();
-    data
-}
 
 /// Bytes of the containers on the branch whose ids start with `prefix`
 /// (`0001`: client 1's).
@@ -91,17 +40,6 @@ fn client_bytes(dir: &Path, prefix: &str) -> u64 {
         }
     }
     total
-}
-
-/// Waits until the board shows client 0's collection in `phase`.
-fn until_phase(fs: &Fs, phase: Phase) {
-    for _ in 0..3000 {
-        if fs.board().unwrap().collecting().unwrap().map(|c| c.phase) == Some(phase) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("the collection never reached {phase:?}");
 }
 
 #[test]

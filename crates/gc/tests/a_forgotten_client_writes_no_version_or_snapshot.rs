@@ -11,11 +11,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use branch::LocalDir;
-use cas::{CatchUp, ClientNo, RepoKey, Store};
-use common::{random, settings};
-use fs::{Fs, FsSettings};
-use meta::{Content, FileKind, Forget, InodeId, NewInode};
+use cas::RepoKey;
+use common::clients::{client_on, write};
+use common::random;
+use fs::Fs;
+use meta::Forget;
 use meta_etcd::{EtcdMeta, EtcdOptions};
 
 fn options() -> EtcdOptions {
@@ -29,44 +29,9 @@ fn options() -> EtcdOptions {
 }
 
 fn client(dir: &Path, key: &RepoKey, n: u16, etcd: &[String]) -> (Arc<Fs>, Arc<EtcdMeta>) {
-    let meta_dir = dir.join(format!("client{n}"));
-    std::fs::create_dir_all(&meta_dir).unwrap();
-    let mut s = settings();
-    s.client = ClientNo::new(n);
-    let (branch, _) = LocalDir::open("shared", dir.join("branch")).unwrap();
-    let store = Store::open(Arc::new(branch), &meta_dir, key.clone(), s).unwrap();
-    store.set_shared_index(CatchUp::new(&store));
-    let meta = Arc::new(EtcdMeta::open(etcd, "fs", 0, 0, options()).unwrap());
-    let fs = Fs::new(
-        meta.clone(),
-        store,
-        common::params(),
-        FsSettings {
-            version_interval: Duration::ZERO,
-            ..FsSettings::default()
-        },
-    )
-    .unwrap();
-    let fs = Arc::new(fs);
+    let (fs, meta) = client_on(dir, key, n, etcd, options());
     fs.board().unwrap().mounted(u64::from(n)).unwrap();
     (fs, meta)
-}
-
-fn write(fs: &Fs, name: &str, data: &[u8]) {
-    let new = NewInode {
-        kind: FileKind::File,
-        perm: 0o600,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        content: Content::Empty,
-        xattrs: Vec::new(),
-    };
-    let ino = fs.create(InodeId::ROOT, name.as_bytes(), new).unwrap().id;
-    fs.open(ino).unwrap();
-    fs.write(ino, 0, data).unwrap();
-    fs.release(ino).unwrap();
-    fs.sync_all().unwrap();
 }
 
 fn until(what: &str, mut f: impl FnMut() -> bool) {

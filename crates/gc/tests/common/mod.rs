@@ -3,6 +3,8 @@
 //! collector's scenarios.
 #![allow(dead_code)]
 
+pub mod clients;
+
 use std::path::Path;
 use std::sync::Arc;
 

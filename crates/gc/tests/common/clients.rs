@@ -1,0 +1,93 @@
+//! Clients of one shared namespace for the collection-across-clients
+//! scenarios: file systems numbered 0, 1, ... over one local branch, each
+//! with its own index, their namespace in one (simulated) etcd.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use branch::LocalDir;
+use cas::{CatchUp, ClientNo, RepoKey, Store};
+use fs::{Fs, FsSettings};
+use meta::{Content, FileKind, InodeId, NewInode, Phase};
+use meta_etcd::{EtcdMeta, EtcdOptions};
+
+/// Client `n` under `dir` (its index in `dir/client<n>`, the branch in
+/// `dir/branch`), its namespace on `etcd`.
+pub fn client(dir: &Path, key: &RepoKey, n: u16, etcd: &str) -> Arc<Fs> {
+    client_on(dir, key, n, &[etcd.to_string()], EtcdOptions::default()).0
+}
+
+/// [`client`] on etcd `endpoints` with `options`; also its engine.
+pub fn client_on(
+    dir: &Path,
+    key: &RepoKey,
+    n: u16,
+    endpoints: &[String],
+    options: EtcdOptions,
+) -> (Arc<Fs>, Arc<EtcdMeta>) {
+    let meta_dir = dir.join(format!("client{n}"));
+    std::fs::create_dir_all(&meta_dir).unwrap();
+    let mut s = super::settings();
+    s.client = ClientNo::new(n);
+    let (branch, _) = LocalDir::open("shared", dir.join("branch")).unwrap();
+    let store = Store::open(Arc::new(branch), &meta_dir, key.clone(), s).unwrap();
+    store.set_shared_index(CatchUp::new(&store));
+    let meta = Arc::new(EtcdMeta::open(endpoints, "fs", 0, 0, options).unwrap());
+    let fs = Fs::new(
+        meta.clone(),
+        store,
+        super::params(),
+        FsSettings {
+            version_interval: Duration::ZERO,
+            ..FsSettings::default()
+        },
+    )
+    .unwrap();
+    (Arc::new(fs), meta)
+}
+
+/// Creates `name` in the root holding `data`, recorded and durable.
+pub fn write(fs: &Fs, name: &str, data: &[u8]) {
+    let new = NewInode {
+        kind: FileKind::File,
+        perm: 0o600,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        content: Content::Empty,
+        xattrs: Vec::new(),
+    };
+    let ino = fs.create(InodeId::ROOT, name.as_bytes(), new).unwrap().id;
+    fs.open(ino).unwrap();
+    fs.write(ino, 0, data).unwrap();
+    fs.fsync(ino).unwrap();
+    fs.release(ino).unwrap();
+    fs.sync_all().unwrap();
+}
+
+/// Everything `name` in the root holds.
+pub fn read(fs: &Fs, name: &str) -> Vec<u8> {
+    let ino = fs.lookup(InodeId::ROOT, name.as_bytes()).unwrap().id;
+    fs.open(ino).unwrap();
+    let data = read_open(fs, ino);
+    fs.release(ino).unwrap();
+    data
+}
+
+/// Everything open file `ino` holds.
+pub fn read_open(fs: &Fs, ino: InodeId) -> Vec<u8> {
+    let size = fs.getattr(ino).unwrap().attr.size;
+    fs.read(ino, 0, size as u32).unwrap()
+}
+
+/// Waits until the board shows a collection in `phase`.
+pub fn until_phase(fs: &Fs, phase: Phase) {
+    for _ in 0..3000 {
+        if fs.board().unwrap().collecting().unwrap().map(|c| c.phase) == Some(phase) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the collection never reached {phase:?}");
+}
