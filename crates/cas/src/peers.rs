@@ -38,6 +38,28 @@ impl Store {
         }
     }
 
+    /// Records `ids` as if a writer had deduplicated against them, while
+    /// recording for another client's collection (between
+    /// [`Store::record_for_peer`] and [`Store::doom`]); nothing otherwise.
+    /// For a file opened meanwhile: the content its handle reads may be
+    /// gone from the namespace before the collector marks it (another
+    /// client overwrote or unlinked it), so the collector must copy it
+    /// like a deduplicated chunk.
+    pub fn retain_for_peer(&self, ids: impl IntoIterator<Item = ChunkId>) {
+        if !self.shared.peer_recording.load(Ordering::SeqCst) {
+            return;
+        }
+        let retained = self.shared.retained.read();
+        if let Some(set) = retained.as_ref() {
+            set.lock().extend(ids);
+        }
+    }
+
+    /// Whether this store records for another client's collection now.
+    pub fn recording_for_peer(&self) -> bool {
+        self.shared.peer_recording.load(Ordering::SeqCst)
+    }
+
     /// Stops a recording [`Store::record_for_peer`] started (never this
     /// store's own collection's); what it recorded.
     fn stop_peer_recording(

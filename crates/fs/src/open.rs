@@ -48,7 +48,19 @@ impl Fs {
             return self.snap_open(ino);
         }
         let state = self.inner.state(ino)?;
-        state.lock().handles += 1;
+        let mut f = state.lock();
+        f.handles += 1;
+        // Another client's collection is marking: what this handle reads
+        // must outlive it even if that client drops it from the namespace
+        // before it marks (gc's `peers`, "opened after the answer").
+        if self.inner.store.recording_for_peer() {
+            let chunks = f.extents.iter().filter_map(|e| e.chunk);
+            let root = match f.content {
+                Content::Recipe(id) => Some(id),
+                _ => None,
+            };
+            self.inner.store.retain_for_peer(chunks.chain(root));
+        }
         Ok(())
     }
 

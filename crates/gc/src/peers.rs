@@ -8,7 +8,10 @@
 //! deletes nothing until every mounted client answered:
 //!
 //! 1. **Announce** (phase `Marking`). Each mounted client turns on its
-//!    store's recording of deduplication hits, then, holding its history
+//!    store's recording of deduplication hits (and of the chunks of each
+//!    file it opens from then on: the collector marks the namespace only
+//!    after every answer, and another client may overwrite or unlink the
+//!    file before that), then, holding its history
 //!    lock (a version on its way to a root is finished first), marks what
 //!    its open files reach and hands that in (`gc/<epoch>/client-<n>-marks`
 //!    on the branches), then answers. The collector waits for every

@@ -70,15 +70,10 @@ pub fn write(fs: &Fs, name: &str, data: &[u8]) {
 pub fn read(fs: &Fs, name: &str) -> Vec<u8> {
     let ino = fs.lookup(InodeId::ROOT, name.as_bytes()).unwrap().id;
     fs.open(ino).unwrap();
-    let data = read_open(fs, ino);
+    let size = fs.getattr(ino).unwrap().attr.size;
+    let data = fs.read(ino, 0, size as u32).unwrap();
     fs.release(ino).unwrap();
     data
-}
-
-/// Everything open file `ino` holds.
-pub fn read_open(fs: &Fs, ino: InodeId) -> Vec<u8> {
-    let size = fs.getattr(ino).unwrap().attr.size;
-    fs.read(ino, 0, size as u32).unwrap()
 }
 
 /// Waits until the board shows a collection in `phase`.
