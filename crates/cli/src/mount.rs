@@ -170,7 +170,7 @@ pub fn mount(
     }
     // The file system's own threads keep it alive to the end of the
     // process, so its drop cannot be what takes the mark away.
-    service::leave_collections(&fs);
+    service::leave_shared_namespace(&fs);
     tracing::info!(mountpoint = %mountpoint.display(), "unmounted");
     if !quiet {
         say!("cairn: unmounted {}", args.mountpoint.display());

@@ -622,6 +622,13 @@ impl Fs {
     pub fn board(&self) -> Option<&dyn meta::CollectionBoard> {
         self.inner.meta.board()
     }
+
+    /// Gives up what the namespace engine holds for this client
+    /// (`MetaStore::close`), after [`Fs::shutdown`]: nothing may be asked
+    /// of this file system after it.
+    pub fn close_namespace(&self) {
+        self.inner.meta.close();
+    }
 }
 
 /// The state of one clone or restore.

@@ -577,6 +577,10 @@ impl MetaStore for EtcdMeta {
         control + route.data.iter().map(|r| r.reads()).sum::<u64>()
     }
 
+    fn close(&self) {
+        self.revoke_registrations();
+    }
+
     fn board(&self) -> Option<&dyn meta::CollectionBoard> {
         Some(self)
     }

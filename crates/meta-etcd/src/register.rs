@@ -160,6 +160,17 @@ impl EtcdMeta {
         Err(EtcdError::Forgotten(me).into())
     }
 
+    /// Stops renewing (a renewer finding its lease gone would register
+    /// again) and revokes every registration of this client.
+    pub(crate) fn revoke_registrations(&self) {
+        self.stop_renewing.store(true, Ordering::SeqCst);
+        for (rpc, reg) in self.registrations.lock().drain(..) {
+            if let Err(e) = rpc.revoke(reg.lease()) {
+                tracing::warn!(error = %e, "the client's registration was not revoked; it lapses with its lease");
+            }
+        }
+    }
+
     /// Fault injection for tests: the client's registration is no longer
     /// renewed, as when the client hangs; it lapses after its TTL.
     pub fn stop_renewing(&self) {
@@ -179,10 +190,6 @@ impl Drop for EtcdMeta {
                 tracing::warn!(error = %e, client = me, "the client's mounted mark was not taken away; a collection across clients waits until it mounts again");
             }
         }
-        for (rpc, reg) in self.registrations.lock().drain(..) {
-            if let Err(e) = rpc.revoke(reg.lease()) {
-                tracing::warn!(error = %e, "the client's registration was not revoked; it lapses with its lease");
-            }
-        }
+        self.revoke_registrations();
     }
 }

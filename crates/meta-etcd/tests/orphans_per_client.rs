@@ -1,18 +1,20 @@
 //! Orphans belong to the client that kept them: two clients on one file
 //! system; A keeps an orphan (an unlinked file it holds open); B starts
 //! and purges: A's orphan survives. Once A is closed (its registration
-//! revoked), or stops renewing it (its lease lapses), a purge drops it.
+//! revoked, and not renewed again), or stops renewing it (its lease
+//! lapses), a purge drops it.
 
 mod common;
 
 use meta::conformance::{new, t, ROOT};
-use meta::{FileKind, MetaStore};
+use meta::{CollectionBoard, FileKind, Forget, MetaStore};
 
 #[test]
 fn a_purge_spares_a_live_client_s_orphans() {
     let etcd = common::Etcd::start();
     let fs = common::fsid();
     let a = etcd.open(&fs);
+    a.mounted(0).unwrap();
     let f = a.create(ROOT, b"held", new(FileKind::File), t(1)).unwrap();
     let gone = a.unlink(ROOT, b"held", true, t(2)).unwrap();
     assert_eq!(gone.attr.nlink, 0);
@@ -34,12 +36,19 @@ fn a_purge_spares_a_live_client_s_orphans() {
     b.drop_orphan(f.id).unwrap();
     assert!(a.get(f.id).is_ok());
 
-    // A closes: its registration goes, and its orphans with the next purge.
-    drop(a);
+    // A closes (as at a clean unmount, where the daemon's threads keep
+    // the store alive): its registration goes at once, and its orphans
+    // with the next purge.
+    a.close();
     assert_eq!(b.purge_orphans().unwrap(), 1);
     assert!(matches!(b.get(f.id), Err(meta::MetaError::NotFound)));
     assert_eq!(b.counts().unwrap().files, 0);
     meta::conformance::consistent(&b);
+    // Its renewer does not register it again: marked mounted, it can be
+    // forgotten at once, and still a while later.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(b.forget(0).unwrap(), Forget::Forgotten);
+    drop(a);
 }
 
 #[test]

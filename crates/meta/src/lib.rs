@@ -345,6 +345,13 @@ pub trait MetaStore: Send + Sync {
     fn board(&self) -> Option<&dyn CollectionBoard> {
         None
     }
+
+    /// The process is done with the engine (a clean unmount): it gives up
+    /// what it holds for this client, so other clients need not wait for
+    /// it to lapse (on etcd: its registration, after which they purge its
+    /// orphans and settle its intents at once, and `forget-client` may
+    /// forget it). Best effort, logged; nothing may be asked after it.
+    fn close(&self) {}
 }
 
 /// See [`MetaStore::view`].

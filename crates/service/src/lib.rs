@@ -74,11 +74,19 @@ pub struct GcAsk {
     /// Seconds to wait for each mounted client's answer, across clients.
     pub peer_wait: u64,
 }
+pub use gc::peers::forget_client;
 /// A mount or gateway over a shared namespace takes part in the other
 /// clients' collections (call before it serves anything).
-pub use gc::peers::forget_client;
-pub use gc::peers::leave as leave_collections;
 pub use gc::peers::participate as participate_in_collections;
+
+/// A mount over a shared namespace ends (after `Fs::shutdown`): it takes
+/// its mounted mark away (once a collection running now has ended, at
+/// most 30 s) and gives up its registration, so that the other clients
+/// neither wait for it nor for its registration to lapse.
+pub fn leave_shared_namespace(fs: &fs::Fs) {
+    gc::peers::leave(fs);
+    fs.close_namespace();
+}
 /// The garbage `cairn gc` leaves at most by default (see `gc::GcOptions`).
 pub use gc::MAX_GARBAGE as GC_MAX_GARBAGE;
 /// How long `cairn gc` waits for each mounted client by default.
