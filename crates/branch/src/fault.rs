@@ -17,6 +17,9 @@ pub enum Fault {
     FailReads,
     /// Sleeps this long before each operation, then passes it through.
     Slow(Duration),
+    /// Sleeps this long before each read (`get`, `read_range`) only:
+    /// listings, sizes and writes pass at once.
+    SlowReads(Duration),
     /// Reads return the right number of bytes, every one of them inverted.
     Garbage,
     /// The storage is gone: blobs are not found, listings are empty, and
@@ -160,6 +163,10 @@ impl FaultyBranch {
         self.control.0.reads.fetch_add(1, Ordering::Relaxed);
         match self.enter(op, key.as_str(), self.control.fault_for(key.as_str()))? {
             Fault::FailReads => Err(self.injected(op, key.as_str(), io::ErrorKind::Other)),
+            Fault::SlowReads(delay) => {
+                self.clock.sleep(delay);
+                read()
+            }
             Fault::Vanished => Err(self.not_found(key)),
             Fault::Garbage => read().map(|mut data| {
                 data.iter_mut().for_each(|b| *b = !*b);

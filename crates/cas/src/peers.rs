@@ -94,6 +94,9 @@ impl Store {
     /// afresh.
     pub fn peer_collection_ended(&self) -> Result<()> {
         let mut doomed = self.shared.doomed.write();
+        self.shared
+            .peer_collections_ended
+            .fetch_add(1, Ordering::SeqCst);
         self.stop_peer_recording(&mut self.shared.retained.write());
         if doomed.is_empty() {
             return Ok(());

@@ -23,6 +23,7 @@
 //! shared index costs missed deduplication, never data: writers then
 //! store the chunk again.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,10 @@ use crate::index::ContainerInfo;
 use crate::protection::Policy;
 use crate::store::{Io, Shared, Store};
 use crate::Result;
+
+/// Catch-up passes before one gives up for now (each voided only by
+/// another client's collection ending during it).
+const CATCH_UP_PASSES: usize = 3;
 
 /// An index of the chunks every client of a file system made durable.
 /// Locations are [`ChunkLocation`]s (28 bytes, [`ChunkLocation::encode`]),
@@ -177,6 +182,20 @@ impl Store {
     /// left to do.
     pub fn catch_up(&self) -> Result<usize> {
         let _one = self.shared.catching_up.lock();
+        // Another client's collection ending meanwhile voids a pass (see
+        // `index_foreign`); the next one lists what is left.
+        for _ in 0..CATCH_UP_PASSES - 1 {
+            if let Some(n) = self.catch_up_pass()? {
+                return Ok(n);
+            }
+        }
+        Ok(self.catch_up_pass()?.unwrap_or(0))
+    }
+
+    /// One listing and indexing; `None` when a collection ended during it
+    /// and nothing was indexed.
+    fn catch_up_pass(&self) -> Result<Option<usize>> {
+        let since = self.collections_ended();
         tracing::debug!("listing the branches for other clients' containers");
         let client = self.client();
         let known: std::collections::HashSet<ContainerId> = self
@@ -213,14 +232,16 @@ impl Store {
         }
         if !rows.is_empty() {
             let chunks = entries.len();
-            self.index_foreign(&rows, entries)?;
+            if !self.index_foreign(&rows, entries, since)? {
+                return Ok(None);
+            }
             tracing::debug!(
                 containers = rows.len(),
                 chunks,
                 "indexed other clients' containers"
             );
         }
-        Ok(rows.len())
+        Ok(Some(rows.len()))
     }
 
     /// Asks the shared index, if one is set, for those of `ids` this
@@ -245,6 +266,7 @@ impl Store {
         if missing.is_empty() {
             return Ok(());
         }
+        let since = self.collections_ended();
         let asked = if later_batch {
             index.locate_for_write(&missing)
         } else {
@@ -304,22 +326,38 @@ impl Store {
         if entries.is_empty() {
             return Ok(());
         }
-        self.index_foreign(&rows, entries)
+        self.index_foreign(&rows, entries, since).map(|_| ())
+    }
+
+    fn collections_ended(&self) -> u64 {
+        self.shared.peer_collections_ended.load(Ordering::SeqCst)
     }
 
     /// Indexes other clients' containers and chunks, but none in a
     /// container another client's collection is deleting (see
     /// `peers`): the read lock orders this against [`Store::doom`], so
     /// a doomed container's entries are never put back after it dropped
-    /// them from deduplication.
+    /// them from deduplication. Nothing at all when a collection ended
+    /// since `since` (read before the containers were): a container read
+    /// before it may be deleted now, and its doomed mark is gone with
+    /// the collection; the next catch-up finds what is left (false then).
     fn index_foreign(
         &self,
         rows: &[(ContainerId, ContainerInfo, Policy)],
         mut entries: Vec<(ChunkId, ChunkLocation)>,
-    ) -> Result<()> {
+        since: u64,
+    ) -> Result<bool> {
         let doomed = self.shared.doomed.read();
+        if self.collections_ended() != since {
+            tracing::debug!(
+                containers = rows.len(),
+                "another client's collection ended while these containers were read; not indexed now"
+            );
+            return Ok(false);
+        }
         if doomed.is_empty() {
-            return self.shared.index.add_foreign(rows, &entries);
+            self.shared.index.add_foreign(rows, &entries)?;
+            return Ok(true);
         }
         let rows: Vec<_> = rows
             .iter()
@@ -327,7 +365,8 @@ impl Store {
             .cloned()
             .collect();
         entries.retain(|(_, l)| !doomed.contains(&l.container));
-        self.shared.index.add_foreign(&rows, &entries)
+        self.shared.index.add_foreign(&rows, &entries)?;
+        Ok(true)
     }
 
     /// Tells the shared index, if one is set, that `containers` are about

@@ -151,6 +151,10 @@ pub(crate) struct Shared {
     /// `retained` was turned on for another client's collection, not
     /// this store's own.
     pub peer_recording: std::sync::atomic::AtomicBool,
+    /// Other clients' collections this store saw end (raised under the
+    /// write lock on `doomed`): containers read before one ended may be
+    /// gone, so they are not indexed (see [`crate::shared`]).
+    pub peer_collections_ended: std::sync::atomic::AtomicU64,
     /// Reads of containers and root blobs asked of the layer since the
     /// store opened (see [`Store::storage_reads`]).
     pub reads: std::sync::atomic::AtomicU64,
@@ -351,6 +355,7 @@ impl Store {
             retained: RwLock::new(None),
             doomed: RwLock::new(HashSet::new()),
             peer_recording: std::sync::atomic::AtomicBool::new(false),
+            peer_collections_ended: std::sync::atomic::AtomicU64::new(0),
             reads: std::sync::atomic::AtomicU64::new(0),
             qos: crate::qos::Scheduler::new(
                 settings.qos,
