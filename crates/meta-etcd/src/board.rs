@@ -19,9 +19,14 @@ use etcd_model::{Cmp, Compare, Op, Range, Target, Txn};
 use meta::{Collecting, CollectionBoard, Forget, Phase, Result};
 
 use crate::keys::{prefix_end, Keys};
+use crate::mark::Mark;
 use crate::rpc::GetOptions;
 use crate::store::EtcdMeta;
 use crate::EtcdError;
+
+/// Rounds of "read the mark, take it if free" before giving up (another
+/// process takes and drops it in between each time).
+const MARK_TRIES: usize = 5;
 
 fn phase_byte(p: Phase) -> u8 {
     match p {
@@ -74,7 +79,8 @@ impl EtcdMeta {
         Ok(resp
             .kvs()
             .first()
-            .is_some_and(|kv| kv.value == self.client.to_be_bytes()))
+            .and_then(|kv| Mark::decode(&kv.value))
+            .is_some_and(|m| m.registration == self.client))
     }
 
     /// Every client marked mounted, with whether the process named in its
@@ -83,9 +89,9 @@ impl EtcdMeta {
         self.clients_under(self.keys.mounteds())?
             .into_iter()
             .map(|(client, value)| {
-                let registered = match <[u8; 8]>::try_from(&value[..]) {
-                    Ok(id) => self.registered(u64::from_be_bytes(id))?,
-                    Err(_) => false,
+                let registered = match Mark::decode(&value) {
+                    Some(m) => self.registered(m.registration)?,
+                    None => false,
                 };
                 Ok(crate::MountedClient { client, registered })
             })
@@ -217,15 +223,59 @@ impl CollectionBoard for EtcdMeta {
         Ok(())
     }
 
+    /// Takes the mark only if no other live process holds it: absent,
+    /// this process's own, or its holder's registration gone or its
+    /// holder a process of this machine that died (a `kill -9` or a
+    /// crash, mounted again before its registration lapsed). Each case
+    /// is one transaction comparing what it saw.
     fn mounted(&self, me: u64) -> Result<()> {
-        let txn = Txn::new().and_then([Op::put(
-            self.keys.mounted(me),
-            self.client.to_be_bytes().to_vec(),
-            0,
-        )]);
-        self.ring.counter_rpc().txn(txn)?;
-        *self.mounted_as.lock() = Some(me);
-        Ok(())
+        let rpc = self.ring.counter_rpc();
+        let key = self.keys.mounted(me);
+        let put = Op::put(key.clone(), Mark::mine(self.client).encode(), 0);
+        for _ in 0..MARK_TRIES {
+            let seen = rpc
+                .get(key.clone(), GetOptions::new())?
+                .kvs()
+                .first()
+                .cloned();
+            let mut when = Vec::new();
+            match &seen {
+                None => when.push(Compare {
+                    key: key.clone(),
+                    cmp: Cmp::Equal,
+                    target: Target::CreateRevision(0),
+                }),
+                Some(kv) => {
+                    when.push(Compare {
+                        key: key.clone(),
+                        cmp: Cmp::Equal,
+                        target: Target::ModRevision(kv.mod_revision),
+                    });
+                    if let Some(m) = Mark::decode(&kv.value) {
+                        if m.registration != self.client && !m.holder_died_here() {
+                            if self.registered(m.registration)? {
+                                return Err(EtcdError::MountedElsewhere {
+                                    client: me,
+                                    holder: m.holder(),
+                                }
+                                .into());
+                            }
+                            when.push(Compare {
+                                key: self.keys.client(m.registration),
+                                cmp: Cmp::Equal,
+                                target: Target::CreateRevision(0),
+                            });
+                        }
+                    }
+                }
+            }
+            let txn = Txn::new().when(when).and_then([put.clone()]);
+            if rpc.txn(txn)?.succeeded {
+                *self.mounted_as.lock() = Some(me);
+                return Ok(());
+            }
+        }
+        Err(EtcdError::Contended(MARK_TRIES as u32).into())
     }
 
     fn may_write(&self) -> Result<()> {
@@ -250,9 +300,9 @@ impl CollectionBoard for EtcdMeta {
         }];
         // A mark without a registration id (put before marks carried
         // one) names no process to wait for.
-        if let Ok(id) = <[u8; 8]>::try_from(&kv.value[..]) {
+        if let Some(m) = Mark::decode(&kv.value) {
             when.push(Compare {
-                key: self.keys.client(u64::from_be_bytes(id)),
+                key: self.keys.client(m.registration),
                 cmp: Cmp::Equal,
                 target: Target::CreateRevision(0),
             });

@@ -110,6 +110,7 @@ mod cluster;
 mod coord;
 mod intent;
 mod keys;
+mod mark;
 mod mutate;
 mod ops;
 mod record;
@@ -213,6 +214,8 @@ pub enum EtcdError {
     NoSuchCluster(usize),
     #[error("{0}")]
     BadClusterSpec(&'static str),
+    #[error("client {client} is mounted by another process ({holder}) that is still registered in etcd: one process per client number at a time (if that process is gone, its registration lapses within its TTL, 60 s by default: mount again then)")]
+    MountedElsewhere { client: u64, holder: String },
     #[error("this client ({0}) was forgotten by another (`cairn cluster forget-client`) while its registration in etcd had lapsed: it writes nothing more; unmount it and mount it again")]
     Forgotten(u64),
     #[error("a damaged record of the collection across clients")]

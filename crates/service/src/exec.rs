@@ -293,7 +293,21 @@ pub fn open_fs_on_etcd(repo: &Repo, url: &str) -> Result<Arc<Fs>> {
     let meta = meta_etcd::EtcdMeta::open_url(url, uid, gid).inspect_err(|e| {
         tracing::error!(url, error = %e, "opening the metadata in etcd failed");
     })?;
+    claim_client(&meta, repo)?;
     Ok(Arc::new(repo.open_fs_on(Arc::new(meta), url)?))
+}
+
+/// Marks this repository's client number mounted before the file system
+/// writes anything: refused while another live process holds the number
+/// (a copy of this repository mounted elsewhere would hand out the same
+/// container ids; `CollectionBoard::mounted`).
+fn claim_client(meta: &meta_etcd::EtcdMeta, repo: &Repo) -> Result<()> {
+    use meta::CollectionBoard as _;
+    let me = u64::from(repo.store.client().get());
+    meta.mounted(me).inspect_err(|e| {
+        tracing::error!(client = me, error = %e, "this client number is taken");
+    })?;
+    Ok(())
 }
 
 /// Opens the repository's file system with its metadata over several etcd
@@ -304,6 +318,7 @@ pub fn open_fs_on_etcd_cluster(repo: &Repo, url: &str) -> Result<Arc<Fs>> {
     let meta = meta_etcd::EtcdMeta::open_cluster_url(url).inspect_err(|e| {
         tracing::error!(url, error = %e, "opening the metadata over etcd clusters failed");
     })?;
+    claim_client(&meta, repo)?;
     Ok(Arc::new(
         repo.open_fs_on(Arc::new(meta), &format!("cluster:{url}"))?,
     ))
