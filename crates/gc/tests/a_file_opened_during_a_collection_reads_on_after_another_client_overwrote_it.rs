@@ -10,10 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cas::RepoKey;
-use common::clients::{client, until_phase, write};
+use common::clients::{client, spawn_collector, until_phase, write};
 use common::random;
 use gc::peers::Participant;
-use gc::{GcOptions, Live};
 use meta::{InodeId, Phase};
 use meta_etcd::sim::{Open, SimCluster};
 
@@ -33,17 +32,7 @@ fn a_file_opened_during_a_collection_reads_on_after_another_client_overwrote_it(
     a.unlink(InodeId::ROOT, b"garbage").unwrap();
     a.sync_all().unwrap();
 
-    let collector = {
-        let a = a.clone();
-        std::thread::spawn(move || {
-            let options = GcOptions {
-                threshold: 1.0,
-                peer_wait: Duration::from_secs(60),
-                ..GcOptions::default()
-            };
-            gc::collect(a.store(), Live::Mounted(&a), options, &|_| {})
-        })
-    };
+    let collector = spawn_collector(&a);
     until_phase(&b, Phase::Marking);
     peer.step(&b).unwrap();
     // B opens x after its answer; A overwrites x before it marks (it

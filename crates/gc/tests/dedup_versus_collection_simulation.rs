@@ -23,11 +23,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cas::RepoKey;
-use common::clients::{client, read, until_phase, write};
+use common::clients::{client, read, spawn_collector, until_phase, write};
 use common::random;
 use fs::Fs;
 use gc::peers::Participant;
-use gc::{GcOptions, Live};
 use meta::{InodeId, Phase};
 use meta_etcd::sim::{Open, SimCluster};
 use rand::rngs::StdRng;
@@ -260,17 +259,7 @@ fn run(seed: u64) -> Result<(), String> {
             }
         }
         a.sync_all().unwrap();
-        let collector = {
-            let a = a.clone();
-            std::thread::spawn(move || {
-                let options = GcOptions {
-                    threshold: 1.0,
-                    peer_wait: Duration::from_secs(60),
-                    ..GcOptions::default()
-                };
-                gc::collect(a.store(), Live::Mounted(&a), options, &|_| {})
-            })
-        };
+        let collector = spawn_collector(&a);
         // It cannot end before client 1 answers.
         until_phase(&b, Phase::Marking);
         w.steps("announced");

@@ -76,6 +76,20 @@ pub fn read(fs: &Fs, name: &str) -> Vec<u8> {
     data
 }
 
+/// Client `a` collects across clients in a thread of its own (every
+/// container with garbage chosen; each client waited for up to a minute).
+pub fn spawn_collector(a: &Arc<Fs>) -> std::thread::JoinHandle<gc::Result<gc::GcReport>> {
+    let a = a.clone();
+    std::thread::spawn(move || {
+        let options = gc::GcOptions {
+            threshold: 1.0,
+            peer_wait: Duration::from_secs(60),
+            ..gc::GcOptions::default()
+        };
+        gc::collect(a.store(), gc::Live::Mounted(&a), options, &|_| {})
+    })
+}
+
 /// Waits until the board shows a collection in `phase`.
 pub fn until_phase(fs: &Fs, phase: Phase) {
     for _ in 0..3000 {
