@@ -13,18 +13,6 @@ use meta::{Content, FileKind, InodeId, NewInode};
 
 const MIB: usize = 1 << 20;
 
-fn data(len: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 #[test]
 fn a_random_readers_storage_reads_are_the_random_kind() {
     let dir = tempfile::tempdir().unwrap();
@@ -49,7 +37,7 @@ fn a_random_readers_storage_reads_are_the_random_kind() {
     };
     let ino = fs.create(InodeId::ROOT, b"image", new).unwrap().id;
     fs.open(ino).unwrap();
-    let bytes = data(16 * MIB);
+    let bytes = branch::testing::pattern(16 * MIB, 1);
     for (i, piece) in bytes.chunks(MIB).enumerate() {
         fs.write(ino, (i * MIB) as u64, piece).unwrap();
     }

@@ -53,7 +53,7 @@ fn new_fs(dir: &std::path::Path, name: &[u8], bytes: &[u8]) -> (Fs, InodeId) {
 
 #[test]
 fn streams_over_one_file_each_read_ahead() {
-    let bytes = common::pattern(16 * MIB, 5);
+    let bytes = branch::testing::pattern(16 * MIB, 5);
     let pieces = (bytes.len() / PIECE) as u64;
 
     // Each stream's first read hints the rest of its quarter; every later

@@ -9,7 +9,7 @@ mod common;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cas::RepoKey;
 use common::clients::{client_on, write};
@@ -17,6 +17,7 @@ use common::random;
 use fs::Fs;
 use meta::Forget;
 use meta_etcd::{EtcdMeta, EtcdOptions};
+use testkit::wait::until;
 
 fn options() -> EtcdOptions {
     EtcdOptions {
@@ -32,14 +33,6 @@ fn client(dir: &Path, key: &RepoKey, n: u16, etcd: &[String]) -> (Arc<Fs>, Arc<E
     let (fs, meta) = client_on(dir, key, n, etcd, options());
     fs.board().unwrap().mounted(u64::from(n)).unwrap();
     (fs, meta)
-}
-
-fn until(what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < Duration::from_secs(60), "never: {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 #[test]

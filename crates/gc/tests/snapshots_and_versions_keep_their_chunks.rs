@@ -13,24 +13,7 @@ use common::*;
 use fs::tree::{self, TreeContent};
 use fs::{Fs, FsSettings};
 use gc::{GcOptions, Live};
-use meta::{Content, FileKind, InodeId, NewInode, RedbMeta};
-
-fn write_file(fs: &Fs, name: &str, data: &[u8]) {
-    let new = NewInode {
-        kind: FileKind::File,
-        perm: 0o644,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        content: Content::Empty,
-        xattrs: Vec::new(),
-    };
-    let ino = fs.create(InodeId::ROOT, name.as_bytes(), new).unwrap().id;
-    fs.open(ino).unwrap();
-    fs.write(ino, 0, data).unwrap();
-    fs.fsync(ino).unwrap();
-    fs.release(ino).unwrap();
-}
+use meta::{InodeId, RedbMeta};
 
 /// The bytes of file `name` in the tree a root (a version or a snapshot)
 /// holds.
@@ -79,15 +62,15 @@ fn snapshots_and_versions_keep_their_chunks() {
         random(512 << 10, 13),
     );
     // Stays live, so retention never sees an empty namespace.
-    write_file(&fs, "stays", b"a small file that stays");
+    create_file(&fs, "stays", b"a small file that stays");
 
-    write_file(&fs, "snapped", &snapped);
+    create_file(&fs, "snapped", &snapped);
     fs.snapshot_create("s").unwrap();
     fs.unlink(InodeId::ROOT, b"snapped").unwrap();
-    write_file(&fs, "versioned", &versioned);
+    create_file(&fs, "versioned", &versioned);
     fs.write_version().unwrap();
     fs.unlink(InodeId::ROOT, b"versioned").unwrap();
-    write_file(&fs, "garbage", &garbage);
+    create_file(&fs, "garbage", &garbage);
     fs.unlink(InodeId::ROOT, b"garbage").unwrap();
     fs.sync_all().unwrap();
 

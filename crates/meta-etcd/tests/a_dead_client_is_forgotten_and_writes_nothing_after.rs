@@ -6,21 +6,12 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use meta::conformance::{new, t, ROOT};
 use meta::{CollectionBoard, FileKind, Forget, MetaStore};
 use meta_etcd::EtcdError;
-
-/// `f` until it says done, for at most a minute (a lease ends a little
-/// after its TTL, when etcd gets to it).
-fn until(what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < Duration::from_secs(60), "never: {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
+use testkit::wait::until;
 
 #[test]
 fn a_dead_client_is_forgotten_and_writes_nothing_after() {

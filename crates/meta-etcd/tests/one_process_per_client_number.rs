@@ -7,11 +7,10 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use meta::conformance::{new, t, ROOT};
 use meta::{CollectionBoard, FileKind, MetaStore};
 use meta_etcd::EtcdError;
+use testkit::wait::until;
 
 #[test]
 fn a_client_number_is_mounted_by_one_process_at_a_time() {
@@ -45,14 +44,9 @@ fn a_client_number_is_mounted_by_one_process_at_a_time() {
     // back, writes nothing more.
     let c = etcd.open(&fs);
     b.stop_renewing();
-    let start = Instant::now();
-    while c.mounted(1).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "B's registration never lapsed"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    until("B's registration lapsed and C took number 1", || {
+        c.mounted(1).is_ok()
+    });
     let e = b
         .create(ROOT, b"late", new(FileKind::File), t(1))
         .unwrap_err();

@@ -3,7 +3,8 @@
 //! members a test kills and restarts; [`proxy::Proxy`], a TCP proxy that
 //! holds, resets and heals a link (a partition without network
 //! namespaces); [`powercut::Disks`], ext4 disks whose power a test cuts
-//! (what was not flushed is lost).
+//! (what was not flushed is lost); [`wait::until`], polling with a
+//! deadline.
 //!
 //! **Owns:** the processes and sockets it starts; each is stopped when its
 //! handle is dropped.
@@ -16,3 +17,4 @@
 pub mod etcd;
 pub mod powercut;
 pub mod proxy;
+pub mod wait;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use branch::LocalDir;
 use cas::{CatchUp, ClientNo, RepoKey, Store};
 use fs::{Fs, FsSettings};
-use meta::{Content, FileKind, InodeId, NewInode, Phase};
+use meta::{InodeId, Phase};
 use meta_etcd::{EtcdMeta, EtcdOptions};
 
 /// Client `n` under `dir` (its index in `dir/client<n>`, the branch in
@@ -49,20 +49,7 @@ pub fn client_on(
 
 /// Creates `name` in the root holding `data`, recorded and durable.
 pub fn write(fs: &Fs, name: &str, data: &[u8]) {
-    let new = NewInode {
-        kind: FileKind::File,
-        perm: 0o600,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        content: Content::Empty,
-        xattrs: Vec::new(),
-    };
-    let ino = fs.create(InodeId::ROOT, name.as_bytes(), new).unwrap().id;
-    fs.open(ino).unwrap();
-    fs.write(ino, 0, data).unwrap();
-    fs.fsync(ino).unwrap();
-    fs.release(ino).unwrap();
+    super::create_file(fs, name, data);
     fs.sync_all().unwrap();
 }
 

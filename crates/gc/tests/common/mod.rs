@@ -47,6 +47,28 @@ pub fn store(dir: &Path) -> (Store, Arc<LocalDir>) {
     (store, branch)
 }
 
+/// Creates `name` in the root of `fs` holding `data`, written and
+/// fsynced, its handle closed.
+pub fn create_file(fs: &fs::Fs, name: &str, data: &[u8]) {
+    let new = meta::NewInode {
+        kind: meta::FileKind::File,
+        perm: 0o644,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        content: meta::Content::Empty,
+        xattrs: Vec::new(),
+    };
+    let ino = fs
+        .create(meta::InodeId::ROOT, name.as_bytes(), new)
+        .unwrap()
+        .id;
+    fs.open(ino).unwrap();
+    fs.write(ino, 0, data).unwrap();
+    fs.fsync(ino).unwrap();
+    fs.release(ino).unwrap();
+}
+
 /// Incompressible bytes, the same for the same seed.
 pub fn random(len: usize, seed: u64) -> Vec<u8> {
     let mut out = vec![0u8; len];
