@@ -29,6 +29,14 @@
 //! durable, and a durable commit makes every earlier one durable; so do
 //! id reservations, every 256 containers, which bounds what a crash can
 //! leave to find; and a store closed cleanly leaves nothing to find.
+//! - `other_copies`: (chunk id, container id) -> [`ChunkLocation`] of
+//!   each stored copy of an indexed chunk that its `chunks` entry does not
+//!   name: clients of one file system may each store a chunk (at once, or
+//!   before one knew of the other's container), and a rewrite may store
+//!   it again. When a collection forgets the container an entry names,
+//!   the entry moves to another copy; without this a chunk that lives on
+//!   elsewhere would become unknown for good, since a catch-up skips
+//!   containers the index knows.
 //! - `damaged_chunks`: (container id, chunk id) of each stored copy of a
 //!   chunk that failed verification. Such a copy is never deduplicated
 //!   against: a writer stores the chunk again and the index entry moves to
@@ -72,6 +80,8 @@ const CONTAINER_POLICY: TableDefinition<u64, &str> = TableDefinition::new("conta
 const ROOTS: TableDefinition<&str, [u8; 32]> = TableDefinition::new("roots");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const DAMAGED_CHUNKS: TableDefinition<(u64, [u8; 32]), ()> = TableDefinition::new("damaged_chunks");
+const OTHER_COPIES: TableDefinition<([u8; 32], u64), [u8; 28]> =
+    TableDefinition::new("other_copies");
 const DAMAGED_CONTAINERS: TableDefinition<u64, &str> = TableDefinition::new("damaged_containers");
 const CONTAINER_HWM: &str = "container_hwm";
 const INDEXED_MARK: &str = "indexed_below";
@@ -279,6 +289,7 @@ impl Index {
             drop(meta);
             tx.open_table(DAMAGED_CHUNKS)?;
             tx.open_table(DAMAGED_CONTAINERS)?;
+            tx.open_table(OTHER_COPIES)?;
         }
         tx.commit()?;
         let tx = roots.begin_write()?;
@@ -374,6 +385,7 @@ impl Index {
         let damaged = self.damaged.read();
         {
             let mut chunks = tx.open_table(CHUNKS)?;
+            let mut copies = tx.open_table(OTHER_COPIES)?;
             let mut containers = tx.open_table(CONTAINERS)?;
             let mut policies = tx.open_table(CONTAINER_POLICY)?;
             for s in sealed {
@@ -386,17 +398,25 @@ impl Index {
                 for (id, loc) in &s.entries {
                     let existing = chunks
                         .get(id.as_bytes())?
-                        .map(|v| ChunkLocation::decode(&v.value()).container);
-                    let take = match existing {
-                        None => true,
-                        Some(_) if s.relocated => true,
-                        // A good copy replaces a damaged one.
-                        Some(c) if damaged.contains(&(c, *id)) || doomed.contains(&c) => true,
-                        Some(c) => needs_restore(&policy_in(&policies, c)?, &s.protection.policy),
-                    };
-                    if take {
+                        .map(|v| ChunkLocation::decode(&v.value()));
+                    let Some(old) = existing else {
                         chunks.insert(id.as_bytes(), loc.encode())?;
                         added.push(ShortFp::of(id));
+                        continue;
+                    };
+                    let c = old.container;
+                    // A copy being collected, or known bad, is no copy.
+                    let old_is_gone =
+                        s.relocated || damaged.contains(&(c, *id)) || doomed.contains(&c);
+                    if old_is_gone || needs_restore(&policy_in(&policies, c)?, &s.protection.policy)
+                    {
+                        chunks.insert(id.as_bytes(), loc.encode())?;
+                        added.push(ShortFp::of(id));
+                        if !old_is_gone {
+                            copies.insert((*id.as_bytes(), c.0), old.encode())?;
+                        }
+                    } else if c != s.id {
+                        copies.insert((*id.as_bytes(), s.id.0), loc.encode())?;
                     }
                 }
                 let info = ContainerInfo {
@@ -465,10 +485,20 @@ impl Index {
                 }
             }
             let mut chunks = tx.open_table(CHUNKS)?;
+            let mut copies = tx.open_table(OTHER_COPIES)?;
             for (id, loc) in entries {
-                if chunks.get(id.as_bytes())?.is_none() {
-                    chunks.insert(id.as_bytes(), loc.encode())?;
-                    added.push(ShortFp::of(id));
+                let named = chunks
+                    .get(id.as_bytes())?
+                    .map(|v| ChunkLocation::decode(&v.value()).container);
+                match named {
+                    None => {
+                        chunks.insert(id.as_bytes(), loc.encode())?;
+                        added.push(ShortFp::of(id));
+                    }
+                    Some(c) if c != loc.container => {
+                        copies.insert((*id.as_bytes(), loc.container.0), loc.encode())?;
+                    }
+                    Some(_) => {}
                 }
             }
         }
@@ -497,6 +527,7 @@ impl Index {
     ) -> Result<()> {
         let tx = self.db.read().begin_write()?;
         tx.delete_table(CHUNKS)?;
+        tx.delete_table(OTHER_COPIES)?;
         tx.delete_table(CONTAINERS)?;
         tx.delete_table(CONTAINER_POLICY)?;
         {
@@ -509,20 +540,28 @@ impl Index {
                 }
             }
             let mut chunks = tx.open_table(CHUNKS)?;
+            let mut copies = tx.open_table(OTHER_COPIES)?;
             for (id, loc) in entries {
                 let existing = chunks
                     .get(id.as_bytes())?
-                    .map(|v| ChunkLocation::decode(&v.value()).container);
-                let take = match existing {
-                    None => true,
-                    Some(c) => needs_restore(
-                        &policy_in(&policies, c)?,
-                        &policy_in(&policies, loc.container)?,
-                    ),
-                };
-                if take {
+                    .map(|v| ChunkLocation::decode(&v.value()));
+                let Some(old) = existing else {
                     chunks.insert(id.as_bytes(), loc.encode())?;
+                    continue;
+                };
+                if old.container == loc.container {
+                    continue;
                 }
+                let (kept, other) = if needs_restore(
+                    &policy_in(&policies, old.container)?,
+                    &policy_in(&policies, loc.container)?,
+                ) {
+                    (loc, old)
+                } else {
+                    (old, loc)
+                };
+                chunks.insert(id.as_bytes(), kept.encode())?;
+                copies.insert((*id.as_bytes(), other.container.0), other.encode())?;
             }
             // A copy indexed again verified just now; a row of a container
             // left out has nothing more to say.
@@ -673,19 +712,42 @@ impl Index {
     /// one of them and their accounting rows, durably, in one transaction.
     /// One ordered pass over the chunk table rewrites each of its pages at
     /// most once, where removing ids one by one would touch pages at random.
+    /// An entry whose chunk has another copy (`other_copies`) moves to it.
     /// Returns how many entries went.
     pub fn forget_containers(&self, containers: &HashSet<ContainerId>) -> Result<u64> {
         let mut tx = self.db.read().begin_write()?;
         tx.set_durability(Durability::Immediate)
             .expect("no persistent savepoints are used");
-        let mut removed = 0;
+        let mut unplaced = Vec::new();
+        let mut moved = Vec::new();
         {
             let mut chunks = tx.open_table(CHUNKS)?;
-            chunks.retain(|_, v| {
+            chunks.retain(|id, v| {
                 let gone = containers.contains(&ChunkLocation::decode(&v).container);
-                removed += u64::from(gone);
+                if gone {
+                    unplaced.push(id);
+                }
                 !gone
             })?;
+            let mut copies = tx.open_table(OTHER_COPIES)?;
+            copies.retain(|(_, c), _| !containers.contains(&ContainerId(c)))?;
+            // An entry whose chunk is stored elsewhere too moves there.
+            let damaged = self.damaged.read();
+            for id in &unplaced {
+                for row in copies.range((*id, 0)..=(*id, u64::MAX))? {
+                    let (k, v) = row?;
+                    let c = ContainerId(k.value().1);
+                    if !damaged.contains(&(c, ChunkId::from_bytes(*id))) {
+                        moved.push((*id, c, v.value()));
+                        break;
+                    }
+                }
+            }
+            drop(damaged);
+            for (id, c, loc) in &moved {
+                chunks.insert(id, loc)?;
+                copies.remove((*id, c.0))?;
+            }
             let mut table = tx.open_table(CONTAINERS)?;
             let mut policies = tx.open_table(CONTAINER_POLICY)?;
             let mut damaged = tx.open_table(DAMAGED_CONTAINERS)?;
@@ -698,6 +760,7 @@ impl Index {
                 .retain(|(c, _), _| !containers.contains(&ContainerId(c)))?;
         }
         tx.commit()?;
+        let removed = (unplaced.len() - moved.len()) as u64;
         self.compact.write().forget(removed);
         self.damaged
             .write()

@@ -1,6 +1,11 @@
 //! A partition's entries in redb: fingerprint -> (container, location),
-//! and container -> its fingerprints for `forget`. Every write commits
-//! with redb's default durability (fsync) before it returns.
+//! the other containers holding a copy of an entry's chunk, and container
+//! -> its fingerprints for `forget`. Clients may each store a chunk (at
+//! once, or before one knew of the other's container): when the
+//! container an entry names is forgotten, the entry moves to another
+//! copy, or a chunk that lives on elsewhere would be unknown here for
+//! good. Every write commits with redb's default durability (fsync)
+//! before it returns.
 
 use std::path::Path;
 
@@ -14,7 +19,10 @@ use crate::{Fingerprint, Location};
 
 /// Fingerprint -> container (8 bytes, big-endian) then location.
 const ENTRIES: TableDefinition<&[u8; 32], &[u8]> = TableDefinition::new("entries");
-/// Container -> its fingerprints, for `forget`.
+/// (fingerprint, container) -> location of each copy an entry does not
+/// name.
+const COPIES: TableDefinition<([u8; 32], u64), &[u8]> = TableDefinition::new("copies");
+/// Container -> its fingerprints (entries and copies), for `forget`.
 const BY_CONTAINER: MultimapTableDefinition<u64, &[u8; 32]> =
     MultimapTableDefinition::new("by_container");
 
@@ -43,6 +51,7 @@ impl Entries {
         let db = Database::create(file).map_err(|e| err(e.into()))?;
         let tx = db.begin_write().map_err(|e| err(e.into()))?;
         tx.open_table(ENTRIES).map_err(|e| err(e.into()))?;
+        tx.open_table(COPIES).map_err(|e| err(e.into()))?;
         tx.open_multimap_table(BY_CONTAINER)
             .map_err(|e| err(e.into()))?;
         tx.commit().map_err(|e| err(e.into()))?;
@@ -75,7 +84,8 @@ impl Entries {
     }
 
     /// Adds each entry not present yet; an entry already present keeps its
-    /// container (adding again is a no-op, so a retried add is safe).
+    /// container and `container`'s copy is recorded beside it (adding
+    /// again is a no-op, so a retried add is safe).
     pub(crate) fn add(
         &self,
         container: u64,
@@ -87,19 +97,27 @@ impl Entries {
             let mut by = tx
                 .open_multimap_table(BY_CONTAINER)
                 .map_err(|e| self.failed(e))?;
+            let mut copies = tx.open_table(COPIES).map_err(|e| self.failed(e))?;
             for (fp, loc) in entries {
-                if table
+                let named = table
                     .get(fp.as_bytes())
                     .map_err(|e| self.failed(e))?
-                    .is_some()
-                {
-                    continue;
+                    .map(|v| container_of(v.value()));
+                match named {
+                    None => {
+                        let mut v = container.to_be_bytes().to_vec();
+                        v.extend_from_slice(loc.as_bytes());
+                        table
+                            .insert(fp.as_bytes(), v.as_slice())
+                            .map_err(|e| self.failed(e))?;
+                    }
+                    Some(c) if c != container => {
+                        copies
+                            .insert((*fp.as_bytes(), container), loc.as_bytes())
+                            .map_err(|e| self.failed(e))?;
+                    }
+                    Some(_) => continue,
                 }
-                let mut v = container.to_be_bytes().to_vec();
-                v.extend_from_slice(loc.as_bytes());
-                table
-                    .insert(fp.as_bytes(), v.as_slice())
-                    .map_err(|e| self.failed(e))?;
                 by.insert(container, fp.as_bytes())
                     .map_err(|e| self.failed(e))?;
             }
@@ -107,8 +125,9 @@ impl Entries {
         tx.commit().map_err(|e| self.failed(e))
     }
 
-    /// Removes the containers' entries that lie in `range`; returns how
-    /// many.
+    /// Removes the containers' entries and copies that lie in `range`; an
+    /// entry with a copy elsewhere moves to it. Returns how many entries
+    /// went.
     pub(crate) fn forget(&self, range: &Range, containers: &[u64]) -> Result<u64, EntriesError> {
         let tx = self.db.begin_write().map_err(|e| self.failed(e))?;
         let mut removed = 0;
@@ -117,6 +136,7 @@ impl Entries {
             let mut by = tx
                 .open_multimap_table(BY_CONTAINER)
                 .map_err(|e| self.failed(e))?;
+            let mut copies = tx.open_table(COPIES).map_err(|e| self.failed(e))?;
             for &c in containers {
                 let fps: Vec<[u8; 32]> = by
                     .get(c)
@@ -128,21 +148,54 @@ impl Entries {
                     .into_iter()
                     .filter(|fp| range.holds(&Fingerprint::new(*fp)))
                 {
+                    copies.remove((fp, c)).map_err(|e| self.failed(e))?;
+                    by.remove(c, &fp).map_err(|e| self.failed(e))?;
                     let owned_by_c = table
                         .get(&fp)
                         .map_err(|e| self.failed(e))?
-                        .is_some_and(|v| v.value()[..8] == c.to_be_bytes());
-                    if owned_by_c {
-                        table.remove(&fp).map_err(|e| self.failed(e))?;
-                        removed += 1;
+                        .is_some_and(|v| container_of(v.value()) == c);
+                    if !owned_by_c {
+                        continue;
                     }
-                    by.remove(c, &fp).map_err(|e| self.failed(e))?;
+                    let next = copies
+                        .range((fp, 0)..=(fp, u64::MAX))
+                        .map_err(|e| self.failed(e))?
+                        .find(|row| {
+                            row.as_ref()
+                                .map_or(true, |(k, _)| !containers.contains(&k.value().1))
+                        })
+                        .transpose()
+                        .map_err(|e| self.failed(e))?
+                        .map(|(k, v)| (k.value().1, v.value().to_vec()));
+                    match next {
+                        Some((other, loc)) => {
+                            let mut v = other.to_be_bytes().to_vec();
+                            v.extend_from_slice(&loc);
+                            table
+                                .insert(&fp, v.as_slice())
+                                .map_err(|e| self.failed(e))?;
+                            copies.remove((fp, other)).map_err(|e| self.failed(e))?;
+                        }
+                        None => {
+                            table.remove(&fp).map_err(|e| self.failed(e))?;
+                            removed += 1;
+                        }
+                    }
                 }
             }
         }
         tx.commit().map_err(|e| self.failed(e))?;
         Ok(removed)
     }
+}
+
+/// The container an `entries` value names.
+fn container_of(value: &[u8]) -> u64 {
+    u64::from_be_bytes(
+        value[..8]
+            .try_into()
+            .expect("values start with a container"),
+    )
 }
 
 #[cfg(test)]
@@ -187,8 +240,8 @@ mod tests {
                 None
             ]
         );
-        // Container 2's copy of fp 1 was never indexed: forgetting 2 keeps
-        // container 1's entry.
+        // Container 2's copy of fp 1 is not the entry: forgetting 2 keeps
+        // container 1's.
         assert_eq!(e.forget(&whole(), &[2]).unwrap(), 1);
         assert_eq!(
             e.lookup(&asked).unwrap(),
@@ -196,6 +249,28 @@ mod tests {
         );
         assert_eq!(e.forget(&whole(), &[1, 7]).unwrap(), 2);
         assert_eq!(e.lookup(&asked).unwrap(), [None, None, None, None]);
+    }
+
+    #[test]
+    fn an_entry_moves_to_another_copy_when_its_container_is_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Entries::open(&dir.path().join("i.redb")).unwrap();
+        e.add(1, &[(fp(1, 1), loc("one"))]).unwrap();
+        e.add(2, &[(fp(1, 1), loc("two"))]).unwrap();
+        e.add(3, &[(fp(1, 1), loc("three"))]).unwrap();
+        assert_eq!(e.lookup(&[fp(1, 1)]).unwrap(), [Some(loc("one"))]);
+        // Forgetting 1 and 2 at once: the entry skips 2's copy.
+        assert_eq!(e.forget(&whole(), &[1, 2]).unwrap(), 0);
+        assert_eq!(e.lookup(&[fp(1, 1)]).unwrap(), [Some(loc("three"))]);
+        // And 3's entry goes with 3, the last copy.
+        assert_eq!(e.forget(&whole(), &[3]).unwrap(), 1);
+        assert_eq!(e.lookup(&[fp(1, 1)]).unwrap(), [None]);
+        // A copy forgotten first is no fallback later.
+        e.add(4, &[(fp(2, 2), loc("four"))]).unwrap();
+        e.add(5, &[(fp(2, 2), loc("five"))]).unwrap();
+        assert_eq!(e.forget(&whole(), &[5]).unwrap(), 0);
+        assert_eq!(e.forget(&whole(), &[4]).unwrap(), 1);
+        assert_eq!(e.lookup(&[fp(2, 2)]).unwrap(), [None]);
     }
 
     #[test]
