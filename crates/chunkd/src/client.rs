@@ -7,13 +7,14 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
 use reqwest::StatusCode;
 
 use crate::ranges::{Range, RangeStore, RangeTable, RangesError};
-use crate::wire::{self, Target};
+use crate::wire::{self, IndexOp, Target};
 use crate::{Fingerprint, Location};
 
 /// Rounds of "refused for a stale epoch, read the table, send again".
@@ -92,14 +93,25 @@ pub struct Lookup {
     pub unavailable: Vec<(String, OwnerFailure)>,
 }
 
-/// The partitioned index, from one client's side. Its calls block; they
-/// run on a small runtime of the client's own, waited on through a
-/// channel, so they work from any thread.
+/// How an [`IndexClient`] reaches the owners and the range table: over
+/// HTTP and etcd ([`IndexClient::connect`]), or in-process
+/// ([`IndexClient::with_transport`], for a simulation).
+pub trait IndexTransport: Send + Sync {
+    /// Sends each part (an owner's URL and a request body of `op`) at
+    /// once; one answer per part, in order: the body of a success, or
+    /// why not (a stale epoch is [`OwnerFailure::Stale`]).
+    fn send(&self, op: IndexOp, parts: Vec<(String, Vec<u8>)>)
+        -> Vec<Result<Vec<u8>, OwnerFailure>>;
+
+    /// The range table as it is kept now; it must be set.
+    fn read_table(&self) -> Result<RangeTable, RangesError>;
+}
+
+/// The partitioned index, from one client's side. Its calls block (over
+/// HTTP they run on a small runtime of the client's own, waited on through
+/// a channel, so they work from any thread).
 pub struct IndexClient {
-    runtime: tokio::runtime::Runtime,
-    http: reqwest::Client,
-    store: RangeStore,
-    token: String,
+    transport: Arc<dyn IndexTransport>,
     table: RwLock<RangeTable>,
     stale: AtomicU64,
 }
@@ -109,6 +121,42 @@ type Parts = Vec<(Range, Vec<usize>)>;
 
 /// A part of a batch and its owner's answer.
 type Answered = (Range, Vec<usize>, Result<Vec<u8>, OwnerFailure>);
+
+/// The owners over HTTP, the table in etcd.
+struct HttpTransport {
+    runtime: tokio::runtime::Runtime,
+    http: reqwest::Client,
+    store: RangeStore,
+    token: String,
+}
+
+impl IndexTransport for HttpTransport {
+    fn send(
+        &self,
+        op: IndexOp,
+        parts: Vec<(String, Vec<u8>)>,
+    ) -> Vec<Result<Vec<u8>, OwnerFailure>> {
+        let requests: Vec<_> = parts
+            .into_iter()
+            .map(|(owner, body)| {
+                post(
+                    self.http.clone(),
+                    self.token.clone(),
+                    owner,
+                    op.path(),
+                    body,
+                )
+            })
+            .collect();
+        wait(&self.runtime, futures_util::future::join_all(requests))
+    }
+
+    fn read_table(&self) -> Result<RangeTable, RangesError> {
+        let store = self.store.clone();
+        let (table, _) = wait(&self.runtime, async move { store.require().await })?;
+        Ok(table)
+    }
+}
 
 impl IndexClient {
     /// Connects to etcd and reads the range table, which must be set.
@@ -130,16 +178,23 @@ impl IndexClient {
             .build()
             .map_err(|e| ClientError::Start(e.to_string()))?;
         let (etcd, fsid) = (config.etcd.clone(), config.fsid.clone());
-        let (store, table) = wait(&runtime, async move {
-            let store = RangeStore::connect(&etcd, &fsid, Duration::from_secs(5)).await?;
-            let (table, _) = store.require().await?;
-            Ok::<_, RangesError>((store, table))
+        let store = wait(&runtime, async move {
+            RangeStore::connect(&etcd, &fsid, Duration::from_secs(5)).await
         })?;
-        Ok(IndexClient {
+        Self::with_transport(Arc::new(HttpTransport {
             runtime,
             http,
             store,
             token,
+        }))
+    }
+
+    /// The index reached through `transport`; reads the range table, which
+    /// must be set.
+    pub fn with_transport(transport: Arc<dyn IndexTransport>) -> Result<Self, ClientError> {
+        let table = transport.read_table()?;
+        Ok(IndexClient {
+            transport,
             table: RwLock::new(table),
             stale: AtomicU64::new(0),
         })
@@ -158,9 +213,7 @@ impl IndexClient {
 
     /// Reads the range table again.
     pub fn refresh(&self) -> Result<(), ClientError> {
-        let store = self.store.clone();
-        let (table, _) = wait(&self.runtime, async move { store.require().await })?;
-        *self.table.write() = table;
+        *self.table.write() = self.transport.read_table()?;
         Ok(())
     }
 
@@ -185,33 +238,12 @@ impl IndexClient {
             .collect()
     }
 
-    /// Sends every part at once; for each, the answer's body or why not.
-    fn send(
-        &self,
-        path: &'static str,
-        parts: Vec<(Range, Vec<u8>)>,
-    ) -> Vec<Result<Vec<u8>, OwnerFailure>> {
-        let requests: Vec<_> = parts
-            .into_iter()
-            .map(|(range, body)| {
-                post(
-                    self.http.clone(),
-                    self.token.clone(),
-                    range.owner,
-                    path,
-                    body,
-                )
-            })
-            .collect();
-        wait(&self.runtime, futures_util::future::join_all(requests))
-    }
-
     /// Sends `parts` in rounds: what is refused for a stale epoch is split
     /// again after the table is read again. Returns each part's answer,
     /// by the positions it held.
     fn rounds(
         &self,
-        path: &'static str,
+        op: IndexOp,
         positions: Vec<usize>,
         fps: &[Fingerprint],
         encode: impl Fn(Target, &[usize]) -> Vec<u8>,
@@ -233,11 +265,13 @@ impl IndexClient {
                         start: r.start,
                         epoch: r.epoch,
                     };
-                    (r.clone(), encode(t, pos))
+                    (r.owner.clone(), encode(t, pos))
                 })
                 .collect();
             pending = Vec::new();
-            for ((range, pos), answer) in parts.into_iter().zip(self.send(path, bodies)) {
+            let answers = self.transport.send(op, bodies);
+            assert_eq!(answers.len(), parts.len(), "one answer per part");
+            for ((range, pos), answer) in parts.into_iter().zip(answers) {
                 match answer {
                     Err(OwnerFailure::Stale(why)) if round + 1 < ROUNDS => {
                         self.stale.fetch_add(1, Ordering::Relaxed);
@@ -261,7 +295,7 @@ impl IndexClient {
             let part: Vec<Fingerprint> = pos.iter().map(|&i| fps[i]).collect();
             wire::encode_lookup(t, &part)
         };
-        for (range, pos, answer) in self.rounds(wire::LOOKUP, (0..fps.len()).collect(), fps, encode)
+        for (range, pos, answer) in self.rounds(IndexOp::Lookup, (0..fps.len()).collect(), fps, encode)
         {
             let found = answer.and_then(|body| {
                 wire::decode_found(&body, pos.len())
@@ -304,7 +338,7 @@ impl IndexClient {
             wire::encode_add(t, container, &part)
         };
         let mut first_error = None;
-        for (range, _, answer) in self.rounds(wire::ADD, (0..fps.len()).collect(), &fps, encode) {
+        for (range, _, answer) in self.rounds(IndexOp::Add, (0..fps.len()).collect(), &fps, encode) {
             if let Err(failure) = answer {
                 tracing::debug!(owner = %range.owner, error = %failure, "chunkd index: add part failed");
                 first_error.get_or_insert(ClientError::Owner {
@@ -335,7 +369,7 @@ impl IndexClient {
                 .collect();
             let encode = |t, _: &[usize]| wire::encode_forget(t, batch);
             for (range, _, answer) in
-                self.rounds(wire::FORGET, (0..starts.len()).collect(), &starts, encode)
+                self.rounds(IndexOp::Forget, (0..starts.len()).collect(), &starts, encode)
             {
                 let n = answer.and_then(|b| {
                     <[u8; 8]>::try_from(b.as_slice())

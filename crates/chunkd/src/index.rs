@@ -23,11 +23,12 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use parking_lot::RwLock;
 
+use crate::client::OwnerFailure;
 use crate::entries::{Entries, EntriesError};
 use crate::ranges::{normalize, Range, RangeStore, RangeTable, RangesError};
 use crate::server::Shared;
-use crate::wire::{self, Target, WireError};
-use crate::Fingerprint;
+use crate::wire::{self, IndexOp, Target, WireError};
+use crate::{Fingerprint, Location};
 
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
@@ -49,31 +50,100 @@ pub struct PartitionConfig {
     pub refresh: Duration,
 }
 
-pub(crate) struct Partition {
+/// An owner's request handling without HTTP or etcd: its entries, its
+/// name in the range table and its view of the table. The server wraps it
+/// (the view read from etcd at start, every `refresh`, and when a request
+/// names a newer epoch); a simulation drives it directly, deciding when
+/// the view is read again.
+pub struct PartitionCore {
     entries: Entries,
     me: String,
-    store: RangeStore,
     view: RwLock<Option<RangeTable>>,
 }
 
+/// An index request, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IndexRequest {
+    Lookup(Target, Vec<Fingerprint>),
+    Add(Target, u64, Vec<(Fingerprint, Location)>),
+    Forget(Target, Vec<u64>),
+}
+
+impl IndexRequest {
+    pub fn decode(op: IndexOp, body: &[u8]) -> Result<Self, Refusal> {
+        Ok(match op {
+            IndexOp::Lookup => {
+                let (t, fps) = wire::decode_lookup(body)?;
+                IndexRequest::Lookup(t, fps)
+            }
+            IndexOp::Add => {
+                let (t, container, entries) = wire::decode_add(body)?;
+                IndexRequest::Add(t, container, entries)
+            }
+            IndexOp::Forget => {
+                let (t, containers) = wire::decode_forget(body)?;
+                IndexRequest::Forget(t, containers)
+            }
+        })
+    }
+
+    pub fn target(&self) -> Target {
+        match self {
+            IndexRequest::Lookup(t, _) | IndexRequest::Add(t, _, _) | IndexRequest::Forget(t, _) => {
+                *t
+            }
+        }
+    }
+}
+
 /// Why a request is not answered.
-pub(crate) enum Refusal {
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// Not the owner of that range at that epoch (421).
+    #[error("{0}")]
     NotHere(String),
+    /// A malformed request (400).
+    #[error("{0}")]
     Bad(String),
+    /// The owner failed (500).
+    #[error("{0}")]
     Failed(String),
+}
+
+impl Refusal {
+    /// The HTTP status the server answers it with.
+    pub fn status(&self) -> u16 {
+        self.http_status().as_u16()
+    }
+
+    fn http_status(&self) -> StatusCode {
+        match self {
+            Refusal::NotHere(_) => StatusCode::MISDIRECTED_REQUEST,
+            Refusal::Bad(_) => StatusCode::BAD_REQUEST,
+            Refusal::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+/// What a client makes of a refusal, as it would of the server's answer.
+impl From<Refusal> for OwnerFailure {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::NotHere(m) => OwnerFailure::Stale(m),
+            r => OwnerFailure::Refused {
+                status: r.status(),
+                message: r.to_string(),
+            },
+        }
+    }
 }
 
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
-        match self {
-            Refusal::NotHere(m) => (StatusCode::MISDIRECTED_REQUEST, m),
-            Refusal::Bad(m) => (StatusCode::BAD_REQUEST, m),
-            Refusal::Failed(m) => {
-                tracing::error!(error = %m, "chunkd: index request failed");
-                (StatusCode::INTERNAL_SERVER_ERROR, m)
-            }
+        if let Refusal::Failed(m) = &self {
+            tracing::error!(error = %m, "chunkd: index request failed");
         }
-        .into_response()
+        (self.http_status(), self.to_string()).into_response()
     }
 }
 
@@ -83,77 +153,97 @@ impl From<WireError> for Refusal {
     }
 }
 
-impl Partition {
-    /// Opens the database and reads the range table once (a table not yet
-    /// set, or etcd not answering, leaves every range refused until a
-    /// later read succeeds). Starts the periodic re-read on `runtime`.
-    pub(crate) fn open(
-        dir: &Path,
-        config: &PartitionConfig,
-        runtime: &tokio::runtime::Runtime,
-    ) -> Result<Arc<Self>, crate::ChunkdError> {
-        let sub = dir.join(".chunkd");
-        std::fs::create_dir_all(&sub).map_err(|source| branch::BranchError::Io {
-            op: "create directory",
-            path: sub.clone(),
-            source,
-        })?;
-        let entries = Entries::open(&sub.join("index.redb")).map_err(IndexError::from)?;
-        let store = runtime
-            .block_on(RangeStore::connect(
-                &config.etcd,
-                &config.fsid,
-                Duration::from_secs(5),
-            ))
-            .map_err(IndexError::from)?;
-        let partition = Arc::new(Partition {
-            entries,
-            me: normalize(&config.advertise),
-            store,
+impl From<EntriesError> for Refusal {
+    fn from(e: EntriesError) -> Self {
+        Refusal::Failed(e.to_string())
+    }
+}
+
+impl PartitionCore {
+    /// Opens (creating) the entries at `file`, for the owner named `me`,
+    /// with no view of the table yet (every request is refused until
+    /// [`PartitionCore::set_view`]).
+    pub fn open(file: &Path, me: &str) -> Result<Self, IndexError> {
+        Ok(PartitionCore {
+            entries: Entries::open(file)?,
+            me: normalize(me),
             view: RwLock::new(None),
-        });
-        runtime.block_on(partition.refresh());
-        let weak = Arc::downgrade(&partition);
-        let every = config.refresh;
-        runtime.spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let Some(p) = weak.upgrade() else { return };
-                p.refresh().await;
-            }
-        });
-        Ok(partition)
+        })
     }
 
-    async fn refresh(&self) {
-        match self.store.read().await {
-            Ok(Some((table, _))) => *self.view.write() = Some(table),
-            Ok(None) => {
-                tracing::warn!("chunkd: no range table in etcd yet; index requests are refused")
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "chunkd: cannot read the range table; keeping the last one")
-            }
-        }
+    /// The owner's name, as the range table names it.
+    pub fn me(&self) -> &str {
+        &self.me
+    }
+
+    /// The range table as this owner last read it.
+    pub fn view(&self) -> Option<RangeTable> {
+        self.view.read().clone()
+    }
+
+    /// Takes `table` as read from where the table is kept.
+    pub fn set_view(&self, table: RangeTable) {
+        *self.view.write() = Some(table);
+    }
+
+    /// Whether `t` names a range this view lacks or an epoch newer than
+    /// it holds: the table is then read again before answering.
+    pub fn is_behind(&self, t: Target) -> bool {
+        self.current(t.start).is_none_or(|r| r.epoch < t.epoch)
     }
 
     fn current(&self, start: u64) -> Option<Range> {
         self.view.read().as_ref()?.starting_at(start).cloned()
     }
 
-    /// The range, if this chunkd owns it at the epoch the client believes
-    /// and every fingerprint lies in it.
-    async fn admit<'a>(
+    /// The whole of one request, synchronously: decoded, the table read
+    /// again through `read_table` if the request names a newer epoch,
+    /// then answered (the body of a success).
+    pub fn handle(
+        &self,
+        op: IndexOp,
+        body: &[u8],
+        read_table: impl FnOnce() -> Option<RangeTable>,
+    ) -> Result<Vec<u8>, Refusal> {
+        let request = IndexRequest::decode(op, body)?;
+        if self.is_behind(request.target()) {
+            if let Some(table) = read_table() {
+                self.set_view(table);
+            }
+        }
+        self.answer(request)
+    }
+
+    /// Answers `request` by the current view: admitted, then looked up,
+    /// added (committed durably; an empty body) or forgotten (the count
+    /// removed).
+    pub fn answer(&self, request: IndexRequest) -> Result<Vec<u8>, Refusal> {
+        match request {
+            IndexRequest::Lookup(t, fps) => {
+                self.admit(t, fps.iter())?;
+                Ok(wire::encode_found(&self.entries.lookup(&fps)?))
+            }
+            IndexRequest::Add(t, container, entries) => {
+                self.admit(t, entries.iter().map(|(fp, _)| fp))?;
+                self.entries.add(container, &entries)?;
+                Ok(Vec::new())
+            }
+            IndexRequest::Forget(t, containers) => {
+                let range = self.admit(t, std::iter::empty())?;
+                let n = self.entries.forget(&range, &containers)?;
+                Ok(n.to_be_bytes().to_vec())
+            }
+        }
+    }
+
+    /// The range, if this owner holds it in its view at the epoch the
+    /// client believes and every fingerprint lies in it.
+    fn admit<'a>(
         &self,
         t: Target,
         mut fps: impl Iterator<Item = &'a Fingerprint>,
     ) -> Result<Range, Refusal> {
-        let mut range = self.current(t.start);
-        if range.as_ref().is_none_or(|r| r.epoch < t.epoch) {
-            self.refresh().await;
-            range = self.current(t.start);
-        }
-        let Some(range) = range else {
+        let Some(range) = self.current(t.start) else {
             return Err(Refusal::NotHere(format!(
                 "no range starts at {:016x}",
                 t.start
@@ -181,66 +271,113 @@ impl Partition {
     }
 }
 
+/// The server's partition: the core, and the table in etcd.
+pub(crate) struct Partition {
+    core: Arc<PartitionCore>,
+    store: RangeStore,
+}
+
+impl Partition {
+    /// Opens the database and reads the range table once (a table not yet
+    /// set, or etcd not answering, leaves every range refused until a
+    /// later read succeeds). Starts the periodic re-read on `runtime`.
+    pub(crate) fn open(
+        dir: &Path,
+        config: &PartitionConfig,
+        runtime: &tokio::runtime::Runtime,
+    ) -> Result<Arc<Self>, crate::ChunkdError> {
+        let sub = dir.join(".chunkd");
+        std::fs::create_dir_all(&sub).map_err(|source| branch::BranchError::Io {
+            op: "create directory",
+            path: sub.clone(),
+            source,
+        })?;
+        let core = Arc::new(PartitionCore::open(
+            &sub.join("index.redb"),
+            &config.advertise,
+        )?);
+        let store = runtime
+            .block_on(RangeStore::connect(
+                &config.etcd,
+                &config.fsid,
+                Duration::from_secs(5),
+            ))
+            .map_err(IndexError::from)?;
+        let partition = Arc::new(Partition { core, store });
+        runtime.block_on(partition.refresh());
+        let weak = Arc::downgrade(&partition);
+        let every = config.refresh;
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(p) = weak.upgrade() else { return };
+                p.refresh().await;
+            }
+        });
+        Ok(partition)
+    }
+
+    async fn refresh(&self) {
+        match self.store.read().await {
+            Ok(Some((table, _))) => self.core.set_view(table),
+            Ok(None) => {
+                tracing::warn!("chunkd: no range table in etcd yet; index requests are refused")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "chunkd: cannot read the range table; keeping the last one")
+            }
+        }
+    }
+
+    /// [`PartitionCore::handle`] with the table read from etcd, and the
+    /// database's work off the async threads.
+    async fn handle(&self, op: IndexOp, body: &[u8]) -> Result<Vec<u8>, Refusal> {
+        let request = IndexRequest::decode(op, body)?;
+        if self.core.is_behind(request.target()) {
+            self.refresh().await;
+        }
+        let core = self.core.clone();
+        tokio::task::spawn_blocking(move || core.answer(request))
+            .await
+            .map_err(|e| Refusal::Failed(format!("task failed: {e}")))?
+    }
+}
+
 fn partition(s: &Shared) -> Result<Arc<Partition>, Refusal> {
     s.index.clone().ok_or_else(|| {
         Refusal::NotHere("this chunkd holds no index partition (start it with --etcd)".into())
     })
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, EntriesError> + Send + 'static,
-) -> Result<T, Refusal> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Refusal::Failed(format!("task failed: {e}")))?
-        .map_err(|e| Refusal::Failed(e.to_string()))
-}
-
 type Shd = State<Arc<Shared>>;
 
-pub(crate) async fn lookup(State(s): Shd, body: Bytes) -> Response {
+async fn answer(s: &Shared, op: IndexOp, body: &[u8]) -> Response {
     let run = async {
-        let p = partition(&s)?;
-        let (t, fps) = wire::decode_lookup(&body)?;
-        p.admit(t, fps.iter()).await?;
-        let found = blocking(move || p.entries.lookup(&fps)).await?;
-        Ok::<_, Refusal>(wire::encode_found(&found))
+        let p = partition(s)?;
+        p.handle(op, body).await
     };
-    match run.await {
-        Ok(b) => (StatusCode::OK, b).into_response(),
-        Err(r) => r.into_response(),
+    match (run.await, op) {
+        (Ok(_), IndexOp::Add) => StatusCode::NO_CONTENT.into_response(),
+        (Ok(b), _) => (StatusCode::OK, b).into_response(),
+        (Err(r), _) => r.into_response(),
     }
+}
+
+pub(crate) async fn lookup(State(s): Shd, body: Bytes) -> Response {
+    answer(&s, IndexOp::Lookup, &body).await
 }
 
 pub(crate) async fn add(State(s): Shd, body: Bytes) -> Response {
-    let run = async {
-        let p = partition(&s)?;
-        let (t, container, entries) = wire::decode_add(&body)?;
-        p.admit(t, entries.iter().map(|(fp, _)| fp)).await?;
-        blocking(move || p.entries.add(container, &entries)).await
-    };
-    match run.await {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(r) => r.into_response(),
-    }
+    answer(&s, IndexOp::Add, &body).await
 }
 
 pub(crate) async fn forget(State(s): Shd, body: Bytes) -> Response {
-    let run = async {
-        let p = partition(&s)?;
-        let (t, containers) = wire::decode_forget(&body)?;
-        let range = p.admit(t, std::iter::empty()).await?;
-        blocking(move || p.entries.forget(&range, &containers)).await
-    };
-    match run.await {
-        Ok(n) => (StatusCode::OK, n.to_be_bytes().to_vec()).into_response(),
-        Err(r) => r.into_response(),
-    }
+    answer(&s, IndexOp::Forget, &body).await
 }
 
 pub(crate) async fn view(State(s): Shd) -> Response {
     match partition(&s) {
-        Ok(p) => match p.view.read().clone() {
+        Ok(p) => match p.core.view() {
             Some(t) => Json(t).into_response(),
             None => (StatusCode::SERVICE_UNAVAILABLE, "no range table read yet").into_response(),
         },

@@ -11,6 +11,15 @@
 //! batch by owner and sends the parts at once. The branch's client is
 //! [`branch::ChunkdBranch`].
 //!
+//! **Seams:** an owner's request handling is [`PartitionCore`] (admit by
+//! owner, epoch and range, then the entries' operation), synchronous and
+//! free of HTTP and etcd: the server wraps it, reading its view of the
+//! table from etcd. The client reaches owners and the table through an
+//! [`IndexTransport`]: HTTP and etcd ([`IndexClient::connect`]), or one a
+//! simulation provides ([`IndexClient::with_transport`]; the range
+//! failover simulation, `crates/repo/tests/chunk_range_failover_simulation.rs`,
+//! joins the two in-process).
+//!
 //! **Never:** interprets a blob or a location (both are opaque bytes);
 //! decides when a chunk may be indexed (the caller adds only after its
 //! container is durable) or when a container may go (gc forgets first);
@@ -44,10 +53,13 @@ pub mod wire;
 
 pub use admin::{assign_range, init_ranges, owner_status, read_ranges, OwnerStatus};
 pub use auth::MIN_TOKEN;
-pub use client::{fetch_view, ClientConfig, ClientError, IndexClient, Lookup, OwnerFailure};
+pub use client::{
+    fetch_view, ClientConfig, ClientError, IndexClient, IndexTransport, Lookup, OwnerFailure,
+};
 pub use entries::EntriesError;
 pub use error::ChunkdError;
-pub use index::{IndexError, PartitionConfig};
+pub use index::{IndexError, IndexRequest, PartitionConfig, PartitionCore, Refusal};
+pub use wire::IndexOp;
 pub use server::{start, Config, Running};
 
 use std::fmt;

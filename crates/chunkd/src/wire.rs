@@ -21,6 +21,24 @@ pub const VIEW: &str = "/v1/index/ranges";
 /// Fingerprints (or containers) in one request at most.
 pub const MAX_BATCH: usize = 65_536;
 
+/// The three index requests, each a `POST` to its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IndexOp {
+    Lookup,
+    Add,
+    Forget,
+}
+
+impl IndexOp {
+    pub fn path(self) -> &'static str {
+        match self {
+            IndexOp::Lookup => LOOKUP,
+            IndexOp::Add => ADD,
+            IndexOp::Forget => FORGET,
+        }
+    }
+}
+
 /// The range a request is for, and the epoch the client believes it is at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Target {

@@ -227,4 +227,18 @@ impl SharedIndex for ChunkdIndex {
         }
         Ok(())
     }
+
+    /// Every owner the table names removes the containers' entries before
+    /// gc deletes them; an owner that does not answer keeps them all (the
+    /// collection then deletes nothing).
+    fn forget(&self, containers: &[ContainerId]) -> cas::Result<()> {
+        let ids: Vec<u64> = containers.iter().map(|c| c.0).collect();
+        self.client
+            .forget(&ids)
+            .map(|_| ())
+            .map_err(|e| cas::CasError::SharedIndexForget {
+                containers: containers.len(),
+                source: Box::new(e),
+            })
+    }
 }
