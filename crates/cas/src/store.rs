@@ -601,6 +601,21 @@ impl Store {
             .put_blob(&client_blob_key(client), note.as_bytes())
     }
 
+    /// What client `client` registered with ([`Store::register_client`]);
+    /// `None` when it is not registered.
+    pub fn client_note(&self, client: crate::id::ClientNo) -> Result<Option<Vec<u8>>> {
+        let key = client_blob_key(client);
+        let wanted = key.clone();
+        self.shared
+            .layer
+            .discover_new(key.as_str(), &|k| *k == wanted);
+        match self.shared.get_blob(&key) {
+            Ok(note) => Ok(Some(note)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Every client registered on the branches, and client 0 (the first
     /// client, which never registers), in number order.
     pub fn clients(&self) -> Result<Vec<crate::id::ClientNo>> {

@@ -37,13 +37,7 @@ fn joins_without_a_number_get_the_lowest_free_one() {
     let a = base.path().join("a");
     ok(&a, &["init"]);
     let toml = a.join("cairn.toml");
-    let text = fs::read_to_string(&toml).unwrap()
-        + &format!(
-            "\n[[branch]]\nname = \"shared\"\nkind = \"s3\"\nendpoint = \"{}\"\nbucket = \"{}\"\n\
-             access_key_id = \"{}\"\nsecret_access_key = \"{}\"\n\
-             \n[default_rule]\npolicy = \"single\"\nbranches = [\"shared\"]\n",
-            bucket.endpoint, bucket.bucket, bucket.access_key_id, bucket.secret_access_key
-        );
+    let text = fs::read_to_string(&toml).unwrap() + &common::s3::shared_bucket(&bucket);
     fs::write(&toml, text).unwrap();
     let repo = |name: &str| base.path().join(name);
 

@@ -14,9 +14,15 @@
 //! puts with `If-None-Match: *`, so of two joins claiming one number at
 //! once on a store that honours it, one's put fails: it leaves nothing
 //! behind, and a join that picks its own number takes the next one. A
-//! store that ignores the header (S3Proxy on files) lets both succeed
-//! within the moment between the check and the put: joins must not race
-//! there.
+//! store that ignores the header (S3Proxy on files) lets both puts
+//! succeed, the later replacing the earlier. So the registration carries
+//! a claim unique to its join, kept in the repository (`meta/client-claim`),
+//! and is read back: by the join after its put, and at every open of the
+//! repository after. A repository whose claim is not the one registered
+//! lost the race and is refused ([`RepoError::ClientClaimedElsewhere`])
+//! before it writes anything: two repositories with one number would each
+//! take the other's containers for their own (and collect them as
+//! orphans).
 //!
 //! Only S3 branches can be shared: a local directory is opened by each
 //! client as its own (opening it discards the partial blobs another
@@ -38,6 +44,10 @@ use crate::lock::RepoLock;
 
 /// Where a client repository keeps its client number.
 pub(crate) const CLIENT_FILE: &str = "meta/client";
+/// Where it keeps the claim its registration carries.
+const CLAIM_FILE: &str = "meta/client-claim";
+/// How a registration names its claim.
+const CLAIM_LINE: &str = "claim ";
 
 /// Most numbers a join that picks its own tries, each lost to another
 /// join claiming it at the same moment.
@@ -148,6 +158,7 @@ impl Repo {
             fs::create_dir_all(&dir).map_err(io("create directory", &dir))?;
         }
         fs::create_dir_all(root.join("meta")).map_err(io("create directory", root))?;
+        let claim = new_claim(root);
         {
             let _lock = RepoLock::acquire(root)?;
             if Self::exists(root) {
@@ -155,6 +166,7 @@ impl Repo {
             }
             write_new(&root.join(KEY), &format!("{}\n", key.to_hex()), 0o600)?;
             write_new(&root.join(CLIENT_FILE), &format!("{client}\n"), 0o644)?;
+            write_new(&root.join(CLAIM_FILE), &format!("{claim}\n"), 0o644)?;
             if let Some((path, token)) = &token {
                 write_new(&root.join(path), token, 0o600)?;
             }
@@ -162,9 +174,26 @@ impl Repo {
             write_new(&root.join(CONFIG), &text, 0o600)?;
             sync_dir(root)?;
         }
-        let registered = Repo::open(root).and_then(|repo| {
-            let note = format!("client {client} at {}\n", root.display());
-            Ok(repo.store.register_client(&note)?)
+        // Opening checks the registration's claim: another's there means
+        // the number is taken.
+        let opened = Repo::open(root).map_err(|e| match e {
+            RepoError::ClientClaimedElsewhere { client, .. } => {
+                RepoError::Store(CasError::ClientTaken(client))
+            }
+            e => e,
+        });
+        let registered = opened.and_then(|repo| {
+            let note = format!(
+                "client {client} at {}\n{CLAIM_LINE}{claim}\n",
+                root.display()
+            );
+            repo.store.register_client(&note)?;
+            // Another join's put may have replaced ours (a store that
+            // ignores If-None-Match): the number is then theirs.
+            match registered_claim(&repo.store, client)? {
+                Some(c) if c == claim => Ok(()),
+                _ => Err(RepoError::Store(CasError::ClientTaken(client))),
+            }
         });
         if let Err(e) = registered {
             // Config first: without it, `root` is no repository.
@@ -174,6 +203,55 @@ impl Repo {
             return Err(e);
         }
         Ok(())
+    }
+}
+
+/// A claim no other join makes: this repository's path, this process and
+/// this instant.
+fn new_claim(root: &Path) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{}@{}:{nanos}", root.display(), std::process::id())
+}
+
+/// The claim client `client`'s registration carries: `None` when it is
+/// not registered or registered before claims existed (no claim line).
+fn registered_claim(store: &cas::Store, client: ClientNo) -> Result<Option<String>, RepoError> {
+    let Some(note) = store.client_note(client)? else {
+        return Ok(None);
+    };
+    let text = String::from_utf8_lossy(&note);
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix(CLAIM_LINE))
+        .map(str::to_string))
+}
+
+/// Refuses a client repository whose number another repository's join
+/// registered over its own (see the module doc). A repository joined
+/// before claims existed, or not registered yet (its join is under way),
+/// passes.
+pub(crate) fn verify_claim(root: &Path, store: &cas::Store) -> Result<(), RepoError> {
+    let client = store.client();
+    if client == ClientNo::default() {
+        return Ok(());
+    }
+    let path = root.join(CLAIM_FILE);
+    let ours = match fs::read_to_string(&path) {
+        Ok(text) => text.trim().to_string(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io("read", &path)(e)),
+    };
+    match registered_claim(store, client)? {
+        Some(theirs) if theirs != ours => {
+            tracing::error!(%client, ours, theirs, "this repository's client number is registered to another repository");
+            Err(RepoError::ClientClaimedElsewhere {
+                client,
+                holder: theirs,
+            })
+        }
+        _ => Ok(()),
     }
 }
 

@@ -84,6 +84,18 @@ pub enum RepoError {
         other: PathBuf,
         problem: crate::join::JoinProblem,
     },
+    /// Two joins registered one client number at once on a store that
+    /// does not refuse to replace a blob, and the other's registration
+    /// stands: this repository must not write.
+    #[error(
+        "client number {client} is registered to another repository ({holder}), whose join \
+         replaced this one's registration: nothing was written; remove this repository and \
+         join again (`cairn init --join`)"
+    )]
+    ClientClaimedElsewhere {
+        client: cas::ClientNo,
+        holder: String,
+    },
     #[error(
         "the repository key {} is missing or damaged; without it no chunk can be read or \
          verified: restore the key file from your backup with `cairn key import FILE` (a file \
@@ -445,6 +457,7 @@ impl Repo {
         let default = rules.default_protection().clone();
         fs::create_dir_all(&meta).map_err(io("create directory", &meta))?;
         let store = Store::open_redundant(layer, default, &meta, key, config.store)?;
+        crate::join::verify_claim(root, &store)?;
         Ok(Repo {
             root: root.to_path_buf(),
             config,

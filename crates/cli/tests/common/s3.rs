@@ -13,3 +13,14 @@ pub fn mirror_over_bucket(bucket: &branch::S3Config) -> String {
         bucket.endpoint, bucket.bucket, bucket.access_key_id, bucket.secret_access_key
     )
 }
+
+/// cairn.toml sections: one branch `shared`, the bucket, holding
+/// everything (`single`): a file system clients can share.
+pub fn shared_bucket(bucket: &branch::S3Config) -> String {
+    format!(
+        "\n[[branch]]\nname = \"shared\"\nkind = \"s3\"\nendpoint = \"{}\"\nbucket = \"{}\"\n\
+         access_key_id = \"{}\"\nsecret_access_key = \"{}\"\n\
+         \n[default_rule]\npolicy = \"single\"\nbranches = [\"shared\"]\n",
+        bucket.endpoint, bucket.bucket, bucket.access_key_id, bucket.secret_access_key
+    )
+}
