@@ -419,3 +419,50 @@ fn fetch_s3proxy(cache: &Path, jar: &Path) {
     );
     fs::rename(&fetched, jar).unwrap();
 }
+
+/// A [`crate::Clock`] whose sleeps wait until the test opens the gate: a
+/// [`crate::FaultyBranch`] with [`crate::Fault::Slow`] or
+/// [`crate::Fault::SlowReads`] over it holds an operation at a point the
+/// test chooses, for as long as it chooses, with no timing involved.
+#[derive(Debug, Default)]
+pub struct GateClock {
+    /// (sleepers waiting, open)
+    state: Mutex<(usize, bool)>,
+    cv: parking_lot::Condvar,
+}
+
+impl GateClock {
+    pub fn new() -> Arc<GateClock> {
+        Arc::new(GateClock::default())
+    }
+
+    /// Waits until an operation is held at the gate.
+    pub fn until_waiting(&self) {
+        let mut s = self.state.lock();
+        while s.0 == 0 {
+            self.cv.wait(&mut s);
+        }
+    }
+
+    /// Lets every held operation, and every later one, through.
+    pub fn open(&self) {
+        self.state.lock().1 = true;
+        self.cv.notify_all();
+    }
+}
+
+impl crate::Clock for GateClock {
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    fn sleep(&self, _: Duration) {
+        let mut s = self.state.lock();
+        s.0 += 1;
+        self.cv.notify_all();
+        while !s.1 {
+            self.cv.wait(&mut s);
+        }
+        s.0 -= 1;
+    }
+}

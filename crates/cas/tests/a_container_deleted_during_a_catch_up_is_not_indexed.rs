@@ -13,52 +13,11 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use branch::{Branch, Clock, Fault, FaultyBranch, LocalDir};
+use branch::testing::GateClock;
+use branch::{Branch, Fault, FaultyBranch, LocalDir};
 use cas::{CatchUp, ClientNo, RepoKey, Store};
-use parking_lot::{Condvar, Mutex};
 
 use common::*;
-
-/// A clock whose sleeps wait until the test opens the gate.
-#[derive(Debug, Default)]
-struct Gate {
-    /// (sleepers waiting, open)
-    state: Mutex<(usize, bool)>,
-    cv: Condvar,
-}
-
-impl Gate {
-    fn until_waiting(&self) {
-        let mut s = self.state.lock();
-        while s.0 == 0 {
-            self.cv.wait(&mut s);
-        }
-    }
-
-    fn open(&self) {
-        self.state.lock().1 = true;
-        self.cv.notify_all();
-    }
-}
-
-#[derive(Debug)]
-struct GateClock(Arc<Gate>);
-
-impl Clock for GateClock {
-    fn now(&self) -> Duration {
-        Duration::ZERO
-    }
-
-    fn sleep(&self, _: Duration) {
-        let mut s = self.0.state.lock();
-        s.0 += 1;
-        self.0.cv.notify_all();
-        while !s.1 {
-            self.0.cv.wait(&mut s);
-        }
-        s.0 -= 1;
-    }
-}
 
 fn store(dir: &std::path::Path, key: &RepoKey, n: u16, branch: Arc<dyn Branch>) -> Store {
     let meta = dir.join(format!("client{n}"));
@@ -77,9 +36,9 @@ fn a_container_deleted_during_a_catch_up_is_not_indexed() {
     let (raw, _) = LocalDir::open("shared", dir.path().join("branch")).unwrap();
     let raw = Arc::new(raw);
     let a = store(dir.path(), &key, 0, raw.clone());
-    let gate = Arc::new(Gate::default());
+    let gate = GateClock::new();
     let (theirs, _) = LocalDir::open("shared", dir.path().join("branch")).unwrap();
-    let faulty = FaultyBranch::with_clock(Arc::new(theirs), Arc::new(GateClock(gate.clone())));
+    let faulty = FaultyBranch::with_clock(Arc::new(theirs), gate.clone());
     let control = faulty.control();
     let b = store(dir.path(), &key, 1, Arc::new(faulty));
 

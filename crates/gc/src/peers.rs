@@ -33,7 +33,9 @@
 //!    containers' entries and finds what it still reads at its copies.
 //!
 //! A client that mounts while a collection runs starts recording before it
-//! serves anything ([`participate`]), and is waited for from then on. A
+//! serves anything ([`participate`]), and is waited for from then on;
+//! mounting during the sweep, it also avoids the doomed containers at
+//! once (the collector may have passed its wait for answers already). A
 //! client that does not answer within [`crate::GcOptions::peer_wait`]
 //! (down, cut off, or crashed with its mounted mark left) ends the
 //! collection before anything is deleted: space leaks until it is back,
@@ -300,10 +302,27 @@ pub struct Participant {
     answered: Option<(u64, Option<Phase>)>,
 }
 
+/// The containers collection `c` named to delete (phase `Sweeping`).
+fn doomed(store: &Store, c: &meta::Collecting) -> Result<Vec<ContainerId>> {
+    let list = store.get_note(c.epoch, DOOMED_NOTE)?;
+    if !list.len().is_multiple_of(8) {
+        return Err(GcError::BadAnswer {
+            client: c.collector,
+        });
+    }
+    Ok(list
+        .chunks_exact(8)
+        .map(|b| ContainerId(u64::from_le_bytes(b.try_into().expect("8 bytes"))))
+        .collect())
+}
+
 impl Participant {
     /// Marks this client mounted and, if another client's collection runs
-    /// now, starts recording at once; `None` for a namespace that is this
-    /// client's own.
+    /// now, starts recording at once; if it sweeps, also stops
+    /// deduplicating against the containers it named (the collector may
+    /// have gathered every answer it waits for before this client was
+    /// marked, and then never asks what it deduplicated against). `None`
+    /// for a namespace that is this client's own.
     pub fn join(fs: &Fs) -> Result<Option<Participant>> {
         let Some(board) = fs.board() else {
             return Ok(None);
@@ -315,6 +334,9 @@ impl Participant {
             if c.collector != me {
                 let _history = fs.history_lock();
                 fs.store().record_for_peer();
+                if c.phase == Phase::Sweeping {
+                    fs.store().doom(&doomed(fs.store(), &c)?);
+                }
                 fs.pause_history(Some(c.collector));
                 peer.answered = Some((c.epoch, None));
             }
@@ -378,17 +400,7 @@ impl Participant {
                 self.answered = Some((c.epoch, Some(Phase::Marking)));
             }
             (Phase::Sweeping, None | Some(Phase::Marking)) => {
-                let list = store.get_note(c.epoch, DOOMED_NOTE)?;
-                if !list.len().is_multiple_of(8) {
-                    return Err(GcError::BadAnswer {
-                        client: c.collector,
-                    });
-                }
-                let doomed: Vec<ContainerId> = list
-                    .chunks_exact(8)
-                    .map(|b| ContainerId(u64::from_le_bytes(b.try_into().expect("8 bytes"))))
-                    .collect();
-                let hits = store.doom(&doomed);
+                let hits = store.doom(&doomed(store, &c)?);
                 let bytes: Vec<u8> = hits.iter().flat_map(|h| *h.as_bytes()).collect();
                 store.put_note(c.epoch, &hits_note(self.me), &bytes)?;
                 board.answer(self.me, c.epoch, Phase::Sweeping)?;

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use branch::LocalDir;
+use branch::{Branch, LocalDir};
 use cas::{CatchUp, ClientNo, RepoKey, Store};
 use fs::{Fs, FsSettings};
 use meta::{InodeId, Phase};
@@ -26,12 +26,24 @@ pub fn client_on(
     endpoints: &[String],
     options: EtcdOptions,
 ) -> (Arc<Fs>, Arc<EtcdMeta>) {
+    let (branch, _) = LocalDir::open("shared", dir.join("branch")).unwrap();
+    client_over(dir, key, n, endpoints, options, Arc::new(branch))
+}
+
+/// [`client_on`] over `branch` (`dir/branch`, perhaps behind faults).
+pub fn client_over(
+    dir: &Path,
+    key: &RepoKey,
+    n: u16,
+    endpoints: &[String],
+    options: EtcdOptions,
+    branch: Arc<dyn Branch>,
+) -> (Arc<Fs>, Arc<EtcdMeta>) {
     let meta_dir = dir.join(format!("client{n}"));
     std::fs::create_dir_all(&meta_dir).unwrap();
     let mut s = super::settings();
     s.client = ClientNo::new(n);
-    let (branch, _) = LocalDir::open("shared", dir.join("branch")).unwrap();
-    let store = Store::open(Arc::new(branch), &meta_dir, key.clone(), s).unwrap();
+    let store = Store::open(branch, &meta_dir, key.clone(), s).unwrap();
     store.set_shared_index(CatchUp::new(&store));
     let meta = Arc::new(EtcdMeta::open(endpoints, "fs", 0, 0, options).unwrap());
     let fs = Fs::new(
