@@ -8,7 +8,11 @@
 //! containers, doomed ones included, and some data has one file only), overwrite one, unlink one, read one back, open
 //! one and hold it to read at the end.
 //!
-//! After each run: every file reads back its content on both clients,
+//! Odd seeds also mount a third client in one of those windows (chosen
+//! by the seed), which then takes part like the others: a client that
+//! mounts during a collection, the sweep included.
+//!
+//! After each run: every file reads back its content on every client,
 //! every held handle reads what its file held when it was opened (or
 //! what its own client wrote over it since; after the other client
 //! unlinked its file it may fail instead, as on NFS, never read wrong
@@ -55,7 +59,7 @@ struct Held {
 }
 
 struct World {
-    clients: [Arc<Fs>; 2],
+    clients: Vec<Arc<Fs>>,
     contents: Vec<Vec<u8>>,
     /// Every file in the root: name -> content.
     files: BTreeMap<String, usize>,
@@ -81,7 +85,7 @@ impl World {
 
     /// One operation by a client chosen at random.
     fn step(&mut self, window: &str) {
-        let who = self.rng.gen_range(0..2);
+        let who = self.rng.gen_range(0..self.clients.len());
         match self.rng.gen_range(0..8) {
             0..=2 => self.write_new(window, who),
             3 => {
@@ -109,10 +113,17 @@ impl World {
                 // or drops it: the content only this handle still reads.
                 if let Some(name) = self.pick() {
                     self.hold(window, who, name.clone());
+                    // (Two clients draw nothing here, so seeds from before
+                    // the third client replay as they did.)
+                    let n = self.clients.len();
+                    let other = match n {
+                        2 => 1 - who,
+                        _ => (who + self.rng.gen_range(1..n)) % n,
+                    };
                     if self.rng.gen_bool(0.7) {
-                        self.overwrite(window, 1 - who, name);
+                        self.overwrite(window, other, name);
                     } else {
-                        self.unlink(window, 1 - who, name);
+                        self.unlink(window, other, name);
                     }
                 }
             }
@@ -214,17 +225,50 @@ impl World {
     }
 }
 
-/// Waits until the collection is in `phase`, or over (with nothing to
-/// delete it has no sweep).
-fn until_phase_or_end(fs: &Fs, phase: Phase) {
-    for _ in 0..3000 {
-        match fs.board().unwrap().collecting().unwrap() {
-            None => return,
-            Some(c) if c.phase == phase => return,
-            Some(_) => std::thread::sleep(Duration::from_millis(10)),
+/// Windows of a collection, in order (see the module doc).
+const WINDOWS: [&str; 5] = ["announced", "marked", "sweep named", "deleting", "after"];
+
+/// The clients taking part in client 0's collection: client 1, stepped
+/// by the run at fixed points, and a client mounted late, stepped at
+/// those points and whenever the run waits for the collector (which may
+/// be waiting for it).
+struct Peers {
+    b: (Participant, Arc<Fs>),
+    late: Option<(Participant, Arc<Fs>)>,
+}
+
+impl Peers {
+    fn step(&mut self) {
+        self.b.0.step(&self.b.1).unwrap();
+        self.step_late();
+    }
+
+    fn step_late(&mut self) {
+        if let Some((p, fs)) = &mut self.late {
+            p.step(fs).unwrap();
         }
     }
-    panic!("the collection never reached {phase:?}");
+
+    /// Until `done`, stepping the late client.
+    fn wait(&mut self, what: &str, done: impl Fn() -> bool) {
+        for _ in 0..3000 {
+            if done() {
+                return;
+            }
+            self.step_late();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("waited in vain for {what}");
+    }
+}
+
+/// Whether the collection is in `phase`, or over (with nothing to delete
+/// it has no sweep).
+fn in_phase_or_over(fs: &Fs, phase: Phase) -> bool {
+    match fs.board().unwrap().collecting().unwrap() {
+        None => true,
+        Some(c) => c.phase == phase,
+    }
 }
 
 fn run(seed: u64) -> Result<(), String> {
@@ -233,9 +277,17 @@ fn run(seed: u64) -> Result<(), String> {
     let key = RepoKey::generate();
     let a = client(dir.path(), &key, 0, &etcd.endpoint());
     let b = client(dir.path(), &key, 1, &etcd.endpoint());
-    let mut peer = Participant::join(&b).unwrap().expect("a shared namespace");
+    let mut peers = Peers {
+        b: (
+            Participant::join(&b).unwrap().expect("a shared namespace"),
+            b.clone(),
+        ),
+        late: None,
+    };
+    // Odd seeds: the window a third client mounts in.
+    let late = (seed % 2 == 1).then(|| StdRng::seed_from_u64(!seed).gen_range(0..WINDOWS.len()));
     let mut w = World {
-        clients: [a.clone(), b.clone()],
+        clients: vec![a.clone(), b.clone()],
         contents: (0..POOL).map(|c| random(LEN, 1000 + c as u64)).collect(),
         files: BTreeMap::new(),
         held: Vec::new(),
@@ -249,7 +301,7 @@ fn run(seed: u64) -> Result<(), String> {
         // Files stored before the collection, in containers it may
         // choose.
         for _ in 0..8 {
-            let who = w.rng.gen_range(0..2);
+            let who = w.rng.gen_range(0..w.clients.len());
             w.write_new("before", who);
         }
         for _ in 0..4 {
@@ -264,19 +316,30 @@ fn run(seed: u64) -> Result<(), String> {
         }
         a.sync_all().unwrap();
         let collector = spawn_collector(&a);
+        let window = |w: &mut World, peers: &mut Peers, i: usize| {
+            if late == Some(i) {
+                w.log.push(format!("{}: 2 mounts", WINDOWS[i]));
+                let c = client(dir.path(), &key, 2, &etcd.endpoint());
+                let p = Participant::join(&c).unwrap().expect("a shared namespace");
+                w.clients.push(c.clone());
+                peers.late = Some((p, c));
+            }
+            w.steps(WINDOWS[i]);
+        };
         // It cannot end before client 1 answers.
         until_phase(&b, Phase::Marking);
-        w.steps("announced");
-        peer.step(&b).unwrap();
-        w.steps("marked");
-        until_phase_or_end(&b, Phase::Sweeping);
-        w.steps("sweep named");
-        peer.step(&b).unwrap();
-        w.steps("deleting");
+        window(&mut w, &mut peers, 0);
+        peers.step();
+        window(&mut w, &mut peers, 1);
+        peers.wait("the sweep", || in_phase_or_over(&b, Phase::Sweeping));
+        window(&mut w, &mut peers, 2);
+        peers.step();
+        window(&mut w, &mut peers, 3);
+        peers.wait("the collector", || collector.is_finished());
         let report = collector.join().unwrap().unwrap();
         w.log.push(format!("collected: {report:?}"));
-        peer.step(&b).unwrap();
-        w.steps("after");
+        peers.step();
+        window(&mut w, &mut peers, 4);
 
         for h in &w.held {
             let fs = &w.clients[h.who];
