@@ -444,6 +444,11 @@ impl GateClock {
         }
     }
 
+    /// Whether an operation is held at the gate now.
+    pub fn is_waiting(&self) -> bool {
+        self.state.lock().0 > 0
+    }
+
     /// Lets every held operation, and every later one, through.
     pub fn open(&self) {
         self.state.lock().1 = true;

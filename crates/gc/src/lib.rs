@@ -197,6 +197,11 @@ pub enum GcProgress {
         done: u64,
         total: u64,
     },
+    /// Every answer is in (across clients) and the deletes begin: this
+    /// many containers chosen, besides orphans.
+    Deleting {
+        containers: u64,
+    },
 }
 
 /// What a collection did.
@@ -404,6 +409,9 @@ fn collect_inner(
         }
         announced_orphans = Some(orphans.into_iter().collect());
     }
+    progress(GcProgress::Deleting {
+        containers: collection.prepared_containers().len() as u64,
+    });
     let r = collection.commit()?;
     report.reclaimed_containers = r.containers;
     report.freed_bytes = r.freed_bytes;

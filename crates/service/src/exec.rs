@@ -181,6 +181,9 @@ pub fn exec(
                 &|p| match p {
                     gc::GcProgress::Marking { chunks } => progress.step("mark", chunks, 0),
                     gc::GcProgress::Sweeping { done, total } => progress.step("sweep", done, total),
+                    gc::GcProgress::Deleting { containers } => {
+                        progress.step("delete", 0, containers)
+                    }
                 },
             )?)
         }

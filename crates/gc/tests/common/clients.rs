@@ -78,6 +78,14 @@ pub fn read(fs: &Fs, name: &str) -> Vec<u8> {
 /// Client `a` collects across clients in a thread of its own (every
 /// container with garbage chosen; each client waited for up to a minute).
 pub fn spawn_collector(a: &Arc<Fs>) -> std::thread::JoinHandle<gc::Result<gc::GcReport>> {
+    spawn_collector_with(a, |_| {})
+}
+
+/// [`spawn_collector`], telling `progress` where it is.
+pub fn spawn_collector_with(
+    a: &Arc<Fs>,
+    progress: impl Fn(gc::GcProgress) + Send + Sync + 'static,
+) -> std::thread::JoinHandle<gc::Result<gc::GcReport>> {
     let a = a.clone();
     std::thread::spawn(move || {
         let options = gc::GcOptions {
@@ -85,7 +93,7 @@ pub fn spawn_collector(a: &Arc<Fs>) -> std::thread::JoinHandle<gc::Result<gc::Gc
             peer_wait: Duration::from_secs(60),
             ..gc::GcOptions::default()
         };
-        gc::collect(a.store(), gc::Live::Mounted(&a), options, &|_| {})
+        gc::collect(a.store(), gc::Live::Mounted(&a), options, &progress)
     })
 }
 
