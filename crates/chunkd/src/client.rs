@@ -100,8 +100,11 @@ pub trait IndexTransport: Send + Sync {
     /// Sends each part (an owner's URL and a request body of `op`) at
     /// once; one answer per part, in order: the body of a success, or
     /// why not (a stale epoch is [`OwnerFailure::Stale`]).
-    fn send(&self, op: IndexOp, parts: Vec<(String, Vec<u8>)>)
-        -> Vec<Result<Vec<u8>, OwnerFailure>>;
+    fn send(
+        &self,
+        op: IndexOp,
+        parts: Vec<(String, Vec<u8>)>,
+    ) -> Vec<Result<Vec<u8>, OwnerFailure>>;
 
     /// The range table as it is kept now; it must be set.
     fn read_table(&self) -> Result<RangeTable, RangesError>;
@@ -295,7 +298,8 @@ impl IndexClient {
             let part: Vec<Fingerprint> = pos.iter().map(|&i| fps[i]).collect();
             wire::encode_lookup(t, &part)
         };
-        for (range, pos, answer) in self.rounds(IndexOp::Lookup, (0..fps.len()).collect(), fps, encode)
+        for (range, pos, answer) in
+            self.rounds(IndexOp::Lookup, (0..fps.len()).collect(), fps, encode)
         {
             let found = answer.and_then(|body| {
                 wire::decode_found(&body, pos.len())
@@ -338,7 +342,8 @@ impl IndexClient {
             wire::encode_add(t, container, &part)
         };
         let mut first_error = None;
-        for (range, _, answer) in self.rounds(IndexOp::Add, (0..fps.len()).collect(), &fps, encode) {
+        for (range, _, answer) in self.rounds(IndexOp::Add, (0..fps.len()).collect(), &fps, encode)
+        {
             if let Err(failure) = answer {
                 tracing::debug!(owner = %range.owner, error = %failure, "chunkd index: add part failed");
                 first_error.get_or_insert(ClientError::Owner {
@@ -368,9 +373,12 @@ impl IndexClient {
                 .map(|r| Fingerprint::at_prefix(r.start))
                 .collect();
             let encode = |t, _: &[usize]| wire::encode_forget(t, batch);
-            for (range, _, answer) in
-                self.rounds(IndexOp::Forget, (0..starts.len()).collect(), &starts, encode)
-            {
+            for (range, _, answer) in self.rounds(
+                IndexOp::Forget,
+                (0..starts.len()).collect(),
+                &starts,
+                encode,
+            ) {
                 let n = answer.and_then(|b| {
                     <[u8; 8]>::try_from(b.as_slice())
                         .map(u64::from_be_bytes)

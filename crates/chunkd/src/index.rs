@@ -2,15 +2,21 @@
 //! redb at `DIR/.chunkd/index.redb`, answering only for the ranges the
 //! range table in etcd gives it at the epoch a request names.
 //!
+//! [`PartitionCore`] is the handling itself (decode, admit by the view of
+//! the table, the entries' operation), synchronous and without HTTP or
+//! etcd; the server's handlers wrap it, and the range failover simulation
+//! (`crates/repo/tests/chunk_range_failover_simulation.rs`) drives it
+//! in-process, choosing when each owner reads the table.
+//!
 //! The view of the table is read at start, every `refresh`, and at once
 //! when a request names an epoch newer than the view. A chunkd that lost
 //! a range keeps answering for it until its next read (at most `refresh`):
 //! a client that still believes the old epoch may then add entries the new
-//! owner never sees (missed dedup, never lost data), or find entries here
-//! that the new owner lacks. The second is safe only while the container
-//! still exists: gc's `forget` reaches the owners the table names now, not
-//! a demoted one, so gc must wait longer than the owners' `refresh` after a
-//! reassignment before it deletes containers (docs/chunkd.md).
+//! owner never sees (missed dedup), or find entries here that the new
+//! owner lacks, or (a range moved back) entries for containers forgotten
+//! meanwhile: gc's `forget` reaches the owners the table names now. The
+//! client never trusts an entry alone: it probes the container it names
+//! (docs/chunkd.md).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -89,9 +95,9 @@ impl IndexRequest {
 
     pub fn target(&self) -> Target {
         match self {
-            IndexRequest::Lookup(t, _) | IndexRequest::Add(t, _, _) | IndexRequest::Forget(t, _) => {
-                *t
-            }
+            IndexRequest::Lookup(t, _)
+            | IndexRequest::Add(t, _, _)
+            | IndexRequest::Forget(t, _) => *t,
         }
     }
 }
@@ -169,6 +175,12 @@ impl PartitionCore {
             me: normalize(me),
             view: RwLock::new(None),
         })
+    }
+
+    /// This owner's entries for `fps`, whatever its view: to show where
+    /// the index has a chunk (diagnostics), never an answer to a client.
+    pub fn peek(&self, fps: &[Fingerprint]) -> Result<Vec<Option<Location>>, EntriesError> {
+        self.entries.lookup(fps)
     }
 
     /// The owner's name, as the range table names it.

@@ -59,8 +59,8 @@ pub use client::{
 pub use entries::EntriesError;
 pub use error::ChunkdError;
 pub use index::{IndexError, IndexRequest, PartitionConfig, PartitionCore, Refusal};
-pub use wire::IndexOp;
 pub use server::{start, Config, Running};
+pub use wire::IndexOp;
 
 use std::fmt;
 

@@ -13,7 +13,7 @@
 //! on the branches ([`cas::CatchUp`]). A container whose `add` failed waits
 //! in a bounded queue and is sent again later; never does it fail a write.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -229,9 +229,17 @@ impl SharedIndex for ChunkdIndex {
     }
 
     /// Every owner the table names removes the containers' entries before
-    /// gc deletes them; an owner that does not answer keeps them all (the
-    /// collection then deletes nothing).
+    /// gc deletes them (an error, some owner not answering, keeps the
+    /// containers). An add still queued for them is dropped, or its retry
+    /// would name them once they are gone (one already being sent may
+    /// still land: a stale entry, which costs a probe).
     fn forget(&self, containers: &[ContainerId]) -> cas::Result<()> {
+        {
+            let going: HashSet<ContainerId> = containers.iter().copied().collect();
+            let mut p = self.lock_pending();
+            p.containers.retain(|(c, _)| !going.contains(c));
+            p.entries = p.containers.iter().map(|(_, e)| e.len()).sum();
+        }
         let ids: Vec<u64> = containers.iter().map(|c| c.0).collect();
         self.client
             .forget(&ids)
