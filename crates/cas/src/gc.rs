@@ -30,7 +30,10 @@
 //!
 //! A crash at any point leaves a consistent store: copies are durable and
 //! indexed before the old entries go, and a blob whose entries are gone is
-//! an orphan that the next collection deletes ([`Collection::remove_orphans`]).
+//! an orphan that the next collection deletes ([`Collection::remove_orphans`]);
+//! across clients, where another client may have found it since, the next
+//! collection indexes it again and copies what is live in it first
+//! ([`Collection::adopt_orphans`]).
 //!
 //! Cost: a container with nothing live is never read whole — its footer
 //! names its chunks — and all prepared containers leave the index in one
@@ -156,13 +159,18 @@ impl Store {
                 clients: clients.len().max(2),
             });
         }
-        self.begin_collection_among_clients()
+        self.begin(false)
     }
 
     /// [`Store::begin_collection`] on branches several clients share, for
     /// a caller that runs the protocol across clients (`gc`'s `peers`):
-    /// the candidates are this client's own containers only.
+    /// the candidates are this client's own containers only, its orphans
+    /// among them ([`Collection::adopt_orphans`]).
     pub fn begin_collection_among_clients(&self) -> Result<Collection> {
+        self.begin(true)
+    }
+
+    fn begin(&self, adopt_orphans: bool) -> Result<Collection> {
         {
             let mut retained = self.shared.retained.write();
             if retained.is_some() {
@@ -185,6 +193,9 @@ impl Store {
             .into_iter()
             .filter(|(c, _)| client.owns(*c))
             .collect();
+        if adopt_orphans {
+            collection.adopt_orphans()?;
+        }
         Ok(collection)
     }
 }
@@ -337,6 +348,12 @@ impl Collection {
         let shared = &self.store.shared;
         let doomed: HashSet<ContainerId> = prepared.keys().copied().collect();
         self.flush_copies()?;
+        // The shared index first: if it cannot forget, nothing is deleted
+        // and this index keeps the containers too, for a later collection.
+        // (Forgotten here but left on the branches, they would be orphans
+        // another client may find and deduplicate against.)
+        let ids: Vec<ContainerId> = prepared.keys().copied().collect();
+        Store::forget_shared(shared, &ids)?;
         // An id once found outside the doomed containers stays outside:
         // entries only ever move out of them. So the pass under the write
         // lock checks only what was retained since the last pass.
@@ -390,10 +407,6 @@ impl Collection {
         // A delete is a slow metadata operation on most file systems and a
         // round trip on a bucket, so several run at once.
         let doomed: Vec<(ContainerId, u64)> = prepared.into_iter().collect();
-        // Unindexed now; left as orphans (deleted by a later collection)
-        // if the shared index cannot forget them.
-        let ids: Vec<ContainerId> = doomed.iter().map(|(c, _)| *c).collect();
-        Store::forget_shared(shared, &ids)?;
         let next = std::sync::atomic::AtomicUsize::new(0);
         let failed: Option<CasError> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..DELETERS.min(doomed.len()))
@@ -524,6 +537,41 @@ impl Collection {
         let mut orphans = self.orphans()?;
         orphans.retain(|c| among.contains(c));
         self.delete_orphans(orphans)
+    }
+
+    /// Indexes this client's orphans again (its containers on the branches
+    /// that its index forgot: a delete that failed, a shared index that
+    /// could not forget) and makes them candidates. Across clients another
+    /// client may have found one since and deduplicated against it (its
+    /// catch-up indexes what it finds), so an orphan's live chunks must be
+    /// copied like any container's, not deleted unread. One that cannot
+    /// be read is left an orphan. Returns how many were adopted.
+    pub fn adopt_orphans(&mut self) -> Result<usize> {
+        let mut rows = Vec::new();
+        let mut entries = Vec::new();
+        for c in self.orphans()? {
+            match self.store.container_row(c) {
+                Ok((info, policy, e)) => {
+                    rows.push((c, info, policy));
+                    entries.extend(e);
+                }
+                Err(e) => {
+                    tracing::warn!(container = %c, error = %e, "an orphan cannot be read; it is left to the orphan removal")
+                }
+            }
+        }
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        self.store.shared.index.add_found(&rows, &entries, None)?;
+        for (c, info, _) in &rows {
+            self.candidates.insert(*c, *info);
+        }
+        tracing::info!(
+            containers = rows.len(),
+            "indexed this client's orphans again"
+        );
+        Ok(rows.len())
     }
 
     /// The orphans [`Collection::remove_orphans`] would delete now.

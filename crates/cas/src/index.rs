@@ -405,10 +405,14 @@ impl Index {
                         continue;
                     };
                     let c = old.container;
-                    // A copy being collected, or known bad, is no copy.
-                    let old_is_gone =
-                        s.relocated || damaged.contains(&(c, *id)) || doomed.contains(&c);
-                    if old_is_gone || needs_restore(&policy_in(&policies, c)?, &s.protection.policy)
+                    // A copy known bad, or another client's collection is
+                    // deleting, is no copy. One this client's collection
+                    // is relocating is, until the collection forgets its
+                    // container (if it fails first, the container stays).
+                    let old_is_gone = damaged.contains(&(c, *id)) || doomed.contains(&c);
+                    if s.relocated
+                        || old_is_gone
+                        || needs_restore(&policy_in(&policies, c)?, &s.protection.policy)
                     {
                         chunks.insert(id.as_bytes(), loc.encode())?;
                         added.push(ShortFp::of(id));
@@ -459,7 +463,9 @@ impl Index {
         self.add_found(rows, entries, Some(indexed_below))
     }
 
-    fn add_found(
+    /// Records containers found on the branches and their chunks, durably
+    /// ([`Index::add_foreign`]); and the indexed mark, if given.
+    pub(crate) fn add_found(
         &self,
         rows: &[(ContainerId, ContainerInfo, Policy)],
         entries: &[(ChunkId, ChunkLocation)],
@@ -508,6 +514,16 @@ impl Index {
             compact.insert(fp);
         }
         Ok(())
+    }
+
+    /// Where container `container` holds a copy of `id` that the index
+    /// records beside its entry (`other_copies`), if it does.
+    pub fn copy_in(&self, id: &ChunkId, container: ContainerId) -> Result<Option<ChunkLocation>> {
+        let tx = self.db.read().begin_read()?;
+        let table = tx.open_table(OTHER_COPIES)?;
+        Ok(table
+            .get((*id.as_bytes(), container.0))?
+            .map(|v| ChunkLocation::decode(&v.value())))
     }
 
     /// Whether the index has a row for container `id`.

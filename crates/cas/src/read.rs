@@ -645,15 +645,35 @@ fn decode_region(loc: &ChunkLocation, stored: Bytes) -> std::result::Result<Byte
     })
 }
 
-/// Runs a read once more when its container vanished under it: garbage
+/// Reads again when a container vanished under the read: garbage
 /// collection may have moved the chunk between the index lookup and the
-/// read, and a second lookup finds the copy.
+/// read (or, another client's collection, deleted a container this index
+/// still named: the failed read forgot it), and another lookup finds the
+/// copy. Gone is also a container every shard of which is missing (a
+/// layer that had mapped it), not only one on no branch. A read over
+/// many containers may meet several such, one per try; a container
+/// that fails twice is lost, not moved.
 fn moved_retry<T>(read: impl Fn() -> Result<T>) -> Result<T> {
-    match read() {
-        Err(e) if e.is_not_found() => read(),
-        other => other,
+    let mut failed: Vec<Option<ContainerId>> = Vec::new();
+    loop {
+        match read() {
+            Err(e) if e.is_gone() && failed.len() + 1 < MOVED_TRIES => {
+                let container = match &e {
+                    CasError::ContainerLost { container, .. } => Some(*container),
+                    _ => None,
+                };
+                if failed.contains(&container) {
+                    return Err(e);
+                }
+                failed.push(container);
+            }
+            other => return other,
+        }
     }
 }
+
+/// Tries of a read whose containers vanish under it.
+const MOVED_TRIES: usize = 16;
 
 #[cfg(test)]
 mod tests {

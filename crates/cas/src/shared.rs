@@ -149,6 +149,16 @@ impl SharedIndex for CatchUp {
 /// the index's container table, its policy, and its chunks' entries.
 pub(crate) type ContainerRow = (ContainerInfo, Policy, Vec<(ChunkId, ChunkLocation)>);
 
+/// Who asks the shared index (see [`Store::learn`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asker {
+    /// A read of a chunk a file names.
+    Reader,
+    /// A write stream about to store chunks; `later_batch`: it asked
+    /// before ([`SharedIndex::locate_for_write`]).
+    Writer { later_batch: bool },
+}
+
 impl Store {
     /// Container `c` read from the branches (its footer, not its data),
     /// ready to index.
@@ -246,14 +256,29 @@ impl Store {
 
     /// Asks the shared index, if one is set, for those of `ids` this
     /// store's index does not know, and records what it places (with the
-    /// containers' policies, read from the branches); `later_batch`: for a
-    /// stream that asked before ([`SharedIndex::locate_for_write`]).
-    /// Errors of the shared index are logged and cost only the answer:
-    /// the chunks stay unknown.
-    pub(crate) fn learn(&self, ids: &[ChunkId], later_batch: bool) -> Result<()> {
+    /// containers' policies, read from the branches). Errors of the shared
+    /// index are logged and cost only the answer: the chunks stay unknown.
+    /// For a reader, a chunk still unknown after the answer is looked for
+    /// on the branches ([`Store::catch_up`]): a file names it, so some
+    /// client made it durable, and an index service may not know it (its
+    /// range just moved to an owner that starts empty, the add is still
+    /// queued) or name a copy that is gone. A writer's miss only costs
+    /// storing the chunk again.
+    pub(crate) fn learn(&self, ids: &[ChunkId], asker: Asker) -> Result<()> {
         let Some(index) = self.shared.shared_index.read().clone() else {
             return Ok(());
         };
+        self.learn_from(index.as_ref(), ids, asker)?;
+        if asker == Asker::Reader {
+            let known = self.shared.index.lookup_many(ids)?;
+            if known.iter().any(Option::is_none) {
+                self.catch_up()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn learn_from(&self, index: &dyn SharedIndex, ids: &[ChunkId], asker: Asker) -> Result<()> {
         let known = self.shared.index.lookup_many(ids)?;
         let mut missing: Vec<ChunkId> = ids
             .iter()
@@ -267,10 +292,9 @@ impl Store {
             return Ok(());
         }
         let since = self.collections_ended();
-        let asked = if later_batch {
-            index.locate_for_write(&missing)
-        } else {
-            index.locate(&missing)
+        let asked = match asker {
+            Asker::Writer { later_batch: true } => index.locate_for_write(&missing),
+            _ => index.locate(&missing),
         };
         let found = match asked {
             Ok(found) => found,

@@ -687,7 +687,7 @@ impl Store {
             return Ok(loc);
         }
         // Perhaps another client's (see `shared`).
-        self.learn(std::slice::from_ref(id), false)?;
+        self.learn(std::slice::from_ref(id), crate::shared::Asker::Reader)?;
         self.shared
             .index
             .lookup(id)?
@@ -708,7 +708,7 @@ impl Store {
         let mut found = self.shared.index.lookup_many(ids)?;
         if found.iter().any(Option::is_none) && self.has_shared_index() {
             // Perhaps other clients' (see `shared`).
-            self.learn(ids, false)?;
+            self.learn(ids, crate::shared::Asker::Reader)?;
             found = self.shared.index.lookup_many(ids)?;
         }
         ids.iter()

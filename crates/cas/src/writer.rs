@@ -131,7 +131,10 @@ impl StreamWriter {
                 .copied()
                 .collect();
             // A miss costs only a second copy: never fail the write.
-            if let Err(e) = self.store.learn(&asked, self.asked_shared) {
+            let asker = crate::shared::Asker::Writer {
+                later_batch: self.asked_shared,
+            };
+            if let Err(e) = self.store.learn(&asked, asker) {
                 tracing::warn!(error = %e, "chunks other clients stored could not be looked up; storing them again");
             }
             self.asked_shared = true;

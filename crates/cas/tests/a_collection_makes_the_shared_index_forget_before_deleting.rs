@@ -1,7 +1,9 @@
 //! A collection tells the shared index to forget the containers it is
-//! about to delete, while their blobs are still there; when the index
-//! cannot, nothing is deleted (the containers are left as orphans), and a
-//! later orphan removal asks the index again before it deletes them.
+//! about to delete, while their blobs are still there and before its own
+//! index forgets them; when the shared index cannot, nothing is deleted
+//! and the containers stay indexed here (not orphans, which another
+//! client could find and deduplicate against), and a later collection
+//! asks again before it deletes them.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -109,12 +111,19 @@ fn forget_comes_before_delete_and_its_failure_deletes_nothing() {
     );
     assert_eq!(*index.forgotten.lock().unwrap(), vec![(container, true)]);
     drop(gc);
+    assert_eq!(store.locate(&ids[0]).unwrap().container, container);
+    let gc = store.begin_collection().unwrap();
+    assert!(gc.orphans().unwrap().is_empty(), "still indexed, no orphan");
+    drop(gc);
 
-    // The index answers again: the orphan is forgotten, then deleted.
+    // The index answers again: the next collection has it forgotten, then
+    // deletes it.
     *index.failing.lock().unwrap() = false;
     let gc = store.begin_collection().unwrap();
-    let (count, _) = gc.remove_orphans().unwrap();
-    assert_eq!(count, 1);
+    for a in gc.assess(&dead).unwrap() {
+        gc.prepare(a.container, &dead).unwrap();
+    }
+    assert_eq!(gc.commit().unwrap().containers, 1);
     assert!(!blob(&branch_dir, container).exists());
     assert_eq!(
         *index.forgotten.lock().unwrap(),
