@@ -10,26 +10,10 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use branch::LocalDir;
 use bytes::Bytes;
-use cas::{CatchUp, ChunkId, ClientNo, ContainerId, RepoKey, Store};
+use cas::{ChunkId, ContainerId, RepoKey, Store};
 
 use common::*;
-
-fn client(dir: &std::path::Path, key: &RepoKey, n: u16, shared: bool) -> Store {
-    let meta = dir.join(format!("client{n}"));
-    std::fs::create_dir_all(&meta).unwrap();
-    let mut s = settings();
-    s.client = ClientNo::new(n);
-    let (branch, _) = LocalDir::open("shared", dir.join("branch")).unwrap();
-    let store = Store::open(Arc::new(branch), &meta, key.clone(), s).unwrap();
-    if shared {
-        store.set_shared_index(CatchUp::new(&store));
-    }
-    store
-}
 
 /// Stores `data` in one new container of `store`'s; its id.
 fn store_all(store: &Store, data: &[Bytes]) -> (Vec<ChunkId>, ContainerId) {
@@ -57,9 +41,9 @@ fn the_collector_reads_on_from_the_other_clients_copy() {
     let dir = tempfile::tempdir().unwrap();
     let key = RepoKey::generate();
     let data: Vec<Bytes> = (0..6).map(|_| random(20_000)).collect();
-    let a = client(dir.path(), &key, 0, true);
+    let a = client(dir.path(), &key, 0, shared_branch(dir.path()));
     // Client 1 stores the same data without looking at client 0's.
-    let b = client(dir.path(), &key, 1, false);
+    let b = client_alone(dir.path(), &key, 1, shared_branch(dir.path()));
     let (ids, mine) = store_all(&a, &data);
     let (_, theirs) = store_all(&b, &data);
     assert_ne!(mine, theirs);
@@ -86,9 +70,9 @@ fn a_client_taking_part_reads_on_from_a_third_clients_copy() {
     let dir = tempfile::tempdir().unwrap();
     let key = RepoKey::generate();
     let data: Vec<Bytes> = (0..6).map(|_| random(20_000)).collect();
-    let a = client(dir.path(), &key, 0, true);
-    let b = client(dir.path(), &key, 1, true);
-    let c = client(dir.path(), &key, 2, false);
+    let a = client(dir.path(), &key, 0, shared_branch(dir.path()));
+    let b = client(dir.path(), &key, 1, shared_branch(dir.path()));
+    let c = client_alone(dir.path(), &key, 2, shared_branch(dir.path()));
     let (ids, collected) = store_all(&a, &data);
     b.catch_up().unwrap();
     // Client 2 stores the same data without looking; client 1 learns of
@@ -115,8 +99,8 @@ fn a_rebuilt_index_knows_both_copies() {
     let dir = tempfile::tempdir().unwrap();
     let key = RepoKey::generate();
     let data: Vec<Bytes> = (0..6).map(|_| random(20_000)).collect();
-    let a = client(dir.path(), &key, 0, true);
-    let b = client(dir.path(), &key, 1, false);
+    let a = client(dir.path(), &key, 0, shared_branch(dir.path()));
+    let b = client_alone(dir.path(), &key, 1, shared_branch(dir.path()));
     let (ids, mine) = store_all(&a, &data);
     let (_, theirs) = store_all(&b, &data);
     a.rebuild_index(&no_progress()).unwrap();

@@ -15,19 +15,9 @@ use std::time::Duration;
 
 use branch::testing::GateClock;
 use branch::{Branch, Fault, FaultyBranch, LocalDir};
-use cas::{CatchUp, ClientNo, RepoKey, Store};
+use cas::RepoKey;
 
 use common::*;
-
-fn store(dir: &std::path::Path, key: &RepoKey, n: u16, branch: Arc<dyn Branch>) -> Store {
-    let meta = dir.join(format!("client{n}"));
-    std::fs::create_dir_all(&meta).unwrap();
-    let mut s = settings();
-    s.client = ClientNo::new(n);
-    let store = Store::open(branch, &meta, key.clone(), s).unwrap();
-    store.set_shared_index(CatchUp::new(&store));
-    store
-}
 
 #[test]
 fn a_container_deleted_during_a_catch_up_is_not_indexed() {
@@ -35,12 +25,12 @@ fn a_container_deleted_during_a_catch_up_is_not_indexed() {
     let key = RepoKey::generate();
     let (raw, _) = LocalDir::open("shared", dir.path().join("branch")).unwrap();
     let raw = Arc::new(raw);
-    let a = store(dir.path(), &key, 0, raw.clone());
+    let a = client(dir.path(), &key, 0, raw.clone());
     let gate = GateClock::new();
     let (theirs, _) = LocalDir::open("shared", dir.path().join("branch")).unwrap();
     let faulty = FaultyBranch::with_clock(Arc::new(theirs), gate.clone());
     let control = faulty.control();
-    let b = store(dir.path(), &key, 1, Arc::new(faulty));
+    let b = client(dir.path(), &key, 1, Arc::new(faulty));
 
     // Two containers of client 0's, one batch each.
     let first: Vec<_> = (0..8).map(|_| random(20_000)).collect();

@@ -8,21 +8,11 @@ mod common;
 
 use std::sync::Arc;
 
-use branch::{Branch, Fault, FaultyBranch, LocalDir};
+use branch::{Fault, FaultyBranch, LocalDir};
 use bytes::Bytes;
-use cas::{CasError, CatchUp, ChunkId, ClientNo, RepoKey, Store};
+use cas::{CasError, ChunkId, RepoKey};
 
 use common::*;
-
-fn client(dir: &std::path::Path, key: &RepoKey, n: u16, branch: Arc<dyn Branch>) -> Store {
-    let meta = dir.join(format!("client{n}"));
-    std::fs::create_dir_all(&meta).unwrap();
-    let mut s = settings();
-    s.client = ClientNo::new(n);
-    let store = Store::open(branch, &meta, key.clone(), s).unwrap();
-    store.set_shared_index(CatchUp::new(&store));
-    store
-}
 
 #[test]
 fn an_orphan_is_indexed_again_and_its_live_chunks_copied() {
@@ -32,8 +22,7 @@ fn an_orphan_is_indexed_again_and_its_live_chunks_copied() {
     let faulty = FaultyBranch::new(Arc::new(mine));
     let control = faulty.control();
     let a = client(dir.path(), &key, 0, Arc::new(faulty));
-    let (theirs, _) = LocalDir::open("shared", dir.path().join("branch")).unwrap();
-    let b = client(dir.path(), &key, 1, Arc::new(theirs));
+    let b = client(dir.path(), &key, 1, shared_branch(dir.path()));
 
     let data: Vec<Bytes> = (0..6).map(|_| random(20_000)).collect();
     let mut w = a.stream();

@@ -35,10 +35,7 @@ fn joins_without_a_number_get_the_lowest_free_one() {
     let bucket = s3.new_bucket();
     let base = tempfile::tempdir().unwrap();
     let a = base.path().join("a");
-    ok(&a, &["init"]);
-    let toml = a.join("cairn.toml");
-    let text = fs::read_to_string(&toml).unwrap() + &common::s3::shared_bucket(&bucket);
-    fs::write(&toml, text).unwrap();
+    common::s3::first_client(&a, &bucket);
     let repo = |name: &str| base.path().join(name);
 
     assert_eq!(join(&repo("b"), &a, &[]), "1");

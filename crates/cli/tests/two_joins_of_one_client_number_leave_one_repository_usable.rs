@@ -22,10 +22,7 @@ fn the_repository_whose_registration_was_replaced_is_refused() {
     let bucket = s3.new_bucket();
     let base = tempfile::tempdir().unwrap();
     let a = base.path().join("a");
-    ok(&a, &["init"]);
-    let toml = a.join("cairn.toml");
-    let text = fs::read_to_string(&toml).unwrap() + &common::s3::shared_bucket(&bucket);
-    fs::write(&toml, text).unwrap();
+    common::s3::first_client(&a, &bucket);
     let (b, c) = (base.path().join("b"), base.path().join("c"));
     let join = |repo: &std::path::Path| {
         ok(

@@ -24,6 +24,29 @@ pub fn open(dir: &Path, key: &RepoKey) -> (Store, Arc<LocalDir>) {
     (store, branch)
 }
 
+/// Client `n`'s store (its index in `dir/client<n>`) over `branch`, one
+/// several clients share; without a shared index.
+pub fn client_alone(dir: &Path, key: &RepoKey, n: u16, branch: Arc<dyn branch::Branch>) -> Store {
+    let meta = dir.join(format!("client{n}"));
+    std::fs::create_dir_all(&meta).unwrap();
+    let mut s = settings();
+    s.client = cas::ClientNo::new(n);
+    Store::open(branch, &meta, key.clone(), s).unwrap()
+}
+
+/// [`client_alone`] that finds other clients' chunks by catching up.
+pub fn client(dir: &Path, key: &RepoKey, n: u16, branch: Arc<dyn branch::Branch>) -> Store {
+    let store = client_alone(dir, key, n, branch);
+    store.set_shared_index(cas::CatchUp::new(&store));
+    store
+}
+
+/// `dir/branch`, which clients share.
+pub fn shared_branch(dir: &Path) -> Arc<dyn branch::Branch> {
+    let (branch, _) = LocalDir::open("shared", dir.join("branch")).unwrap();
+    Arc::new(branch)
+}
+
 pub fn random(len: usize) -> Bytes {
     (0..len)
         .map(|_| rand::random::<u8>())

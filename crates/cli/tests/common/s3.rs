@@ -24,3 +24,12 @@ pub fn shared_bucket(bucket: &branch::S3Config) -> String {
         bucket.endpoint, bucket.bucket, bucket.access_key_id, bucket.secret_access_key
     )
 }
+
+/// `cairn init` at `repo`, its data on `bucket` ([`shared_bucket`]): the
+/// first client of a file system others may join.
+pub fn first_client(repo: &std::path::Path, bucket: &branch::S3Config) {
+    super::ok(repo, &["init"]);
+    let toml = repo.join("cairn.toml");
+    let text = std::fs::read_to_string(&toml).unwrap() + &shared_bucket(bucket);
+    std::fs::write(&toml, text).unwrap();
+}
