@@ -297,7 +297,17 @@ impl Store {
             ),
             Some(mark) if newest.0 >= mark => {
                 let newer = listed.iter().filter(|c| c.0 >= mark).count();
-                format!("{newer} container(s) on the branches are newer than anything it recorded")
+                let mut reason = format!(
+                    "{newer} container(s) on the branches are newer than anything it recorded"
+                );
+                if client != crate::ClientNo::default() {
+                    reason.push_str(&format!(
+                        ". If another repository has client number {client} (a copy of this \
+                         one, used since it was copied), this one is stale: do not rebuild it; \
+                         remove it, and join again (`cairn init --join`) for a number of its own"
+                    ));
+                }
+                reason
             }
             Some(_) => return Ok(None),
         };

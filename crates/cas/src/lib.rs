@@ -147,7 +147,7 @@ pub use index::{Compaction, ContainerInfo};
 pub use protection::{needs_restore, BranchId, Policy, PolicyError, Protection};
 pub use read::{Around, Fetched};
 pub use region::{Compression, RegionError};
-pub use shared::{CatchUp, SharedIndex};
+pub use shared::{CatchUp, IdLedger, LedgerError, SharedIndex};
 pub use store::{registered_clients, Store, StoreSettings, StoreStats, INDEX_FILE, ROOTS_FILE};
 pub use writer::{Durable, StreamWriter, WriteStats};
 
@@ -233,6 +233,12 @@ pub enum CasError {
     /// Every container id of this client's range is used (2^48 of them).
     #[error("client {0} has used every container id of its range")]
     ContainerIdsExhausted(ClientNo),
+    /// The id ledger did not record this store's reservation of container
+    /// ids (see [`IdLedger`]): refused (another repository with this
+    /// client number reserved them, and nothing more is written; `None`
+    /// once refused before) or not reachable.
+    #[error("container ids not recorded: {}", .0.as_ref().map_or("refused before; nothing more is written".to_string(), |e| e.to_string()))]
+    IdsRefused(Option<crate::shared::LedgerError>),
     /// Garbage collection on branches several clients write: one client
     /// cannot see the chunks the others wrote and have not yet recorded.
     #[error(

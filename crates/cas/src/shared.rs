@@ -149,6 +149,29 @@ impl SharedIndex for CatchUp {
 /// the index's container table, its policy, and its chunks' entries.
 pub(crate) type ContainerRow = (ContainerInfo, Policy, Vec<(ChunkId, ChunkLocation)>);
 
+/// Told of each reservation of container ids once it is durable
+/// ([`Store::set_id_ledger`]): where several repositories may carry one
+/// client number (a copy of a client repository), a ledger outside them
+/// refuses ids another one reserved already.
+pub trait IdLedger: Send + Sync {
+    /// This store reserved the ids from `from` to below `below`: an error
+    /// keeps it from writing with them.
+    fn reserved(&self, from: u64, below: u64) -> std::result::Result<(), LedgerError>;
+}
+
+/// Why an [`IdLedger`] did not record a reservation.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// Another repository reserved these ids: this store writes nothing
+    /// more.
+    #[error(transparent)]
+    Refused(Box<dyn std::error::Error + Send + Sync>),
+    /// The ledger could not be asked now: this container waits (its write
+    /// fails), the next one asks again.
+    #[error(transparent)]
+    Unavailable(Box<dyn std::error::Error + Send + Sync>),
+}
+
 /// Who asks the shared index (see [`Store::learn`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Asker {
@@ -176,6 +199,18 @@ impl Store {
     /// know, and tells it of every container made durable.
     pub fn set_shared_index(&self, index: Arc<dyn SharedIndex>) {
         *self.shared.shared_index.write() = Some(index);
+    }
+
+    /// The container-id mark: every container this store ever handed out
+    /// has a lower id (`None` before its first).
+    pub fn container_id_mark(&self) -> Result<Option<u64>> {
+        self.shared.index.container_mark()
+    }
+
+    /// Tells `ledger` of every reservation of container ids from now on
+    /// (see [`IdLedger`]).
+    pub fn set_id_ledger(&self, ledger: Arc<dyn IdLedger>) {
+        *self.shared.id_ledger.write() = Some(ledger);
     }
 
     /// Whether a shared index is set.

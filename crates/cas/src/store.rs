@@ -162,6 +162,10 @@ pub(crate) struct Shared {
     pub qos: crate::qos::Scheduler,
     /// Asked for chunks the index does not know (see [`crate::shared`]).
     pub shared_index: RwLock<Option<Arc<dyn crate::shared::SharedIndex>>>,
+    /// Told of each reservation of container ids ([`Store::set_id_ledger`]).
+    pub id_ledger: RwLock<Option<Arc<dyn crate::shared::IdLedger>>>,
+    /// The ledger refused a reservation: no container is written again.
+    pub ids_refused: std::sync::atomic::AtomicBool,
     /// Held by the one catch-up running ([`Store::catch_up`]).
     pub catching_up: Mutex<()>,
 }
@@ -362,6 +366,8 @@ impl Store {
                 std::sync::Arc::new(branch::SystemClock::default()),
             ),
             shared_index: RwLock::new(None),
+            id_ledger: RwLock::new(None),
+            ids_refused: std::sync::atomic::AtomicBool::new(false),
             catching_up: Mutex::new(()),
         });
         let (tx, rx) = crossbeam_channel::unbounded();
@@ -503,11 +509,33 @@ impl Store {
         let client = self.shared.settings.client;
         let mut ids = self.shared.ids.lock();
         if ids.0 == ids.1 {
+            if self
+                .shared
+                .ids_refused
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                return Err(CasError::IdsRefused(None));
+            }
             let first = self
                 .shared
                 .index
                 .reserve_container_ids(IDS_PER_RESERVATION, || self.next_unused_container())?;
-            *ids = (first, first + IDS_PER_RESERVATION);
+            let below = first + IDS_PER_RESERVATION;
+            let ledger = self.shared.id_ledger.read().clone();
+            if let Some(ledger) = ledger {
+                if let Err(e) = ledger.reserved(first, below) {
+                    if let crate::shared::LedgerError::Refused(_) = e {
+                        // For good: reserving again would only raise this
+                        // index's mark past ids it must not use.
+                        self.shared
+                            .ids_refused
+                            .store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    tracing::error!(error = %e, "container ids not recorded by the ledger: the container is not written");
+                    return Err(CasError::IdsRefused(Some(e)));
+                }
+            }
+            *ids = (first, below);
         }
         let id = ids.0;
         if id > client.last_container() || ContainerId(id).client() != client {

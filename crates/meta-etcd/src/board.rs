@@ -282,6 +282,60 @@ impl CollectionBoard for EtcdMeta {
         EtcdMeta::may_write(self)
     }
 
+    fn ids_reserved(&self, me: u64, from: u64, below: u64) -> Result<()> {
+        // The mark, then who recorded it: a retry of this engine's own
+        // reservation (its outcome unknown) finds itself, where another
+        // repository's equal mark is a reservation of the same ids.
+        let mut value = below.to_be_bytes().to_vec();
+        value.extend_from_slice(&self.client.to_be_bytes());
+        let rpc = self.ring.counter_rpc();
+        let key = self.keys.id_mark(me);
+        for _ in 0..MARK_TRIES {
+            let seen = rpc
+                .get(key.clone(), GetOptions::new())?
+                .kvs()
+                .first()
+                .cloned();
+            let when = match &seen {
+                None => Compare {
+                    key: key.clone(),
+                    cmp: Cmp::Equal,
+                    target: Target::CreateRevision(0),
+                },
+                Some(kv) if kv.value == value => return Ok(()),
+                Some(kv) => {
+                    let recorded = kv
+                        .value
+                        .get(..8)
+                        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                        .map(u64::from_be_bytes)
+                        .ok_or(EtcdError::BadIdMark)?;
+                    if recorded > from {
+                        return Err(EtcdError::IdsBehind {
+                            client: me,
+                            recorded,
+                            ours: from,
+                        }
+                        .into());
+                    }
+                    if recorded >= below {
+                        return Ok(());
+                    }
+                    Compare {
+                        key: key.clone(),
+                        cmp: Cmp::Equal,
+                        target: Target::ModRevision(kv.mod_revision),
+                    }
+                }
+            };
+            let put = Op::put(key.clone(), value.clone(), 0);
+            if rpc.txn(Txn::new().when([when]).and_then([put]))?.succeeded {
+                return Ok(());
+            }
+        }
+        Err(EtcdError::Contended(MARK_TRIES as u32).into())
+    }
+
     fn forget(&self, client: u64) -> Result<Forget> {
         let rpc = self.ring.counter_rpc();
         let key = self.keys.mounted(client);

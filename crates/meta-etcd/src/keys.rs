@@ -93,6 +93,13 @@ impl Keys {
         self.key(b"ga/", &[])
     }
 
+    /// The highest container-id mark a repository of this client number
+    /// recorded (`cm/<client>`: the mark, then the registration of the
+    /// engine that recorded it, 8 bytes big-endian each).
+    pub(crate) fn id_mark(&self, client: u64) -> Vec<u8> {
+        self.key(b"cm/", &[&client.to_be_bytes()])
+    }
+
     /// A client's mounted mark (`u/<client>`, no lease: a crash leaves it).
     pub(crate) fn mounted(&self, client: u64) -> Vec<u8> {
         self.key(b"u/", &[&client.to_be_bytes()])

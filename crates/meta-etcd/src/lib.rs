@@ -216,10 +216,24 @@ pub enum EtcdError {
     BadClusterSpec(&'static str),
     #[error("client {client} is mounted by another process ({holder}) that is still registered in etcd: one process per client number at a time (if that process is gone, its registration lapses within its TTL, 60 s by default: mount again then)")]
     MountedElsewhere { client: u64, holder: String },
+    #[error(
+        "client {client}'s repositories recorded container ids up to {recorded}, but this one \
+         knows only ids below {ours}: another repository with this client number (a copy of \
+         this one, used since it was copied) handed out the ids this one would hand out again. \
+         Nothing was written. Use the repository that was used last; remove this one, or join \
+         the file system again with a number of its own (`cairn init --join`)"
+    )]
+    IdsBehind {
+        client: u64,
+        recorded: u64,
+        ours: u64,
+    },
     #[error("this client ({0}) was forgotten by another (`cairn cluster forget-client`) while its registration in etcd had lapsed: it writes nothing more; unmount it and mount it again")]
     Forgotten(u64),
     #[error("a damaged record of the collection across clients")]
     BadCollection,
+    #[error("a damaged container-id mark")]
+    BadIdMark,
     #[error(
         "collection {0:016x} is no longer the one recorded (its record was replaced or ended)"
     )]

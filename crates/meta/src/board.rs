@@ -88,6 +88,19 @@ pub trait CollectionBoard: Send + Sync {
         Ok(())
     }
 
+    /// Records that client `me`'s repository reserved the container ids
+    /// from `from` to below `below`, keeping the highest mark any
+    /// repository with this number recorded. Refused when the recorded
+    /// mark is above `from`: another repository with this client number
+    /// (a copy of this one, used since it was copied) reserved ids this
+    /// one would hand out again. Called at mount with the store's id mark
+    /// as both, and after each reservation, once the store made it
+    /// durable. An engine whose namespace is one client's always says yes.
+    fn ids_reserved(&self, me: u64, from: u64, below: u64) -> Result<()> {
+        let _ = (me, from, below);
+        Ok(())
+    }
+
     /// The clients marked mounted, in number order.
     fn mounted_clients(&self) -> Result<Vec<u64>>;
 

@@ -331,14 +331,15 @@ impl Repo {
     pub fn open(root: &Path) -> Result<Repo> {
         let repo = Self::open_to_check(root)?;
         if let Err(e) = repo.store.verify_index() {
-            // The whole metadata directory lost: `recover` rebuilds both.
+            // The whole metadata directory lost: `recover` rebuilds both
+            // (metadata kept elsewhere, in etcd, has no file here).
             let path = repo.fs_meta_path();
             let versions = repo
                 .store
                 .list_roots()?
                 .iter()
                 .any(|(l, _)| l.starts_with(::fs::history::VERSION_PREFIX));
-            if !path.exists() && versions {
+            if !path.exists() && versions && repo.remote_meta()?.is_none() {
                 return Err(RepoError::MetaDamaged {
                     path,
                     reason: format!("it is missing, and so is the index's content: {e}"),

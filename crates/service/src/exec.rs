@@ -296,21 +296,59 @@ pub fn open_fs_on_etcd(repo: &Repo, url: &str) -> Result<Arc<Fs>> {
     let meta = meta_etcd::EtcdMeta::open_url(url, uid, gid).inspect_err(|e| {
         tracing::error!(url, error = %e, "opening the metadata in etcd failed");
     })?;
+    let meta = Arc::new(meta);
     claim_client(&meta, repo)?;
-    Ok(Arc::new(repo.open_fs_on(Arc::new(meta), url)?))
+    Ok(Arc::new(repo.open_fs_on(meta, url)?))
 }
 
 /// Marks this repository's client number mounted before the file system
 /// writes anything: refused while another live process holds the number
 /// (a copy of this repository mounted elsewhere would hand out the same
-/// container ids; `CollectionBoard::mounted`).
-fn claim_client(meta: &meta_etcd::EtcdMeta, repo: &Repo) -> Result<()> {
+/// container ids; `CollectionBoard::mounted`), and refused when another
+/// repository with this number reserved container ids past this one's
+/// mark (a copy used since it was copied; `CollectionBoard::ids_reserved`),
+/// which every reservation from now on is checked against too.
+fn claim_client(meta: &Arc<meta_etcd::EtcdMeta>, repo: &Repo) -> Result<()> {
     use meta::CollectionBoard as _;
     let me = u64::from(repo.store.client().get());
     meta.mounted(me).inspect_err(|e| {
         tracing::error!(client = me, error = %e, "this client number is taken");
     })?;
+    if let Some(mark) = repo.store.container_id_mark()? {
+        meta.ids_reserved(me, mark, mark).inspect_err(|e| {
+            tracing::error!(client = me, error = %e, "this repository is behind another with its client number");
+        })?;
+    }
+    repo.store.set_id_ledger(Arc::new(IdsInEtcd {
+        meta: meta.clone(),
+        me,
+    }));
     Ok(())
+}
+
+/// The container-id ledger of a client over etcd.
+struct IdsInEtcd {
+    meta: Arc<meta_etcd::EtcdMeta>,
+    me: u64,
+}
+
+impl cas::IdLedger for IdsInEtcd {
+    fn reserved(&self, from: u64, below: u64) -> std::result::Result<(), cas::LedgerError> {
+        use meta::CollectionBoard as _;
+        self.meta
+            .ids_reserved(self.me, from, below)
+            .map_err(|e| match e {
+                meta::MetaError::Remote(r)
+                    if matches!(
+                        r.downcast_ref::<meta_etcd::EtcdError>(),
+                        Some(meta_etcd::EtcdError::IdsBehind { .. })
+                    ) =>
+                {
+                    cas::LedgerError::Refused(r)
+                }
+                e => cas::LedgerError::Unavailable(Box::new(e)),
+            })
+    }
 }
 
 /// Opens the repository's file system with its metadata over several etcd
@@ -321,8 +359,7 @@ pub fn open_fs_on_etcd_cluster(repo: &Repo, url: &str) -> Result<Arc<Fs>> {
     let meta = meta_etcd::EtcdMeta::open_cluster_url(url).inspect_err(|e| {
         tracing::error!(url, error = %e, "opening the metadata over etcd clusters failed");
     })?;
+    let meta = Arc::new(meta);
     claim_client(&meta, repo)?;
-    Ok(Arc::new(
-        repo.open_fs_on(Arc::new(meta), &format!("cluster:{url}"))?,
-    ))
+    Ok(Arc::new(repo.open_fs_on(meta, &format!("cluster:{url}"))?))
 }
