@@ -148,6 +148,20 @@ impl EtcdMeta {
     }
 }
 
+/// What a transaction that replaces `key`, seen as `seen`, compares: that
+/// it is still absent, or still that version.
+fn unchanged(key: &[u8], seen: Option<&etcd_model::KeyValue>) -> Compare {
+    let target = match seen {
+        None => Target::CreateRevision(0),
+        Some(kv) => Target::ModRevision(kv.mod_revision),
+    };
+    Compare {
+        key: key.to_vec(),
+        cmp: Cmp::Equal,
+        target,
+    }
+}
+
 impl CollectionBoard for EtcdMeta {
     fn collecting(&self) -> Result<Option<Collecting>> {
         let resp = self
@@ -238,35 +252,22 @@ impl CollectionBoard for EtcdMeta {
                 .kvs()
                 .first()
                 .cloned();
-            let mut when = Vec::new();
-            match &seen {
-                None => when.push(Compare {
-                    key: key.clone(),
-                    cmp: Cmp::Equal,
-                    target: Target::CreateRevision(0),
-                }),
-                Some(kv) => {
-                    when.push(Compare {
-                        key: key.clone(),
-                        cmp: Cmp::Equal,
-                        target: Target::ModRevision(kv.mod_revision),
-                    });
-                    if let Some(m) = Mark::decode(&kv.value) {
-                        if m.registration != self.client && !m.holder_died_here() {
-                            if self.registered(m.registration)? {
-                                return Err(EtcdError::MountedElsewhere {
-                                    client: me,
-                                    holder: m.holder(),
-                                }
-                                .into());
-                            }
-                            when.push(Compare {
-                                key: self.keys.client(m.registration),
-                                cmp: Cmp::Equal,
-                                target: Target::CreateRevision(0),
-                            });
+            let mut when = vec![unchanged(&key, seen.as_ref())];
+            let holder = seen.as_ref().and_then(|kv| Mark::decode(&kv.value));
+            if let Some(m) = holder {
+                if m.registration != self.client && !m.holder_died_here() {
+                    if self.registered(m.registration)? {
+                        return Err(EtcdError::MountedElsewhere {
+                            client: me,
+                            holder: m.holder(),
                         }
+                        .into());
                     }
+                    when.push(Compare {
+                        key: self.keys.client(m.registration),
+                        cmp: Cmp::Equal,
+                        target: Target::CreateRevision(0),
+                    });
                 }
             }
             let txn = Txn::new().when(when).and_then([put.clone()]);
@@ -296,12 +297,8 @@ impl CollectionBoard for EtcdMeta {
                 .kvs()
                 .first()
                 .cloned();
-            let when = match &seen {
-                None => Compare {
-                    key: key.clone(),
-                    cmp: Cmp::Equal,
-                    target: Target::CreateRevision(0),
-                },
+            match &seen {
+                None => {}
                 Some(kv) if kv.value == value => return Ok(()),
                 Some(kv) => {
                     let recorded = kv
@@ -321,13 +318,9 @@ impl CollectionBoard for EtcdMeta {
                     if recorded >= below {
                         return Ok(());
                     }
-                    Compare {
-                        key: key.clone(),
-                        cmp: Cmp::Equal,
-                        target: Target::ModRevision(kv.mod_revision),
-                    }
                 }
-            };
+            }
+            let when = unchanged(&key, seen.as_ref());
             let put = Op::put(key.clone(), value.clone(), 0);
             if rpc.txn(Txn::new().when([when]).and_then([put]))?.succeeded {
                 return Ok(());
