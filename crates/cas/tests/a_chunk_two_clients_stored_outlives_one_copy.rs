@@ -36,17 +36,43 @@ fn collect_everything(store: &Store) {
     gc.commit().unwrap();
 }
 
-#[test]
-fn the_collector_reads_on_from_the_other_clients_copy() {
-    let dir = tempfile::tempdir().unwrap();
+/// Client 0 (catching up) and client 1 (not looking at client 0's
+/// containers) each store the same data in a container of their own.
+struct TwoCopies {
+    a: Store,
+    data: Vec<Bytes>,
+    ids: Vec<ChunkId>,
+    mine: ContainerId,
+    theirs: ContainerId,
+}
+
+fn two_copies(dir: &std::path::Path) -> TwoCopies {
     let key = RepoKey::generate();
     let data: Vec<Bytes> = (0..6).map(|_| random(20_000)).collect();
-    let a = client(dir.path(), &key, 0, shared_branch(dir.path()));
-    // Client 1 stores the same data without looking at client 0's.
-    let b = client_alone(dir.path(), &key, 1, shared_branch(dir.path()));
+    let a = client(dir, &key, 0, shared_branch(dir));
+    let b = client_alone(dir, &key, 1, shared_branch(dir));
     let (ids, mine) = store_all(&a, &data);
     let (_, theirs) = store_all(&b, &data);
     assert_ne!(mine, theirs);
+    TwoCopies {
+        a,
+        data,
+        ids,
+        mine,
+        theirs,
+    }
+}
+
+#[test]
+fn the_collector_reads_on_from_the_other_clients_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let TwoCopies {
+        a,
+        data,
+        ids,
+        mine,
+        theirs,
+    } = two_copies(dir.path());
     a.catch_up().unwrap();
     assert_eq!(a.locate(&ids[0]).unwrap().container, mine, "first kept");
 
@@ -97,12 +123,14 @@ fn a_client_taking_part_reads_on_from_a_third_clients_copy() {
 #[test]
 fn a_rebuilt_index_knows_both_copies() {
     let dir = tempfile::tempdir().unwrap();
-    let key = RepoKey::generate();
-    let data: Vec<Bytes> = (0..6).map(|_| random(20_000)).collect();
-    let a = client(dir.path(), &key, 0, shared_branch(dir.path()));
-    let b = client_alone(dir.path(), &key, 1, shared_branch(dir.path()));
-    let (ids, mine) = store_all(&a, &data);
-    let (_, theirs) = store_all(&b, &data);
+    let TwoCopies {
+        a,
+        data,
+        ids,
+        mine,
+        theirs,
+        ..
+    } = two_copies(dir.path());
     a.rebuild_index(&no_progress()).unwrap();
     assert_eq!(a.locate(&ids[0]).unwrap().container, mine);
 

@@ -118,12 +118,7 @@ impl EtcdMeta {
     fn replace_own(&self, me: u64, epoch: u64, next: Option<Collecting>) -> Result<bool> {
         let rpc = self.ring.counter_rpc();
         let key = self.keys.collecting();
-        let Some(kv) = rpc
-            .get(key.clone(), GetOptions::new())?
-            .kvs()
-            .first()
-            .cloned()
-        else {
+        let Some(kv) = rpc.get_one(key.clone())? else {
             return Ok(false);
         };
         let now = decode(&kv.value)?;
@@ -184,11 +179,7 @@ impl CollectionBoard for EtcdMeta {
         };
         // Absent, or this client's own (a crash cut it short): replaced,
         // with the answers to it.
-        let seen = rpc
-            .get(key.clone(), GetOptions::new())?
-            .kvs()
-            .first()
-            .cloned();
+        let seen = rpc.get_one(key.clone())?;
         let compare = match &seen {
             None => Target::CreateRevision(0),
             Some(kv) => {
@@ -247,11 +238,7 @@ impl CollectionBoard for EtcdMeta {
         let key = self.keys.mounted(me);
         let put = Op::put(key.clone(), Mark::mine(self.client).encode(), 0);
         for _ in 0..MARK_TRIES {
-            let seen = rpc
-                .get(key.clone(), GetOptions::new())?
-                .kvs()
-                .first()
-                .cloned();
+            let seen = rpc.get_one(key.clone())?;
             let mut when = vec![unchanged(&key, seen.as_ref())];
             let holder = seen.as_ref().and_then(|kv| Mark::decode(&kv.value));
             if let Some(m) = holder {
@@ -292,11 +279,7 @@ impl CollectionBoard for EtcdMeta {
         let rpc = self.ring.counter_rpc();
         let key = self.keys.id_mark(me);
         for _ in 0..MARK_TRIES {
-            let seen = rpc
-                .get(key.clone(), GetOptions::new())?
-                .kvs()
-                .first()
-                .cloned();
+            let seen = rpc.get_one(key.clone())?;
             match &seen {
                 None => {}
                 Some(kv) if kv.value == value => return Ok(()),
@@ -332,12 +315,7 @@ impl CollectionBoard for EtcdMeta {
     fn forget(&self, client: u64) -> Result<Forget> {
         let rpc = self.ring.counter_rpc();
         let key = self.keys.mounted(client);
-        let Some(kv) = rpc
-            .get(key.clone(), GetOptions::new())?
-            .kvs()
-            .first()
-            .cloned()
-        else {
+        let Some(kv) = rpc.get_one(key.clone())? else {
             return Ok(Forget::NotMounted);
         };
         let mut when = vec![Compare {

@@ -161,6 +161,11 @@ impl Rpc {
         Ok(GetResponse { revision, result })
     }
 
+    /// The key-value at `key` now, if there is one.
+    pub(crate) fn get_one(&self, key: Vec<u8>) -> Result<Option<KeyValue>, EtcdError> {
+        Ok(self.get(key, GetOptions::new())?.kvs().first().cloned())
+    }
+
     pub(crate) fn txn(&self, txn: Txn) -> Result<TxnResult, EtcdError> {
         self.backend.txn(txn)
     }

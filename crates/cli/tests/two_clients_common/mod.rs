@@ -76,6 +76,26 @@ impl Cluster {
         Mount::start_cmd(repo.to_path_buf(), dir, &["mount", "--meta", &self.url])
     }
 
+    /// Mounting client `repo` at `base/NAME` is refused: what it said.
+    pub fn mount_refused(&self, repo: &Path, name: &str) -> String {
+        let dir = self.base.path().join(name);
+        fs::create_dir_all(&dir).unwrap();
+        let out = std::process::Command::new(crate::common::CAIRN)
+            .args([
+                "--repo",
+                repo.to_str().unwrap(),
+                "mount",
+                "--meta",
+                &self.url,
+            ])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{} mounted", repo.display());
+        assert!(!crate::common::is_cairn_mounted(&dir));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
     /// Bytes of every container in the bucket.
     pub fn container_bytes(&self) -> u64 {
         let mut total = 0;
