@@ -196,6 +196,12 @@ pub enum Command {
 
     /// Unmount a cairn file system (fusermount3 -u), or clear a dead one
     /// left by a daemon that was killed.
+    ///
+    /// Returns once the daemon has made everything written durable and let
+    /// go of its repository (the mount's source, `cairn:REPO` in
+    /// /proc/mounts and `df`, names it), so the next command finds the
+    /// repository free; after a second of waiting it says so. Gives up
+    /// after 15 minutes, naming the repository's log.
     Umount {
         /// The mount point.
         mountpoint: PathBuf,
@@ -976,6 +982,13 @@ pub struct MountArgs {
     /// cluster --help` and docs/metadata-on-etcd.md.
     #[arg(long, value_name = "URL", conflicts_with = "meta")]
     pub cluster: Option<String>,
+    /// Return once the file system is mounted and answering; the daemon
+    /// goes on in the background (its own process group, so it outlives
+    /// the shell) and logs to REPO/log/cairn.log. `cairn umount DIR` ends
+    /// it cleanly. If the daemon ends before mounting, this fails with its
+    /// message and exit status 1.
+    #[arg(long)]
+    pub background: bool,
 }
 
 #[derive(Args, Debug)]

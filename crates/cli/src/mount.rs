@@ -31,6 +31,16 @@ fn prepare_mountpoint(dir: &Path, nonempty: bool, quiet: bool) -> Result<()> {
     Ok(())
 }
 
+/// `cairn mount --background`: this same command line without the flag,
+/// started as the daemon, returning once it has mounted.
+fn mount_in_background(root: &Path, dir: &Path) -> Result<ExitCode> {
+    let exe = std::env::current_exe().context("cannot find the cairn executable")?;
+    let mut cmd = Process::new(exe);
+    cmd.args(std::env::args_os().skip(1).filter(|a| a != "--background"));
+    crate::mount_helper::start_in_background(cmd, dir, root)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// What serves HTTP beside a mount: the S3 gateway (with `/metrics` and
 /// the dashboard), or `/metrics` alone.
 enum Http {
@@ -50,6 +60,9 @@ pub fn mount(
     let mut args = args.clone();
     crate::mount_helper::apply_options(&mut args)?;
     let args = &args;
+    if args.background {
+        return mount_in_background(root, &args.mountpoint);
+    }
     fuse::check_fuse_available()?;
     prepare_mountpoint(&args.mountpoint, args.nonempty, quiet)?;
     let mut repo = crate::ops::open(root, quiet)?;
@@ -121,6 +134,7 @@ pub fn mount(
         // A namespace in etcd (one cluster or several) may be shared with
         // other clients.
         close_to_open: args.meta.is_some() || args.cluster.is_some(),
+        fsname: fuse::fsname_for(&std::path::absolute(root).unwrap_or_else(|_| root.into())),
         ..Default::default()
     };
     let mounted = fuse::mount(fs.clone(), &args.mountpoint, &opts)?;
@@ -243,9 +257,48 @@ pub fn umount(mountpoint: &Path) -> Result<ExitCode> {
                 mountpoint.display()
             );
         }
-        fuse::MountState::Live(_) => umount_path(mountpoint)?,
+        fuse::MountState::Live(entry) => {
+            umount_path(mountpoint)?;
+            if let Some(root) = entry.repository() {
+                wait_for_daemon(&root, mountpoint)?;
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How long `umount` waits for a daemon to finish after its unmount (the
+/// systemd unit's stop timeout: slow branches may take that long).
+const DAEMON_EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// Waits until the daemon that served `mountpoint` has made everything
+/// written durable and let go of the repository at `root`, so the next
+/// command (`check`, another mount) finds it free.
+fn wait_for_daemon(root: &Path, mountpoint: &Path) -> Result<()> {
+    let started = std::time::Instant::now();
+    let mut said = false;
+    while repo::is_locked(root)? {
+        if !said && started.elapsed() > std::time::Duration::from_secs(1) {
+            let pid = repo::holder_of(root).map_or("?".into(), |h| h.pid.to_string());
+            say!(
+                "cairn: unmounted {}; waiting for its daemon (pid {pid}) to make everything \
+                 written durable",
+                mountpoint.display()
+            );
+            said = true;
+        }
+        if started.elapsed() > DAEMON_EXIT_WAIT {
+            bail!(
+                "unmounted {}, but its daemon still holds {} after {} minutes: see {}/log/cairn.log",
+                mountpoint.display(),
+                root.display(),
+                DAEMON_EXIT_WAIT.as_secs() / 60,
+                root.display()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok(())
 }
 
 /// Where and how `cairn serve` mounts.
@@ -290,6 +343,7 @@ pub fn serve(root: &Path, at: Serving, gateway: &GatewayArgs, quiet: bool) -> Re
         options: Vec::new(),
         meta,
         cluster,
+        background: false,
     };
     mount(root, &args, Some(gateway), quiet)
 }

@@ -166,6 +166,7 @@ pub fn run(args: &[OsString]) -> Result<ExitCode> {
         options: h.options.clone(),
         meta: None,
         cluster: None,
+        background: false,
     };
     apply_options(&mut check)?;
     if h.fake {
@@ -181,6 +182,15 @@ pub fn run(args: &[OsString]) -> Result<ExitCode> {
     for o in &h.options {
         cmd.arg("-o").arg(o);
     }
+    start_in_background(cmd, &h.dir, &h.source)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Starts `cmd` (a `cairn mount` in the foreground) in its own process
+/// group and waits until `dir` is a live cairn mount: `mount -t
+/// fuse.cairn` and `cairn mount --background`. Fails with the daemon's own
+/// words when it ends before mounting.
+pub fn start_in_background(mut cmd: Command, dir: &Path, repo: &Path) -> Result<()> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -188,9 +198,9 @@ pub fn run(args: &[OsString]) -> Result<ExitCode> {
         .process_group(0)
         .spawn()
         .context("cannot start cairn mount")?;
-    // What the daemon says before it mounts; once the helper has returned,
-    // the pipe is closed and the daemon's stderr goes nowhere (its log
-    // file has everything).
+    // What the daemon says before it mounts; once this process has
+    // returned, the pipe is closed and the daemon's stderr goes nowhere
+    // (its log file has everything).
     let said = child.stderr.take().map(|mut err| {
         std::thread::spawn(move || {
             let mut kept = Vec::new();
@@ -204,16 +214,16 @@ pub fn run(args: &[OsString]) -> Result<ExitCode> {
     });
     let started = Instant::now();
     loop {
-        if let Ok(fuse::MountState::Live(e)) = fuse::mount_state(&h.dir) {
+        if let Ok(fuse::MountState::Live(e)) = fuse::mount_state(dir) {
             if e.is_cairn() {
-                return Ok(ExitCode::SUCCESS);
+                return Ok(());
             }
         }
         if let Some(status) = child.try_wait().context("cannot wait for cairn mount")? {
             let said = said.and_then(|t| t.join().ok()).unwrap_or_default();
             bail!(
                 "cairn mount {} ended ({status}) without mounting: {}",
-                h.dir.display(),
+                dir.display(),
                 said.trim().trim_start_matches("cairn: error: ")
             );
         }
@@ -221,10 +231,10 @@ pub fn run(args: &[OsString]) -> Result<ExitCode> {
             bail!(
                 "{} is not mounted after {} s; cairn mount (pid {}) may still be opening the \
                  repository: see {}/log/cairn.log",
-                h.dir.display(),
+                dir.display(),
                 MOUNT_WAIT.as_secs(),
                 child.id(),
-                h.source.display()
+                repo.display()
             );
         }
         std::thread::sleep(POLL);
@@ -246,6 +256,7 @@ mod tests {
             options: opts.iter().map(|s| s.to_string()).collect(),
             meta: None,
             cluster: None,
+            background: false,
         }
     }
 

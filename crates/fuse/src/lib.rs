@@ -75,6 +75,6 @@ mod session;
 
 pub use metrics::FuseMetrics;
 pub use session::{
-    cairn_mounts, check_fuse_available, check_mountpoint, detach, fusermount_bin, mount,
-    mount_state, FuseError, Invalidator, MountEntry, MountOptions, MountState, Mounted, Unmounter,
+    cairn_mounts, check_fuse_available, check_mountpoint, detach, fsname_for, fusermount_bin,
+    mount, mount_state, FuseError, Invalidator, MountEntry, MountOptions, MountState, Mounted, Unmounter,
 };

@@ -211,11 +211,37 @@ pub struct MountEntry {
     pub source: String,
 }
 
+/// What a cairn mount's source starts with when it names its repository.
+const SOURCE_PREFIX: &str = "cairn:";
+
+/// The source a mount of the repository at `repo` shows in /proc/mounts
+/// and `df`: `cairn:REPO`, so that `cairn umount` and an operator can tell
+/// which repository a mount serves; plain `cairn` for a path that mount
+/// options cannot carry (a comma, a backslash or white space in it).
+pub fn fsname_for(repo: &Path) -> String {
+    let path = repo.to_string_lossy();
+    if path.contains([',', '\\']) || path.contains(char::is_whitespace) {
+        "cairn".into()
+    } else {
+        format!("{SOURCE_PREFIX}{path}")
+    }
+}
+
 impl MountEntry {
-    /// A cairn mount: its source is [`MountOptions::fsname`]'s default, and
-    /// its type `fuse.cairn` (`fuse` when root mounted it directly).
+    /// A cairn mount: its type is `fuse.cairn` (`fuse` when root mounted
+    /// it directly, then known by its source, [`fsname_for`]).
     pub fn is_cairn(&self) -> bool {
-        self.fstype == "fuse.cairn" || (self.fstype == "fuse" && self.source == "cairn")
+        self.fstype == "fuse.cairn"
+            || (self.fstype == "fuse"
+                && (self.source == "cairn" || self.source.starts_with(SOURCE_PREFIX)))
+    }
+
+    /// The repository a cairn mount serves, when its source names it.
+    pub fn repository(&self) -> Option<PathBuf> {
+        self.source
+            .strip_prefix(SOURCE_PREFIX)
+            .filter(|p| p.starts_with('/'))
+            .map(PathBuf::from)
     }
 }
 
@@ -786,6 +812,26 @@ mod tests {
         fn send_sync<T: Send + Sync>() {}
         send_sync::<Mounted>();
         send_sync::<Unmounter>();
+    }
+
+    #[test]
+    fn a_mount_source_names_its_repository() {
+        let name = fsname_for(Path::new("/srv/a repo"));
+        assert_eq!(name, "cairn");
+        let name = fsname_for(Path::new("/srv/a,b"));
+        assert_eq!(name, "cairn");
+        let name = fsname_for(Path::new("/srv/repo"));
+        let entry = |fstype: &str, source: &str| MountEntry {
+            fstype: fstype.into(),
+            source: source.into(),
+        };
+        let mounted = entry("fuse", &name);
+        assert!(mounted.is_cairn());
+        assert_eq!(mounted.repository(), Some(PathBuf::from("/srv/repo")));
+        assert!(entry("fuse", "cairn").is_cairn());
+        assert_eq!(entry("fuse.cairn", "cairn").repository(), None);
+        assert!(!entry("fuse", "sshfs").is_cairn());
+        assert_eq!(entry("fuse.sshfs", "cairn:relative").repository(), None);
     }
 
     #[test]

@@ -28,6 +28,10 @@ const SHARD_TAGS: [&[u8; 2]; 5] = [b"i/", b"d/", b"x/", b"o/", b"k/"];
 /// inode counter. Refused if the control cluster already holds a map for
 /// `fsid` ([`EtcdError::AlreadyInitialized`]). A crash part-way leaves no
 /// map: running it again finishes.
+///
+/// A cluster that does not answer yet (an etcd still starting beside the
+/// command, as in a script that starts both) is waited for, up to
+/// [`EtcdOptions::op_deadline`].
 pub fn init_cluster(
     control: &[String],
     data: &[Vec<String>],
@@ -49,12 +53,16 @@ pub fn init_cluster(
     }
     let keys = Keys::new(fsid);
     let ctl = Rpc::connect(control, opts.rpc_timeout)?;
-    if !ctl.get(keys.map(), GetOptions::new())?.kvs().is_empty() {
+    if !first_read(&ctl, control, keys.map(), opts)?
+        .kvs()
+        .is_empty()
+    {
         return Err(EtcdError::AlreadyInitialized.into());
     }
     let map = ShardMap::place(data.to_vec(), shards);
     for (c, endpoints) in data.iter().enumerate() {
         let rpc = Rpc::connect(endpoints, opts.rpc_timeout)?;
+        first_read(&rpc, endpoints, keys.map(), opts)?;
         let mine: Vec<u32> = (0..shards)
             .filter(|&s| map.shards[s as usize].0 as usize == c)
             .collect();
@@ -400,4 +408,31 @@ pub fn parse_cluster(spec: &str) -> Result<Vec<String>, EtcdError> {
         .unwrap_or(spec)
         .trim_end_matches('/');
     crate::store::parse_url(&format!("etcd://{hosts}/x")).map(|(eps, _)| eps)
+}
+
+/// The first read of a cluster, retried while it cannot be reached (up to
+/// `opts.op_deadline`), saying once that it waits.
+fn first_read(
+    rpc: &Rpc,
+    endpoints: &[String],
+    key: Vec<u8>,
+    opts: &EtcdOptions,
+) -> Result<crate::rpc::GetResponse> {
+    let deadline = std::time::Instant::now() + opts.op_deadline;
+    let mut said = false;
+    loop {
+        match rpc.get(key.clone(), GetOptions::new()) {
+            Ok(resp) => return Ok(resp),
+            Err(e @ (EtcdError::Rpc(_) | EtcdError::Timeout { .. } | EtcdError::Refused(_)))
+                if std::time::Instant::now() < deadline =>
+            {
+                if !said {
+                    tracing::warn!(endpoints = ?endpoints, error = %e, "waiting for etcd to answer");
+                    said = true;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }

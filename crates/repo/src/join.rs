@@ -59,7 +59,7 @@ pub enum JoinProblem {
     #[error("it has no [[branch]] entries: its data is on its own plain branch, which no other client can reach")]
     Plain,
     #[error(
-        "its branch {0:?} is a local directory: only S3 branches can be shared by clients \
+        "its branch {0:?} is a local directory: only S3 buckets and disks served by `cairn chunkd` can be shared by clients \
          (each client would discard the blobs the other is writing there)"
     )]
     LocalBranch(String),

@@ -150,6 +150,23 @@ pub fn holder_of(root: &Path) -> Option<Holder> {
         .then_some(holder)
 }
 
+/// Whether a process holds the lock of the repository at `root` now (a
+/// repository without a lock file is not locked). Takes the lock for an
+/// instant to find out, recording nothing.
+pub fn is_locked(root: &Path) -> Result<bool, RepoError> {
+    let path = root.join(RUN).join(LOCK);
+    let file = match OpenOptions::new().read(true).open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(io("open the lock file", &path)(e)),
+    };
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(_released_on_drop) => Ok(false),
+        Err((_, Errno::EWOULDBLOCK)) => Ok(true),
+        Err((_, e)) => Err(io("lock", &path)(e.into())),
+    }
+}
+
 /// What a process turned away by the lock is told.
 pub(crate) fn locked_message(root: &Path, holder: &Option<Holder>) -> String {
     let root = root.display();
@@ -207,5 +224,17 @@ mod tests {
         );
         let long = shown(&["cairn", &"é".repeat(300)]);
         assert!(long.len() <= COMMAND_MAX + 4 && long.ends_with(" ..."));
+    }
+
+    #[test]
+    fn is_locked_while_a_holder_lives_and_leaves_it_free() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!is_locked(dir.path()).unwrap(), "no lock file yet");
+        let held = RepoLock::acquire(dir.path()).unwrap();
+        assert!(is_locked(dir.path()).unwrap());
+        drop(held);
+        assert!(!is_locked(dir.path()).unwrap());
+        // Looking took nothing: the lock can be taken after.
+        RepoLock::acquire(dir.path()).unwrap();
     }
 }
