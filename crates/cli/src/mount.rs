@@ -135,7 +135,6 @@ pub fn mount(
         // other clients.
         close_to_open: args.meta.is_some() || args.cluster.is_some(),
         fsname: fuse::fsname_for(&std::path::absolute(root).unwrap_or_else(|_| root.into())),
-        ..Default::default()
     };
     let mounted = fuse::mount(fs.clone(), &args.mountpoint, &opts)?;
     // Names the gateway changes are dropped from the kernel's entry cache,
