@@ -108,7 +108,10 @@ fn bash(block: &str, dir: &Path, home: &Path) -> Command {
         .env("HOME", home)
         .env("PATH", path_with_cairn())
         .env_remove("CAIRN_REPO")
-        .env_remove("RUST_LOG");
+        .env_remove("RUST_LOG")
+        // As a new user builds: into the checkout's target/, where the
+        // README's install block takes the binary from.
+        .env_remove("CARGO_TARGET_DIR");
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     cmd
 }
