@@ -8,8 +8,9 @@
 //! - The first command, `cargo run --release -- serve`, builds the release
 //!   binary (CI has built it already, with protoc hidden) and serves; the
 //!   AWS CLI block then runs with the key lines serve printed put in
-//!   `~/.aws/credentials`, as the README asks; Ctrl-C (SIGINT to the
-//!   process group) unmounts.
+//!   `~/.aws/credentials`, as the README asks; Ctrl-C unmounts. It runs at
+//!   a pseudo-terminal (util-linux's `script`), as at a user's: only there
+//!   does the first start print the key's secret.
 //! - The install block runs in a mount namespace of its own with tmpfs
 //!   over /usr/local/bin and /sbin, so it installs for real and leaves the
 //!   machine as it was; the systemd unit must start the path it installs,
@@ -103,8 +104,15 @@ fn path_with_cairn() -> String {
 /// `bash -e -c BLOCK` in `dir` with HOME `home`, its own process group.
 fn bash(block: &str, dir: &Path, home: &Path) -> Command {
     let mut cmd = Command::new("bash");
-    cmd.args(["-e", "-c", block])
-        .current_dir(dir)
+    cmd.args(["-e", "-c", block]);
+    as_a_user(cmd, dir, home)
+}
+
+/// `cmd` in `dir` with HOME `home`, `cairn` first on the PATH, nothing of
+/// this test's environment that a user would not have; its own process
+/// group.
+fn as_a_user(mut cmd: Command, dir: &Path, home: &Path) -> Command {
+    cmd.current_dir(dir)
         .env("HOME", home)
         .env("PATH", path_with_cairn())
         .env_remove("CAIRN_REPO")
@@ -128,7 +136,10 @@ fn run(block: &str, dir: &Path, home: &Path) -> String {
         .status()
         .unwrap();
     let said = fs::read_to_string(&out_path).unwrap();
-    assert!(status.success(), "README block failed ({status}):\n{block}\n--- it said:\n{said}");
+    assert!(
+        status.success(),
+        "README block failed ({status}):\n{block}\n--- it said:\n{said}"
+    );
     said
 }
 
@@ -175,7 +186,14 @@ fn the_first_command_serves_and_the_aws_cli_block_uses_it_then_it_installs() {
         group: None,
     };
 
-    let mut serve: Child = bash(&block(Role::Serve), &checkout(), &home)
+    // At a terminal, as a user runs it (the key's secret is printed only
+    // to a terminal): util-linux's `script` gives it a pseudo-terminal, and
+    // a ^C written to it is Ctrl-C.
+    let mut script = Command::new("script");
+    script.args(["-qfec", block(Role::Serve).trim(), "/dev/null"]);
+    let mut serve: Child = as_a_user(script, &checkout(), &home)
+        .env("SHELL", "/bin/bash")
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -189,7 +207,7 @@ fn the_first_command_serves_and_the_aws_cli_block_uses_it_then_it_installs() {
         let tx = tx.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
+                let _ = tx.send(line.trim_end_matches('\r').to_string());
             }
         });
     }
@@ -229,11 +247,13 @@ fn the_first_command_serves_and_the_aws_cli_block_uses_it_then_it_installs() {
         fs::read(work.join("pic.jpg")).unwrap()
     );
 
-    // Ctrl-C: SIGINT to the foreground process group.
-    Command::new("kill")
-        .args(["-INT", "--", &format!("-{}", serve.id())])
-        .status()
-        .unwrap();
+    // Ctrl-C at its terminal.
+    {
+        use std::io::Write as _;
+        let mut tty = serve.stdin.take().unwrap();
+        tty.write_all(b"\x03").unwrap();
+        tty.flush().unwrap();
+    }
     let status = serve.wait().unwrap();
     assert!(status.success(), "serve after Ctrl-C: {status}");
     assert!(!is_cairn_mounted(&mount), "Ctrl-C unmounts");
@@ -273,7 +293,9 @@ fn the_first_command_serves_and_the_aws_cli_block_uses_it_then_it_installs() {
         .and_then(|rest| rest.split(" MiB").next())
         .and_then(|n| n.parse().ok())
         .expect("the README states the binary's size as (about N MiB");
-    let size = fs::metadata(checkout().join("target/release/cairn")).unwrap().len() as f64
+    let size = fs::metadata(checkout().join("target/release/cairn"))
+        .unwrap()
+        .len() as f64
         / (1 << 20) as f64;
     assert!(
         (size - stated).abs() <= stated / 4.0,
@@ -301,7 +323,10 @@ fn the_usage_tour_runs_on_a_scratch_repository() {
         group: None,
     };
     let said = run(&block(Role::Tour), scratch.path(), scratch.path());
-    assert!(said.lines().any(|l| l == "draft"), "the restored file reads back:\n{said}");
+    assert!(
+        said.lines().any(|l| l == "draft"),
+        "the restored file reads back:\n{said}"
+    );
     assert!(scratch.path().join("key-backup").is_file());
     assert!(!is_cairn_mounted(&scratch.path().join("mnt")));
 }
@@ -316,12 +341,18 @@ fn the_cluster_steps_share_one_file_system_and_stop() {
         group: None,
     };
     let said = run(&block(Role::Cluster), scratch.path(), scratch.path());
-    assert!(said.lines().any(|l| l == "hello"), "B reads what A wrote:\n{said}");
+    assert!(
+        said.lines().any(|l| l == "hello"),
+        "B reads what A wrote:\n{said}"
+    );
     assert!(is_cairn_mounted(&a) && is_cairn_mounted(&b));
     run(&block(Role::ClusterStop), scratch.path(), scratch.path());
     assert!(!is_cairn_mounted(&a) && !is_cairn_mounted(&b));
     let left = Command::new("pgrep")
-        .args(["-f", "etcd --name etcd23|cairn chunkd --dir blobs|cairn coord --cluster"])
+        .args([
+            "-f",
+            "etcd --name etcd23|cairn chunkd --dir blobs|cairn coord --cluster",
+        ])
         .output()
         .unwrap();
     assert!(

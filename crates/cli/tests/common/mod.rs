@@ -76,7 +76,9 @@ pub fn is_cairn_mounted(dir: &Path) -> bool {
         .filter_map(|l| l.split_once(" - "))
         .any(|(left, right)| {
             left.split(' ').nth(4) == Some(canon.to_str().unwrap())
-                && (right.starts_with("fuse cairn ") || right.starts_with("fuse.cairn "))
+                && (right.starts_with("fuse.cairn ")
+                    || right.starts_with("fuse cairn ")
+                    || right.starts_with("fuse cairn:"))
         })
 }
 
