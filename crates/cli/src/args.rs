@@ -86,9 +86,18 @@ pub enum Command {
 
     /// List the labels (roots) and the size of what each holds.
     ///
-    /// With --json: one array of {"label", "root", "bytes", "error"} (`[]` when
-    /// there are none); bytes is null for a root that cannot be read, and
-    /// error then says why.
+    /// Files stored with `put` first, then snapshots, then the versions the
+    /// file system writes on its own (every `fs.version_seconds` when
+    /// anything changed, at unmount, and by `cairn version`) in their own
+    /// section, oldest first. `get` writes back a stored file; a snapshot
+    /// or version is a whole tree: `cairn restore LABEL / --out DIR` writes
+    /// it out.
+    ///
+    /// With --json: one array of {"label", "kind", "root", "bytes", "created",
+    /// "error"} in the same order (`[]` when there are none); kind is
+    /// "stream", "snapshot" or "version"; created is null for a stored
+    /// file; bytes is null for a root that cannot be read, and error then
+    /// says why.
     Roots {
         /// Print one JSON array.
         #[arg(long)]

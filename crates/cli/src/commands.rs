@@ -264,14 +264,24 @@ fn roots(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
         out!("{}", ui::json(&lines)?);
         return Ok(ExitCode::SUCCESS);
     }
-    for line in lines {
-        {
-            let size = match (&line.bytes, &line.error) {
-                (Some(b), _) => ui::bytes(*b),
-                (None, Some(e)) => format!("unreadable: {e}"),
-                (None, None) => "-".into(),
-            };
-            out!("{:<40} {size}", line.label);
+    let size = |line: &service::RootLine| match (&line.bytes, &line.error) {
+        (Some(b), _) => ui::bytes(*b),
+        (None, Some(e)) => format!("unreadable: {e}"),
+        (None, None) => "-".into(),
+    };
+    let (versions, kept): (Vec<_>, Vec<_>) = lines
+        .iter()
+        .partition(|l| l.kind == service::RootKind::Version);
+    for line in kept {
+        out!("{:<40} {}", line.label, size(line));
+    }
+    if !versions.is_empty() {
+        out!(
+            "\nversions written by the file system, oldest first (`cairn restore version/N / --out DIR` writes one out):"
+        );
+        for line in versions {
+            let created = line.created.map_or_else(|| "-".into(), ui::utc);
+            out!("{:<40} {created:<20} {}", line.label, size(line));
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -195,6 +195,38 @@ pub struct RootLine {
     pub root: String,
     pub bytes: Option<u64>,
     pub error: Option<String>,
+    /// Absent from a daemon of an older cairn: read from the label.
+    #[serde(default)]
+    pub kind: RootKind,
+    /// When a version or snapshot was written (seconds since the Unix
+    /// epoch); null for a stored file, or a record that cannot be read.
+    #[serde(default)]
+    pub created: Option<i64>,
+}
+
+/// What a root holds: a file stored by `put` (a stream `get` writes back),
+/// or the whole file system's tree, kept by the user (`snapshot/<name>`) or
+/// written on its own and aged out by retention (`version/<n>`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RootKind {
+    #[default]
+    Stream,
+    Snapshot,
+    Version,
+}
+
+impl RootKind {
+    /// The kind of the root labelled `label`.
+    pub fn of(label: &str) -> RootKind {
+        if label.starts_with(fs::history::VERSION_PREFIX) {
+            RootKind::Version
+        } else if label.starts_with(fs::history::SNAPSHOT_PREFIX) {
+            RootKind::Snapshot
+        } else {
+            RootKind::Stream
+        }
+    }
 }
 
 /// What `storage_reads` reports: reads since the mount started, each an
