@@ -78,19 +78,19 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             name,
             path,
             to,
+            out,
             overwrite,
             json,
-        } => crate::history::restore(
-            &root,
-            Request::Restore {
+        } => {
+            let req = Request::Restore {
                 name,
                 path,
                 to,
                 overwrite,
-            },
-            json,
-            quiet,
-        ),
+                out: out.as_deref().map(host_dir).transpose()?,
+            };
+            crate::history::restore(&root, req, json, quiet)
+        }
         Command::Clone { src, dst, json } => crate::history::clone(&root, src, dst, json, quiet),
         Command::Version { json } => crate::history::version(&root, json, quiet),
         Command::Gc {
@@ -256,6 +256,19 @@ fn get(root: &Path, args: &GetArgs, quiet: bool) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `restore --out DIR` as the daemon, which runs elsewhere, must be told
+/// it: absolute (a relative DIR is this shell's), and text.
+fn host_dir(dir: &Path) -> Result<String> {
+    let abs = std::path::absolute(dir).with_context(|| format!("cannot find {}", dir.display()))?;
+    match abs.into_os_string().into_string() {
+        Ok(s) => Ok(s),
+        Err(_) => bail!(
+            "{}: --out takes a directory whose path is UTF-8",
+            dir.display()
+        ),
+    }
 }
 
 fn roots(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {

@@ -117,7 +117,7 @@ fn not_in(path: &str, snapshot: &str) -> FsError {
 }
 
 /// Splits a path inside the file system into names ("/a/b", "a/b").
-fn components(path: &str) -> Vec<&[u8]> {
+pub(crate) fn components(path: &str) -> Vec<&[u8]> {
     path.split('/')
         .filter(|c| !c.is_empty() && *c != ".")
         .map(str::as_bytes)
@@ -320,8 +320,9 @@ impl Fs {
         Ok(inode)
     }
 
-    /// The directory that will hold `path` and the new name.
-    fn parent_of<'p>(&self, path: &'p str) -> Result<(InodeId, &'p [u8])> {
+    /// The directory that will hold `path` and the new name; `missing`
+    /// when that directory is not there.
+    fn parent_of<'p>(&self, path: &'p str, missing: Missing) -> Result<(InodeId, &'p [u8])> {
         let mut parts = components(path);
         let name = parts.pop().ok_or_else(|| FsError::BadName {
             name: path.to_owned(),
@@ -332,7 +333,7 @@ impl Fs {
             .try_fold(self.getattr(InodeId::ROOT)?, |d, n| self.lookup(d.id, n))
             .map_err(|_| FsError::NotFoundNamed {
                 name: path.to_owned(),
-                missing: Missing::Parent,
+                missing,
             })?;
         Ok((dir.id, name))
     }
@@ -340,17 +341,17 @@ impl Fs {
     /// Copies the file or tree at `src` to `dst` by copying recipes.
     pub fn clone_path(&self, src: &str, dst: &str) -> Result<CopyReport> {
         let from = self.resolve(src)?;
-        let (parent, name) = self.parent_of(dst)?;
+        let (parent, name) = self.parent_of(dst, Missing::Parent)?;
         let entry = self.live_entry(name.to_vec(), &from)?;
         let mut cx = CopyCx::default();
         self.materialize(parent, &entry, &Source::Live, &mut cx)?;
         Ok(cx.report)
     }
 
-    /// Brings `path` back from snapshot `name` to `to` (default: the same
-    /// path), copying recipes. With `overwrite`, existing files there are
-    /// replaced and directories merged; otherwise an existing target is an
-    /// error.
+    /// Brings `path` back from snapshot or version `name` (see
+    /// [`Fs::stored_entry`]) to `to` (default: the same path), copying
+    /// recipes. With `overwrite`, existing files there are replaced and
+    /// directories merged; otherwise an existing target is an error.
     pub fn restore(
         &self,
         name: &str,
@@ -358,17 +359,7 @@ impl Fs {
         to: Option<&str>,
         overwrite: bool,
     ) -> Result<CopyReport> {
-        let (_, record) = self.snapshot_record(name)?;
-        let mut entry = record.root.clone();
-        for part in components(path) {
-            let TreeContent::Dir(listing) = &entry.content else {
-                return Err(not_in(path, name));
-            };
-            entry = tree::read_listing(&self.inner.store, listing)?
-                .into_iter()
-                .find(|e| e.name == part)
-                .ok_or_else(|| not_in(path, name))?;
-        }
+        let mut entry = self.stored_entry(name, path)?;
         let target = to.unwrap_or(path);
         let mut cx = CopyCx::default();
         let source = Source::Stored { overwrite };
@@ -385,10 +376,39 @@ impl Fs {
             }
             return Ok(cx.report);
         }
-        let (parent, new_name) = self.parent_of(target)?;
+        let (parent, new_name) = self.parent_of(target, Missing::RestoreParent)?;
         entry.name = new_name.to_vec();
         self.materialize(parent, &entry, &source, &mut cx)?;
         Ok(cx.report)
+    }
+
+    /// The entry at `path` in `name`: a snapshot's name, or a label `cairn
+    /// roots` lists (`snapshot/<name>`, `version/<n>`).
+    pub(crate) fn stored_entry(&self, name: &str, path: &str) -> Result<TreeEntry> {
+        let (record, name) = if name.starts_with(VERSION_PREFIX) {
+            let id = self.inner.store.get_root(name).map_err(|e| match e {
+                CasError::NoSuchRoot(_) => FsError::NotFoundNamed {
+                    name: name.to_owned(),
+                    missing: Missing::Version,
+                },
+                e => e.into(),
+            })?;
+            (tree::read_record(&self.inner.store, &id)?, name)
+        } else {
+            let name = name.strip_prefix(SNAPSHOT_PREFIX).unwrap_or(name);
+            (self.snapshot_record(name)?.1, name)
+        };
+        let mut entry = record.root;
+        for part in components(path) {
+            let TreeContent::Dir(listing) = &entry.content else {
+                return Err(not_in(path, name));
+            };
+            entry = tree::read_listing(&self.inner.store, listing)?
+                .into_iter()
+                .find(|e| e.name == part)
+                .ok_or_else(|| not_in(path, name))?;
+        }
+        Ok(entry)
     }
 
     /// A live inode as a tree entry (its data recorded first, so an open
@@ -519,7 +539,10 @@ impl Fs {
             Some(_) => {
                 return Err(FsError::Exists {
                     name: String::from_utf8_lossy(&entry.name).into_owned(),
-                    holder: Existing::Entry,
+                    holder: match source {
+                        Source::Live => Existing::Entry,
+                        Source::Stored { .. } => Existing::Restored,
+                    },
                 })
             }
             None => {

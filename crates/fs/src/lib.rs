@@ -35,7 +35,9 @@
 //! in the extent list, `punch`), `copy_file_range` (a whole file onto an
 //! empty one as a recipe clone, onto the end of one held in chunks as a
 //! splice of recipes, `reflink`), and access ACLs kept in step
-//! with the mode. It writes versions and snapshots of the namespace ([`history`])
+//! with the mode. It writes versions and snapshots of the namespace ([`history`]),
+//! restores from them inside the namespace or writes them out to a host
+//! directory (`restore --out`),
 //! and drops the versions its retention rule no longer keeps
 //! ([`retention`], on a clock tests can set), and reports what holds the
 //! store's space ([`space`]).
@@ -101,6 +103,7 @@ mod commit;
 mod cut;
 pub mod damage;
 mod error;
+mod export;
 mod file;
 mod hints;
 pub mod history;

@@ -40,11 +40,17 @@ pub enum Request {
         a: String,
         b: String,
     },
+    /// Brings `path` back from snapshot or version `name`: to `to` inside
+    /// the file system (default: `path` itself), or, with `out`, into that
+    /// host directory (absolute; `to` is not taken with it).
     Restore {
         name: String,
         path: String,
         to: Option<String>,
         overwrite: bool,
+        /// Absent from a client of an older cairn: restored inside.
+        #[serde(default)]
+        out: Option<String>,
     },
     Clone {
         src: String,
@@ -130,6 +136,8 @@ impl Request {
     pub fn writes(&self) -> bool {
         match self {
             Request::Gc { dry_run, .. } => !dry_run,
+            // Into a host directory: the repository only is read.
+            Request::Restore { out, .. } => out.is_none(),
             Request::Stats
             | Request::Check
             | Request::Roots
@@ -144,7 +152,6 @@ impl Request {
             | Request::Version
             | Request::SnapshotCreate { .. }
             | Request::SnapshotDelete { .. }
-            | Request::Restore { .. }
             | Request::Clone { .. }
             | Request::Scrub
             | Request::Reload
