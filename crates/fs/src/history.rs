@@ -72,6 +72,17 @@ pub struct Change {
     pub path: String,
 }
 
+/// The newest version as this mount last read it (see
+/// `Inner::write_version`).
+#[derive(Debug, Clone)]
+pub(crate) struct Versioned {
+    /// The metadata engine's count of changes before it was read.
+    pub(crate) changes: u64,
+    pub(crate) label: String,
+    pub(crate) files: u64,
+    pub(crate) dirs: u64,
+}
+
 /// What a clone or restore created.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct CopyReport {
@@ -733,32 +744,65 @@ impl Inner {
 
     /// Writes a version if anything changed since the last one, then drops
     /// the versions retention no longer keeps.
+    ///
+    /// Whether anything changed is first asked of the metadata engine's
+    /// count of changes ([`meta::MetaStore::changes`]): while it stays
+    /// where it was when the newest version was read, the namespace is not
+    /// walked again (a walk costs time in proportion to the tree, and
+    /// stores a new record). Otherwise the tree is written and compared
+    /// with the newest version's.
     pub(crate) fn write_version(&self) -> Result<VersionReport> {
         let started = std::time::Instant::now();
         let _history = self.history.lock();
         self.history_allowed()?;
-        let (id, record, stats) = self.write_record()?;
+        // Open files recorded first: their writes are changes too.
+        self.sync_all()?;
+        // Read before the walk syncs again: each change counted here is in
+        // what the walk sees.
+        let seen = self.meta.changes();
         let versions = self.versions()?;
-        let unchanged = match versions.last() {
-            Some((_, last)) => tree::read_record(&self.store, last)
-                .map(|r| r.root.content == record.root.content && r.root.same_as(&record.root))
-                .unwrap_or(false),
-            None => false,
-        };
-        let next = versions.last().map_or(1, |(n, _)| n + 1);
-        let label = if unchanged {
-            format!("{VERSION_PREFIX}{}", next - 1)
-        } else {
-            let label = format!("{VERSION_PREFIX}{next}");
-            self.store.put_root(&label, &id)?;
-            label
+        let newest = versions.last().map(|(n, _)| format!("{VERSION_PREFIX}{n}"));
+        let known = self.versioned.lock().clone();
+        let (label, written, files, dirs, stats) = match known {
+            Some(v) if seen == Some(v.changes) && newest.as_ref() == Some(&v.label) => {
+                (v.label, false, v.files, v.dirs, TreeStats::default())
+            }
+            _ => {
+                let (id, record, stats) = self.write_record()?;
+                let unchanged = match versions.last() {
+                    Some((_, last)) => tree::read_record(&self.store, last)
+                        .map(|r| {
+                            r.root.content == record.root.content && r.root.same_as(&record.root)
+                        })
+                        .unwrap_or(false),
+                    None => false,
+                };
+                let label = match (unchanged, newest) {
+                    (true, Some(newest)) => newest,
+                    _ => {
+                        let next = versions.last().map_or(1, |(n, _)| n + 1);
+                        let label = format!("{VERSION_PREFIX}{next}");
+                        self.store.put_root(&label, &id)?;
+                        label
+                    }
+                };
+                if let Some(changes) = seen {
+                    *self.versioned.lock() = Some(Versioned {
+                        changes,
+                        label: label.clone(),
+                        files: record.files,
+                        dirs: record.dirs,
+                    });
+                }
+                (label, !unchanged, record.files, record.dirs, stats)
+            }
         };
         let dropped = self.retain(true)?;
         Ok(VersionReport {
             label,
-            written: !unchanged,
-            files: record.files,
-            dirs: record.dirs,
+            written,
+            files,
+            dirs,
             dirs_written: stats.dirs_written,
             new_bytes: stats.new_bytes,
             seconds: started.elapsed().as_secs_f64(),

@@ -240,6 +240,10 @@ struct Inner {
     /// versions and snapshots are refused meanwhile. Changed and read
     /// under `history`.
     history_paused: Mutex<Option<u64>>,
+    /// The newest version and the metadata engine's count of changes
+    /// when it was read: while the count stays, nothing changed and no
+    /// version is walked again. Changed and read under `history`.
+    versioned: Mutex<Option<history::Versioned>>,
     /// The time versions are dated and judged by (see [`Fs::set_clock`]).
     clock: parking_lot::RwLock<Arc<dyn Clock>>,
     /// Whether retention said it holds back because the namespace is empty.
@@ -333,6 +337,7 @@ impl Fs {
             commit_lock: Mutex::new(()),
             history: Mutex::new(()),
             history_paused: Mutex::new(None),
+            versioned: Mutex::new(None),
             clock: parking_lot::RwLock::new(Arc::new(SystemClock)),
             empty_said: AtomicBool::new(false),
             modes: Mutex::new(()),
