@@ -24,11 +24,12 @@ use crate::problem::{Damage, Existing};
 use crate::tree::{self, TreeContent, TreeEntry};
 use crate::{Fs, FsError, Result};
 
-/// A directory being written: where, its stored entry (for its mode and
-/// times, set once its entries are in), and its entries not written yet.
+/// A directory being written: where, its stored attributes (its mode and
+/// times, set once its entries are in; none for `out` itself, which keeps
+/// its own), and its entries not written yet.
 struct OutDir {
     path: PathBuf,
-    attr: Attr,
+    attr: Option<Attr>,
     left: std::vec::IntoIter<TreeEntry>,
 }
 
@@ -71,14 +72,11 @@ impl Fs {
         let mut stack: Vec<OutDir> = Vec::new();
         match (&entry.content, crate::history::components(path).is_empty()) {
             // The root: its entries go into `out`, which keeps its own mode.
-            (TreeContent::Dir(listing), true) => {
-                let entries = tree::read_listing(&self.inner.store, listing)?;
-                for child in entries {
-                    if let Some(dir) = w.place(out, child)? {
-                        stack.push(dir);
-                    }
-                }
-            }
+            (TreeContent::Dir(listing), true) => stack.push(OutDir {
+                path: out.to_owned(),
+                attr: None,
+                left: tree::read_listing(&self.inner.store, listing)?.into_iter(),
+            }),
             _ => {
                 if let Some(dir) = w.place(out, entry)? {
                     stack.push(dir);
@@ -95,7 +93,9 @@ impl Fs {
                 }
                 None => {
                     let done = stack.pop().expect("the top");
-                    w.finish(&done.path, &done.attr)?;
+                    if let Some(attr) = &done.attr {
+                        w.finish(&done.path, attr)?;
+                    }
                 }
             }
         }
@@ -166,7 +166,7 @@ impl Writer<'_> {
                 self.report.dirs += 1;
                 return Ok(Some(OutDir {
                     path,
-                    attr: a,
+                    attr: Some(a),
                     left,
                 }));
             }
