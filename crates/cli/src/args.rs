@@ -81,14 +81,25 @@ pub enum Command {
     /// Write a stored file to a file or to standard output.
     ///
     /// Every chunk is verified against its id; a damaged chunk stops the read
-    /// with an error naming its container and chunk.
+    /// with an error naming its container and chunk. A version or snapshot
+    /// is a tree, not one file: `cairn restore LABEL / --out DIR` writes it
+    /// out.
     Get(GetArgs),
 
     /// List the labels (roots) and the size of what each holds.
     ///
-    /// With --json: one array of {"label", "root", "bytes", "error"} (`[]` when
-    /// there are none); bytes is null for a root that cannot be read, and
-    /// error then says why.
+    /// Files stored with `put` first, then snapshots, then the versions the
+    /// file system writes on its own (every `fs.version_seconds` when
+    /// anything changed, at unmount, and by `cairn version`) in their own
+    /// section, oldest first. `get` writes back a stored file; a snapshot
+    /// or version is a whole tree: `cairn restore LABEL / --out DIR` writes
+    /// it out.
+    ///
+    /// With --json: one array of {"label", "kind", "root", "bytes", "created",
+    /// "error"} in the same order (`[]` when there are none); kind is
+    /// "stream", "snapshot" or "version"; created is null for a stored
+    /// file; bytes is null for a root that cannot be read, and error then
+    /// says why.
     Roots {
         /// Print one JSON array.
         #[arg(long)]
@@ -357,19 +368,33 @@ pub enum Command {
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
 
-    /// Bring files or trees back from a snapshot.
+    /// Bring files or trees back from a snapshot or a version.
     ///
-    /// Copies recipes, not data: instant, and the restored files are
-    /// independent of the snapshot. PATH is a path inside the file system
-    /// (absolute paths under the mount point work too).
+    /// NAME is a snapshot's name, or a label `cairn roots` lists
+    /// (snapshot/NAME, or version/N for a version the file system wrote on
+    /// its own). PATH is a path inside the file system (/ for everything;
+    /// absolute paths under the mount point work too).
+    ///
+    /// Inside the file system (default, or --to): copies recipes, not data,
+    /// so it is instant, and the restored files are independent of the
+    /// snapshot. Outside it (--out DIR): writes PATH, under its own name,
+    /// into the host directory DIR (the top level of / goes straight into
+    /// DIR), with modes, times and hard links (owners too when run as
+    /// root; extended attributes stay in the file system). --out is how to
+    /// look at an old version with ordinary tools, or to bring files back
+    /// without a mount.
     Restore {
-        /// The snapshot.
+        /// The snapshot (NAME or snapshot/NAME) or version (version/N).
         name: String,
         /// What to restore (a file or directory; / for everything).
         path: String,
-        /// Where to put it [default: PATH itself].
+        /// Where to put it inside the file system [default: PATH itself]:
+        /// /a/b, or MOUNTPOINT/a/b while it is mounted.
         #[arg(long, value_name = "DEST")]
         to: Option<String>,
+        /// Write it into DIR, a directory outside the file system, instead.
+        #[arg(long, value_name = "DIR", conflicts_with = "to")]
+        out: Option<PathBuf>,
         /// Replace existing files at the destination (directories are merged)
         /// instead of refusing.
         #[arg(long)]
@@ -384,9 +409,11 @@ pub enum Command {
     /// Instant whatever the size; the copy is independent: writing one does
     /// not change the other. Hard links inside the tree stay links.
     Clone {
-        /// The file or directory to copy (a path inside the file system).
+        /// The file or directory to copy: a path inside the file system
+        /// (/a/b, or MOUNTPOINT/a/b while it is mounted).
         src: String,
-        /// The new path (must not exist; its directory must).
+        /// The new path inside the file system (must not exist; its
+        /// directory must). To copy out of the file system, use cp.
         dst: String,
         /// Print what was copied as JSON: {"files", "dirs", "bytes"}.
         #[arg(long)]

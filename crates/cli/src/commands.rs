@@ -78,19 +78,19 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             name,
             path,
             to,
+            out,
             overwrite,
             json,
-        } => crate::history::restore(
-            &root,
-            Request::Restore {
+        } => {
+            let req = Request::Restore {
                 name,
                 path,
                 to,
                 overwrite,
-            },
-            json,
-            quiet,
-        ),
+                out: out.as_deref().map(host_dir).transpose()?,
+            };
+            crate::history::restore(&root, req, json, quiet)
+        }
         Command::Clone { src, dst, json } => crate::history::clone(&root, src, dst, json, quiet),
         Command::Version { json } => crate::history::version(&root, json, quiet),
         Command::Gc {
@@ -258,20 +258,43 @@ fn get(root: &Path, args: &GetArgs, quiet: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `restore --out DIR` as the daemon, which runs elsewhere, must be told
+/// it: absolute (a relative DIR is this shell's), and text.
+fn host_dir(dir: &Path) -> Result<String> {
+    let abs = std::path::absolute(dir).with_context(|| format!("cannot find {}", dir.display()))?;
+    match abs.into_os_string().into_string() {
+        Ok(s) => Ok(s),
+        Err(_) => bail!(
+            "{}: --out takes a directory whose path is UTF-8",
+            dir.display()
+        ),
+    }
+}
+
 fn roots(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
     let lines = ops::call(root, &Request::Roots, None, quiet, &service::Silent)?.into_roots()?;
     if json {
         out!("{}", ui::json(&lines)?);
         return Ok(ExitCode::SUCCESS);
     }
-    for line in lines {
-        {
-            let size = match (&line.bytes, &line.error) {
-                (Some(b), _) => ui::bytes(*b),
-                (None, Some(e)) => format!("unreadable: {e}"),
-                (None, None) => "-".into(),
-            };
-            out!("{:<40} {size}", line.label);
+    let size = |line: &service::RootLine| match (&line.bytes, &line.error) {
+        (Some(b), _) => ui::bytes(*b),
+        (None, Some(e)) => format!("unreadable: {e}"),
+        (None, None) => "-".into(),
+    };
+    let (versions, kept): (Vec<_>, Vec<_>) = lines
+        .iter()
+        .partition(|l| l.kind == service::RootKind::Version);
+    for line in kept {
+        out!("{:<40} {}", line.label, size(line));
+    }
+    if !versions.is_empty() {
+        out!(
+            "\nversions written by the file system, oldest first (`cairn restore version/N / --out DIR` writes one out):"
+        );
+        for line in versions {
+            let created = line.created.map_or_else(|| "-".into(), ui::utc);
+            out!("{:<40} {created:<20} {}", line.label, size(line));
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -73,7 +73,7 @@ fn every_json_output_parses_with_its_documented_fields() {
     let roots = json(
         &repo,
         &["roots", "--json"],
-        &["label", "root", "bytes", "error"],
+        &["label", "kind", "root", "bytes", "created", "error"],
     );
     assert!(roots.as_array().unwrap().iter().any(|r| r["label"] == "s"));
     json(

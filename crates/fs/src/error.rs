@@ -68,6 +68,14 @@ pub enum FsError {
     /// A file would grow past the largest size POSIX offsets can reach.
     #[error("file too large")]
     TooBig,
+    /// A restored file or directory could not be written to the host
+    /// directory it was asked for (`restore --out`).
+    #[error("cannot write {} outside the file system", path.display())]
+    Host {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// A background worker of the file system is gone (it panicked).
     #[error("the file system's {0} threads stopped (a bug, see the log)")]
     WorkerGone(&'static str),
@@ -116,6 +124,7 @@ impl FsError {
             FsError::SnapshotInodeRange { .. } => libc::EOVERFLOW,
             FsError::TooBig => libc::EFBIG,
             FsError::Forgotten(_) => libc::ESTALE,
+            FsError::Host { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             FsError::Store(_)
             | FsError::WorkerGone(_)
             | FsError::Recipe(_)

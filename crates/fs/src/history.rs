@@ -72,6 +72,17 @@ pub struct Change {
     pub path: String,
 }
 
+/// The newest version as this mount last read it (see
+/// `Inner::write_version`).
+#[derive(Debug, Clone)]
+pub(crate) struct Versioned {
+    /// The metadata engine's count of changes before it was read.
+    pub(crate) changes: u64,
+    pub(crate) label: String,
+    pub(crate) files: u64,
+    pub(crate) dirs: u64,
+}
+
 /// What a clone or restore created.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct CopyReport {
@@ -117,7 +128,7 @@ fn not_in(path: &str, snapshot: &str) -> FsError {
 }
 
 /// Splits a path inside the file system into names ("/a/b", "a/b").
-fn components(path: &str) -> Vec<&[u8]> {
+pub(crate) fn components(path: &str) -> Vec<&[u8]> {
     path.split('/')
         .filter(|c| !c.is_empty() && *c != ".")
         .map(str::as_bytes)
@@ -320,8 +331,9 @@ impl Fs {
         Ok(inode)
     }
 
-    /// The directory that will hold `path` and the new name.
-    fn parent_of<'p>(&self, path: &'p str) -> Result<(InodeId, &'p [u8])> {
+    /// The directory that will hold `path` and the new name; `missing`
+    /// when that directory is not there.
+    fn parent_of<'p>(&self, path: &'p str, missing: Missing) -> Result<(InodeId, &'p [u8])> {
         let mut parts = components(path);
         let name = parts.pop().ok_or_else(|| FsError::BadName {
             name: path.to_owned(),
@@ -332,7 +344,7 @@ impl Fs {
             .try_fold(self.getattr(InodeId::ROOT)?, |d, n| self.lookup(d.id, n))
             .map_err(|_| FsError::NotFoundNamed {
                 name: path.to_owned(),
-                missing: Missing::Parent,
+                missing,
             })?;
         Ok((dir.id, name))
     }
@@ -340,17 +352,17 @@ impl Fs {
     /// Copies the file or tree at `src` to `dst` by copying recipes.
     pub fn clone_path(&self, src: &str, dst: &str) -> Result<CopyReport> {
         let from = self.resolve(src)?;
-        let (parent, name) = self.parent_of(dst)?;
+        let (parent, name) = self.parent_of(dst, Missing::Parent)?;
         let entry = self.live_entry(name.to_vec(), &from)?;
         let mut cx = CopyCx::default();
         self.materialize(parent, &entry, &Source::Live, &mut cx)?;
         Ok(cx.report)
     }
 
-    /// Brings `path` back from snapshot `name` to `to` (default: the same
-    /// path), copying recipes. With `overwrite`, existing files there are
-    /// replaced and directories merged; otherwise an existing target is an
-    /// error.
+    /// Brings `path` back from snapshot or version `name` (see
+    /// [`Fs::stored_entry`]) to `to` (default: the same path), copying
+    /// recipes. With `overwrite`, existing files there are replaced and
+    /// directories merged; otherwise an existing target is an error.
     pub fn restore(
         &self,
         name: &str,
@@ -358,17 +370,7 @@ impl Fs {
         to: Option<&str>,
         overwrite: bool,
     ) -> Result<CopyReport> {
-        let (_, record) = self.snapshot_record(name)?;
-        let mut entry = record.root.clone();
-        for part in components(path) {
-            let TreeContent::Dir(listing) = &entry.content else {
-                return Err(not_in(path, name));
-            };
-            entry = tree::read_listing(&self.inner.store, listing)?
-                .into_iter()
-                .find(|e| e.name == part)
-                .ok_or_else(|| not_in(path, name))?;
-        }
+        let mut entry = self.stored_entry(name, path)?;
         let target = to.unwrap_or(path);
         let mut cx = CopyCx::default();
         let source = Source::Stored { overwrite };
@@ -385,10 +387,39 @@ impl Fs {
             }
             return Ok(cx.report);
         }
-        let (parent, new_name) = self.parent_of(target)?;
+        let (parent, new_name) = self.parent_of(target, Missing::RestoreParent)?;
         entry.name = new_name.to_vec();
         self.materialize(parent, &entry, &source, &mut cx)?;
         Ok(cx.report)
+    }
+
+    /// The entry at `path` in `name`: a snapshot's name, or a label `cairn
+    /// roots` lists (`snapshot/<name>`, `version/<n>`).
+    pub(crate) fn stored_entry(&self, name: &str, path: &str) -> Result<TreeEntry> {
+        let (record, name) = if name.starts_with(VERSION_PREFIX) {
+            let id = self.inner.store.get_root(name).map_err(|e| match e {
+                CasError::NoSuchRoot(_) => FsError::NotFoundNamed {
+                    name: name.to_owned(),
+                    missing: Missing::Version,
+                },
+                e => e.into(),
+            })?;
+            (tree::read_record(&self.inner.store, &id)?, name)
+        } else {
+            let name = name.strip_prefix(SNAPSHOT_PREFIX).unwrap_or(name);
+            (self.snapshot_record(name)?.1, name)
+        };
+        let mut entry = record.root;
+        for part in components(path) {
+            let TreeContent::Dir(listing) = &entry.content else {
+                return Err(not_in(path, name));
+            };
+            entry = tree::read_listing(&self.inner.store, listing)?
+                .into_iter()
+                .find(|e| e.name == part)
+                .ok_or_else(|| not_in(path, name))?;
+        }
+        Ok(entry)
     }
 
     /// A live inode as a tree entry (its data recorded first, so an open
@@ -519,7 +550,10 @@ impl Fs {
             Some(_) => {
                 return Err(FsError::Exists {
                     name: String::from_utf8_lossy(&entry.name).into_owned(),
-                    holder: Existing::Entry,
+                    holder: match source {
+                        Source::Live => Existing::Entry,
+                        Source::Stored { .. } => Existing::Restored,
+                    },
                 })
             }
             None => {
@@ -710,32 +744,65 @@ impl Inner {
 
     /// Writes a version if anything changed since the last one, then drops
     /// the versions retention no longer keeps.
+    ///
+    /// Whether anything changed is first asked of the metadata engine's
+    /// count of changes ([`meta::MetaStore::changes`]): while it stays
+    /// where it was when the newest version was read, the namespace is not
+    /// walked again (a walk costs time in proportion to the tree, and
+    /// stores a new record). Otherwise the tree is written and compared
+    /// with the newest version's.
     pub(crate) fn write_version(&self) -> Result<VersionReport> {
         let started = std::time::Instant::now();
         let _history = self.history.lock();
         self.history_allowed()?;
-        let (id, record, stats) = self.write_record()?;
+        // Open files recorded first: their writes are changes too.
+        self.sync_all()?;
+        // Read before the walk syncs again: each change counted here is in
+        // what the walk sees.
+        let seen = self.meta.changes();
         let versions = self.versions()?;
-        let unchanged = match versions.last() {
-            Some((_, last)) => tree::read_record(&self.store, last)
-                .map(|r| r.root.content == record.root.content && r.root.same_as(&record.root))
-                .unwrap_or(false),
-            None => false,
-        };
-        let next = versions.last().map_or(1, |(n, _)| n + 1);
-        let label = if unchanged {
-            format!("{VERSION_PREFIX}{}", next - 1)
-        } else {
-            let label = format!("{VERSION_PREFIX}{next}");
-            self.store.put_root(&label, &id)?;
-            label
+        let newest = versions.last().map(|(n, _)| format!("{VERSION_PREFIX}{n}"));
+        let known = self.versioned.lock().clone();
+        let (label, written, files, dirs, stats) = match known {
+            Some(v) if seen == Some(v.changes) && newest.as_ref() == Some(&v.label) => {
+                (v.label, false, v.files, v.dirs, TreeStats::default())
+            }
+            _ => {
+                let (id, record, stats) = self.write_record()?;
+                let unchanged = match versions.last() {
+                    Some((_, last)) => tree::read_record(&self.store, last)
+                        .map(|r| {
+                            r.root.content == record.root.content && r.root.same_as(&record.root)
+                        })
+                        .unwrap_or(false),
+                    None => false,
+                };
+                let label = match (unchanged, newest) {
+                    (true, Some(newest)) => newest,
+                    _ => {
+                        let next = versions.last().map_or(1, |(n, _)| n + 1);
+                        let label = format!("{VERSION_PREFIX}{next}");
+                        self.store.put_root(&label, &id)?;
+                        label
+                    }
+                };
+                if let Some(changes) = seen {
+                    *self.versioned.lock() = Some(Versioned {
+                        changes,
+                        label: label.clone(),
+                        files: record.files,
+                        dirs: record.dirs,
+                    });
+                }
+                (label, !unchanged, record.files, record.dirs, stats)
+            }
         };
         let dropped = self.retain(true)?;
         Ok(VersionReport {
             label,
-            written: !unchanged,
-            files: record.files,
-            dirs: record.dirs,
+            written,
+            files,
+            dirs,
             dirs_written: stats.dirs_written,
             new_bytes: stats.new_bytes,
             seconds: started.elapsed().as_secs_f64(),

@@ -35,7 +35,9 @@
 //! in the extent list, `punch`), `copy_file_range` (a whole file onto an
 //! empty one as a recipe clone, onto the end of one held in chunks as a
 //! splice of recipes, `reflink`), and access ACLs kept in step
-//! with the mode. It writes versions and snapshots of the namespace ([`history`])
+//! with the mode. It writes versions and snapshots of the namespace ([`history`]),
+//! restores from them inside the namespace or writes them out to a host
+//! directory (`restore --out`),
 //! and drops the versions its retention rule no longer keeps
 //! ([`retention`], on a clock tests can set), and reports what holds the
 //! store's space ([`space`]).
@@ -101,6 +103,7 @@ mod commit;
 mod cut;
 pub mod damage;
 mod error;
+mod export;
 mod file;
 mod hints;
 pub mod history;
@@ -237,6 +240,10 @@ struct Inner {
     /// versions and snapshots are refused meanwhile. Changed and read
     /// under `history`.
     history_paused: Mutex<Option<u64>>,
+    /// The newest version and the metadata engine's count of changes
+    /// when it was read: while the count stays, nothing changed and no
+    /// version is walked again. Changed and read under `history`.
+    versioned: Mutex<Option<history::Versioned>>,
     /// The time versions are dated and judged by (see [`Fs::set_clock`]).
     clock: parking_lot::RwLock<Arc<dyn Clock>>,
     /// Whether retention said it holds back because the namespace is empty.
@@ -330,6 +337,7 @@ impl Fs {
             commit_lock: Mutex::new(()),
             history: Mutex::new(()),
             history_paused: Mutex::new(None),
+            versioned: Mutex::new(None),
             clock: parking_lot::RwLock::new(Arc::new(SystemClock)),
             empty_said: AtomicBool::new(false),
             modes: Mutex::new(()),

@@ -38,10 +38,15 @@ pub enum Missing {
     Path,
     /// The directory that would hold the path.
     Parent,
-    /// The path inside this snapshot.
+    /// The directory that would hold a restored path.
+    RestoreParent,
+    /// The path inside this snapshot or version.
     InSnapshot(String),
     /// A snapshot of that name.
     Snapshot,
+    /// A version of that label (`version/<n>`): dropped by retention, or
+    /// never written.
+    Version,
 }
 
 impl Missing {
@@ -49,9 +54,24 @@ impl Missing {
     pub(crate) fn message(&self, name: &str) -> String {
         match self {
             Missing::Path => format!("{name}: no such file or directory"),
-            Missing::Parent => format!("the directory of {name} does not exist"),
+            // A host path is the usual mistake: say what a path here is.
+            Missing::Parent => format!(
+                "the directory of {name} does not exist in the file system (paths are inside it: \
+                 /a/b, or MOUNTPOINT/a/b while it is mounted)"
+            ),
+            Missing::RestoreParent => format!(
+                "the directory of {name} does not exist in the file system (--to takes a path \
+                 inside it: /a/b, or MOUNTPOINT/a/b while it is mounted); to write the files to \
+                 a directory outside it, give --out DIR instead"
+            ),
+            Missing::InSnapshot(v) if v.starts_with(crate::history::VERSION_PREFIX) => {
+                format!("{name} is not in {v}")
+            }
             Missing::InSnapshot(snapshot) => format!("{name} is not in snapshot {snapshot:?}"),
             Missing::Snapshot => format!("no snapshot named {name:?}"),
+            Missing::Version => {
+                format!("no version {name}: `cairn roots` lists the versions kept")
+            }
         }
     }
 }
@@ -61,8 +81,11 @@ impl Missing {
 pub enum Existing {
     /// A snapshot of that name.
     Snapshot,
-    /// A file or directory where a copy or restore would put one.
+    /// A file or directory where a clone would put one.
     Entry,
+    /// A file or directory where a restore would put one (inside the file
+    /// system or in a host directory).
+    Restored,
 }
 
 impl Existing {
@@ -70,7 +93,11 @@ impl Existing {
     pub(crate) fn message(self, name: &str) -> String {
         match self {
             Existing::Snapshot => format!("snapshot {name:?} exists"),
-            Existing::Entry => format!("{name} exists"),
+            Existing::Entry => format!("{name} exists; clone to a new name"),
+            Existing::Restored => format!(
+                "{name} exists; restore with --overwrite to replace files (directories are \
+                 merged), or --to NEWPATH to put it elsewhere"
+            ),
         }
     }
 }
@@ -86,6 +113,8 @@ pub enum Damage {
     NotRecord,
     TrailingBytes,
     RootNotDir,
+    /// A name that is not one name (empty, `.`, `..`, or holding a `/`).
+    BadEntryName,
 }
 
 impl fmt::Display for Damage {
@@ -99,6 +128,7 @@ impl fmt::Display for Damage {
             Damage::NotRecord => "not a version record",
             Damage::TrailingBytes => "trailing bytes",
             Damage::RootNotDir => "its root is not a directory",
+            Damage::BadEntryName => "an entry's name is not a single name",
         })
     }
 }

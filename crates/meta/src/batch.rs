@@ -232,19 +232,23 @@ impl<'t> W<'t> {
         Err(corrupt(format!("a parent-pointer cycle above {dir:?}")))
     }
 
-    pub(crate) fn flush(mut self) -> Result<()> {
+    /// Writes what the operation changed; whether it changed anything.
+    pub(crate) fn flush(mut self) -> Result<bool> {
         self.flush_index()?;
+        let mut changed = self.mutated;
         for (ino, (rec, dirty)) in &self.cache {
             if *dirty {
                 self.inodes.insert(*ino, encode(rec).as_slice())?;
+                changed = true;
             }
         }
         for (key, delta) in [(FILES, self.files_delta), (DIRS, self.dirs_delta)] {
             if delta != 0 {
                 let n = self.meta.get(key)?.map(|v| v.value()).unwrap_or(0);
                 self.meta.insert(key, n.saturating_add_signed(delta))?;
+                changed = true;
             }
         }
-        Ok(())
+        Ok(changed)
     }
 }

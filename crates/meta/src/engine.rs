@@ -80,6 +80,8 @@ pub struct RedbMeta {
     index: Arc<Mutex<IndexMem>>,
     /// Reads of the storage backend so far (see [`Counted`]).
     reads: Arc<AtomicU64>,
+    /// Operations that changed something so far ([`MetaStore::changes`]).
+    changes: AtomicU64,
 }
 
 /// Operations applied but not yet committed.
@@ -325,6 +327,7 @@ impl RedbMeta {
             batch: Mutex::new(Batch::default()),
             index,
             reads,
+            changes: AtomicU64::new(0),
         })
     }
 
@@ -369,7 +372,16 @@ impl RedbMeta {
         let (out, clean) = match W::open(&tx, self.index.clone()) {
             Err(e) => (Err(e), false),
             Ok(mut w) => match f(&mut w) {
-                Ok(v) => (w.flush().map(|()| v), false),
+                Ok(v) => {
+                    // Counted before the commit: a count that moves
+                    // without a change only costs a caller a look.
+                    let flushed = w.flush().inspect(|&changed| {
+                        if changed {
+                            self.changes.fetch_add(1, Ordering::Relaxed);
+                        }
+                    });
+                    (flushed.map(|_| v), false)
+                }
                 Err(e) => {
                     let clean = !w.mutated && !matches!(e, MetaError::Store(_));
                     (Err(e), clean)
@@ -1123,6 +1135,10 @@ impl MetaStore for RedbMeta {
 
     fn storage_reads(&self) -> u64 {
         self.reads.load(Ordering::Relaxed)
+    }
+
+    fn changes(&self) -> Option<u64> {
+        Some(self.changes.load(Ordering::Relaxed))
     }
 
     fn page_cache(&self) -> Option<redb::CacheStats> {

@@ -332,6 +332,16 @@ pub trait MetaStore: Send + Sync {
     /// exact count, for benchmarks: reads per operation on a cold cache).
     fn storage_reads(&self) -> u64;
 
+    /// A count that moves whenever this engine's namespace may have
+    /// changed since it was opened (each operation that wrote anything), so
+    /// a caller can tell that nothing changed without reading the
+    /// namespace; it may move without a change, never stay through one.
+    /// `None` for an engine that cannot tell: one other clients change
+    /// too (etcd).
+    fn changes(&self) -> Option<u64> {
+        None
+    }
+
     /// What the engine's page cache did since it was opened (redb's count
     /// of page lookups it answered and missed, `/metrics`); `None` for an
     /// engine without one (etcd), or while an I/O error has the database

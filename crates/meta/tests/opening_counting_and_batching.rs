@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use meta::conformance;
-use meta::{Content, Counts, FileKind, MetaStore, RedbMeta, SetAttr};
+use meta::{Content, Counts, FileKind, MetaStore, NewInode, RedbMeta, SetAttr, XattrFlags};
 
 #[test]
 fn open_creates_the_root_once() {
@@ -116,4 +116,43 @@ fn concurrent_mutations_from_many_threads() {
     let (_d, m) = store();
     conformance::counting::concurrent_mutations_from_many_threads(&m);
     assert_consistent(&m);
+}
+
+/// The count of changes moves with every operation that writes (a name, a
+/// mode, an xattr, an unlink) and stays through reads, syncs and refused
+/// operations: `fs` skips walking an unchanged namespace on it.
+#[test]
+fn the_change_count_moves_with_every_write_and_only_then() {
+    let (_d, m) = store();
+    let count = || m.changes().expect("redb counts its changes");
+    let mut last = count();
+    let moved = |what: &str, last: &mut u64| {
+        let now = count();
+        assert!(now > *last, "{what} did not move the count");
+        *last = now;
+    };
+    let f = m
+        .create(ROOT, b"f", NewInode::empty(FileKind::File), t(1))
+        .unwrap();
+    moved("a create", &mut last);
+    m.get(f.id).unwrap();
+    m.lookup(ROOT, b"f").unwrap();
+    m.readdir(ROOT, None, 10).unwrap();
+    m.view().unwrap();
+    m.sync().unwrap();
+    assert!(m
+        .create(ROOT, b"f", NewInode::empty(FileKind::File), t(2))
+        .is_err());
+    assert_eq!(count(), last, "reads, a sync and a refused create");
+    let chmod = SetAttr {
+        perm: Some(0o600),
+        ..Default::default()
+    };
+    m.set_attr(f.id, &chmod, t(3)).unwrap();
+    moved("a chmod", &mut last);
+    m.set_xattr(f.id, b"user.a", b"1", XattrFlags::Either, t(4))
+        .unwrap();
+    moved("an xattr", &mut last);
+    m.unlink(ROOT, b"f", false, t(5)).unwrap();
+    moved("an unlink", &mut last);
 }

@@ -7,37 +7,43 @@ use recipe::Recipe;
 use repo::Repo;
 use serde::{Deserialize, Serialize};
 
-use crate::request::RootLine;
+use crate::request::{RootKind, RootLine};
 use crate::{open_fs, Progress, Result};
 
-/// Versions and snapshots: their data is the file system's, counted once.
-fn is_history(label: &str) -> bool {
-    label.starts_with(fs::history::VERSION_PREFIX)
-        || label.starts_with(fs::history::SNAPSHOT_PREFIX)
-}
-
+/// Every root: stored files by label, then snapshots by name, then
+/// versions by number (`version/2` before `version/10`).
 pub(crate) fn root_lines(store: &Store) -> Result<Vec<RootLine>> {
-    Ok(store
+    let mut lines: Vec<RootLine> = store
         .list_roots()?
         .into_iter()
         .map(|(label, id)| {
-            let size = if is_history(&label) {
-                fs::tree::read_record(store, &id)
-                    .map(|r| r.logical_bytes)
-                    .map_err(|e| e.to_string())
+            let kind = RootKind::of(&label);
+            let (size, created) = if kind == RootKind::Stream {
+                let size = Recipe::open(store, id).map(|r| r.len());
+                (size.map_err(|e| e.to_string()), None)
             } else {
-                Recipe::open(store, id)
-                    .map(|r| r.len())
-                    .map_err(|e| e.to_string())
+                match fs::tree::read_record(store, &id) {
+                    Ok(r) => (Ok(r.logical_bytes), Some(r.created.secs)),
+                    Err(e) => (Err(e.to_string()), None),
+                }
             };
             RootLine {
                 label,
                 root: id.to_string(),
                 bytes: size.as_ref().ok().copied(),
                 error: size.err(),
+                kind,
+                created,
             }
         })
-        .collect())
+        .collect();
+    let number = |l: &RootLine| {
+        l.label
+            .strip_prefix(fs::history::VERSION_PREFIX)
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    lines.sort_by(|a, b| (a.kind, number(a), &a.label).cmp(&(b.kind, number(b), &b.label)));
+    Ok(lines)
 }
 
 /// What holds the space of a repository opened by this process: the
@@ -70,7 +76,8 @@ fn damaged_roots(
 ) -> Result<Vec<(String, String)>> {
     let mut out = Vec::new();
     for (label, id) in store.list_roots()? {
-        if is_history(&label) {
+        // Versions and snapshots: trees of the file system's files.
+        if RootKind::of(&label) != RootKind::Stream {
             if let Err(e) = fs::reach::MarkSet::default().root(store, &id) {
                 out.push((label, format!("tree unreadable: {e}")));
             }

@@ -32,6 +32,23 @@ pub enum ServiceError {
     },
     #[error("label {0:?} already exists (use --replace to point it at the new data)")]
     LabelExists(String),
+    /// `get` of a version or snapshot: a tree of files, not one stream.
+    #[error(
+        "{label} is a {} of the whole file system, not a stored file: `cairn restore {label} \
+         / --out DIR` writes its files into the host directory DIR (a PATH inside it instead \
+         of / for part of it; --to PATH for a place inside the file system){}; see \
+         docs/history.md, \"Looking at an old version\"",
+        if label.starts_with(fs::history::VERSION_PREFIX) { "version" } else { "snapshot" },
+        match label.strip_prefix(fs::history::SNAPSHOT_PREFIX) {
+            Some(name) => format!(", or read it at MOUNTPOINT/.snapshots/{name}/"),
+            None => String::new(),
+        }
+    )]
+    NotAStream { label: String },
+    #[error(
+        "a restore goes to --to PATH inside the file system or to --out DIR outside it, not both"
+    )]
+    RestoreToAndOut,
     #[error("the caller went away before the put finished; label {0:?} not recorded")]
     CallerGone(String),
     #[error("a put or get request comes with a file descriptor")]

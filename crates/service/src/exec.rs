@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use fs::Fs;
 use repo::{Repo, RepoError};
 
-use crate::request::{Deleted, GetOut, PutOut, Removed, Reply, Request, StorageReads};
+use crate::request::{Deleted, GetOut, PutOut, Removed, Reply, Request, RootKind, StorageReads};
 use crate::{branches, check, control, open, redundancy, Progress, Result, ServiceError};
 
 /// What a request runs against.
@@ -82,6 +82,11 @@ fn put(
 
 fn get(t: &Target<'_>, label: &str, mut out: File, progress: &dyn Progress) -> Result<GetOut> {
     let root = t.store.get_root(label)?;
+    if RootKind::of(label) != RootKind::Stream {
+        return Err(ServiceError::NotAStream {
+            label: label.to_owned(),
+        });
+    }
     let recipe = recipe::Recipe::open(t.store, root)?;
     let total = recipe.len();
     let report = |done| progress.step("get", done, total);
@@ -148,12 +153,18 @@ pub fn exec(
             path,
             to,
             overwrite,
+            out,
         } => {
-            let to = to.as_deref().map(|p| t.inside(p));
-            Reply::Restore(
-                t.fs()?
-                    .restore(name, &t.inside(path), to.as_deref(), *overwrite)?,
-            )
+            let fs = t.fs()?;
+            let path = t.inside(path);
+            Reply::Restore(match (out, to) {
+                (Some(_), Some(_)) => return Err(ServiceError::RestoreToAndOut),
+                (Some(out), None) => fs.export(name, &path, Path::new(out), *overwrite)?,
+                (None, to) => {
+                    let to = to.as_deref().map(|p| t.inside(p));
+                    fs.restore(name, &path, to.as_deref(), *overwrite)?
+                }
+            })
         }
         Request::Clone { src, dst } => {
             Reply::Clone(t.fs()?.clone_path(&t.inside(src), &t.inside(dst))?)

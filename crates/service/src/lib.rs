@@ -97,5 +97,7 @@ pub use recover::{recover, RecoverFrom, Recovered};
 pub use redundancy::{
     policy_mix, BranchLine, ContainerPlace, MoveOut, PolicyShare, PolicyShow, ScrubOut,
 };
-pub use request::{Deleted, GetOut, PutOut, Removed, Reply, Request, RootLine, StorageReads};
+pub use request::{
+    Deleted, GetOut, PutOut, Removed, Reply, Request, RootKind, RootLine, StorageReads,
+};
 pub use text::human_bytes;

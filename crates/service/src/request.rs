@@ -40,11 +40,17 @@ pub enum Request {
         a: String,
         b: String,
     },
+    /// Brings `path` back from snapshot or version `name`: to `to` inside
+    /// the file system (default: `path` itself), or, with `out`, into that
+    /// host directory (absolute; `to` is not taken with it).
     Restore {
         name: String,
         path: String,
         to: Option<String>,
         overwrite: bool,
+        /// Absent from a client of an older cairn: restored inside.
+        #[serde(default)]
+        out: Option<String>,
     },
     Clone {
         src: String,
@@ -130,6 +136,8 @@ impl Request {
     pub fn writes(&self) -> bool {
         match self {
             Request::Gc { dry_run, .. } => !dry_run,
+            // Into a host directory: the repository only is read.
+            Request::Restore { out, .. } => out.is_none(),
             Request::Stats
             | Request::Check
             | Request::Roots
@@ -144,7 +152,6 @@ impl Request {
             | Request::Version
             | Request::SnapshotCreate { .. }
             | Request::SnapshotDelete { .. }
-            | Request::Restore { .. }
             | Request::Clone { .. }
             | Request::Scrub
             | Request::Reload
@@ -195,6 +202,38 @@ pub struct RootLine {
     pub root: String,
     pub bytes: Option<u64>,
     pub error: Option<String>,
+    /// Absent from a daemon of an older cairn: read from the label.
+    #[serde(default)]
+    pub kind: RootKind,
+    /// When a version or snapshot was written (seconds since the Unix
+    /// epoch); null for a stored file, or a record that cannot be read.
+    #[serde(default)]
+    pub created: Option<i64>,
+}
+
+/// What a root holds: a file stored by `put` (a stream `get` writes back),
+/// or the whole file system's tree, kept by the user (`snapshot/<name>`) or
+/// written on its own and aged out by retention (`version/<n>`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RootKind {
+    #[default]
+    Stream,
+    Snapshot,
+    Version,
+}
+
+impl RootKind {
+    /// The kind of the root labelled `label`.
+    pub fn of(label: &str) -> RootKind {
+        if label.starts_with(fs::history::VERSION_PREFIX) {
+            RootKind::Version
+        } else if label.starts_with(fs::history::SNAPSHOT_PREFIX) {
+            RootKind::Snapshot
+        } else {
+            RootKind::Stream
+        }
+    }
 }
 
 /// What `storage_reads` reports: reads since the mount started, each an
