@@ -348,16 +348,11 @@ fn the_cluster_steps_share_one_file_system_and_stop() {
     assert!(is_cairn_mounted(&a) && is_cairn_mounted(&b));
     run(&block(Role::ClusterStop), scratch.path(), scratch.path());
     assert!(!is_cairn_mounted(&a) && !is_cairn_mounted(&b));
-    let left = Command::new("pgrep")
-        .args([
-            "-f",
-            "etcd --name etcd23|cairn chunkd --dir blobs|cairn coord --cluster",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        left.stdout.is_empty(),
-        "the stop block ends every process: {}",
-        String::from_utf8_lossy(&left.stdout)
-    );
+    wait_for("every process the steps started ends", || {
+        let left = Command::new("pgrep")
+            .args(["-f", "etcd --name etcd23|cairn chunkd --dir blobs|cairn coord --cluster"])
+            .output()
+            .unwrap();
+        left.stdout.is_empty()
+    });
 }
