@@ -302,7 +302,26 @@ fn the_aws_cli_syncs_copies_and_deletes_through_cairn_gateway() {
         "--content-md5",
         "1B2M2Y8AsgTpgAmY7PhCfg==",
     ]);
-    assert!(bad.contains("BadDigest"), "{bad}");
+    assert!(
+        bad.contains("BadDigest") && !bad.contains("Unknown"),
+        "{bad}"
+    );
+    // A refusal says why in S3's words, not "Unknown".
+    let missing = aws.fails(&[
+        "s3api",
+        "get-object",
+        "--bucket",
+        "tree",
+        "--key",
+        "notes/never-was",
+        base.path().join("never-was").to_str().unwrap(),
+    ]);
+    assert!(
+        missing.contains(
+            "(NoSuchKey) when calling the GetObject operation: The specified key does not exist."
+        ),
+        "{missing}"
+    );
     aws.fails(&[
         "s3api",
         "head-object",
