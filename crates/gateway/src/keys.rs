@@ -170,7 +170,7 @@ pub fn credentials(key: &NewKey) -> String {
 
 /// Where a first start that has no terminal to show the new key on
 /// leaves it ([`save_first`]).
-pub fn first_key_path(repo_root: &Path) -> PathBuf {
+fn first_key_path(repo_root: &Path) -> PathBuf {
     repo_root.join("gateway").join("first-key")
 }
 
