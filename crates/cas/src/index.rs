@@ -56,7 +56,7 @@
 use parking_lot::RwLock;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use counted::Counted;
@@ -137,6 +137,10 @@ pub struct Index {
     damaged: RwLock<HashSet<(ContainerId, ChunkId)>>,
     /// Reads of `index.redb` and `roots.redb` (see [`Index::storage_reads`]).
     reads: Arc<AtomicU64>,
+    /// The sum of the `containers` table's stored bytes, kept with every
+    /// change to the table, for `statfs` (called often; a sum would scan
+    /// the table). Signed: two commits' changes may land in either order.
+    stored: AtomicI64,
 }
 
 /// The default of redb's page caches for `index.redb` and `roots.redb`
@@ -302,10 +306,26 @@ impl Index {
             compact: RwLock::new(CompactIndex::default()),
             damaged: RwLock::new(HashSet::new()),
             reads,
+            stored: AtomicI64::new(0),
         };
         index.reload_compact()?;
         index.reload_damaged()?;
+        index.reload_stored()?;
         Ok(index)
+    }
+
+    /// Sums the container table's stored bytes afresh; like
+    /// [`Index::reload_compact`], only while no container is being indexed.
+    fn reload_stored(&self) -> Result<()> {
+        let sum: u64 = self.containers()?.iter().map(|(_, i)| i.stored_bytes).sum();
+        self.stored.store(sum as i64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Bytes of the containers the index knows, as of its last commit:
+    /// what `Index::containers` would sum, without reading the table.
+    pub fn stored_bytes(&self) -> u64 {
+        self.stored.load(Ordering::Relaxed).max(0) as u64
     }
 
     /// Rebuilds the compact index from the chunk table. Only while no
@@ -382,6 +402,7 @@ impl Index {
             .expect("no persistent savepoints are used");
         tx.open_table(META)?.insert(INDEXED_MARK, indexed_below)?;
         let mut added = Vec::new();
+        let mut grown = 0i64;
         let damaged = self.damaged.read();
         {
             let mut chunks = tx.open_table(CHUNKS)?;
@@ -428,11 +449,13 @@ impl Index {
                     raw_bytes: s.raw_bytes,
                     chunks: s.entries.len() as u32,
                 };
-                containers.insert(s.id.0, info.encode())?;
+                let replaced = containers.insert(s.id.0, info.encode())?;
+                grown += info.stored_bytes as i64 - stored_in(replaced);
             }
         }
         drop(damaged);
         tx.commit()?;
+        self.stored.fetch_add(grown, Ordering::Relaxed);
         let mut compact = self.compact.write();
         for fp in added {
             compact.insert(fp);
@@ -478,6 +501,7 @@ impl Index {
             tx.open_table(META)?.insert(INDEXED_MARK, mark)?;
         }
         let mut added = Vec::new();
+        let mut grown = 0i64;
         {
             let mut containers = tx.open_table(CONTAINERS)?;
             let mut policies = tx.open_table(CONTAINER_POLICY)?;
@@ -486,6 +510,7 @@ impl Index {
                     continue;
                 }
                 containers.insert(id.0, info.encode())?;
+                grown += info.stored_bytes as i64;
                 if *policy != Policy::Single {
                     policies.insert(id.0, policy.to_string().as_str())?;
                 }
@@ -509,6 +534,7 @@ impl Index {
             }
         }
         tx.commit()?;
+        self.stored.fetch_add(grown, Ordering::Relaxed);
         let mut compact = self.compact.write();
         for fp in added {
             compact.insert(fp);
@@ -591,6 +617,7 @@ impl Index {
         }
         tx.commit()?;
         self.reload_compact()?;
+        self.reload_stored()?;
         self.reload_damaged()
     }
 
@@ -736,6 +763,7 @@ impl Index {
             .expect("no persistent savepoints are used");
         let mut unplaced = Vec::new();
         let mut moved = Vec::new();
+        let mut shrunk = 0i64;
         {
             let mut chunks = tx.open_table(CHUNKS)?;
             chunks.retain(|id, v| {
@@ -768,7 +796,7 @@ impl Index {
             let mut policies = tx.open_table(CONTAINER_POLICY)?;
             let mut damaged = tx.open_table(DAMAGED_CONTAINERS)?;
             for container in containers {
-                table.remove(container.0)?;
+                shrunk += stored_in(table.remove(container.0)?);
                 policies.remove(container.0)?;
                 damaged.remove(container.0)?;
             }
@@ -776,6 +804,7 @@ impl Index {
                 .retain(|(c, _), _| !containers.contains(&ContainerId(c)))?;
         }
         tx.commit()?;
+        self.stored.fetch_sub(shrunk, Ordering::Relaxed);
         let removed = (unplaced.len() - moved.len()) as u64;
         self.compact.write().forget(removed);
         self.damaged
@@ -887,6 +916,11 @@ impl Index {
         }
         Ok(out)
     }
+}
+
+/// The stored bytes of a container row a table write returned, if any.
+fn stored_in(row: Option<redb::AccessGuard<'_, [u8; 20]>>) -> i64 {
+    row.map_or(0, |v| ContainerInfo::decode(&v.value()).stored_bytes as i64)
 }
 
 fn policy_in(table: &impl ReadableTable<u64, &'static str>, id: ContainerId) -> Result<Policy> {

@@ -842,6 +842,12 @@ impl Store {
         self.shared.index.page_caches()
     }
 
+    /// Bytes of the indexed containers, [`StoreStats::stored_bytes`]
+    /// without reading the index: a counter it keeps (for `statfs`).
+    pub fn stored_bytes(&self) -> u64 {
+        self.shared.index.stored_bytes()
+    }
+
     pub fn stats(&self) -> Result<StoreStats> {
         let containers = self.shared.index.containers()?;
         let (ram, per_chunk) = self.shared.index.compact_ram_bytes();

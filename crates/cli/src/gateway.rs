@@ -1,6 +1,7 @@
 //! `cairn gateway` and `cairn access-key`: the S3 gateway alone, and its
 //! keys. What they do is the `gateway` crate's; this prints.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
@@ -43,9 +44,7 @@ fn print_new_key(key: &gateway::keys::NewKey, endpoint: Option<SocketAddr>) {
         scope(&key.info)
     );
     out!("Add to ~/.aws/credentials:");
-    out!("[cairn]");
-    out!("aws_access_key_id = {}", key.info.id);
-    out!("aws_secret_access_key = {}", key.secret);
+    out!("{}", gateway::keys::credentials(key).trim_end());
     if let Some(addr) = endpoint {
         out!("then: aws --profile cairn --endpoint-url http://{addr} s3 ls");
     }
@@ -104,6 +103,15 @@ pub fn start(
     quiet: bool,
 ) -> Result<gateway::Running> {
     let first = gateway::keys::ensure_one(root)?;
+    // The first key is printed on a terminal; a service's output goes to a
+    // journal or a log file that others may read, so there it is written
+    // to a file only its owner reads, before anything is said.
+    let saved = match &first {
+        Some(key) if !std::io::stdout().is_terminal() => {
+            Some(gateway::keys::save_first(root, key)?)
+        }
+        _ => None,
+    };
     let mut opts = gateway::Options::new(args.listen);
     opts.limits = gateway::Limits {
         max_put: args.max_put_size,
@@ -122,8 +130,15 @@ pub fn start(
             say!("cairn: dashboard at http://{addr}/-/");
         }
     }
-    if let Some(key) = first {
-        print_new_key(&key, Some(addr));
+    match (first, saved) {
+        (Some(key), Some(file)) => say!(
+            "cairn: access key {} ({}); its secret is in {} (mode 0600), as lines for ~/.aws/credentials",
+            key.info.id,
+            scope(&key.info),
+            file.display()
+        ),
+        (Some(key), None) => print_new_key(&key, Some(addr)),
+        (None, _) => {}
     }
     Ok(running)
 }

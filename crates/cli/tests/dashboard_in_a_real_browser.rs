@@ -3,7 +3,10 @@
 //! two branches, the page's figures are the ones
 //! `cairn stats --json` reports; without a key, or with a read-only one,
 //! actions are refused; with an operator key a scrub and a snapshot started
-//! from the page run and show as done, and the snapshot exists. Screenshots
+//! from the page run and show as done, and the snapshot exists; a gc and a
+//! check show their key figures on one line with the whole answer folded
+//! below (the page no wider than the window); a snapshot with a bad name
+//! shows as refused, and no job as failed. Screenshots
 //! of each stage are saved under the test's output directory
 //! (`CARGO_TARGET_TMPDIR/dashboard-shots`).
 
@@ -82,7 +85,16 @@ fn dashboard_in_a_real_browser() {
         scrub.starts_with(&format!("{containers} of {containers} containers healthy")),
         "{scrub}"
     );
-    for shot in ["1-read-only.png", "2-scrub-started.png", "3-jobs-done.png"] {
+    assert!(
+        seen["check"].as_str().unwrap().starts_with("clean: "),
+        "{seen}"
+    );
+    for shot in [
+        "1-read-only.png",
+        "2-scrub-started.png",
+        "3-jobs-done.png",
+        "4-results-and-a-refusal.png",
+    ] {
         let png = fs::read(shots.join(shot)).unwrap();
         assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "{shot}");
         eprintln!("screenshot: {}", shots.join(shot).display());

@@ -22,7 +22,7 @@ struct Gateway {
 }
 
 /// `cairn gateway` on a free port; on the `first` start, the key it
-/// printed.
+/// wrote to `REPO/gateway/first-key`.
 fn gateway(repo: &Path, first: bool) -> Gateway {
     let mut child = Command::new(CAIRN)
         .args([
@@ -49,19 +49,15 @@ fn gateway(repo: &Path, first: bool) -> Gateway {
             break;
         }
     }
-    let out = BufReader::new(child.stdout.take().unwrap());
-    let mut lines = out.lines();
+    // Its standard output is no terminal: the first key is in a file.
     if first {
-        for line in lines.by_ref() {
-            let line = line.unwrap();
+        let text = std::fs::read_to_string(repo.join("gateway/first-key")).unwrap();
+        for line in text.lines() {
             if let Some(k) = line.strip_prefix("aws_access_key_id = ") {
                 key_id = Some(k.to_string());
             }
             if let Some(s) = line.strip_prefix("aws_secret_access_key = ") {
                 secret = Some(s.to_string());
-            }
-            if line.starts_with("then: ") {
-                break;
             }
         }
     }
@@ -302,7 +298,26 @@ fn the_aws_cli_syncs_copies_and_deletes_through_cairn_gateway() {
         "--content-md5",
         "1B2M2Y8AsgTpgAmY7PhCfg==",
     ]);
-    assert!(bad.contains("BadDigest"), "{bad}");
+    assert!(
+        bad.contains("BadDigest") && !bad.contains("Unknown"),
+        "{bad}"
+    );
+    // A refusal says why in S3's words, not "Unknown".
+    let missing = aws.fails(&[
+        "s3api",
+        "get-object",
+        "--bucket",
+        "tree",
+        "--key",
+        "notes/never-was",
+        base.path().join("never-was").to_str().unwrap(),
+    ]);
+    assert!(
+        missing.contains(
+            "(NoSuchKey) when calling the GetObject operation: The specified key does not exist."
+        ),
+        "{missing}"
+    );
     aws.fails(&[
         "s3api",
         "head-object",

@@ -26,9 +26,10 @@ fn field(lines: &[String], name: &str) -> String {
         .to_string()
 }
 
-/// Starts `cairn serve` on any free port; the lines it printed up to the
-/// endpoint hint (the first key and its secret).
-fn serve(repo: &Path, dir: &Path) -> (Mount, Vec<String>) {
+/// Starts `cairn serve` on any free port; the endpoint it said, and the
+/// lines of the first key it wrote to `REPO/gateway/first-key` (its
+/// standard output is no terminal: the secret is not printed).
+fn serve(repo: &Path, dir: &Path) -> (Mount, String, Vec<String>) {
     require_fuse();
     let mut child = Command::new(CAIRN)
         .args([
@@ -40,18 +41,21 @@ fn serve(repo: &Path, dir: &Path) -> (Mount, Vec<String>) {
         ])
         .arg(dir)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = Vec::new();
-    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
-        let line = line.unwrap();
-        let done = line.starts_with("then: ");
-        lines.push(line);
-        if done {
-            break;
-        }
-    }
+    let mut said = BufReader::new(child.stderr.take().unwrap()).lines();
+    let endpoint = said
+        .by_ref()
+        .map(Result::unwrap)
+        .find_map(|l| l.strip_prefix("cairn: S3 gateway at ").map(String::from))
+        .expect("cairn serve said no endpoint");
+    std::thread::spawn(move || said.map_while(Result::ok).for_each(|l| eprintln!("{l}")));
+    let lines = fs::read_to_string(repo.join("gateway/first-key"))
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
     let m = Mount {
         repo: repo.to_path_buf(),
         dir: dir.to_path_buf(),
@@ -62,7 +66,7 @@ fn serve(repo: &Path, dir: &Path) -> (Mount, Vec<String>) {
         assert!(started.elapsed() < Duration::from_secs(30), "no mount");
         std::thread::sleep(Duration::from_millis(20));
     }
-    (m, lines)
+    (m, endpoint, lines)
 }
 
 #[test]
@@ -73,16 +77,9 @@ fn boto3_and_the_mount_share_one_namespace() {
     let expected = base.path().join("expected");
     fs::create_dir_all(&dir).unwrap();
     fs::create_dir_all(&expected).unwrap();
-    let (m, lines) = serve(&repo, &dir);
+    let (m, endpoint, lines) = serve(&repo, &dir);
     let key_id = field(&lines, "aws_access_key_id");
     let secret = field(&lines, "aws_secret_access_key");
-    let endpoint = lines
-        .last()
-        .unwrap()
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("http://"))
-        .map(|a| format!("http://{a}"))
-        .unwrap();
 
     // A second gateway on the mounted repository is refused, naming the
     // mount.

@@ -107,16 +107,57 @@ function progressCell(job) {
   return span;
 }
 
+// Result panels the user opened, by job id: the table is redrawn every two
+// seconds, and an opened panel stays open.
+const opened = new Set();
+
+// A result as one line of key figures, the whole answer folded below it.
+function summary(job, line, whole) {
+  const d = el("details", { class: "result" });
+  d.open = opened.has(job.id);
+  d.addEventListener("toggle", () => (d.open ? opened.add(job.id) : opened.delete(job.id)));
+  d.append(el("summary", {}, line), el("pre", {}, JSON.stringify(whole, null, 2)));
+  return d;
+}
+
+const count = (n, one, many) => n + " " + (n === 1 ? one : many);
+
+function gcLine(v) {
+  let line = human(v.freed_bytes) + " freed: " + count(v.reclaimed_containers, "container", "containers") + " reclaimed, " +
+    count(v.copied_chunks, "chunk", "chunks") + " copied forward, " + count(v.marked_chunks, "chunk", "chunks") + " live";
+  const damaged = v.damaged_files.length + v.damaged_roots.length;
+  if (v.skipped.length) line += ", " + count(v.skipped.length, "damaged container", "damaged containers") + " skipped";
+  if (damaged) line += ", " + count(damaged, "damaged file or root", "damaged files or roots");
+  return line;
+}
+
+function checkLine(v) {
+  const c = v.repaired ? v.repaired.after : v.check;
+  const problems = c.problems.length + v.damaged_files.length + v.damaged_roots.length;
+  const verdict = problems ? count(problems, "problem", "problems") : "clean";
+  return verdict + ": " + c.containers_ok + " of " + count(c.containers, "container", "containers") + " sound, " +
+    count(c.chunks_verified, "chunk", "chunks") + " (" + human(c.bytes_verified) + ") verified";
+}
+
 function jobResult(job) {
-  if (job.error) return job.error;
+  if (job.error) return el("span", { class: job.state === "refused" ? "muted" : "bad" }, job.error);
   const r = job.reply;
   if (!r) return "";
   const v = r.reply;
-  if (r.op === "scrub" && v.plain) return "nothing to scrub: one plain branch, no other copy to heal from (a check verifies every chunk)";
-  if (r.op === "scrub") return v.healthy + " of " + v.containers + " containers healthy, " + v.repaired.length + " repaired, " + v.lost.length + " lost";
-  if (r.op === "snapshot_create") return "snapshot " + v.name;
-  return JSON.stringify(v).slice(0, 160);
+  switch (r.op) {
+    case "scrub":
+      if (v.plain) return "nothing to scrub: one plain branch, no other copy to heal from (a check verifies every chunk)";
+      return summary(job, v.healthy + " of " + v.containers + " containers healthy, " + v.repaired.length + " repaired, " + v.lost.length + " lost", v);
+    case "gc": return summary(job, gcLine(v), v);
+    case "check": return summary(job, checkLine(v), v);
+    case "snapshot_create": return "snapshot " + v.name;
+    default: return summary(job, r.op.replace(/_/g, " ") + " done", v);
+  }
 }
+
+// A job's state; a request refused as asked (a typo) is no failure.
+const STATE_CLASS = { done: "ok", failed: "bad", refused: "muted" };
+const stateCell = (job) => el("span", { class: STATE_CLASS[job.state] || "" }, job.state);
 
 function render(o) {
   const s = o.stats;
@@ -154,7 +195,7 @@ function render(o) {
   fillTable("policies", o.policies.map((p) => [p.policy, String(p.containers), human(p.bytes)]));
   $("roots").textContent = s.versions + " versions, " + s.snapshots + " snapshots, " + human(s.held.versions_only_bytes) + " held only by versions, " + human(s.held.snapshots_only_bytes) + " only by snapshots";
   fillTable("snapshots", o.snapshots.map((x) => [x.name, when(x.created), String(x.files), human(x.logical_bytes)]));
-  fillTable("jobs", o.jobs.map((j) => [String(j.id), j.kind, j.state, progressCell(j), when(j.started), jobResult(j)]));
+  fillTable("jobs", o.jobs.map((j) => [String(j.id), j.kind, stateCell(j), progressCell(j), when(j.started), jobResult(j)]));
   document.body.dataset.loaded = "1";
 }
 

@@ -421,7 +421,7 @@ impl Fs {
         Ok(FsStats {
             files,
             dirs,
-            stored_bytes: self.inner.store.stats()?.stored_bytes,
+            stored_bytes: self.inner.store.stored_bytes(),
         })
     }
 

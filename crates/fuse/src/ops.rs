@@ -685,10 +685,13 @@ impl Filesystem for CairnFs {
         self.reply_empty("fsyncdir", InodeId::ROOT, reply, self.fs.sync_all())
     }
 
-    /// The branches' real space: `df` shows what the default policy can
+    /// cairn's own space, not the host disk's (docs/file-system.md, "What
+    /// df shows"): used blocks are the store's container bytes (after
+    /// dedup and compression), free blocks what the default policy can
     /// still store (free space less the metadata reserve, divided by the
-    /// policy's overhead), and blocks used as the store's bytes. Where a
-    /// branch cannot tell (S3), the free figure is a large constant.
+    /// policy's overhead), and the size their sum, so that `df`'s Used
+    /// (size less free) is cairn's and nothing else on the branches' disks.
+    /// Where a branch cannot tell (S3), the free figure is a large constant.
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let _timer = self.timed("statfs");
         let measured = self.fs.stats().and_then(|s| Ok((s, self.fs.space()?)));
@@ -696,16 +699,10 @@ impl Filesystem for CairnFs {
             Ok((s, space)) => {
                 let block = u64::from(BLOCK_SIZE);
                 let used = s.stored_bytes.div_ceil(block);
-                let (blocks, free) = match space {
-                    Some(sp) => {
-                        let free = sp.available / block;
-                        ((sp.total / block).max(used + free), free)
-                    }
-                    None => (used + FREE_BLOCKS, FREE_BLOCKS),
-                };
+                let free = space.map_or(FREE_BLOCKS, |sp| sp.available / block);
                 let files = s.files + s.dirs;
                 reply.statfs(
-                    blocks,
+                    used + free,
                     free,
                     free,
                     files + FREE_FILES,

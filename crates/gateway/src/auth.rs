@@ -9,6 +9,7 @@ use s3s::auth::{S3Auth, SecretKey};
 use s3s::path::S3Path;
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
+use crate::error::refused;
 use crate::keys::Keyring;
 
 pub struct Auth {
@@ -32,7 +33,7 @@ impl S3Auth for Auth {
             Some(g) => Ok(SecretKey::from(g.secret)),
             None => {
                 tracing::warn!(key = %access_key, "refused a request signed with an unknown access key");
-                Err(S3Error::new(S3ErrorCode::InvalidAccessKeyId))
+                Err(refused(S3ErrorCode::InvalidAccessKeyId))
             }
         }
     }

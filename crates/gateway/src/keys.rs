@@ -2,7 +2,9 @@
 //! the repository at `gateway/keys.toml` (mode 0600, written whole to a
 //! temporary file and renamed over the old one).
 //! A secret is returned once, by [`create`]; nothing here logs or prints
-//! it, and [`KeyInfo`] (what `list` shows) does not carry it.
+//! it, and [`KeyInfo`] (what `list` shows) does not carry it. A first start
+//! without a terminal leaves the first key in `gateway/first-key` (mode
+//! 0600) instead of printing it ([`save_first`]).
 
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -101,12 +103,19 @@ fn read(file: &Path) -> Result<KeyFile> {
 }
 
 fn write(file: &Path, keys: &KeyFile) -> Result<()> {
+    write_private(file, &toml::to_string(keys).expect("a key file serializes"))
+}
+
+/// Writes `text` whole to `file`, readable by its owner only, in a
+/// directory only its owner can enter.
+fn write_private(file: &Path, text: &str) -> Result<()> {
     let io = |e| GatewayError::Keys(file.to_path_buf(), e);
     let dir = file.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(io)?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
-    let text = toml::to_string(keys).expect("a key file serializes");
-    let tmp = file.with_extension("toml.tmp");
+    let mut tmp = file.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -149,6 +158,31 @@ pub fn create(repo_root: &Path, read_only: bool, buckets: Vec<String>) -> Result
     write(&file, &keys)?;
     tracing::info!(key = %new.info.id, read_only, "created an access key");
     Ok(new)
+}
+
+/// `key` as lines for `~/.aws/credentials`, under the profile `cairn`.
+pub fn credentials(key: &NewKey) -> String {
+    format!(
+        "[cairn]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+        key.info.id, key.secret
+    )
+}
+
+/// Where a first start that has no terminal to show the new key on
+/// leaves it ([`save_first`]).
+fn first_key_path(repo_root: &Path) -> PathBuf {
+    repo_root.join("gateway").join("first-key")
+}
+
+/// Writes `key` as [`credentials`] lines to [`first_key_path`], readable
+/// by the owner only (root, for the systemd unit): a secret printed on a
+/// daemon's standard output would stay in the journal for anyone allowed
+/// to read it. Where it went.
+pub fn save_first(repo_root: &Path, key: &NewKey) -> Result<PathBuf> {
+    let file = first_key_path(repo_root);
+    write_private(&file, &credentials(key))?;
+    tracing::info!(key = %key.info.id, file = %file.display(), "wrote the first access key's secret");
+    Ok(file)
 }
 
 /// Every key, without secrets.
@@ -296,6 +330,11 @@ mod tests {
         revoke(dir.path(), &k.info.id).unwrap();
         assert!(list(dir.path()).unwrap().is_empty());
         assert!(ring.grant(&k.info.id).is_none());
+        let first = save_first(dir.path(), &k).unwrap();
+        let text = std::fs::read_to_string(&first).unwrap();
+        assert!(text.contains(&format!("aws_secret_access_key = {}\n", k.secret)));
+        let mode = std::fs::metadata(&first).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
         assert!(matches!(
             revoke(dir.path(), &k.info.id),
             Err(GatewayError::NoSuchKey(_))

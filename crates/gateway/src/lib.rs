@@ -19,7 +19,8 @@
 //! **Never:** reaches below `fs` (no chunk store, no metadata engine of its
 //! own): it is a client of [`fs::Fs`] like the FUSE mount, and may share
 //! the mount's instance. Never logs, prints or returns a secret except
-//! once, from [`keys::create`].
+//! once, from [`keys::create`] (and a first key into a file only its owner
+//! reads, [`keys::save_first`]).
 //!
 //! **Invariants:**
 //! - A PUT is all or nothing: the body goes to a temporary file in the

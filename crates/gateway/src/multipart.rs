@@ -9,7 +9,7 @@
 use meta::{FileKind, Inode, InodeId, XattrFlags};
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
-use crate::error::s3_from_fs;
+use crate::error::{refused, s3_from_fs};
 use crate::md5_hash::Md5;
 use crate::names::{KeyPath, UPLOAD_PREFIX};
 use crate::tree::{Attrs, Guard, Tree, PIECE};
@@ -27,7 +27,7 @@ pub fn dir_name(id: &str) -> String {
 }
 
 fn no_upload() -> S3Error {
-    S3Error::new(S3ErrorCode::NoSuchUpload)
+    refused(S3ErrorCode::NoSuchUpload)
 }
 
 /// Starts an upload of `key`; its id.
@@ -144,23 +144,23 @@ pub fn complete(
     max_object: u64,
 ) -> S3Result<String> {
     if wanted.is_empty() {
-        return Err(S3Error::new(S3ErrorCode::MalformedXML));
+        return Err(refused(S3ErrorCode::MalformedXML));
     }
     if wanted.windows(2).any(|w| w[0].0 >= w[1].0) {
-        return Err(S3Error::new(S3ErrorCode::InvalidPartOrder));
+        return Err(refused(S3ErrorCode::InvalidPartOrder));
     }
     let stored = parts(tree, dir)?;
     let mut chosen = Vec::with_capacity(wanted.len());
     let mut md5s = Md5::new();
     for (n, etag) in wanted {
         let Some((_, inode)) = stored.iter().find(|(m, _)| m == n) else {
-            return Err(S3Error::new(S3ErrorCode::InvalidPart));
+            return Err(refused(S3ErrorCode::InvalidPart));
         };
         let md5 = tree.etag(inode)?;
         if md5 != etag.trim_matches('"') {
-            return Err(S3Error::new(S3ErrorCode::InvalidPart));
+            return Err(refused(S3ErrorCode::InvalidPart));
         }
-        md5s.update(&hex::decode(&md5).map_err(|_| S3Error::new(S3ErrorCode::InvalidPart))?);
+        md5s.update(&hex::decode(&md5).map_err(|_| refused(S3ErrorCode::InvalidPart))?);
         chosen.push(inode.clone());
     }
     let total: u64 = chosen.iter().map(|i: &Inode| i.attr.size).sum();
@@ -243,9 +243,9 @@ pub fn copy_part(
     };
     let range = range
         .check(from.attr.size)
-        .map_err(|_| S3Error::new(S3ErrorCode::InvalidRange))?;
+        .map_err(|_| refused(S3ErrorCode::InvalidRange))?;
     if range.end - range.start > max_put {
-        return Err(S3Error::new(S3ErrorCode::EntityTooLarge));
+        return Err(refused(S3ErrorCode::EntityTooLarge));
     }
     let fail = |e| s3_from_fs(e, S3ErrorCode::InternalError, "a part copy");
     let up = tree.begin(bucket, &dst)?;

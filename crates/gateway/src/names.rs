@@ -3,6 +3,8 @@
 
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
+use crate::error::refused;
+
 /// S3's limit on a key, in bytes.
 pub const KEY_MAX: usize = 1024;
 /// Files a PUT is writing: hidden from listings, never a key.
@@ -26,7 +28,7 @@ fn invalid(msg: &str) -> S3Error {
 /// for its temporary file, and keys longer than S3 allows.
 pub fn split(key: &str) -> S3Result<KeyPath<'_>> {
     if key.len() > KEY_MAX {
-        return Err(S3Error::new(S3ErrorCode::KeyTooLongError));
+        return Err(refused(S3ErrorCode::KeyTooLongError));
     }
     let (body, dir) = match key.strip_suffix('/') {
         Some(b) => (b, true),
@@ -56,7 +58,7 @@ pub fn split(key: &str) -> S3Result<KeyPath<'_>> {
             return Err(invalid("names starting .cairn-put. are the gateway's own"));
         }
         if p.len() > 255 {
-            return Err(S3Error::new(S3ErrorCode::KeyTooLongError));
+            return Err(refused(S3ErrorCode::KeyTooLongError));
         }
     }
     Ok(KeyPath { parts, dir })

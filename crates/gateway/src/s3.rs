@@ -13,7 +13,7 @@ use s3s::dto::*;
 use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
 
 use crate::checksum::Declared;
-use crate::error::s3_from_join;
+use crate::error::{refused, s3_from_join};
 use crate::keys::Keyring;
 use crate::list::{self, Item, Query};
 use crate::md5_hash::Md5;
@@ -115,7 +115,7 @@ fn check_bucket(name: &str) -> S3Result<()> {
     if s3s::path::check_bucket_name(name) {
         Ok(())
     } else {
-        Err(S3Error::new(S3ErrorCode::InvalidBucketName))
+        Err(refused(S3ErrorCode::InvalidBucketName))
     }
 }
 
@@ -177,7 +177,7 @@ impl Conditions {
             (None, None) => false,
         };
         if failed {
-            return Err(S3Error::new(S3ErrorCode::PreconditionFailed));
+            return Err(refused(S3ErrorCode::PreconditionFailed));
         }
         let unchanged = match (&self.if_none_match, self.if_modified_since) {
             (Some(c), _) => matches(c, &found.etag),
@@ -185,7 +185,7 @@ impl Conditions {
             (None, None) => false,
         };
         if unchanged {
-            return Err(S3Error::new(S3ErrorCode::NotModified));
+            return Err(refused(S3ErrorCode::NotModified));
         }
         Ok(())
     }
@@ -229,7 +229,7 @@ impl Gateway {
         };
         match (&guard, found) {
             (Guard::Absent, Some(_)) => Err(precondition_failed()),
-            (Guard::ETag(_), None) => Err(S3Error::new(S3ErrorCode::NoSuchKey)),
+            (Guard::ETag(_), None) => Err(refused(S3ErrorCode::NoSuchKey)),
             (Guard::ETag(want), Some(f)) if f.etag != *want => Err(precondition_failed()),
             _ => Ok(guard),
         }
@@ -322,7 +322,7 @@ impl Gateway {
             if let Some(want) = content_md5 {
                 let got = base64::engine::general_purpose::STANDARD.encode(md5);
                 if got != want.trim() {
-                    return Err(S3Error::new(S3ErrorCode::BadDigest));
+                    return Err(refused(S3ErrorCode::BadDigest));
                 }
             }
             Ok(())
@@ -768,7 +768,7 @@ impl S3 for Gateway {
             Some(r) => {
                 let range = r
                     .check(size)
-                    .map_err(|_| S3Error::new(S3ErrorCode::InvalidRange))?;
+                    .map_err(|_| refused(S3ErrorCode::InvalidRange))?;
                 let header = format!("bytes {}-{}/{size}", range.start, range.end - 1);
                 (range, Some(header))
             }
@@ -1160,9 +1160,7 @@ impl S3 for Gateway {
             ));
         }
         let range = match &input.copy_source_range {
-            Some(r) => {
-                Some(Range::parse(r).map_err(|_| S3Error::new(S3ErrorCode::InvalidArgument))?)
-            }
+            Some(r) => Some(Range::parse(r).map_err(|_| refused(S3ErrorCode::InvalidArgument))?),
             None => None,
         };
         let (src_parts, src_dir) = owned_key(&src_key)?;

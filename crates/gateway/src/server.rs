@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 
 use crate::auth::Auth;
 use crate::console::{self, Console};
-use crate::error::{GatewayError, Result};
+use crate::error::{self, GatewayError, Result};
 use crate::keys::Keyring;
 use crate::metrics::{self, Metrics};
 use crate::s3::Gateway;
@@ -150,6 +150,10 @@ impl hyper::service::Service<http::Request<hyper::body::Incoming>> for CloseAfte
             }
             if !resp.status().is_success() {
                 tracing::info!(%method, %path, status = resp.status().as_u16(), "the gateway refused a request");
+                let filled = resp.body().bytes().and_then(|b| error::with_message(&b));
+                if let Some(body) = filled {
+                    *resp.body_mut() = s3s::Body::from(body);
+                }
             }
             if expects_without_body || (has_body && !resp.status().is_success()) {
                 resp.headers_mut().insert(

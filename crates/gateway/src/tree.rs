@@ -12,7 +12,7 @@ use meta::{
 use s3s::{S3Error, S3ErrorCode, S3Result};
 
 use crate::commit::GroupCommit;
-use crate::error::s3_from_fs;
+use crate::error::{refused, s3_from_fs};
 use crate::md5_hash::Md5;
 use crate::names::{KeyPath, UPLOAD_PREFIX};
 
@@ -106,7 +106,7 @@ pub enum Guard {
 
 /// The answer to a PUT whose condition does not hold.
 pub fn precondition_failed() -> S3Error {
-    S3Error::new(S3ErrorCode::PreconditionFailed)
+    refused(S3ErrorCode::PreconditionFailed)
 }
 
 /// What an object carries besides its bytes.
@@ -192,7 +192,7 @@ impl Tree {
     pub fn bucket(&self, name: &str) -> S3Result<InodeId> {
         match self.fs.lookup(InodeId::ROOT, name.as_bytes()) {
             Ok(i) if i.attr.kind == FileKind::Dir => Ok(i.id),
-            Ok(_) => Err(S3Error::new(S3ErrorCode::NoSuchBucket)),
+            Ok(_) => Err(refused(S3ErrorCode::NoSuchBucket)),
             Err(e) => Err(s3_from_fs(e, S3ErrorCode::NoSuchBucket, name)),
         }
     }
@@ -234,7 +234,7 @@ impl Tree {
                 Ok(())
             }
             Err(e) if e.errno() == libc::EEXIST => {
-                Err(S3Error::new(S3ErrorCode::BucketAlreadyOwnedByYou))
+                Err(refused(S3ErrorCode::BucketAlreadyOwnedByYou))
             }
             Err(e) => Err(s3_from_fs(e, S3ErrorCode::InternalError, name)),
         }?;
@@ -248,7 +248,7 @@ impl Tree {
         match self.fs.rmdir(InodeId::ROOT, name.as_bytes()) {
             Ok(()) => self.changed(InodeId::ROOT, name.as_bytes()),
             Err(e) if e.errno() == libc::ENOTEMPTY => {
-                return Err(S3Error::new(S3ErrorCode::BucketNotEmpty))
+                return Err(refused(S3ErrorCode::BucketNotEmpty))
             }
             Err(e) => return Err(s3_from_fs(e, S3ErrorCode::NoSuchBucket, name)),
         }
@@ -305,14 +305,14 @@ impl Tree {
             at = found.id;
             inode = Some(found);
         }
-        let inode = inode.ok_or_else(|| S3Error::new(S3ErrorCode::NoSuchKey))?;
+        let inode = inode.ok_or_else(|| refused(S3ErrorCode::NoSuchKey))?;
         let wanted = if key.dir {
             FileKind::Dir
         } else {
             FileKind::File
         };
         if inode.attr.kind != wanted {
-            return Err(S3Error::new(S3ErrorCode::NoSuchKey));
+            return Err(refused(S3ErrorCode::NoSuchKey));
         }
         Ok(PathFound::walked(inode))
     }
@@ -454,7 +454,7 @@ impl Tree {
         };
         let found = match self.fs.lookup(dir, name.as_bytes()) {
             Ok(i) if i.attr.kind == FileKind::File => i,
-            Ok(_) => return Err(S3Error::new(S3ErrorCode::NoSuchKey)),
+            Ok(_) => return Err(refused(S3ErrorCode::NoSuchKey)),
             Err(e) => return Err(s3_from_fs(e, S3ErrorCode::NoSuchKey, name)),
         };
         if self.etag(&found)? != *want {

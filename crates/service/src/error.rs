@@ -172,6 +172,45 @@ impl ServiceError {
         move |source| ServiceError::Io { what, path, source }
     }
 
+    /// Whether the request was refused as asked: a bad argument, a name
+    /// that is not there or is taken, the same job running already. The
+    /// caller has something to fix, nothing was attempted, and the file
+    /// system did not fail (the dashboard shows such a job as refused, not
+    /// failed).
+    pub fn is_refusal(&self) -> bool {
+        use fs::FsError as F;
+        match self {
+            ServiceError::LabelExists(_)
+            | ServiceError::NotAJob
+            | ServiceError::JobRunning(_)
+            | ServiceError::JobsFull(_)
+            | ServiceError::NoSnapshot { .. }
+            | ServiceError::PlainRepository(_)
+            | ServiceError::NoBranch(_)
+            | ServiceError::NotInConfig(_)
+            | ServiceError::BranchesLeftOut(_)
+            | ServiceError::RepairWhileMounted
+            | ServiceError::ReadOnlyMount { .. } => true,
+            ServiceError::Fs(e) => matches!(
+                **e,
+                F::BadName { .. }
+                    | F::Exists { .. }
+                    | F::NotFoundNamed { .. }
+                    | F::BadPolicy(_)
+                    | F::BadChunking(_)
+                    | F::HistoryPaused { .. }
+            ),
+            ServiceError::Gc(e) => matches!(
+                **e,
+                gc::GcError::BadThreshold(_)
+                    | gc::GcError::BadMaxGarbage(_)
+                    | gc::GcError::OtherCollecting { .. }
+            ),
+            ServiceError::NotAdded { source, .. } => source.is_refusal(),
+            _ => false,
+        }
+    }
+
     /// The error and its causes on one line, each cause once (many errors
     /// repeat their source in their own message): what the daemon sends.
     pub fn chain(&self) -> String {
@@ -200,6 +239,19 @@ impl From<nix::Error> for ServiceError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_argument_is_a_refusal_and_a_broken_store_is_not() {
+        let bad_name = ServiceError::from(fs::FsError::BadName {
+            name: "a/b".into(),
+            reason: fs::problem::NameProblem::SnapshotName,
+        });
+        assert!(bad_name.is_refusal());
+        assert!(ServiceError::from(gc::GcError::BadThreshold(7.0)).is_refusal());
+        assert!(ServiceError::JobRunning("scrub").is_refusal());
+        assert!(!ServiceError::from(fs::FsError::WorkerGone("apply")).is_refusal());
+        assert!(!ServiceError::NoAnswer.is_refusal());
+    }
 
     #[test]
     fn a_chain_says_each_cause_once() {

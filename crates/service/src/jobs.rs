@@ -8,7 +8,8 @@
 //! Bounded: the dashboard starts at most [`RUNNING_MAX`] at once and one of
 //! each kind (a second scrub while one runs is refused, not queued); the
 //! last [`KEPT`] finished jobs are kept, and a count of every finished job
-//! by kind and outcome (a few kinds, three outcomes). Beside them, a count
+//! by kind and outcome (a few kinds, three outcomes: done, failed,
+//! refused). Beside them, a count
 //! of every request the control socket answered, by kind and outcome
 //! (`cairn_control_requests_total`: the CLI's share of the daemon's work,
 //! next to FUSE's and S3's; as many kinds as [`Request`] has).
@@ -47,7 +48,8 @@ pub struct JobView {
     /// Seconds since the Unix epoch.
     pub started: u64,
     pub finished: Option<u64>,
-    /// `running`, `done` or `failed`.
+    /// `running`, `done`, `failed`, or `refused` (the request was refused
+    /// as asked, [`ServiceError::is_refusal`]: a bad argument, a name taken).
     pub state: &'static str,
     /// The last step reported.
     pub step: Option<Step>,
@@ -223,6 +225,11 @@ impl Jobs {
                 tracing::info!(job = id, kind = job.kind, "job done");
                 job.state = "done";
                 job.reply = Some(reply.clone());
+            }
+            Err(e) if e.is_refusal() => {
+                tracing::info!(job = id, kind = job.kind, error = %e, "job refused");
+                job.state = "refused";
+                job.error = Some(e.to_string());
             }
             Err(e) => {
                 tracing::error!(job = id, kind = job.kind, error = %e, "job failed");
@@ -405,11 +412,34 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_request_is_a_refused_job_not_a_failed_one() {
+        let jobs = Jobs::default();
+        let gc = Request::Gc {
+            threshold: 7.0,
+            max_garbage: 0.1,
+            dry_run: false,
+            peer_wait: 1,
+        };
+        let out = jobs.attached(&gc, &crate::Silent, |_| {
+            Err(ServiceError::from(gc::GcError::BadThreshold(7.0)))
+        });
+        assert!(out.is_err());
+        let list = jobs.list();
+        assert_eq!((list[0].kind, list[0].state), ("gc", "refused"));
+        assert!(list[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("between 0 and 1"));
+        assert_eq!(jobs.state.lock().counts[&("gc", "refused")], 1);
+    }
+
+    #[test]
     fn finished_jobs_are_kept_newest_first_up_to_the_bound() {
         let jobs = Jobs::default();
         for _ in 0..KEPT + 5 {
             let id = jobs.state.lock().begin("gc", "command");
-            jobs.finish(id, Err(&ServiceError::NotAJob));
+            jobs.finish(id, Err(&ServiceError::NoStream));
         }
         let list = jobs.list();
         assert_eq!(list.len(), KEPT);

@@ -1,11 +1,15 @@
 """Drives cairn's dashboard in headless Chromium (Selenium, Debian's chromium
 and chromedriver): loads the page read-only, checks actions are refused,
-enters an operator key, starts a scrub and a snapshot from the page and
-watches them finish, saving a screenshot at each stage. Prints the figures
+enters an operator key, starts a scrub, a snapshot, a gc and a check from
+the page and watches them finish (gc and check show a line of figures, the
+whole answer folded, nothing wider than the page), starts a snapshot with a
+bad name and sees it refused (not failed), saving a screenshot at each
+stage. Prints the figures
 the page showed, as JSON, for the caller to compare with `cairn stats`."""
 
 import json
 import os
+import re
 import sys
 import urllib.error
 import urllib.request
@@ -87,6 +91,44 @@ try:
     wait.until(lambda d: (job("snapshot_create") or [None] * 3)[2] == "done")
     wait.until(lambda d: any(r[0] == "from-browser" for r in table("snapshots")))
     drv.save_screenshot(os.path.join(shots, "3-jobs-done.png"))
-    print(json.dumps({"shown": shown, "scrub": scrub}))
+
+    # A gc and a check show a line of key figures, their whole answer
+    # folded below it; nothing runs off the page.
+    def result(kind):
+        return drv.execute_script(
+            "const row = [...document.querySelectorAll('#jobs tbody tr')]"
+            ".find(r => r.cells[1].textContent === arguments[0]);"
+            "const d = row.cells[5].querySelector('details');"
+            "return d && {line: d.querySelector('summary').textContent, open: d.open,"
+            " whole: d.querySelector('pre').textContent}", kind)
+
+    for kind, button in [("gc", "act-gc"), ("check", "act-check")]:
+        drv.find_element(By.ID, button).click()
+        wait.until(lambda d: (job(kind) or [None] * 3)[2] == "done")
+    gc, check = result("gc"), result("check")
+    assert re.fullmatch(r"[\d.]+ \S+ freed: \d+ containers? reclaimed, \d+ chunks? copied forward, \d+ chunks? live", gc["line"]), gc
+    assert json.loads(gc["whole"])["marked_chunks"] >= 0 and not gc["open"], gc
+    assert re.fullmatch(r"clean: (\d+) of \1 containers sound, \d+ chunks \([\d.]+ \S+\) verified", check["line"]), check
+    # Opened, a result stays open across the table's redraws, and stays
+    # within the page.
+    drv.execute_script(
+        "const row = [...document.querySelectorAll('#jobs tbody tr')].find(r => r.cells[1].textContent === 'check');"
+        "row.cells[5].querySelector('summary').click(); row.dataset.drawn = 'before'")
+    wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "#jobs tr[data-drawn]"))
+    assert result("check")["open"], "an opened result closed at the redraw"
+    overflow = drv.execute_script(
+        "const e = document.documentElement; return [e.scrollWidth, e.clientWidth]")
+    assert overflow[0] <= overflow[1], ("the page is wider than the window", overflow)
+
+    # A typo is refused, and shows as refused, not as a failed job.
+    drv.find_element(By.ID, "snapshot-name").clear()
+    drv.find_element(By.ID, "snapshot-name").send_keys("bad/name")
+    drv.find_element(By.ID, "act-snapshot").click()
+    wait.until(lambda d: (job("snapshot_create") or [None] * 3)[2] not in (None, "running", "done"))
+    refused = job("snapshot_create")
+    assert refused[2] == "refused" and 'invalid snapshot name "bad/name"' in refused[5], refused
+    assert not [r for r in table("jobs") if r[2] == "failed"], table("jobs")
+    drv.save_screenshot(os.path.join(shots, "4-results-and-a-refusal.png"))
+    print(json.dumps({"shown": shown, "scrub": scrub, "gc": gc["line"], "check": check["line"]}))
 finally:
     drv.quit()

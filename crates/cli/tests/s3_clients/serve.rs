@@ -47,6 +47,17 @@ fn field(lines: &[String], name: &str) -> String {
         .to_string()
 }
 
+/// The key a first start without a terminal wrote to
+/// `REPO/gateway/first-key` (before it said where it listens).
+pub fn first_key(repo: &Path) -> (String, String) {
+    let text = std::fs::read_to_string(repo.join("gateway/first-key")).unwrap();
+    let lines: Vec<String> = text.lines().map(String::from).collect();
+    (
+        field(&lines, "aws_access_key_id"),
+        field(&lines, "aws_secret_access_key"),
+    )
+}
+
 /// Starts `cairn serve` of a new repository `repo` mounted at `dir`.
 pub fn serve(repo: &Path, dir: &Path) -> Served {
     start(repo, dir, None, &[])
@@ -97,24 +108,7 @@ fn start(repo: &Path, dir: &Path, key: Option<(String, String)>, args: &[&str]) 
             eprintln!("{line}");
         }
     });
-    let (key_id, secret) = match key {
-        Some(k) => k,
-        None => {
-            let mut lines = Vec::new();
-            for line in BufReader::new(child.stdout.take().unwrap()).lines() {
-                let line = line.unwrap();
-                let done = line.starts_with("then: ");
-                lines.push(line);
-                if done {
-                    break;
-                }
-            }
-            (
-                field(&lines, "aws_access_key_id"),
-                field(&lines, "aws_secret_access_key"),
-            )
-        }
-    };
+    let (key_id, secret) = key.unwrap_or_else(|| first_key(repo));
     let mount = Mount {
         repo: repo.to_path_buf(),
         dir: dir.to_path_buf(),
