@@ -136,11 +136,7 @@ fn init(root: &Path, quiet: bool) -> Result<ExitCode> {
     service::init(root, ops::lock_wait())?;
     if !quiet {
         say!("created a cairn repository at {}", root.display());
-        say!(
-            "its key is {}: back it up now (somewhere else, e.g. with `cairn key export FILE`); \
-             without it nothing stored can be read",
-            Repo::key_path(root).display()
-        );
+        say!("{}", ui::key_backup(root));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -598,6 +594,7 @@ fn demo(root: &Path, file: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
     if !Repo::exists(root) {
         service::init(root, ops::lock_wait())?;
         out!("created a repository at {}", root.display());
+        out!("{}", ui::key_backup(root));
     }
     let file = match file {
         Some(f) => f,

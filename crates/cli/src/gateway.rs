@@ -94,7 +94,9 @@ fn register(
 }
 
 /// Starts the gateway on `fs` and says where; on the first start it makes
-/// an access key and prints it.
+/// an access key and prints it. The key is made once the gateway listens:
+/// a start that fails (its address in use) leaves no key whose secret
+/// nobody saw.
 pub fn start(
     fs: std::sync::Arc<fs::Fs>,
     root: &Path,
@@ -103,7 +105,6 @@ pub fn start(
     console: Option<std::sync::Arc<dyn gateway::console::Console>>,
     quiet: bool,
 ) -> Result<gateway::Running> {
-    let first = gateway::keys::ensure_one(root)?;
     let mut opts = gateway::Options::new(args.listen);
     opts.limits = gateway::Limits {
         max_put: args.max_put_size,
@@ -114,6 +115,7 @@ pub fn start(
     let dashboard = console.is_some();
     opts.console = console;
     let running = gateway::start(fs, root, &opts)?;
+    let first = gateway::keys::ensure_one(root)?;
     let addr = running.addr();
     if !quiet {
         say!("cairn: S3 gateway at http://{addr}");

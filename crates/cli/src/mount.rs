@@ -271,12 +271,11 @@ pub fn serve(root: &Path, at: Serving, gateway: &GatewayArgs, quiet: bool) -> Re
     };
     prepare_mountpoint_if_present(&mountpoint, nonempty, quiet)?;
     if !Repo::exists(root) {
-        Repo::init(root)?;
-        say!("cairn: created a repository at {}", root.display());
-        say!(
-            "cairn: its key is {}: back it up now (somewhere else); without it nothing stored can be read",
-            Repo::key_path(root).display()
-        );
+        service::init(root, crate::ops::lock_wait())?;
+        if !quiet {
+            say!("cairn: created a repository at {}", root.display());
+            say!("cairn: {}", crate::ui::key_backup(root));
+        }
     }
     std::fs::create_dir_all(&mountpoint)
         .with_context(|| format!("cannot create the mount point {}", mountpoint.display()))?;
