@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use repo::Repo;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
@@ -155,7 +155,7 @@ pub fn gateway(root: &Path, args: &GatewayArgs, quiet: bool) -> Result<ExitCode>
 
 pub fn bucket(root: &Path, cmd: BucketCommand) -> Result<ExitCode> {
     if !Repo::exists(root) {
-        bail!(
+        refuse!(
             "no repository at {} (create one with `cairn init` or `cairn serve`)",
             root.display()
         );
@@ -183,7 +183,7 @@ pub fn bucket(root: &Path, cmd: BucketCommand) -> Result<ExitCode> {
 
 pub fn access_key(root: &Path, cmd: AccessKeyCommand) -> Result<ExitCode> {
     if !Repo::exists(root) {
-        bail!(
+        refuse!(
             "no repository at {} (create one with `cairn init` or `cairn serve`)",
             root.display()
         );

@@ -1,8 +1,8 @@
 //! Logging: what cairn tells an operator after the fact.
 //!
 //! The libraries report through `tracing`; this module decides where it
-//! goes. Every process writes to stderr: warnings and errors by default,
-//! `-v` adds info, `-vv` debug, and `RUST_LOG` (an `EnvFilter` directive,
+//! goes. Every process writes to stderr: warnings and errors by default
+//! (errors alone with `-q`), `-v` adds info, `-vv` debug, and `RUST_LOG` (an `EnvFilter` directive,
 //! e.g. `RUST_LOG=fs=debug`) replaces that choice. The process that opened
 //! the repository itself, and so holds its lock, also appends info and
 //! above (or `RUST_LOG`'s choice) to `REPO/log/cairn.log`, rotated at
@@ -32,16 +32,22 @@ pub const LOG_KEEP: usize = 4;
 /// The repository's log file, once this process holds the repository.
 static FILE: OnceLock<Mutex<FileRotate<AppendCount>>> = OnceLock::new();
 
+/// The target of a command's failure as logged: stderr leaves it out, as
+/// the command says it there itself.
+pub const FAILED: &str = "cairn::failed";
+
 /// Where the log of the repository at `root` is.
 pub fn path(root: &Path) -> PathBuf {
     root.join("log").join("cairn.log")
 }
 
-/// Installs the subscriber; `verbose` is the number of `-v` flags.
-pub fn init(verbose: u8) {
+/// Installs the subscriber; `verbose` is the number of `-v` flags, and
+/// `quiet` (`-q`, without `-v`) leaves errors alone on stderr.
+pub fn init(verbose: u8, quiet: bool) {
     // s3s logs every S3 error answer (a 404 included) as an error; the
     // gateway logs the answers it gives itself (see `gateway::start`).
     let level = match verbose {
+        0 if quiet => "error,s3s=off",
         0 => "warn,s3s=off",
         1 => "info,s3s=off",
         _ => "debug",
@@ -51,12 +57,17 @@ pub fn init(verbose: u8) {
         let directive = from_env.as_deref().unwrap_or(default);
         EnvFilter::try_new(directive).unwrap_or_else(|_| EnvFilter::new(default))
     };
+    let stderr_filter = filter(level).add_directive(
+        format!("{FAILED}=off")
+            .parse()
+            .expect("a valid directive"),
+    );
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(io::stderr)
         .with_ansi(io::stderr().is_terminal())
         .with_target(false)
         .without_time()
-        .with_filter(filter(level));
+        .with_filter(stderr_filter);
     let file = tracing_subscriber::fmt::layer()
         .with_writer(RepoLog)
         .with_ansi(false)

@@ -220,28 +220,30 @@ fn umount_path(mountpoint: &Path) -> Result<()> {
 }
 
 /// Unmounts a cairn mount; a dead one (its daemon was killed) is detached.
-pub fn umount(mountpoint: &Path) -> Result<ExitCode> {
+pub fn umount(mountpoint: &Path, quiet: bool) -> Result<ExitCode> {
     let state = fuse::mount_state(mountpoint)
         .with_context(|| format!("cannot look at {}", mountpoint.display()))?;
     match state {
         fuse::MountState::NotMounted => {
-            bail!(
+            refuse!(
                 "{} is not mounted: nothing to unmount",
                 mountpoint.display()
             )
         }
         fuse::MountState::Live(entry) | fuse::MountState::Dead(entry) if !entry.is_cairn() => {
-            bail!(
+            refuse!(
                 "{} is not a cairn mount (it is {entry}); use umount or fusermount3 -u",
                 mountpoint.display()
             )
         }
         fuse::MountState::Dead(_) => {
             fuse::detach(mountpoint)?;
-            say!(
-                "cairn: {} was a dead mount (its daemon ended without unmounting); detached it",
-                mountpoint.display()
-            );
+            if !quiet {
+                say!(
+                    "cairn: {} was a dead mount (its daemon ended without unmounting); detached it",
+                    mountpoint.display()
+                );
+            }
         }
         fuse::MountState::Live(_) => umount_path(mountpoint)?,
     }
