@@ -35,7 +35,7 @@ fn typo(repo: &Path, args: &[&str], what: &str) {
 }
 
 fn typos(repo: &Path, base: &Path) {
-    typo(repo, &["get", "no-such-label", "-o", "-"], "no-such-label");
+    typo(repo, &["get", "no-such-label"], "no-such-label");
     typo(repo, &["rm", "nosuch"], "nosuch");
     typo(repo, &["snapshot", "delete", "nosnap"], "nosnap");
     let missing = base.join("no-such-file");
@@ -68,7 +68,7 @@ fn a_users_typo_is_refused_plainly_and_not_logged_as_an_error() {
     for c in plain_containers(&repo) {
         fs::remove_file(c).unwrap();
     }
-    let out = cairn(&repo, &["get", "kept", "-o", "-"]);
+    let out = cairn(&repo, &["get", "kept"]);
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(said.contains("cairn: error: "), "{said}");

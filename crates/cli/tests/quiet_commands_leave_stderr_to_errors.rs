@@ -1,6 +1,6 @@
 //! With -q a command that succeeds writes nothing on stderr (no progress,
 //! summary, hint or warning), unmounted and through a mount's daemon, yet
-//! prints what it exists to print on stdout (`get -o -`'s bytes, reports,
+//! prints what it exists to print on stdout (`get`'s bytes, reports,
 //! --json); an error is still shown. `--help` says so.
 
 mod common;
@@ -24,7 +24,7 @@ fn silent(repo: &Path, args: &[&str]) -> Vec<u8> {
 fn everyday(repo: &Path, file: &Path, data: &[u8], out: &Path, tag: &str) {
     let label = format!("l-{tag}");
     silent(repo, &["put", file.to_str().unwrap(), "--name", &label]);
-    assert!(silent(repo, &["get", &label, "-o", "-"]) == data);
+    assert!(silent(repo, &["get", &label]) == data);
     silent(repo, &["get", &label, "-o", out.to_str().unwrap(), "--force"]);
     assert!(fs::read(out).unwrap() == data);
     assert!(String::from_utf8(silent(repo, &["roots"]))
@@ -79,7 +79,7 @@ fn quiet_commands_leave_stderr_to_errors() {
     child.wait().unwrap();
     silent(&repo, &["umount", dir.to_str().unwrap()]);
 
-    let out = cairn(&repo, &["get", "no-such-label", "-o", "-"]);
+    let out = cairn(&repo, &["get", "no-such-label"]);
     assert!(!out.status.success());
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("no-such-label"), "{said}");
