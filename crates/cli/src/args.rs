@@ -16,10 +16,9 @@ pub struct Cli {
     #[arg(long, global = true, env = "CAIRN_REPO", value_name = "DIR")]
     pub repo: Option<PathBuf>,
 
-    /// Nothing on stderr but errors: no progress bars, summaries, hints or
-    /// warnings (REPO/log/cairn.log still gets the warnings; -v shows log
-    /// lines again). What a command exists to print is still printed on
-    /// stdout: its report or listing, --json, `get`'s data, a new access
+    /// Nothing on stderr but errors and warnings: no progress bars,
+    /// summaries or hints. What a command exists to print is still printed
+    /// on stdout: its report or listing, --json, `get`'s data, a new access
     /// key's secret.
     #[arg(long, short, global = true)]
     pub quiet: bool,

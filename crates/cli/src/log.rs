@@ -2,14 +2,15 @@
 //!
 //! The libraries report through `tracing`; this module decides where it
 //! goes. Every process writes to stderr: warnings and errors by default
-//! (errors alone with `-q`), `-v` adds info, `-vv` debug, and `RUST_LOG` (an `EnvFilter` directive,
-//! e.g. `RUST_LOG=fs=debug`) replaces that choice. The process that opened
-//! the repository itself, and so holds its lock, also appends info and
-//! above (or `RUST_LOG`'s choice) to `REPO/log/cairn.log`, rotated at
-//! [`LOG_MAX`] with [`LOG_KEEP`] older files kept: a daemon that ran for a
-//! month leaves at most 40 MiB of log. A command that reaches a mounted
-//! file system through its control socket writes no file: the daemon logs
-//! what it did.
+//! (with `-q` too: a warning is about the system, not a summary), `-v`
+//! adds info, `-vv` debug, and `RUST_LOG` (an `EnvFilter` directive, e.g.
+//! `RUST_LOG=fs=debug`) replaces that choice. The process that opened the repository itself, and so holds
+//! its lock, also appends info and above (or `RUST_LOG`'s choice) to
+//! `REPO/log/cairn.log`, rotated at [`LOG_MAX`] with [`LOG_KEEP`] older
+//! files kept: a daemon that ran for a month leaves at most 40 MiB of log.
+//! A command's failure is logged there at ERROR, a user's mistake it
+//! refused at INFO. A command that reaches a mounted file system through
+//! its control socket writes no file: the daemon logs what it did.
 
 use parking_lot::Mutex;
 use std::io::{self, IsTerminal, Write};
@@ -41,13 +42,11 @@ pub fn path(root: &Path) -> PathBuf {
     root.join("log").join("cairn.log")
 }
 
-/// Installs the subscriber; `verbose` is the number of `-v` flags, and
-/// `quiet` (`-q`, without `-v`) leaves errors alone on stderr.
-pub fn init(verbose: u8, quiet: bool) {
+/// Installs the subscriber; `verbose` is the number of `-v` flags.
+pub fn init(verbose: u8) {
     // s3s logs every S3 error answer (a 404 included) as an error; the
     // gateway logs the answers it gives itself (see `gateway::start`).
     let level = match verbose {
-        0 if quiet => "error,s3s=off",
         0 => "warn,s3s=off",
         1 => "info,s3s=off",
         _ => "debug",
@@ -57,11 +56,8 @@ pub fn init(verbose: u8, quiet: bool) {
         let directive = from_env.as_deref().unwrap_or(default);
         EnvFilter::try_new(directive).unwrap_or_else(|_| EnvFilter::new(default))
     };
-    let stderr_filter = filter(level).add_directive(
-        format!("{FAILED}=off")
-            .parse()
-            .expect("a valid directive"),
-    );
+    let stderr_filter =
+        filter(level).add_directive(format!("{FAILED}=off").parse().expect("a valid directive"));
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(io::stderr)
         .with_ansi(io::stderr().is_terminal())

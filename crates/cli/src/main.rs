@@ -65,11 +65,11 @@ fn main() -> ExitCode {
     let subcommands: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
     let helper = mount_helper::called_as_helper(&argv, &subcommands);
     let result = if helper {
-        log::init(0, false);
+        log::init(0);
         mount_helper::run(argv.get(1..).unwrap_or_default())
     } else {
         let args = args::Cli::parse_from(argv);
-        log::init(args.verbose, args.quiet);
+        log::init(args.verbose);
         commands::run(args)
     };
     match result {

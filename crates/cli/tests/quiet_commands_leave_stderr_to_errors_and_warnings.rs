@@ -1,7 +1,7 @@
-//! With -q a command that succeeds writes nothing on stderr (no progress,
-//! summary, hint or warning), unmounted and through a mount's daemon, yet
-//! prints what it exists to print on stdout (`get`'s bytes, reports,
-//! --json); an error is still shown. `--help` says so.
+//! With -q a command that succeeds on a healthy repository writes nothing
+//! on stderr (no progress, summary or hint), unmounted and through a
+//! mount's daemon, yet prints what it exists to print on stdout (`get`'s
+//! bytes, reports, --json); an error is still shown. `--help` says so.
 
 mod common;
 
@@ -25,7 +25,10 @@ fn everyday(repo: &Path, file: &Path, data: &[u8], out: &Path, tag: &str) {
     let label = format!("l-{tag}");
     silent(repo, &["put", file.to_str().unwrap(), "--name", &label]);
     assert!(silent(repo, &["get", &label]) == data);
-    silent(repo, &["get", &label, "-o", out.to_str().unwrap(), "--force"]);
+    silent(
+        repo,
+        &["get", &label, "-o", out.to_str().unwrap(), "--force"],
+    );
     assert!(fs::read(out).unwrap() == data);
     assert!(String::from_utf8(silent(repo, &["roots"]))
         .unwrap()
@@ -45,11 +48,14 @@ fn everyday(repo: &Path, file: &Path, data: &[u8], out: &Path, tag: &str) {
 }
 
 #[test]
-fn quiet_commands_leave_stderr_to_errors() {
+fn quiet_commands_leave_stderr_to_errors_and_warnings() {
     require_fuse();
     let help = Command::new(CAIRN).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
-    assert!(help.contains("Nothing on stderr but errors"), "{help}");
+    assert!(
+        help.contains("Nothing on stderr but errors and warnings"),
+        "{help}"
+    );
 
     let base = tempfile::tempdir().unwrap();
     let repo = base.path().join("repo");
