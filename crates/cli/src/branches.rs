@@ -81,7 +81,9 @@ pub fn run(root: &Path, cmd: BranchCommand, quiet: bool) -> Result<ExitCode> {
         }
         BranchCommand::Replace { old, new: to, json } => {
             if old == to {
-                refuse!("a branch cannot replace itself ({old:?}); name the branch to rebuild onto");
+                refuse!(
+                    "a branch cannot replace itself ({old:?}); name the branch to rebuild onto"
+                );
             }
             let new = service::config_without_branch(&text, &old, Some(&to))?;
             service::parse_config(&new)

@@ -58,18 +58,32 @@ fn a_first_serve_that_cannot_listen_leaves_no_key_and_the_next_prints_one() {
     let said = String::from_utf8_lossy(&first.stderr);
     let printed = String::from_utf8_lossy(&first.stdout);
     assert!(!first.status.success(), "{said}");
-    assert!(said.contains(&addr), "the address in use is not named: {said}");
+    assert!(
+        said.contains(&addr),
+        "the address in use is not named: {said}"
+    );
     assert!(
         said.contains("back it up now") && said.contains("`cairn key export FILE`"),
         "{said}"
     );
     assert!(!printed.contains("aws_secret_access_key"), "{printed}");
     assert!(!is_cairn_mounted(&dir));
-    assert_eq!(ok(&repo, &["access-key", "list"]), "", "a key was left behind");
+    assert_eq!(
+        ok(&repo, &["access-key", "list"]),
+        "",
+        "a key was left behind"
+    );
 
     drop(taken);
     let mut child = Command::new(CAIRN)
-        .args(["--repo", repo.to_str().unwrap(), "-q", "serve", "--listen", &addr])
+        .args([
+            "--repo",
+            repo.to_str().unwrap(),
+            "-q",
+            "serve",
+            "--listen",
+            &addr,
+        ])
         .arg(&dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -106,7 +120,13 @@ fn a_first_serve_that_cannot_listen_leaves_no_key_and_the_next_prints_one() {
     );
 
     let endpoint = format!("http://{addr}");
-    let made = aws(&endpoint, &id, &secret, base.path(), &["s3", "mb", "s3://first"]);
+    let made = aws(
+        &endpoint,
+        &id,
+        &secret,
+        base.path(),
+        &["s3", "mb", "s3://first"],
+    );
     assert!(
         made.status.success(),
         "{}",
@@ -118,6 +138,9 @@ fn a_first_serve_that_cannot_listen_leaves_no_key_and_the_next_prints_one() {
         "{}",
         String::from_utf8_lossy(&listed.stderr)
     );
-    assert!(m.path("first").is_dir(), "the bucket is not a directory of the mount");
+    assert!(
+        m.path("first").is_dir(),
+        "the bucket is not a directory of the mount"
+    );
     m.unmount();
 }

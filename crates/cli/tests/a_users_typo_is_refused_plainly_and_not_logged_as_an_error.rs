@@ -39,7 +39,11 @@ fn typos(repo: &Path, base: &Path) {
     typo(repo, &["rm", "nosuch"], "nosuch");
     typo(repo, &["snapshot", "delete", "nosnap"], "nosnap");
     let missing = base.join("no-such-file");
-    typo(repo, &["put", missing.to_str().unwrap(), "--name", "x"], "no-such-file");
+    typo(
+        repo,
+        &["put", missing.to_str().unwrap(), "--name", "x"],
+        "no-such-file",
+    );
     typo(repo, &["policy", "show", "no/such/path"], "no/such/path");
 }
 
@@ -72,5 +76,8 @@ fn a_users_typo_is_refused_plainly_and_not_logged_as_an_error() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(said.contains("cairn: error: "), "{said}");
-    assert!(!errors_logged(&repo).is_empty(), "the failure is not logged as an error");
+    assert!(
+        !errors_logged(&repo).is_empty(),
+        "the failure is not logged as an error"
+    );
 }

@@ -43,7 +43,10 @@ fn status_says_ok_once_scrub_has_healed_a_damaged_branch() {
     // Every copy on branch b damaged in its first block.
     let mut damaged = 0;
     for (_, shards) in containers(&repo.join("br")) {
-        for (_, path) in shards.iter().filter(|(_, p)| p.starts_with(repo.join("br/b"))) {
+        for (_, path) in shards
+            .iter()
+            .filter(|(_, p)| p.starts_with(repo.join("br/b")))
+        {
             corrupt_block(path, "mirror:2", 0);
             damaged += 1;
         }
@@ -62,7 +65,10 @@ fn status_says_ok_once_scrub_has_healed_a_damaged_branch() {
     let after = health(&repo);
     assert_eq!(after.len(), 2, "{after:?}");
     for (name, degraded, last_error) in &after {
-        assert!(!degraded, "{name} still degraded after a clean scrub: {after:?}");
+        assert!(
+            !degraded,
+            "{name} still degraded after a clean scrub: {after:?}"
+        );
         assert!(last_error.is_null(), "{name}: {last_error}");
     }
     let text = ok(&repo, &["status"]);

@@ -104,11 +104,7 @@ struct AnswerLine {
     refused: bool,
 }
 
-fn answer_line(answer: Answer) -> Vec<u8> {
-    refusal_line(answer, false)
-}
-
-fn refusal_line(answer: Answer, refused: bool) -> Vec<u8> {
+fn answer_line(answer: Answer, refused: bool) -> Vec<u8> {
     let mut line = serde_json::to_vec(&AnswerLine {
         protocol: PROTOCOL,
         answer,
@@ -252,7 +248,7 @@ fn refuse(conn: UnixStream) {
         "the daemon is answering {CONNECTIONS_MAX} requests already; try again once one has finished"
     );
     tracing::warn!("{message}");
-    let _ = (&conn).write_all(&answer_line(Answer::Error(message)));
+    let _ = (&conn).write_all(&answer_line(Answer::Error(message), false));
 }
 
 /// The client's end of one request, as the daemon sees it.
@@ -271,7 +267,7 @@ impl Client {
             }
             out.1 = Some(Instant::now());
         }
-        if out.0.write_all(&refusal_line(answer, refused)).is_err() {
+        if out.0.write_all(&answer_line(answer, refused)).is_err() {
             self.gone.store(true, Ordering::Relaxed);
         }
     }
@@ -279,11 +275,14 @@ impl Client {
 
 impl Progress for Client {
     fn step(&self, what: &str, done: u64, total: u64) {
-        self.send(Answer::Progress(Step {
-            what: what.to_string(),
-            done,
-            total,
-        }), false);
+        self.send(
+            Answer::Progress(Step {
+                what: what.to_string(),
+                done,
+                total,
+            }),
+            false,
+        );
     }
 
     /// Whether the client went away: a unix socket whose peer has closed
