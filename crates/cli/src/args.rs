@@ -16,7 +16,10 @@ pub struct Cli {
     #[arg(long, global = true, env = "CAIRN_REPO", value_name = "DIR")]
     pub repo: Option<PathBuf>,
 
-    /// No progress bars and no summaries on stderr; errors are still shown.
+    /// Nothing on stderr but errors and warnings: no progress bars,
+    /// summaries or hints. What a command exists to print is still printed
+    /// on stdout: its report or listing, --json, `get`'s data, a new access
+    /// key's secret.
     #[arg(long, short, global = true)]
     pub quiet: bool,
 

@@ -37,7 +37,7 @@ pub fn run(root: &Path, cmd: BranchCommand, quiet: bool) -> Result<ExitCode> {
                     access_key_id: s3_access_key_id.unwrap_or_default(),
                     secret_access_key: s3_secret_access_key.unwrap_or_default(),
                 },
-                _ => bail!("give either --path DIR or both --s3-endpoint and --s3-bucket"),
+                _ => refuse!("give either --path DIR or both --s3-endpoint and --s3-bucket"),
             };
             let branch = NewBranch {
                 name: name.clone(),
@@ -81,7 +81,9 @@ pub fn run(root: &Path, cmd: BranchCommand, quiet: bool) -> Result<ExitCode> {
         }
         BranchCommand::Replace { old, new: to, json } => {
             if old == to {
-                bail!("a branch cannot replace itself ({old:?}); name the branch to rebuild onto");
+                refuse!(
+                    "a branch cannot replace itself ({old:?}); name the branch to rebuild onto"
+                );
             }
             let new = service::config_without_branch(&text, &old, Some(&to))?;
             service::parse_config(&new)

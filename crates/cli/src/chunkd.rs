@@ -6,7 +6,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use chunkd::ranges::RangeTable;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
@@ -22,7 +22,7 @@ pub fn run(args: ChunkdArgs, quiet: bool) -> Result<ExitCode> {
 
 fn cluster(c: &ChunkdCluster) -> Result<(&[String], &str)> {
     match (&c.etcd[..], c.fsid.as_deref()) {
-        ([], _) | (_, None) => bail!("--etcd URLS and --fsid ID are both needed"),
+        ([], _) | (_, None) => refuse!("--etcd URLS and --fsid ID are both needed"),
         (etcd, Some(fsid)) => Ok((etcd, fsid)),
     }
 }
@@ -30,7 +30,7 @@ fn cluster(c: &ChunkdCluster) -> Result<(&[String], &str)> {
 fn serve(args: ChunkdArgs, quiet: bool) -> Result<ExitCode> {
     let (Some(dir), Some(listen), Some(token_file)) = (args.dir, args.listen, args.token_file)
     else {
-        bail!("--dir, --listen and --token-file are needed");
+        refuse!("--dir, --listen and --token-file are needed");
     };
     let index = if args.cluster.etcd.is_empty() && args.cluster.fsid.is_none() {
         None
@@ -38,7 +38,7 @@ fn serve(args: ChunkdArgs, quiet: bool) -> Result<ExitCode> {
         let (etcd, fsid) = cluster(&args.cluster)?;
         let advertise = match args.advertise {
             Some(url) => url,
-            None if listen.port() == 0 || listen.ip().is_unspecified() => bail!(
+            None if listen.port() == 0 || listen.ip().is_unspecified() => refuse!(
                 "--advertise URL is needed with --etcd when --listen has port 0 or address \
                  0.0.0.0: the range table must name an address clients can reach"
             ),

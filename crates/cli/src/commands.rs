@@ -46,7 +46,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Demo { file } => demo(&root, file, quiet),
         Command::Mount(args) => crate::mount::mount(&root, &args, None, quiet),
-        Command::Umount { mountpoint } => crate::mount::umount(&mountpoint),
+        Command::Umount { mountpoint } => crate::mount::umount(&mountpoint, quiet),
         Command::Cluster(cmd) => crate::cluster::run(cmd),
         Command::Serve {
             mountpoint,
@@ -136,11 +136,7 @@ fn init(root: &Path, quiet: bool) -> Result<ExitCode> {
     service::init(root, ops::lock_wait())?;
     if !quiet {
         say!("created a cairn repository at {}", root.display());
-        say!(
-            "its key is {}: back it up now (somewhere else, e.g. with `cairn key export FILE`); \
-             without it nothing stored can be read",
-            Repo::key_path(root).display()
-        );
+        say!("{}", ui::key_backup(root));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -163,7 +159,13 @@ fn put(root: &Path, args: &PutArgs, quiet: bool) -> Result<ExitCode> {
         let fd = std::io::stdin().as_fd().try_clone_to_owned();
         File::from(fd.context("cannot use standard input")?)
     } else {
-        File::open(&args.file).with_context(|| format!("cannot open {}", args.file.display()))?
+        match File::open(&args.file) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                refuse!("{}: no such file", args.file.display())
+            }
+            Err(e) => return Err(e).context(format!("cannot open {}", args.file.display())),
+        }
     };
     let size = input
         .metadata()
@@ -204,7 +206,7 @@ fn put(root: &Path, args: &PutArgs, quiet: bool) -> Result<ExitCode> {
 fn output_file(path: &Path, force: bool) -> Result<(File, bool)> {
     let existing = std::fs::metadata(path).ok();
     if existing.as_ref().is_some_and(|m| m.is_file()) && !force {
-        bail!("{} exists; give --force to overwrite it", path.display());
+        refuse!("{} exists; give --force to overwrite it", path.display());
     }
     let file = std::fs::OpenOptions::new()
         .write(true)
@@ -422,9 +424,7 @@ fn check(root: &Path, args: &CheckArgs, quiet: bool) -> Result<ExitCode> {
     if let Some(reply) = answer? {
         let out = reply.into_check()?;
         if repair != Repair::No && !out.check.is_clean() {
-            let e = service::ServiceError::RepairWhileMounted;
-            tracing::error!("{e}");
-            return Err(e.into());
+            return Err(service::ServiceError::RepairWhileMounted.into());
         }
         return check_print(&out, args.json);
     }
@@ -621,6 +621,7 @@ fn demo(root: &Path, file: Option<PathBuf>, quiet: bool) -> Result<ExitCode> {
     if !Repo::exists(root) {
         service::init(root, ops::lock_wait())?;
         out!("created a repository at {}", root.display());
+        out!("{}", ui::key_backup(root));
     }
     let file = match file {
         Some(f) => f,

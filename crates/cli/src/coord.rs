@@ -26,16 +26,31 @@ pub fn run(url: &str, interval: u64, ttl: u64, quiet: bool) -> Result<ExitCode> 
     let (stop, stopped) = std::sync::mpsc::sync_channel(1);
     let worker = std::thread::Builder::new()
         .name("coord".into())
-        .spawn(move || coord.run(&stopped, log))?;
+        .spawn(move || coord.run(&stopped, |e| log(e, quiet)))?;
     let _ = signals.forever().next();
     let _ = stop.send(());
     // It resigns (revokes its lease) before it returns.
     let _ = worker.join();
-    say!("cairn coord: stopped");
+    if !quiet {
+        say!("cairn coord: stopped");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-fn log(e: CoordEvent) {
+/// Logs a coordinator event, and says it on stderr unless `quiet`.
+fn log(e: CoordEvent, quiet: bool) {
+    match &e {
+        CoordEvent::Settled(n) => {
+            tracing::info!(intents = n, "the coordinator settled unfinished intents")
+        }
+        CoordEvent::Failed { error, times } => {
+            tracing::warn!(%error, times, "a coordinator request failed")
+        }
+        _ => {}
+    }
+    if quiet {
+        return;
+    }
     match e {
         CoordEvent::Leading => say!("cairn coord: leading (pid {})", std::process::id()),
         CoordEvent::Following(l) => {
@@ -46,12 +61,8 @@ fn log(e: CoordEvent) {
             )
         }
         CoordEvent::Lost => say!("cairn coord: no longer leading"),
-        CoordEvent::Settled(n) => {
-            tracing::info!(intents = n, "the coordinator settled unfinished intents");
-            say!("cairn coord: settled {n} intents")
-        }
+        CoordEvent::Settled(n) => say!("cairn coord: settled {n} intents"),
         CoordEvent::Failed { error, times } => {
-            tracing::warn!(%error, times, "a coordinator request failed");
             say!("cairn coord: failed ({times} in a row): {error}")
         }
     }

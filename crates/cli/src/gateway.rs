@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use repo::Repo;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
@@ -93,7 +93,9 @@ fn register(
 }
 
 /// Starts the gateway on `fs` and says where; on the first start it makes
-/// an access key and prints it.
+/// an access key and prints it. The key is made once the gateway listens:
+/// a start that fails (its address in use) leaves no key whose secret
+/// nobody saw.
 pub fn start(
     fs: std::sync::Arc<fs::Fs>,
     root: &Path,
@@ -102,16 +104,6 @@ pub fn start(
     console: Option<std::sync::Arc<dyn gateway::console::Console>>,
     quiet: bool,
 ) -> Result<gateway::Running> {
-    let first = gateway::keys::ensure_one(root)?;
-    // The first key is printed on a terminal; a service's output goes to a
-    // journal or a log file that others may read, so there it is written
-    // to a file only its owner reads, before anything is said.
-    let saved = match &first {
-        Some(key) if !std::io::stdout().is_terminal() => {
-            Some(gateway::keys::save_first(root, key)?)
-        }
-        _ => None,
-    };
     let mut opts = gateway::Options::new(args.listen);
     opts.limits = gateway::Limits {
         max_put: args.max_put_size,
@@ -122,6 +114,16 @@ pub fn start(
     let dashboard = console.is_some();
     opts.console = console;
     let running = gateway::start(fs, root, &opts)?;
+    let first = gateway::keys::ensure_one(root)?;
+    // The first key is printed on a terminal; a service's output goes to a
+    // journal or a log file that others may read, so there it is written
+    // to a file only its owner reads, before anything is said.
+    let saved = match &first {
+        Some(key) if !std::io::stdout().is_terminal() => {
+            Some(gateway::keys::save_first(root, key)?)
+        }
+        _ => None,
+    };
     let addr = running.addr();
     if !quiet {
         say!("cairn: S3 gateway at http://{addr}");
@@ -168,7 +170,7 @@ pub fn gateway(root: &Path, args: &GatewayArgs, quiet: bool) -> Result<ExitCode>
 
 pub fn bucket(root: &Path, cmd: BucketCommand) -> Result<ExitCode> {
     if !Repo::exists(root) {
-        bail!(
+        refuse!(
             "no repository at {} (create one with `cairn init` or `cairn serve`)",
             root.display()
         );
@@ -196,7 +198,7 @@ pub fn bucket(root: &Path, cmd: BucketCommand) -> Result<ExitCode> {
 
 pub fn access_key(root: &Path, cmd: AccessKeyCommand) -> Result<ExitCode> {
     if !Repo::exists(root) {
-        bail!(
+        refuse!(
             "no repository at {} (create one with `cairn init` or `cairn serve`)",
             root.display()
         );

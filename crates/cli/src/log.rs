@@ -1,15 +1,16 @@
 //! Logging: what cairn tells an operator after the fact.
 //!
 //! The libraries report through `tracing`; this module decides where it
-//! goes. Every process writes to stderr: warnings and errors by default,
-//! `-v` adds info, `-vv` debug, and `RUST_LOG` (an `EnvFilter` directive,
-//! e.g. `RUST_LOG=fs=debug`) replaces that choice. The process that opened
-//! the repository itself, and so holds its lock, also appends info and
-//! above (or `RUST_LOG`'s choice) to `REPO/log/cairn.log`, rotated at
-//! [`LOG_MAX`] with [`LOG_KEEP`] older files kept: a daemon that ran for a
-//! month leaves at most 40 MiB of log. A command that reaches a mounted
-//! file system through its control socket writes no file: the daemon logs
-//! what it did.
+//! goes. Every process writes to stderr: warnings and errors by default
+//! (with `-q` too: a warning is about the system, not a summary), `-v`
+//! adds info, `-vv` debug, and `RUST_LOG` (an `EnvFilter` directive, e.g.
+//! `RUST_LOG=fs=debug`) replaces that choice. The process that opened the repository itself, and so holds
+//! its lock, also appends info and above (or `RUST_LOG`'s choice) to
+//! `REPO/log/cairn.log`, rotated at [`LOG_MAX`] with [`LOG_KEEP`] older
+//! files kept: a daemon that ran for a month leaves at most 40 MiB of log.
+//! A command's failure is logged there at ERROR, a user's mistake it
+//! refused at INFO. A command that reaches a mounted file system through
+//! its control socket writes no file: the daemon logs what it did.
 
 use parking_lot::Mutex;
 use std::io::{self, IsTerminal, Write};
@@ -32,6 +33,10 @@ pub const LOG_KEEP: usize = 4;
 /// The repository's log file, once this process holds the repository.
 static FILE: OnceLock<Mutex<FileRotate<AppendCount>>> = OnceLock::new();
 
+/// The target of a command's failure as logged: stderr leaves it out, as
+/// the command says it there itself.
+pub const FAILED: &str = "cairn::failed";
+
 /// Where the log of the repository at `root` is.
 pub fn path(root: &Path) -> PathBuf {
     root.join("log").join("cairn.log")
@@ -51,12 +56,14 @@ pub fn init(verbose: u8) {
         let directive = from_env.as_deref().unwrap_or(default);
         EnvFilter::try_new(directive).unwrap_or_else(|_| EnvFilter::new(default))
     };
+    let stderr_filter =
+        filter(level).add_directive(format!("{FAILED}=off").parse().expect("a valid directive"));
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(io::stderr)
         .with_ansi(io::stderr().is_terminal())
         .with_target(false)
         .without_time()
-        .with_filter(filter(level));
+        .with_filter(stderr_filter);
     let file = tracing_subscriber::fmt::layer()
         .with_writer(RepoLog)
         .with_ansi(false)

@@ -26,6 +26,15 @@ macro_rules! say {
     }};
 }
 
+/// `bail!` for a user's mistake (a path that is not there, flags that do
+/// not go together): reported as refused, not as an error of the system
+/// (see [`Refused`]).
+macro_rules! refuse {
+    ($($arg:tt)*) => {
+        return Err($crate::Refused(format!($($arg)*)).into())
+    };
+}
+
 mod alloc;
 mod args;
 mod bench;
@@ -66,10 +75,16 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            // Logged where the repository log and -v show it; stderr gets
-            // the message below once.
-            tracing::info!(error = %format!("{e:#}"), "command failed");
-            say!("cairn: error: {e}");
+            // Logged to the repository's log; stderr gets the message
+            // below once. A user's mistake is said plainly and logged as
+            // refused: nothing failed.
+            if is_refusal(&e) {
+                tracing::info!(target: log::FAILED, error = %format!("{e:#}"), "refused");
+                say!("cairn: {e}");
+            } else {
+                tracing::error!(target: log::FAILED, error = %format!("{e:#}"), "command failed");
+                say!("cairn: error: {e}");
+            }
             // Many errors repeat their source in their own message: print
             // each cause only if nothing printed yet says it already.
             let mut said = vec![e.to_string()];
@@ -85,4 +100,32 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A command refused as asked: the user's mistake, which changed nothing.
+#[derive(Debug)]
+pub struct Refused(pub String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// Whether `e` refuses what the user asked rather than reports a failure:
+/// the CLI's own [`Refused`], or a service error that is a refusal, the
+/// outermost of them judging.
+fn is_refusal(e: &anyhow::Error) -> bool {
+    e.chain()
+        .find_map(|cause| {
+            if cause.is::<Refused>() {
+                return Some(true);
+            }
+            cause
+                .downcast_ref::<service::ServiceError>()
+                .map(service::ServiceError::is_refusal)
+        })
+        .unwrap_or(false)
 }

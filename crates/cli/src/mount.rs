@@ -233,28 +233,30 @@ fn umount_path(mountpoint: &Path) -> Result<()> {
 }
 
 /// Unmounts a cairn mount; a dead one (its daemon was killed) is detached.
-pub fn umount(mountpoint: &Path) -> Result<ExitCode> {
+pub fn umount(mountpoint: &Path, quiet: bool) -> Result<ExitCode> {
     let state = fuse::mount_state(mountpoint)
         .with_context(|| format!("cannot look at {}", mountpoint.display()))?;
     match state {
         fuse::MountState::NotMounted => {
-            bail!(
+            refuse!(
                 "{} is not mounted: nothing to unmount",
                 mountpoint.display()
             )
         }
         fuse::MountState::Live(entry) | fuse::MountState::Dead(entry) if !entry.is_cairn() => {
-            bail!(
+            refuse!(
                 "{} is not a cairn mount (it is {entry}); use umount or fusermount3 -u",
                 mountpoint.display()
             )
         }
         fuse::MountState::Dead(_) => {
             fuse::detach(mountpoint)?;
-            say!(
-                "cairn: {} was a dead mount (its daemon ended without unmounting); detached it",
-                mountpoint.display()
-            );
+            if !quiet {
+                say!(
+                    "cairn: {} was a dead mount (its daemon ended without unmounting); detached it",
+                    mountpoint.display()
+                );
+            }
         }
         fuse::MountState::Live(entry) => {
             umount_path(mountpoint)?;
@@ -323,12 +325,11 @@ pub fn serve(root: &Path, at: Serving, gateway: &GatewayArgs, quiet: bool) -> Re
     };
     prepare_mountpoint_if_present(&mountpoint, nonempty, quiet)?;
     if !Repo::exists(root) {
-        Repo::init(root)?;
-        say!("cairn: created a repository at {}", root.display());
-        say!(
-            "cairn: its key is {}: back it up now (somewhere else); without it nothing stored can be read",
-            Repo::key_path(root).display()
-        );
+        service::init(root, crate::ops::lock_wait())?;
+        if !quiet {
+            say!("cairn: created a repository at {}", root.display());
+            say!("cairn: {}", crate::ui::key_backup(root));
+        }
     }
     std::fs::create_dir_all(&mountpoint)
         .with_context(|| format!("cannot create the mount point {}", mountpoint.display()))?;

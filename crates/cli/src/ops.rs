@@ -34,11 +34,11 @@ pub fn call(
     quiet: bool,
     progress: &dyn Progress,
 ) -> Result<Reply> {
-    let opened = |repo: &Repo| say_discarded(repo, quiet);
+    let on_open = |repo: &Repo| opened(repo, quiet);
     let caller = Caller {
         root,
         lock_wait: lock_wait(),
-        opened: &opened,
+        opened: &on_open,
         progress,
     };
     Ok(service::call(&caller, req, stream)?)

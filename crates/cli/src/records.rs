@@ -28,7 +28,7 @@ pub fn config_cmd(root: &Path, cmd: ConfigCommand, quiet: bool) -> Result<ExitCo
         );
         return Ok(ExitCode::SUCCESS);
     }
-    if let Some(kept) = &done.kept {
+    if let (Some(kept), false) = (&done.kept, quiet) {
         say!("cairn: kept the replaced file as {}", kept.display());
     }
     out!(
@@ -92,10 +92,10 @@ pub fn key_cmd(root: &Path, cmd: KeyCommand, quiet: bool) -> Result<ExitCode> {
                     }
                 }
                 Imported::Restored { replaced } => {
-                    if let Some(aside) = replaced {
-                        say!("cairn: kept the replaced key file as {}", aside.display());
-                    }
                     if !quiet {
+                        if let Some(aside) = replaced {
+                            say!("cairn: kept the replaced key file as {}", aside.display());
+                        }
                         say!(
                             "cairn: restored the key of {} (it matches the repository's check value)",
                             root.display()

@@ -135,6 +135,15 @@ pub fn stdout_failed(e: std::io::Error) -> ! {
 
 pub use service::human_bytes as bytes;
 
+/// What every command that creates a repository says of its key.
+pub fn key_backup(root: &std::path::Path) -> String {
+    format!(
+        "its key is {}: back it up now, somewhere else, with `cairn key export FILE`; \
+         without it nothing stored can be read",
+        repo::Repo::key_path(root).display()
+    )
+}
+
 /// A reply as one line of JSON, keys in alphabetical order (as `--json`
 /// has always printed them).
 pub fn json<T: serde::Serialize>(reply: &T) -> serde_json::Result<String> {

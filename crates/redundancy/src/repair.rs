@@ -8,6 +8,7 @@
 //! written back where it was goes to another branch that holds no shard of
 //! its container, keeping the shards on distinct branches.
 
+use std::collections::HashSet;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -191,6 +192,39 @@ impl std::fmt::Display for RewriteFailed {
     }
 }
 
+/// What one scrub pass learnt of the branches' health.
+#[derive(Default)]
+struct Vouched {
+    /// Branches holding a shard the pass scrubbed.
+    held: HashSet<BranchId>,
+    /// Branches, by name, a fault was left on or could not be rewritten to.
+    faulty: HashSet<String>,
+}
+
+impl Vouched {
+    fn note(&mut self, layer: &Redundant, entry: &Entry, report: &ScrubReport) {
+        self.held.extend(entry.locations.iter().flatten());
+        for fault in &report.faults {
+            let Some(name) = &fault.branch else {
+                continue;
+            };
+            let in_place = report.repaired.iter().any(|r| {
+                r.index == fault.index && layer.branch_name(r.branch).as_ref() == Some(name)
+            });
+            if !in_place {
+                self.faulty.insert(name.clone());
+            }
+        }
+    }
+
+    fn vouches_for(&self, layer: &Redundant, id: BranchId) -> bool {
+        self.held.contains(&id)
+            && layer
+                .branch_name(id)
+                .is_some_and(|name| !self.faulty.contains(&name))
+    }
+}
+
 impl Redundant {
     /// Reads and verifies every shard of `key`, block by block, and
     /// rewrites each missing or damaged one whole: its good blocks kept,
@@ -299,12 +333,23 @@ impl Redundant {
 
     /// Scrubs every container, calling `progress` after each. A layer in
     /// the plain layout has no shards to check: it reports none.
+    ///
+    /// Then forgets the faults of each branch the pass vouched for: one
+    /// holding a shard it scrubbed, with no fault left on it (a shard
+    /// that had to be written elsewhere counts as left). Without this, a
+    /// branch stays degraded in `cairn status` until the next mount, long
+    /// after scrub healed it. A fault a concurrent read met on such a
+    /// branch during the pass is forgotten with the rest.
     pub fn scrub_all(&self, mut progress: impl FnMut(Progress<'_>)) -> ScrubSummary {
         let all = self.map.snapshot();
         let mut summary = ScrubSummary::default();
+        let mut health = Vouched::default();
         for (done, (key, entry)) in all.iter().enumerate() {
             let report = match self.scrub(key) {
-                Ok(report) => Some(report),
+                Ok(report) => {
+                    health.note(self, entry, &report);
+                    Some(report)
+                }
                 // Deleted since the snapshot: nothing to scrub.
                 Err(Error::NotFound(_)) => None,
                 // The coder refused its shards: nothing can be read.
@@ -340,6 +385,11 @@ impl Redundant {
                 total: all.len(),
                 key,
             });
+        }
+        for id in self.all_ids() {
+            if health.vouches_for(self, id) {
+                self.reset_health(id);
+            }
         }
         summary
     }

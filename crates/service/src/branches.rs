@@ -104,6 +104,11 @@ fn apply(root: &Path, fs: &Fs, text: &str, successors: &[(String, String)]) -> R
 /// the file is still `base`, and opens the new branch (in the running file
 /// system, or just to check it when none runs); puts `base` back if the
 /// branch cannot be opened.
+///
+/// Without a running file system the branch is checked before the file
+/// is written: writing records the branch as holding data, and a recorded
+/// branch that does not answer is opened anyway (with a warning), so a
+/// bucket that was never reachable would pass the check.
 pub(crate) fn add(t: &Target<'_>, name: &str, base: &str, config: &str) -> Result<Applied> {
     let path = t.root.join(CONFIG);
     let now = std::fs::read_to_string(&path).map_err(ServiceError::io("read", &path))?;
@@ -111,27 +116,32 @@ pub(crate) fn add(t: &Target<'_>, name: &str, base: &str, config: &str) -> Resul
         return Err(ServiceError::ConfigChanged);
     }
     let parsed = parse_config(config)?;
-    write_checked(t.root, config)?;
-    let done = match (t.fs, t.repo) {
-        (Some(fs), _) => apply(t.root, fs, config, &[]),
-        (None, Some(repo)) => repo
-            .validate(&parsed)
-            .map(|()| Applied {
+    let not_added = |e: ServiceError| ServiceError::NotAdded {
+        name: name.to_string(),
+        source: Box::new(e),
+    };
+    match (t.fs, t.repo) {
+        (Some(fs), _) => {
+            write_checked(t.root, config)?;
+            let done = apply(t.root, fs, config, &[]);
+            if let Err(e) = done {
+                write_checked(t.root, base)?;
+                return Err(not_added(e));
+            }
+            done
+        }
+        (None, Some(repo)) => {
+            repo.validate(&parsed)
+                .map_err(|e| not_added(ServiceError::from(e)))?;
+            write_checked(t.root, config)?;
+            Ok(Applied {
                 added: vec![name.to_string()],
                 reinstated: Vec::new(),
                 retired: Vec::new(),
             })
-            .map_err(ServiceError::from),
+        }
         (None, None) => Err(ServiceError::NoRepository),
-    };
-    if let Err(e) = done {
-        write_checked(t.root, base)?;
-        return Err(ServiceError::NotAdded {
-            name: name.to_string(),
-            source: Box::new(e),
-        });
     }
-    done
 }
 
 /// Applies cairn.toml as it is on disk to a running file system.

@@ -16,7 +16,9 @@
 //!   (at most one per 100 ms), empty lines (sent to learn whether the
 //!   client still listens), and then exactly one final line:
 //!   `{"protocol": 1, "ok": {"op": "stats", "reply": ...}}` with the
-//!   [`Reply`], or `{"protocol": 1, "error": "message"}`.
+//!   [`Reply`], or `{"protocol": 1, "error": "message"}`, with
+//!   `"refused": true` when the request was refused as asked (a label or
+//!   path that is not there: [`ServiceError::is_refusal`]).
 //! - Every line carries the sender's protocol version. A server that does
 //!   not speak the request's version answers with an error line carrying
 //!   its own version, without running the request; a client that reads a
@@ -95,12 +97,18 @@ struct AnswerLine {
     protocol: u32,
     #[serde(flatten)]
     answer: Answer,
+    /// With an error: the request was refused as asked (a user's mistake),
+    /// not failed. Absent otherwise, and ignored by older clients, which
+    /// read the error alone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    refused: bool,
 }
 
-fn answer_line(answer: Answer) -> Vec<u8> {
+fn answer_line(answer: Answer, refused: bool) -> Vec<u8> {
     let mut line = serde_json::to_vec(&AnswerLine {
         protocol: PROTOCOL,
         answer,
+        refused,
     })
     .expect("an answer is plain data");
     line.push(b'\n');
@@ -176,11 +184,9 @@ pub fn serve(repo: &Path, served: Arc<Served>) -> Result<Server> {
                         let target = served.target(&root);
                         let _ = answer(conn, |req, stream, progress| {
                             let result = if served.read_only && req.writes() {
-                                let e = ServiceError::ReadOnlyMount {
+                                Err(ServiceError::ReadOnlyMount {
                                     mountpoint: served.mountpoint.clone(),
-                                };
-                                tracing::warn!("{e}");
-                                Err(e)
+                                })
                             } else {
                                 served
                                     .jobs
@@ -242,7 +248,7 @@ fn refuse(conn: UnixStream) {
         "the daemon is answering {CONNECTIONS_MAX} requests already; try again once one has finished"
     );
     tracing::warn!("{message}");
-    let _ = (&conn).write_all(&answer_line(Answer::Error(message)));
+    let _ = (&conn).write_all(&answer_line(Answer::Error(message), false));
 }
 
 /// The client's end of one request, as the daemon sees it.
@@ -252,7 +258,8 @@ struct Client {
 }
 
 impl Client {
-    fn send(&self, answer: Answer) {
+    /// Sends `answer`; `refused` marks an error as a refusal.
+    fn send(&self, answer: Answer, refused: bool) {
         let mut out = self.out.lock();
         if let Answer::Progress(_) = answer {
             if out.1.is_some_and(|t| t.elapsed() < PROGRESS_EVERY) {
@@ -260,7 +267,7 @@ impl Client {
             }
             out.1 = Some(Instant::now());
         }
-        if out.0.write_all(&answer_line(answer)).is_err() {
+        if out.0.write_all(&answer_line(answer, refused)).is_err() {
             self.gone.store(true, Ordering::Relaxed);
         }
     }
@@ -268,11 +275,14 @@ impl Client {
 
 impl Progress for Client {
     fn step(&self, what: &str, done: u64, total: u64) {
-        self.send(Answer::Progress(Step {
-            what: what.to_string(),
-            done,
-            total,
-        }));
+        self.send(
+            Answer::Progress(Step {
+                what: what.to_string(),
+                done,
+                total,
+            }),
+            false,
+        );
     }
 
     /// Whether the client went away: a unix socket whose peer has closed
@@ -321,21 +331,27 @@ fn answer(
         gone: AtomicBool::new(false),
     };
     let stream = fds.drain(..).next().map(File::from);
-    let answer = match parse_request(&line) {
+    let (answer, refused) = match parse_request(&line) {
         Err(e) => {
             tracing::warn!("control socket: {e}");
-            Answer::Error(e)
+            (Answer::Error(e), false)
         }
         Ok(req) => match run(req, stream, &client) {
-            Ok(reply) => Answer::Ok(Box::new(reply)),
+            Ok(reply) => (Answer::Ok(Box::new(reply)), false),
             Err(e) => {
                 let text = e.chain();
-                tracing::error!("{text}");
-                Answer::Error(text)
+                let refused = e.is_refusal();
+                // A user's mistake is no fault of the daemon's.
+                if refused {
+                    tracing::info!("refused: {text}");
+                } else {
+                    tracing::error!("{text}");
+                }
+                (Answer::Error(text), refused)
             }
         },
     };
-    client.send(answer);
+    client.send(answer, refused);
     Ok(())
 }
 
@@ -452,9 +468,11 @@ fn exchange(
         if line.is_empty() {
             continue;
         }
-        match parse_answer(&line)? {
+        let answer = parse_answer(&line)?;
+        match answer.answer {
             Answer::Progress(p) => progress.step(&p.what, p.done, p.total),
             Answer::Ok(reply) => return Ok(*reply),
+            Answer::Error(e) if answer.refused => return Err(ServiceError::DaemonRefused(e)),
             Answer::Error(e) => return Err(ServiceError::Daemon(e)),
         }
     }
@@ -463,7 +481,7 @@ fn exchange(
 }
 
 /// One line of the daemon's answer, refused when its protocol is not ours.
-fn parse_answer(line: &str) -> Result<Answer> {
+fn parse_answer(line: &str) -> Result<AnswerLine> {
     let malformed = |source| ServiceError::MalformedAnswer {
         line: line.to_string(),
         source,
@@ -476,9 +494,7 @@ fn parse_answer(line: &str) -> Result<Answer> {
             client: PROTOCOL,
         });
     }
-    Ok(serde_json::from_str::<AnswerLine>(line)
-        .map_err(malformed)?
-        .answer)
+    serde_json::from_str::<AnswerLine>(line).map_err(malformed)
 }
 
 #[cfg(test)]
@@ -546,6 +562,28 @@ mod tests {
             matches!(&e, ServiceError::Daemon(m) if m == &ServiceError::NoVersion.to_string()),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_refusal_travels_as_one() {
+        let (client, server) = UnixStream::pair().unwrap();
+        let daemon = std::thread::spawn(move || {
+            answer(server, |_, _, _| {
+                Err(ServiceError::Cas(Box::new(cas::CasError::NoSuchRoot(
+                    "nosuch".into(),
+                ))))
+            })
+        });
+        let req = Request::Rm {
+            label: "nosuch".into(),
+        };
+        let e = exchange(client, &req, None, &Silent).unwrap_err();
+        daemon.join().unwrap().unwrap();
+        assert!(
+            matches!(&e, ServiceError::DaemonRefused(m) if m == "no root named \"nosuch\""),
+            "{e:?}"
+        );
+        assert!(e.is_refusal());
     }
 
     #[test]

@@ -109,6 +109,10 @@ pub enum ServiceError {
     /// do not travel as types over the socket).
     #[error("{0}")]
     Daemon(String),
+    /// What the daemon refused a request with ([`ServiceError::is_refusal`]
+    /// there), as text.
+    #[error("{0}")]
+    DaemonRefused(String),
     #[error("{what} on the control socket")]
     Control {
         what: &'static str,
@@ -172,41 +176,60 @@ impl ServiceError {
         move |source| ServiceError::Io { what, path, source }
     }
 
-    /// Whether the request was refused as asked: a bad argument, a name
-    /// that is not there or is taken, the same job running already. The
-    /// caller has something to fix, nothing was attempted, and the file
-    /// system did not fail (the dashboard shows such a job as refused, not
-    /// failed).
+    /// Whether this is a refusal of what the caller asked (a label, path,
+    /// snapshot or branch that is not there, a name taken, a config or
+    /// state the request does not fit), which changed nothing: reported to
+    /// the user plainly and logged as refused, not as an error of the
+    /// system (the dashboard shows such a job as refused, not failed).
+    /// I/O failures, damage and bugs are not refusals.
     pub fn is_refusal(&self) -> bool {
-        use fs::FsError as F;
+        use ServiceError as E;
         match self {
-            ServiceError::LabelExists(_)
-            | ServiceError::NotAJob
-            | ServiceError::JobRunning(_)
-            | ServiceError::JobsFull(_)
-            | ServiceError::NoSnapshot { .. }
-            | ServiceError::PlainRepository(_)
-            | ServiceError::NoBranch(_)
-            | ServiceError::NotInConfig(_)
-            | ServiceError::BranchesLeftOut(_)
-            | ServiceError::RepairWhileMounted
-            | ServiceError::ReadOnlyMount { .. } => true,
-            ServiceError::Fs(e) => matches!(
+            E::LabelExists(_)
+            | E::PlainRepository(_)
+            | E::NoBranch(_)
+            | E::NotInConfig(_)
+            | E::BadConfig(_)
+            | E::ConfigChanged
+            | E::BranchesLeftOut(_)
+            | E::NotAdded { .. }
+            | E::NotAJob
+            | E::JobRunning(_)
+            | E::JobsFull(_)
+            | E::RepairWhileMounted
+            | E::ReadOnlyMount { .. }
+            | E::DaemonRefused(_) => true,
+            E::Repo(e) => matches!(
                 **e,
-                F::BadName { .. }
-                    | F::Exists { .. }
-                    | F::NotFoundNamed { .. }
-                    | F::BadPolicy(_)
-                    | F::BadChunking(_)
-                    | F::HistoryPaused { .. }
+                repo::RepoError::NotARepo(_)
+                    | repo::RepoError::AlreadyExists(_)
+                    | repo::RepoError::ConfigExists(_)
+                    | repo::RepoError::Locked { .. }
+                    | repo::RepoError::Disagrees { .. }
+                    | repo::RepoError::KeyMismatch(_)
+                    | repo::RepoError::NotAKey(_)
             ),
-            ServiceError::Gc(e) => matches!(
+            E::Cas(e) | E::NoSnapshot { source: e, .. } => cas_refusal(e),
+            E::Fs(e) => match &**e {
+                fs::FsError::Meta(m) => meta_refusal(m),
+                fs::FsError::Store(c) => cas_refusal(c),
+                fs::FsError::NotFile
+                | fs::FsError::ReadOnly
+                | fs::FsError::BadName { .. }
+                | fs::FsError::NotFoundNamed { .. }
+                | fs::FsError::Exists { .. }
+                | fs::FsError::BadPolicy(_)
+                | fs::FsError::BadChunking(_)
+                | fs::FsError::HistoryPaused { .. } => true,
+                _ => false,
+            },
+            E::Meta(e) => meta_refusal(e),
+            E::Gc(e) => matches!(
                 **e,
                 gc::GcError::BadThreshold(_)
                     | gc::GcError::BadMaxGarbage(_)
                     | gc::GcError::OtherCollecting { .. }
             ),
-            ServiceError::NotAdded { source, .. } => source.is_refusal(),
             _ => false,
         }
     }
@@ -225,6 +248,23 @@ impl ServiceError {
         }
         text
     }
+}
+
+fn cas_refusal(e: &cas::CasError) -> bool {
+    matches!(
+        e,
+        cas::CasError::NoSuchRoot(_)
+            | cas::CasError::BadLabel(_)
+            | cas::CasError::CollectionRunning
+    )
+}
+
+fn meta_refusal(e: &meta::MetaError) -> bool {
+    use meta::MetaError as M;
+    matches!(
+        e,
+        M::NotFound | M::Exists | M::NotEmpty | M::NotDir | M::IsDir | M::NameTooLong
+    )
 }
 
 impl From<nix::Error> for ServiceError {
