@@ -133,7 +133,7 @@ pub fn start(
         }
     }
     match (first, saved) {
-        (Some(key), Some(file)) => say!(
+        (Some(key), Some(file)) => out!(
             "cairn: access key {} ({}); its secret is in {} (mode 0600), as lines for ~/.aws/credentials",
             key.info.id,
             scope(&key.info),

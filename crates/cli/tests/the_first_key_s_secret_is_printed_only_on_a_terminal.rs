@@ -93,8 +93,8 @@ fn without_a_terminal_the_secret_goes_to_a_file_only_root_reads() {
         0o700
     );
     assert!(
-        said.contains(&format!("access key {id}")) && said.contains(file.to_str().unwrap()),
-        "the output does not say where the secret is: {said}"
+        out.contains(&format!("access key {id}")) && out.contains(file.to_str().unwrap()),
+        "standard output does not say where the secret is: {out}"
     );
     let log = fs::read_to_string(repo.join("log/cairn.log")).unwrap();
     for (what, text) in [("stdout", &out), ("stderr", &said), ("the log", &log)] {
