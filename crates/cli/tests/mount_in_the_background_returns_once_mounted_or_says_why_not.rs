@@ -23,7 +23,10 @@ fn mount_in_the_background_returns_once_mounted_or_says_why_not() {
     let out = cairn(&repo, &["mount", "--background", dir.to_str().unwrap()]);
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{said}");
-    assert!(said.contains("without mounting") && said.contains("not empty"), "{said}");
+    assert!(
+        said.contains("without mounting") && said.contains("not empty"),
+        "{said}"
+    );
     assert!(!is_cairn_mounted(&dir));
     fs::remove_file(dir.join("stray")).unwrap();
 

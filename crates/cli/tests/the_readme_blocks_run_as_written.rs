@@ -350,7 +350,10 @@ fn the_cluster_steps_share_one_file_system_and_stop() {
     assert!(!is_cairn_mounted(&a) && !is_cairn_mounted(&b));
     wait_for("every process the steps started ends", || {
         let left = Command::new("pgrep")
-            .args(["-f", "etcd --name etcd23|cairn chunkd --dir blobs|cairn coord --cluster"])
+            .args([
+                "-f",
+                "etcd --name etcd23|cairn chunkd --dir blobs|cairn coord --cluster",
+            ])
             .output()
             .unwrap();
         left.stdout.is_empty()

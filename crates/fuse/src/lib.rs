@@ -76,5 +76,6 @@ mod session;
 pub use metrics::FuseMetrics;
 pub use session::{
     cairn_mounts, check_fuse_available, check_mountpoint, detach, fsname_for, fusermount_bin,
-    mount, mount_state, FuseError, Invalidator, MountEntry, MountOptions, MountState, Mounted, Unmounter,
+    mount, mount_state, FuseError, Invalidator, MountEntry, MountOptions, MountState, Mounted,
+    Unmounter,
 };
