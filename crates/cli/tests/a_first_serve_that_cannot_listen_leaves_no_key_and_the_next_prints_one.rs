@@ -13,17 +13,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{is_cairn_mounted, ok, require_fuse, Mount, CAIRN};
-
-/// The value of `name = value` in the key lines cairn wrote.
-fn field(lines: &[String], name: &str) -> String {
-    let prefix = format!("{name} = ");
-    lines
-        .iter()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("no {name} in {lines:?}"))
-        .to_string()
-}
+use common::{is_cairn_mounted, key_field, ok, require_fuse, Mount, CAIRN};
 
 fn aws(endpoint: &str, id: &str, secret: &str, home: &Path, args: &[&str]) -> Output {
     Command::new("aws")
@@ -118,8 +108,8 @@ fn a_first_serve_that_cannot_listen_leaves_no_key_and_the_next_prints_one() {
         .lines()
         .map(str::to_string)
         .collect();
-    let id = field(&lines, "aws_access_key_id");
-    let secret = field(&lines, "aws_secret_access_key");
+    let id = key_field(&lines, "aws_access_key_id");
+    let secret = key_field(&lines, "aws_secret_access_key");
     assert!(
         ok(&repo, &["access-key", "list"]).contains(&id),
         "the printed key is not listed"

@@ -14,17 +14,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{is_cairn_mounted, ok, require_fuse, Mount, CAIRN};
-
-/// The value of `name = value` in the key lines cairn printed.
-fn field(lines: &[String], name: &str) -> String {
-    let prefix = format!("{name} = ");
-    lines
-        .iter()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("no {name} in {lines:?}"))
-        .to_string()
-}
+use common::{is_cairn_mounted, key_field, ok, require_fuse, Mount, CAIRN};
 
 /// Starts `cairn serve` on any free port; the endpoint it said, and the
 /// lines of the first key it wrote to `REPO/gateway/first-key` (its
@@ -78,8 +68,8 @@ fn boto3_and_the_mount_share_one_namespace() {
     fs::create_dir_all(&dir).unwrap();
     fs::create_dir_all(&expected).unwrap();
     let (m, endpoint, lines) = serve(&repo, &dir);
-    let key_id = field(&lines, "aws_access_key_id");
-    let secret = field(&lines, "aws_secret_access_key");
+    let key_id = key_field(&lines, "aws_access_key_id");
+    let secret = key_field(&lines, "aws_secret_access_key");
 
     // A second gateway on the mounted repository is refused, naming the
     // mount.
@@ -97,8 +87,8 @@ fn boto3_and_the_mount_share_one_namespace() {
         .map(String::from)
         .collect::<Vec<_>>();
     let (ro_id, ro_secret) = (
-        field(&ro, "aws_access_key_id"),
-        field(&ro, "aws_secret_access_key"),
+        key_field(&ro, "aws_access_key_id"),
+        key_field(&ro, "aws_secret_access_key"),
     );
     let listed = ok(&repo, &["access-key", "list"]);
     assert!(

@@ -188,6 +188,17 @@ pub fn edit_config(repo: &Path, edits: &[(&str, &str)]) {
     fs::write(&path, text).unwrap();
 }
 
+/// The value of `name = value` in the lines cairn gives for
+/// `~/.aws/credentials` (`aws_access_key_id`, `aws_secret_access_key`).
+pub fn key_field(lines: &[String], name: &str) -> String {
+    let prefix = format!("{name} = ");
+    lines
+        .iter()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {name} in {lines:?}"))
+        .to_string()
+}
+
 /// `sh -c SCRIPT`, asserting success; its standard output.
 pub fn sh(script: &str) -> String {
     let out = Command::new("sh").args(["-c", script]).output().unwrap();

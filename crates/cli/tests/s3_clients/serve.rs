@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{is_cairn_mounted, require_fuse, Mount, CAIRN};
+use crate::common::{is_cairn_mounted, key_field, require_fuse, Mount, CAIRN};
 
 /// A running `cairn serve`: its mount, where the gateway listens and the
 /// key it printed at its first start.
@@ -37,24 +37,14 @@ impl Served {
     }
 }
 
-/// The value of `name = value` in the key lines cairn printed.
-fn field(lines: &[String], name: &str) -> String {
-    let prefix = format!("{name} = ");
-    lines
-        .iter()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("no {name} in {lines:?}"))
-        .to_string()
-}
-
 /// The key a first start without a terminal wrote to
 /// `REPO/gateway/first-key` (before it said where it listens).
 pub fn first_key(repo: &Path) -> (String, String) {
     let text = std::fs::read_to_string(repo.join("gateway/first-key")).unwrap();
     let lines: Vec<String> = text.lines().map(String::from).collect();
     (
-        field(&lines, "aws_access_key_id"),
-        field(&lines, "aws_secret_access_key"),
+        key_field(&lines, "aws_access_key_id"),
+        key_field(&lines, "aws_secret_access_key"),
     )
 }
 
