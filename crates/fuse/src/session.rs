@@ -263,9 +263,9 @@ pub enum MountState {
     Dead(MountEntry),
 }
 
-/// One line of the kernel's mount table: (id, parent id, mount point,
-/// entry).
-type TableLine<'a> = (&'a str, &'a str, PathBuf, MountEntry);
+/// One line of the kernel's mount table: (id, parent id, device as
+/// `major:minor`, mount point, entry).
+type TableLine<'a> = (&'a str, &'a str, &'a str, PathBuf, MountEntry);
 
 /// Every mount of `/proc/self/mountinfo` (its text in `table`).
 fn mount_table(table: &str) -> Vec<TableLine<'_>> {
@@ -274,12 +274,12 @@ fn mount_table(table: &str) -> Vec<TableLine<'_>> {
         .filter_map(|line| {
             let (left, right) = line.split_once(" - ")?;
             let mut left = left.split(' ');
-            let (id, parent) = (left.next()?, left.next()?);
-            let point = PathBuf::from(unescape_mountinfo(left.nth(2)?));
+            let (id, parent, device) = (left.next()?, left.next()?, left.next()?);
+            let point = PathBuf::from(unescape_mountinfo(left.nth(1)?));
             let mut right = right.split(' ');
             let fstype = right.next()?.to_string();
             let source = unescape_mountinfo(right.next()?);
-            Some((id, parent, point, MountEntry { fstype, source }))
+            Some((id, parent, device, point, MountEntry { fstype, source }))
         })
         .collect()
 }
@@ -289,7 +289,7 @@ fn mount_table(table: &str) -> Vec<TableLine<'_>> {
 pub fn cairn_mounts() -> io::Result<Vec<(PathBuf, MountState)>> {
     let table = std::fs::read_to_string("/proc/self/mountinfo")?;
     let mut points: Vec<PathBuf> = Vec::new();
-    for (_, _, point, entry) in mount_table(&table) {
+    for (_, _, _, point, entry) in mount_table(&table) {
         if entry.is_cairn() && !points.contains(&point) {
             points.push(point);
         }
@@ -309,25 +309,42 @@ pub fn cairn_mounts() -> io::Result<Vec<(PathBuf, MountState)>> {
 pub fn mount_state(dir: &Path) -> io::Result<MountState> {
     let target = absolute_path(dir)?;
     let table = std::fs::read_to_string("/proc/self/mountinfo")?;
-    // (id, parent id, entry) of every mount at `dir`.
-    let here: Vec<(&str, &str, MountEntry)> = mount_table(&table)
-        .into_iter()
-        .filter(|(_, _, point, _)| *point == target)
-        .map(|(id, parent, _, entry)| (id, parent, entry))
-        .collect();
-    // Stacked mounts: the top one is no other's parent (the table's order
-    // does not say, as propagation can tuck a mount beneath another).
-    let entry = here
-        .iter()
-        .find(|(id, _, _)| !here.iter().any(|(_, parent, _)| parent == id))
-        .map(|(_, _, e)| e.clone());
-    let Some(entry) = entry else {
+    let Some((_, entry)) = top_mount(&table, &target) else {
         return Ok(MountState::NotMounted);
     };
     Ok(match std::fs::metadata(&target) {
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => MountState::Dead(entry),
         _ => MountState::Live(entry),
     })
+}
+
+/// The device (`major:minor`) of the topmost mount at `dir`, read from the
+/// mount table without touching `dir`: a FUSE mount whose daemon has not
+/// started answering would block a `stat` of it.
+fn mount_device(dir: &Path) -> io::Result<String> {
+    let target = absolute_path(dir)?;
+    let table = std::fs::read_to_string("/proc/self/mountinfo")?;
+    top_mount(&table, &target)
+        .map(|(device, _)| device.to_string())
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{}: not in the mount table", target.display()),
+            )
+        })
+}
+
+/// The device and entry of the topmost mount at `target` in `table`.
+fn top_mount<'a>(table: &'a str, target: &Path) -> Option<(&'a str, MountEntry)> {
+    let here: Vec<TableLine<'a>> = mount_table(table)
+        .into_iter()
+        .filter(|(_, _, _, point, _)| point == target)
+        .collect();
+    // Stacked mounts: the top one is no other's parent (the table's order
+    // does not say, as propagation can tuck a mount beneath another).
+    here.iter()
+        .find(|(id, ..)| !here.iter().any(|(_, parent, ..)| parent == id))
+        .map(|(_, _, device, _, e)| (*device, e.clone()))
 }
 
 /// `dir` made absolute and canonical without touching `dir` itself (a
@@ -480,12 +497,14 @@ pub fn mount(fs: Arc<Fs>, mountpoint: &Path, opts: &MountOptions) -> Result<Moun
         }
     };
     let session = fuser::Session::new(filesystem, &path, &config).map_err(mount_error)?;
-    shared.pushes.set_notifier(session.notifier());
-    let session = session.spawn().map_err(mount_error)?;
+    // The kernel's knobs are set before the daemon answers, so that no
+    // program sees the mount with the defaults.
     raise_kernel_readahead(&path);
     if opts.writeback_cache && !opts.close_to_open && !opts.read_only && opts.kernel_dirty > 0 {
         set_kernel_dirty(&path, opts.kernel_dirty);
     }
+    shared.pushes.set_notifier(session.notifier());
+    let session = session.spawn().map_err(mount_error)?;
     Ok(Mounted {
         mountpoint: path,
         session: Some(session),
@@ -525,13 +544,7 @@ fn raise_kernel_readahead(mountpoint: &Path) {
 
 /// Writes `value` to the sysfs knob `name` of the mount's bdi.
 fn set_bdi(mountpoint: &Path, name: &str, value: u64) -> io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::metadata(mountpoint)?.dev();
-    let knob = format!(
-        "/sys/class/bdi/{}:{}/{name}",
-        libc::major(dev),
-        libc::minor(dev)
-    );
+    let knob = format!("/sys/class/bdi/{}/{name}", mount_device(mountpoint)?);
     std::fs::write(&knob, value.to_string())
         .map_err(|e| io::Error::new(e.kind(), format!("{knob}: {e}")))
 }
