@@ -53,9 +53,6 @@ pub struct FileState {
     /// Regions of an apply in flight (their dirty bytes and the old bytes
     /// they re-chunk), read under `dirty` until the apply is spliced in.
     pub in_flight: Vec<(u64, Bytes)>,
-    /// The last extent ends at a content-defined cut (its successor was kept
-    /// dirty), so an append need not re-cut it.
-    end_is_cut: bool,
     /// Signalled when an apply in flight is spliced in or abandoned.
     pub settled: Arc<Condvar>,
     /// Why the last apply in the background failed (its bytes are dirty
@@ -67,6 +64,9 @@ pub struct FileState {
     /// When the content last changed, while that change is not recorded
     /// in the metadata engine (it is recorded with it).
     pub mtime: Option<Timestamp>,
+    /// `mtime` was set by a program after the last write (`utimensat`), not
+    /// by the write itself: recorded as the file's mtime, not its ctime.
+    pub mtime_set: bool,
     pub handles: u32,
     /// How changed regions are cut into chunks.
     pub chunking: Chunking,
@@ -101,12 +101,12 @@ impl FileState {
             dirty: BTreeMap::new(),
             dirty_bytes: 0,
             in_flight: Vec::new(),
-            end_is_cut: false,
             settled: Arc::new(Condvar::new()),
             failed: None,
             writer: None,
             changed: false,
             mtime: None,
+            mtime_set: false,
             handles: 0,
             chunking: Chunking::ContentDefined,
             chunking_auto: true,
@@ -144,8 +144,7 @@ impl FileState {
         self.insert_dirty(offset, data);
         self.dirty_bytes = self.dirty.values().map(Vec::len).sum();
         self.size = self.size.max(offset + data.len() as u64);
-        self.changed = true;
-        self.mtime = Some(now);
+        self.modified(now);
         self.dirty_bytes.saturating_sub(before)
     }
 
@@ -219,7 +218,6 @@ impl FileState {
                 let e = self.extents[keep];
                 self.touched.touch(e.offset..u64::MAX);
                 self.extents.truncate(keep);
-                self.end_is_cut = false;
                 if e.offset < size {
                     if let Some(id) = e.chunk {
                         // The surviving head of a cut chunk becomes dirty data,
@@ -234,9 +232,22 @@ impl FileState {
             self.dirty_bytes = self.dirty.values().map(Vec::len).sum();
         }
         self.size = size;
+        self.modified(now);
+        Ok(())
+    }
+
+    /// Notes a change of content at `now`, recorded with it.
+    pub fn modified(&mut self, now: Timestamp) {
         self.changed = true;
         self.mtime = Some(now);
-        Ok(())
+        self.mtime_set = false;
+    }
+
+    /// Notes the content recorded: the engine's times are the file's.
+    pub fn recorded(&mut self) {
+        self.changed = false;
+        self.mtime = None;
+        self.mtime_set = false;
     }
 
     /// Reads `offset..offset+len` (clipped to the size): committed extents,
@@ -411,7 +422,6 @@ impl FileState {
                 len: last_lo - ext_end,
                 chunk: None,
             });
-            self.end_is_cut = false;
         }
         // Holes are split at the clusters' edges so re-chunking never has to
         // materialise hole bytes outside them.
@@ -426,7 +436,7 @@ impl FileState {
         let mut regions: Vec<(u64, u64, u64)> = Vec::new();
         let block = self.chunking.block();
         for (lo, hi) in clusters {
-            let (start, old_end) = self.region_of(lo, hi, block.is_none());
+            let (start, old_end) = self.region_of(lo, hi);
             let end = old_end.max(hi);
             match regions.last_mut() {
                 Some(r) if start < r.2 => {
@@ -467,21 +477,15 @@ impl FileState {
     }
 
     /// Where the region re-chunked for dirty bytes in `lo..hi` starts, and
-    /// where the extents it replaces end. `recut_end`: an append re-cuts
-    /// the old last chunk (content-defined mode; in fixed mode `lo` is on a
-    /// block boundary already).
-    fn region_of(&self, lo: u64, hi: u64, recut_end: bool) -> (u64, u64) {
-        let mut a = self.extents.partition_point(|e| e.offset + e.len <= lo);
-        // An append also re-cuts the old last chunk when its end was only
-        // the end of the data then, not a content-defined cut.
-        if recut_end
-            && a == self.extents.len()
-            && a > 0
-            && self.extents[a - 1].chunk.is_some()
-            && !self.end_is_cut
-        {
-            a -= 1;
-        }
+    /// where the extents it replaces end. An append starts after the last
+    /// stored chunk, never re-cutting it: a chunk at the end was stored by a
+    /// flush (the tail of a stream being written stays dirty until then),
+    /// and re-storing it on the next append, once per fsync, close or
+    /// commit, multiplied what slow and small appends stored. The cost is a
+    /// content-defined boundary moved at each flush (a chunk or two whose
+    /// dedup with another copy is lost).
+    fn region_of(&self, lo: u64, hi: u64) -> (u64, u64) {
+        let a = self.extents.partition_point(|e| e.offset + e.len <= lo);
         let b = self.extents.partition_point(|e| e.offset < hi).max(a);
         let start = self.extents.get(a).map_or(self.extents_end(), |e| e.offset);
         let old_end = if b > a {
@@ -584,13 +588,9 @@ impl FileState {
         for p in pieces {
             let a = self.extents.partition_point(|e| e.offset < p.start);
             let b = self.extents.partition_point(|e| e.offset < p.old_end);
-            let at_end = b == self.extents.len();
             let fresh_end = p.fresh.last().map_or(p.start, |e| e.offset + e.len);
             self.touched.touch(p.start..p.old_end.max(fresh_end));
             self.extents.splice(a..b, p.fresh);
-            if at_end {
-                self.end_is_cut = p.tail.is_some();
-            }
             if let Some((offset, tail)) = p.tail {
                 let mut base = tail.to_vec();
                 self.overlay_dirty(offset, &mut base);
@@ -769,10 +769,11 @@ impl Job {
         for p in self.pieces {
             let mut chunks = cut_segments(&p.segments, params);
             let len: usize = p.segments.iter().map(Bytes::len).sum();
-            // Keep the file's last chunk dirty until the file is flushed: the
-            // next append will move its cut to where the content puts it.
-            let tail = if p.keep_tail && chunks.len() > 1 {
-                let last = chunks.pop().expect("more than one");
+            // Keep the file's last chunk dirty until the file is flushed (even
+            // when it is the only one): the next append moves its cut to
+            // where the content puts it, and nothing is stored twice.
+            let tail = if p.keep_tail && !chunks.is_empty() {
+                let last = chunks.pop().expect("not empty");
                 let end = p.start + len as u64;
                 Some((end - last.len() as u64, last))
             } else {
@@ -1047,6 +1048,63 @@ mod tests {
             .iter()
             .filter(|e| e.chunk.is_some())
             .all(|e| e.offset / block == (e.offset + e.len - 1) / block)
+    }
+
+    /// Bytes in which no chunk repeats.
+    fn random(len: usize) -> Vec<u8> {
+        let mut out = vec![0u8; len];
+        rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut out);
+        out
+    }
+
+    /// Appends `data` in `piece`-byte writes, applying after each (as a
+    /// writer past the global dirty limit does) and flushing whole every
+    /// `flush_every` writes (as fsync, close and the committer do); returns
+    /// the bytes the store took for it and the file's extents.
+    fn store_appends(data: &[u8], piece: usize, flush_every: usize) -> (u64, Vec<Extent>) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let mut w = s.stream();
+        let cache = ChunkCache::new(64 << 20);
+        let mut f = FileState::new(InodeId(2), 0, Content::Empty, Vec::new());
+        let params = ChunkerParams::default();
+        for (i, p) in data.chunks(piece).enumerate() {
+            f.write(f.size, p, Timestamp::default());
+            let whole = (i + 1) % flush_every == 0;
+            f.apply(whole, params, &mut w, &cache).unwrap();
+        }
+        f.apply(true, params, &mut w, &cache).unwrap();
+        let read = |id: &ChunkId| Ok(w.store().read_chunk(id)?);
+        let all = f
+            .read(0, f.size, &|ids: &[ChunkId]| ids.iter().map(read).collect())
+            .unwrap();
+        assert!(all == data, "content differs");
+        (w.stats().new_bytes, f.extents)
+    }
+
+    #[test]
+    fn small_appends_applied_one_by_one_store_each_byte_once() {
+        let data = random(3 << 20);
+        let (stored, extents) = store_appends(&data, 4096, usize::MAX);
+        assert_eq!(stored, data.len() as u64, "4 KiB appends, each applied");
+        // Cut where one write of it all is cut: the last chunk waited.
+        // (Chunk ids differ: each call has a store of its own key.)
+        let (_, at_once) = store_appends(&data, data.len(), usize::MAX);
+        let cuts = |x: &[Extent]| x.iter().map(|e| (e.offset, e.len)).collect::<Vec<_>>();
+        assert_eq!(cuts(&extents), cuts(&at_once));
+    }
+
+    #[test]
+    fn appends_between_frequent_flushes_store_each_byte_once() {
+        let data = random(2 << 20);
+        for (piece, every) in [(4096, 1), (512, 7), (4096, 16)] {
+            let (stored, _) = store_appends(&data, piece, every);
+            assert_eq!(
+                stored,
+                data.len() as u64,
+                "{piece}-byte appends, a flush every {every}"
+            );
+        }
     }
 
     #[test]

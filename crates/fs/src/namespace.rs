@@ -106,12 +106,15 @@ impl Fs {
     ) -> Result<Inode> {
         writable(ino)?;
         let t = now();
-        if changes.mtime.is_some() {
+        if let Some(mtime) = changes.mtime {
             // Content written and not yet recorded carries the time of its
-            // write: it is recorded first, so the mtime asked for now (a
-            // copy tool's futimens just before close) is the one that
-            // stays. A later write sets it again, as on ext4.
-            self.flush(ino)?;
+            // write: that time becomes the one asked for now (a copy tool's
+            // futimens just before close), so it is the one recorded with
+            // the content. A later write sets it again, as on ext4. Not a
+            // flush: the kernel sends its cached mtime at every writeback
+            // of the inode, and a flush each time stored a file being
+            // written in pieces as small as those writebacks.
+            self.inner.set_unrecorded_mtime(ino, mtime);
         }
         if let Some(size) = size {
             let state = self.inner.state(ino)?;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use cas::ChunkId;
-use meta::{Content, FileKind, Inode, InodeId, MetaError};
+use meta::{Content, FileKind, Inode, InodeId, MetaError, Timestamp};
 use recipe::Recipe;
 
 use crate::file::FileState;
@@ -246,12 +246,20 @@ impl Fs {
         }
         self.inner.dirty_total.fetch_add(added, Ordering::Relaxed);
         let settings = &self.inner.settings;
-        let result = if self.inner.dirty_total.load(Ordering::Relaxed) > settings.total_dirty_max {
+        let total = self.inner.dirty_total.load(Ordering::Relaxed);
+        // A file's last chunk stays dirty until it is flushed, so a file
+        // holding less than two chunks' worth has nothing to store yet,
+        // unless so many files are written at once that twice the limit is
+        // held: then even its last chunk is stored now.
+        let storable = f.dirty_bytes > 2 * self.inner.params.max_chunk();
+        let result = if total > settings.total_dirty_max
+            && (storable || total > 2 * settings.total_dirty_max)
+        {
             // Past the global limit the writer waits until its bytes are
             // stored, so that all files together stay within it.
             let started = std::time::Instant::now();
             f = self.inner.settle(f);
-            let applied = self.inner.apply(&mut f, false);
+            let applied = self.inner.apply(&mut f, !storable);
             self.inner.recorded.admission_waited(Limit::Total, started);
             applied
         } else if f.dirty_bytes > settings.file_dirty_max {
@@ -358,7 +366,9 @@ impl Inner {
             inode.attr.size = f.size;
             if let Some(t) = f.mtime {
                 inode.attr.mtime = t;
-                inode.attr.ctime = t;
+                if !f.mtime_set {
+                    inode.attr.ctime = t;
+                }
             }
         }
     }
@@ -368,6 +378,19 @@ impl Inner {
     /// older than what a read returns.
     pub(crate) fn has_state(&self, ino: InodeId) -> bool {
         self.files.lock().contains_key(&ino)
+    }
+
+    /// Makes `mtime` the time recorded with the file's content written
+    /// since it was last recorded, if any.
+    pub(crate) fn set_unrecorded_mtime(&self, ino: InodeId, mtime: Timestamp) {
+        let state = self.files.lock().get(&ino).cloned();
+        if let Some(state) = state {
+            let mut f = state.lock();
+            if f.changed {
+                f.mtime = Some(mtime);
+                f.mtime_set = true;
+            }
+        }
     }
 
     pub(crate) fn is_open(&self, ino: InodeId) -> bool {
@@ -539,14 +562,25 @@ impl Inner {
                     content
                 }
             };
-            let mtime = f.mtime.unwrap_or_else(now);
+            let t = now();
+            let mtime = match (f.mtime, f.mtime_set) {
+                (Some(m), false) => m,
+                _ => t,
+            };
             self.meta
                 .set_content(f.ino, content.clone(), f.size, mtime)?;
+            if let (Some(m), true) = (f.mtime, f.mtime_set) {
+                // The time a program set after its last write (the change
+                // itself is now).
+                let times = meta::SetAttr {
+                    mtime: Some(m),
+                    ..meta::SetAttr::default()
+                };
+                self.set_attr_posix(f.ino, &times, t)?;
+            }
             self.queue_hints(f.ino, &content, f.size, &f.extents);
             f.content = content;
-            f.changed = false;
-            // Recorded: the engine's mtime is the file's from here on.
-            f.mtime = None;
+            f.recorded();
         }
         if f.handles == 0 {
             if let Some(mut w) = f.writer.take() {

@@ -64,8 +64,7 @@ impl FileState {
         }
         merge_holes(&mut self.extents, first.saturating_sub(1), last + 1);
         self.drop_dirty(lo, hi);
-        self.changed = true;
-        self.mtime = Some(now);
+        self.modified(now);
         Ok(())
     }
 

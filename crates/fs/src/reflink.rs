@@ -102,8 +102,8 @@ impl Fs {
                     .meta
                     .set_content(dst, from.content.clone(), size, now());
                 // Unrecorded, it is recorded again by the next flush.
+                f.recorded();
                 f.changed = set.is_err();
-                f.mtime = None;
                 set.map(|_| true).map_err(Into::into)
             })
         };
@@ -147,8 +147,7 @@ impl Fs {
                     ..e
                 }));
             f.size = at + from.attr.size;
-            f.changed = true;
-            f.mtime = Some(now());
+            f.modified(now());
             Ok(true)
         });
         drop(f);
