@@ -84,7 +84,11 @@ impl Inner {
             Some(w) => w,
             None => self.open_stream(f)?,
         };
-        let job = match f.plan(false, &self.store, &self.cache) {
+        let planned = f.plan(false, &self.store, &self.cache);
+        if f.switched {
+            self.record_switch(f, crate::open::OVERWRITTEN);
+        }
+        let job = match planned {
             Ok(Some(job)) => job,
             other => {
                 f.writer = Some(writer);

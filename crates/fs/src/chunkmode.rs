@@ -7,8 +7,11 @@
 //! A file's mode is its `user.cairn.chunking` xattr (`cdc` or `fixed:16K`),
 //! inherited by files created in a directory that has one; else the first
 //! matching `[[chunking]]` rule of `cairn.toml`; else content-defined until
-//! the access-pattern detector ([`crate::pattern`]) sees the file written
-//! at random and records `fixed` in the xattr.
+//! a detector records `fixed` in the xattr: the access-pattern detector
+//! ([`crate::pattern`]) seeing a large file written at random, or the
+//! overwrite judge ([`crate::coverage`]) seeing overwrites of a file (1 MiB
+//! or more) re-store much more than they wrote, in whatever order the
+//! kernel handed the pages over.
 
 use std::fmt;
 use std::str::FromStr;
@@ -209,11 +212,17 @@ impl Inner {
         if access != Some(Access::Random) || f.size < AUTO_FIXED_MIN {
             return;
         }
-        let mode = Chunking::Fixed(BLOCK_DEFAULT);
-        f.chunking = mode;
+        f.chunking = Chunking::Fixed(BLOCK_DEFAULT);
         f.chunking_auto = false;
         self.patterns.lock().forget(f.ino);
-        let value = mode.to_string();
+        self.record_switch(f, "written at random");
+    }
+
+    /// Records in the file's xattr a switch to fixed chunking made by a
+    /// detector (`why` says which), so that it stays fixed after a remount.
+    pub(crate) fn record_switch(&self, f: &mut FileState, why: &str) {
+        f.switched = false;
+        let value = f.chunking.to_string();
         match self.meta.set_xattr(
             f.ino,
             CHUNKING_XATTR,
@@ -222,7 +231,7 @@ impl Inner {
             now(),
         ) {
             Ok(()) => {
-                tracing::info!(file = %self.describe(f.ino), chunking = %value, "written at random: switched to fixed-size chunks")
+                tracing::info!(file = %self.describe(f.ino), chunking = %value, "{why}: switched to fixed-size chunks")
             }
             // Fixed for as long as the file stays open; detected again
             // after that.

@@ -73,6 +73,12 @@ pub struct FileState {
     /// The mode was chosen by nobody (no xattr, no rule): the detector may
     /// switch the file to fixed chunking.
     pub chunking_auto: bool,
+    /// What overwrites of stored data have re-stored so far, for the judge
+    /// that switches an auto file to fixed blocks (see [`crate::coverage`]).
+    pub overwrites: crate::coverage::Overwrites,
+    /// The judge switched the file to fixed blocks in an apply; the switch
+    /// is not yet recorded in its xattr.
+    pub switched: bool,
     /// `chunking` was looked up (on the first write or apply: a file only
     /// read never needs it, and the rules may walk its path).
     pub chunking_known: bool,
@@ -110,6 +116,8 @@ impl FileState {
             handles: 0,
             chunking: Chunking::ContentDefined,
             chunking_auto: true,
+            overwrites: Default::default(),
+            switched: false,
             chunking_known: false,
             read_next: 0,
             read_ahead_until: 0,
@@ -409,6 +417,15 @@ impl FileState {
     /// between (callers wait while [`FileState::busy`]).
     pub fn plan(&mut self, whole: bool, store: &Store, cache: &ChunkCache) -> Result<Option<Job>> {
         assert!(!self.busy(), "one apply at a time");
+        if self.chunking_auto && self.chunking.block().is_none() {
+            let mut overwrites = std::mem::take(&mut self.overwrites);
+            if overwrites.judge(self) {
+                self.chunking = Chunking::Fixed(crate::chunkmode::BLOCK_DEFAULT);
+                self.chunking_auto = false;
+                self.switched = true;
+            }
+            self.overwrites = overwrites;
+        }
         let clusters = self.clusters();
         let Some(&(last_lo, _)) = clusters.last() else {
             return Ok(None);
@@ -1105,6 +1122,62 @@ mod tests {
                 "{piece}-byte appends, a flush every {every}"
             );
         }
+    }
+
+    /// A content-defined 4 MiB file, then `batches` batches of `per` 4 KiB
+    /// overwrites at random offsets, each batch applied in file order (as
+    /// the kernel's writeback hands them over); returns the bytes stored
+    /// for the overwrites, the bytes overwritten and the file.
+    fn overwrite_at_random(batches: usize, per: usize) -> (u64, u64, FileState) {
+        use rand::Rng;
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path());
+        let mut w = s.stream();
+        let cache = ChunkCache::new(64 << 20);
+        let params = ChunkerParams::default();
+        let mut f = FileState::new(InodeId(2), 0, Content::Empty, Vec::new());
+        let mut model = random(4 << 20);
+        f.write(0, &model, Timestamp::default());
+        f.apply(true, params, &mut w, &cache).unwrap();
+        let before = w.stats().new_bytes;
+        let mut rng = rand::thread_rng();
+        for _ in 0..batches {
+            for _ in 0..per {
+                let at = rng.gen_range(0..model.len() / 4096) * 4096;
+                let page = random(4096);
+                model[at..at + 4096].copy_from_slice(&page);
+                f.write(at as u64, &page, Timestamp::default());
+            }
+            f.apply(true, params, &mut w, &cache).unwrap();
+        }
+        let read = |id: &ChunkId| Ok(w.store().read_chunk(id)?);
+        let all = f
+            .read(0, f.size, &|ids: &[ChunkId]| ids.iter().map(read).collect())
+            .unwrap();
+        assert!(all == model, "content differs");
+        let stored = w.stats().new_bytes - before;
+        (stored, (batches * per * 4096) as u64, f)
+    }
+
+    #[test]
+    fn a_file_overwritten_at_random_in_file_order_switches_to_fixed_blocks() {
+        // The content-defined chunks are re-stored once each, as blocks, when
+        // first overwritten: over a few times the file's size written, that
+        // is paid back.
+        let (stored, written, f) = overwrite_at_random(120, 32);
+        assert!(f.switched, "the switch waits to be recorded");
+        assert_eq!(f.chunking, Chunking::Fixed(crate::chunkmode::BLOCK_DEFAULT));
+        assert!(
+            stored * 2 <= written * 3,
+            "stored {stored} for {written} overwritten"
+        );
+    }
+
+    #[test]
+    fn a_few_edits_keep_content_defined_chunks() {
+        let (_, _, f) = overwrite_at_random(1, 3);
+        assert_eq!(f.chunking, Chunking::ContentDefined);
+        assert!(!f.switched);
     }
 
     #[test]

@@ -100,6 +100,7 @@ mod cache;
 mod changed;
 pub mod chunkmode;
 mod commit;
+mod coverage;
 mod cut;
 pub mod damage;
 mod error;

@@ -359,6 +359,9 @@ impl Fs {
     }
 }
 
+/// Why the overwrite judge ([`crate::coverage`]) switched a file.
+pub(crate) const OVERWRITTEN: &str = "overwritten in place";
+
 impl Inner {
     pub(crate) fn overlay(&self, inode: &mut Inode) {
         if let Some(state) = self.files.lock().get(&inode.id) {
@@ -510,6 +513,9 @@ impl Inner {
         };
         let result = f.apply(whole, self.params, &mut writer, &self.cache);
         f.writer = Some(writer);
+        if f.switched {
+            self.record_switch(f, OVERWRITTEN);
+        }
         self.account(before, f.held());
         result
     }
