@@ -144,6 +144,17 @@ pub fn mount(
     }
     let mountpoint = mounted.mountpoint().to_path_buf();
     repo.announce_mount(&mountpoint)?;
+    // Collections across clients are an operator's to start.
+    let shared = args.meta.is_some() || args.cluster.is_some();
+    let auto_gc = if shared {
+        None
+    } else {
+        service::autogc::spawn(
+            control_served.clone(),
+            repo.root.clone(),
+            repo.config.auto_gc,
+        )
+    };
     let control = service::control::serve(&repo.root, control_served)?;
     tracing::info!(repo = %repo.root.display(), mountpoint = %mountpoint.display(), pid = std::process::id(), "mounted");
     if !quiet {
@@ -176,6 +187,7 @@ pub fn mount(
         None => {}
     }
     drop(mounted);
+    drop(auto_gc);
     drop(control);
     if let Err(e) = fs.shutdown() {
         tracing::error!(mountpoint = %mountpoint.display(), error = %e, "making written data durable at unmount failed");

@@ -44,6 +44,9 @@ pub struct FileState {
     pub size: u64,
     /// The content as last recorded in the metadata engine.
     pub content: Content,
+    /// Bytes of stored extents replaced or cut away since the content was
+    /// last recorded (see `Fs::released_bytes`).
+    pub released: u64,
     /// Data chunks and holes covering `0..extents_end()`; beyond that, up
     /// to `size`, bytes are dirty or zeros.
     pub extents: Vec<Extent>,
@@ -103,6 +106,7 @@ impl FileState {
             ino,
             size,
             content: content.clone(),
+            released: 0,
             extents,
             dirty: BTreeMap::new(),
             dirty_bytes: 0,
@@ -225,6 +229,7 @@ impl FileState {
             if keep < self.extents.len() {
                 let e = self.extents[keep];
                 self.touched.touch(e.offset..u64::MAX);
+                self.released += stored_len(&self.extents[keep..]);
                 self.extents.truncate(keep);
                 if e.offset < size {
                     if let Some(id) = e.chunk {
@@ -607,6 +612,7 @@ impl FileState {
             let b = self.extents.partition_point(|e| e.offset < p.old_end);
             let fresh_end = p.fresh.last().map_or(p.start, |e| e.offset + e.len);
             self.touched.touch(p.start..p.old_end.max(fresh_end));
+            self.released += stored_len(&self.extents[a..b]);
             self.extents.splice(a..b, p.fresh);
             if let Some((offset, tail)) = p.tail {
                 let mut base = tail.to_vec();
@@ -820,6 +826,15 @@ impl Job {
         }
         Ok(Done { pieces })
     }
+}
+
+/// Bytes of the stored chunks (not holes) of `extents`.
+fn stored_len(extents: &[Extent]) -> u64 {
+    extents
+        .iter()
+        .filter(|e| e.chunk.is_some())
+        .map(|e| e.len)
+        .sum()
 }
 
 /// Raw bytes compressed together for a file in fixed chunking mode: such

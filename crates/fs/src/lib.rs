@@ -230,6 +230,8 @@ struct Inner {
     /// makes durable reaches only chunks that are durable already.
     recording: parking_lot::RwLock<()>,
     dirty_total: AtomicUsize,
+    /// Bytes of stored data files gave up (see [`Fs::released_bytes`]).
+    released: std::sync::atomic::AtomicU64,
     appliers: behind::Appliers,
     migrators: migrate::Migrators,
     cache: Arc<ChunkCache>,
@@ -333,6 +335,7 @@ impl Fs {
             hint_queue: Mutex::new(Vec::new()),
             recording: parking_lot::RwLock::new(()),
             dirty_total: AtomicUsize::new(0),
+            released: std::sync::atomic::AtomicU64::new(0),
             appliers: behind::Appliers::start(),
             migrators: migrate::Migrators::new(migrate::MIGRATORS, migrate::MIGRATE_QUEUE),
             commit_lock: Mutex::new(()),
@@ -393,6 +396,15 @@ impl Fs {
         let mut held = self.inner.rules.write();
         *held = rules.with_chunking(held.chunking_rules().to_vec());
         Ok(())
+    }
+
+    /// Bytes of stored data that files gave up since the mount: stored
+    /// extents overwritten or truncated away (counted as the change is
+    /// recorded), files whose last name was removed or replaced. An upper
+    /// bound of the garbage made (a chunk given up may be deduplicated
+    /// elsewhere, or held by a version), for deciding when to collect.
+    pub fn released_bytes(&self) -> u64 {
+        self.inner.released.load(Ordering::Relaxed)
     }
 
     /// Bytes held in memory as dirty runs, counted against the global

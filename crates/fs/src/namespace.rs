@@ -172,9 +172,10 @@ impl Fs {
 
     pub fn unlink(&self, parent: InodeId, name: &[u8]) -> Result<()> {
         writable_name(parent, name)?;
-        let target = self.inner.meta.lookup(parent, name)?.id;
-        let open = self.inner.is_open(target);
+        let target = self.inner.meta.lookup(parent, name)?;
+        let open = self.inner.is_open(target.id);
         self.inner.meta.unlink(parent, name, open, now())?;
+        self.inner.released_with(&target);
         Ok(())
     }
 
@@ -194,6 +195,11 @@ impl Fs {
         writable_name(parent, name)?;
         writable_name(new_parent, new_name)?;
         let inner = &self.inner;
+        let replaced = if flags.exchange {
+            None
+        } else {
+            inner.meta.lookup(new_parent, new_name).ok()
+        };
         inner.meta.rename(
             parent,
             name,
@@ -203,6 +209,9 @@ impl Fs {
             &|ino| inner.is_open(ino),
             now(),
         )?;
+        if let Some(gone) = replaced {
+            inner.released_with(&gone);
+        }
         Ok(())
     }
 

@@ -396,6 +396,14 @@ impl Inner {
         }
     }
 
+    /// Counts the data of a file whose name `inode` was just removed or
+    /// replaced, when that was its last.
+    pub(crate) fn released_with(&self, inode: &Inode) {
+        if inode.attr.kind == FileKind::File && inode.attr.nlink <= 1 {
+            self.released.fetch_add(inode.attr.size, Ordering::Relaxed);
+        }
+    }
+
     pub(crate) fn is_open(&self, ino: InodeId) -> bool {
         self.files
             .lock()
@@ -587,6 +595,8 @@ impl Inner {
             self.queue_hints(f.ino, &content, f.size, &f.extents);
             f.content = content;
             f.recorded();
+            self.released
+                .fetch_add(std::mem::take(&mut f.released), Ordering::Relaxed);
         }
         if f.handles == 0 {
             if let Some(mut w) = f.writer.take() {

@@ -247,14 +247,20 @@ pub enum Live<'a> {
     StoreOnly,
 }
 
+/// Collections in this process, one at a time: a `cairn gc` asked while
+/// the daemon's automatic one runs waits for it, then runs (the store
+/// refuses a second collection at once).
+static ONE_AT_A_TIME: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
 /// Runs one collection over `store` (the file system's store when `live`
-/// is one).
+/// is one), after any other collection of this process.
 pub fn collect(
     store: &Store,
     live: Live<'_>,
     options: GcOptions,
     progress: &dyn Fn(GcProgress),
 ) -> Result<GcReport> {
+    let _turn = ONE_AT_A_TIME.lock();
     // A collection's reads are background work: they yield to readers.
     cas::qos::with_class(cas::qos::IoClass::Background, || {
         collect_inner(store, live, options, progress)

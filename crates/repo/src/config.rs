@@ -34,6 +34,8 @@ pub struct Config {
     /// mount before it slows writers down (see
     /// `fuse::MountOptions::kernel_dirty`); 0 keeps the kernel's default.
     pub kernel_dirty: u64,
+    /// `[gc]`: when a mount's daemon collects garbage by itself.
+    pub auto_gc: AutoGc,
     /// The `[[branch]]`, `[[rule]]` and `[default_rule]` sections; `None`
     /// when no branch is configured (one plain local branch, `single`).
     pub redundancy: Option<RedundancyConfig>,
@@ -63,6 +65,37 @@ impl Config {
         .iter()
         .map(|&b| b as u64)
         .sum()
+    }
+}
+
+/// When a mount's daemon starts a collection by itself (`[gc]`; the
+/// daemon's side is `service::autogc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AutoGc {
+    /// `gc.auto_after`: bytes files gave up (`fs::Fs::released_bytes`)
+    /// since the last collection that start the next one (and at least an
+    /// eighth of what the store held after it, so that the cost of marking
+    /// stays in proportion to what changed); 0 turns this off. (The store
+    /// growing is no trigger: new data is not garbage.)
+    pub after: u64,
+    /// `gc.auto_check_seconds`: how often the growth is looked at.
+    pub check: std::time::Duration,
+}
+
+impl Default for AutoGc {
+    fn default() -> Self {
+        AutoGc {
+            after: 8 << 20,
+            check: std::time::Duration::from_secs(5),
+        }
+    }
+}
+
+impl AutoGc {
+    /// Whether the next collection is due: the store held `base` bytes
+    /// after the last collection, and files gave up `released` bytes since.
+    pub fn due(&self, base: u64, released: u64) -> bool {
+        self.after > 0 && released >= self.after.max(base / 8)
     }
 }
 
@@ -218,7 +251,8 @@ max = "256KiB"
 # first [[chunking.rule]] that matches (path glob, extension, min_size,
 # max_size); else a file starts content-defined and switches to fixed 4K
 # blocks (recorded in its xattr) once it is over 16MiB and written at
-# random. Fixed blocks make an aligned overwrite store only the blocks it
+# random, or over 1MiB and its overwrites re-store much more than they
+# write. Fixed blocks make an aligned overwrite store only the blocks it
 # covers. Without any [[chunking.rule]], this one applies:
 # [[chunking.rule]]
 # name = "images and databases"
@@ -273,6 +307,15 @@ keep_minutes = 60       # every version written in the last N minutes
 keep_hourly = 24        # the newest version of each of the last N hours (UTC)
 keep_daily = 7          # the newest version of each of the last N days (UTC)
 
+[gc]
+# A mounted file system collects garbage by itself (as `cairn gc` would,
+# in the background) once its files gave up `auto_after` bytes (deleted,
+# truncated, overwritten) since the last collection, and an eighth of what
+# the containers held after it; "0" turns this off. Not over a namespace other clients share. What versions
+# or snapshots still hold is not garbage (see [versions]).
+auto_after = "8MiB"
+auto_check_seconds = 5  # how often the figures are looked at
+
 [cache]
 # A persistent cache of chunks in a directory on a fast device (an SSD in
 # front of a slow or remote branch), below the DRAM cache: off unless `dir`
@@ -313,6 +356,36 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_collection_is_due_after_the_growth_asked_and_an_eighth() {
+        let s = AutoGc {
+            after: 100,
+            check: std::time::Duration::from_secs(1),
+        };
+        assert!(!s.due(0, 99));
+        assert!(s.due(0, 100));
+        // A large store waits for an eighth of itself.
+        assert!(!s.due(8000, 999));
+        assert!(s.due(8000, 1000));
+        let off = AutoGc { after: 0, ..s };
+        assert!(!off.due(0, u64::MAX));
+    }
+
+    #[test]
+    fn the_gc_section_is_read_and_checked() {
+        let c = Config::parse("[gc]\nauto_after = \"1MiB\"\nauto_check_seconds = 5\n").unwrap();
+        assert_eq!(
+            c.auto_gc,
+            AutoGc {
+                after: 1 << 20,
+                check: std::time::Duration::from_secs(5)
+            }
+        );
+        assert_eq!(Config::parse("").unwrap().auto_gc, AutoGc::default());
+        let e = Config::parse("[gc]\nauto_check_seconds = 0\n").unwrap_err();
+        assert!(e.to_string().contains("auto_check_seconds"), "{e}");
+    }
 
     #[test]
     fn default_file_is_the_default() {

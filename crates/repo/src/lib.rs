@@ -51,9 +51,9 @@ pub mod record;
 mod shared_index;
 
 pub use config::{
-    BranchProblem, BranchSpec, ChunkdLocation, ChunkingRuleProblem, ChunkingRuleSpec, Config,
-    ConfigError, ConfigProblem, KeyProblem, Location, RedundancyConfig, RuleProblem, RuleSpec,
-    S3Location, SharedIndexConfig,
+    AutoGc, BranchProblem, BranchSpec, ChunkdLocation, ChunkingRuleProblem, ChunkingRuleSpec,
+    Config, ConfigError, ConfigProblem, KeyProblem, Location, RedundancyConfig, RuleProblem,
+    RuleSpec, S3Location, SharedIndexConfig,
 };
 pub use join::JoinProblem;
 pub use layout::{default_location, IndexSetAside, Repo, RepoError};

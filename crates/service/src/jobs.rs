@@ -147,6 +147,28 @@ pub fn start(served: &Arc<Served>, root: &Path, req: Request) -> Result<u64> {
     Ok(id)
 }
 
+/// Runs `req` on this thread as a job started by the daemon itself
+/// ([`crate::autogc`]); refused while a job of its kind runs.
+pub(crate) fn run_auto(served: &Arc<Served>, root: &Path, req: &Request) -> Result<Reply> {
+    let kind = kind_of(req).ok_or(ServiceError::NotAJob)?;
+    let id = {
+        let mut s = served.jobs.state.lock();
+        if s.running.iter().any(|j| j.kind == kind) {
+            return Err(ServiceError::JobRunning(kind));
+        }
+        s.begin(kind, "auto")
+    };
+    let target = served.target(root);
+    let progress = JobProgress {
+        jobs: &served.jobs,
+        id,
+        caller: None,
+    };
+    let result = exec(&target, req, None, &progress);
+    served.jobs.finish(id, result.as_ref());
+    result
+}
+
 impl State {
     fn begin(&mut self, kind: &'static str, by: &'static str) -> u64 {
         self.next += 1;

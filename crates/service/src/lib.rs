@@ -37,6 +37,7 @@
 //! - Errors are typed ([`ServiceError`]); the messages are for people, the
 //!   variants for code.
 
+pub mod autogc;
 mod branches;
 mod check;
 pub mod control;

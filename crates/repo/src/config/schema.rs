@@ -33,6 +33,8 @@ pub(super) struct Raw {
     #[serde(default)]
     pub(super) qos: RawQos,
     #[serde(default)]
+    pub(super) gc: RawGc,
+    #[serde(default)]
     pub(super) cache: RawCache,
     pub(super) shared_index: Option<RawSharedIndex>,
 }
@@ -54,6 +56,24 @@ pub(super) struct RawSharedIndex {
 pub(super) enum SharedIndexKind {
     /// `cairn chunkd` processes owning ranges of the fingerprint space.
     Chunkd,
+}
+
+/// `[gc]`: when collections start by themselves.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawGc {
+    pub(super) auto_after: Size,
+    pub(super) auto_check_seconds: Spanned<u64>,
+}
+
+impl Default for RawGc {
+    fn default() -> Self {
+        let d = super::AutoGc::default();
+        RawGc {
+            auto_after: Size(d.after),
+            auto_check_seconds: absent(d.check.as_secs()),
+        }
+    }
 }
 
 /// `[qos]`: how storage reads are shared (see `cas::qos`).

@@ -133,6 +133,21 @@ pub(super) fn config(mut raw: Raw, text: &str) -> Result<Config> {
     }
     let retention = retention(text, &raw.versions, f.versions_keep.as_ref())?;
     let qos = qos(text, &raw.qos)?;
+    let check = *raw.gc.auto_check_seconds.get_ref();
+    if !(1..=86400).contains(&check) {
+        let problem = out_of_range(check, 1, 86400);
+        return Err(at(
+            text,
+            &raw.gc.auto_check_seconds,
+            "gc",
+            "auto_check_seconds",
+            problem,
+        ));
+    }
+    let auto_gc = super::AutoGc {
+        after: raw.gc.auto_after.0,
+        check: std::time::Duration::from_secs(check),
+    };
     let tier = tier(text, &raw.cache)?;
     let shared_index = raw
         .shared_index
@@ -170,6 +185,7 @@ pub(super) fn config(mut raw: Raw, text: &str) -> Result<Config> {
         page_cache_max: f.page_cache_max.0,
         writeback_cache: f.writeback_cache,
         kernel_dirty: f.kernel_dirty.0,
+        auto_gc,
     })
 }
 

@@ -1,0 +1,112 @@
+//! Collection without a command: a daemon's thread that starts `gc` by
+//! itself once files gave up enough data, or the store grew enough, since
+//! the last collection, so that deleted files give their space back
+//! without anyone running `cairn gc`.
+//!
+//! The trigger is the bytes files gave up ([`fs::Fs::released_bytes`]:
+//! deleted, truncated, overwritten), a counter read every
+//! `gc.auto_check_seconds`: no walk, nothing read from disk. A collection
+//! starts once it moved by `gc.auto_after` since the last one, and by an
+//! eighth of what the store held after it ([`cas::Store::stored_bytes`],
+//! [`AutoGc::due`]):
+//! marking costs time in proportion to the whole store, and this keeps its
+//! cost in proportion to what changed since. It runs as a job started
+//! "by auto" (listed by the dashboard and `/metrics` like any other), with
+//! the defaults of `cairn gc`, its reads in the background class of
+//! `cas::qos` (they yield to the file system's readers); a collection
+//! already running, from a command or the dashboard, is not doubled.
+//!
+//! **Never** runs on a read-only mount, nor over a namespace other clients
+//! share (the daemon does not start it: a collection across clients waits
+//! on all of them, which is for an operator to start).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+
+use repo::AutoGc;
+
+use crate::control::Served;
+use crate::request::Request;
+
+/// The thread; dropping it stops it (waiting for a collection running).
+pub struct AutoGcThread {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Starts the thread for the file system `served` (of the repository at
+/// `root`); `None` when `settings` turns it off or the thread cannot start
+/// (logged: collections then wait for a command).
+pub fn spawn(served: Arc<Served>, root: PathBuf, settings: AutoGc) -> Option<AutoGcThread> {
+    if settings.after == 0 || served.read_only {
+        return None;
+    }
+    let stop = Arc::new((Mutex::new(false), Condvar::new()));
+    let flag = stop.clone();
+    let spawned = std::thread::Builder::new()
+        .name("auto-gc".into())
+        .spawn(move || run(&served, &root, settings, &flag));
+    match spawned {
+        Ok(t) => Some(AutoGcThread {
+            stop,
+            thread: Some(t),
+        }),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the automatic collection thread; run `cairn gc` to reclaim space");
+            None
+        }
+    }
+}
+
+fn run(
+    served: &Arc<Served>,
+    root: &std::path::Path,
+    settings: AutoGc,
+    stop: &(Mutex<bool>, Condvar),
+) {
+    let store = served.fs.store();
+    let mut base = store.stored_bytes();
+    let mut released = served.fs.released_bytes();
+    let (lock, cv) = stop;
+    let mut stopped = lock.lock();
+    loop {
+        cv.wait_for(&mut stopped, settings.check);
+        if *stopped {
+            return;
+        }
+        let given_up = served.fs.released_bytes() - released;
+        if !settings.due(base, given_up) {
+            continue;
+        }
+        drop(stopped);
+        tracing::info!(
+            stored = base,
+            released = given_up,
+            "files gave up data: collecting garbage"
+        );
+        let req = Request::Gc {
+            threshold: crate::GC_THRESHOLD,
+            max_garbage: gc::MAX_GARBAGE,
+            dry_run: false,
+            peer_wait: gc::PEER_WAIT.as_secs(),
+        };
+        // Refused (another collection running) or failed, it is logged as
+        // the job ends; the next try waits for the store to grow again.
+        let _ = crate::jobs::run_auto(served, root, &req);
+        base = store.stored_bytes();
+        released = served.fs.released_bytes();
+        stopped = lock.lock();
+    }
+}
+
+impl Drop for AutoGcThread {
+    fn drop(&mut self) {
+        *self.stop.0.lock() = true;
+        self.stop.1.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
