@@ -44,6 +44,10 @@ pub struct FileState {
     pub size: u64,
     /// The content as last recorded in the metadata engine.
     pub content: Content,
+    /// While the file is open and its writes were recorded by the committer
+    /// (not by a close or fsync): the file as of its last close or fsync,
+    /// which is what a version takes of it (see `history`).
+    pub left_whole: Option<crate::tree::LeftWhole>,
     /// Bytes of stored extents replaced or cut away since the content was
     /// last recorded (see `Fs::released_bytes`).
     pub released: u64,
@@ -106,6 +110,7 @@ impl FileState {
             ino,
             size,
             content: content.clone(),
+            left_whole: None,
             released: 0,
             extents,
             dirty: BTreeMap::new(),

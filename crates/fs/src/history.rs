@@ -81,6 +81,9 @@ pub(crate) struct Versioned {
     pub(crate) label: String,
     pub(crate) files: u64,
     pub(crate) dirs: u64,
+    /// The open files it took as of their last close or fsync, and what
+    /// it took of them.
+    pub(crate) taken: Vec<(InodeId, Content)>,
 }
 
 /// What a clone or restore created.
@@ -174,7 +177,9 @@ impl Fs {
                 holder: Existing::Snapshot,
             });
         }
-        let (id, record, _) = self.inner.write_record()?;
+        // A snapshot takes open files as they are now (asked for by name,
+        // at a moment the user chose).
+        let (id, record, _) = self.inner.write_record(None)?;
         self.inner.store.put_root(&label, &id)?;
         Ok(info(name, &record, None))
     }
@@ -639,6 +644,14 @@ impl Fs {
             if let Content::Recipe(id) = f.content {
                 set.recipe(&self.inner.store, &id)?;
             }
+            // What a version takes of the file, perhaps not written yet.
+            if let Some(crate::tree::LeftWhole {
+                content: Content::Recipe(id),
+                ..
+            }) = f.left_whole
+            {
+                set.recipe(&self.inner.store, &id)?;
+            }
         }
         Ok(())
     }
@@ -700,17 +713,39 @@ struct DiffPair {
 impl Inner {
     /// Writes the namespace as it is now into the store (everything written
     /// before the call included) and returns the record's id, durable.
-    pub(crate) fn write_record(&self) -> Result<(ChunkId, Record, TreeStats)> {
+    /// A file in `taken` is written as given there, not as it is (see
+    /// [`Inner::left_whole`]).
+    pub(crate) fn write_record(
+        &self,
+        taken: Option<&HashMap<InodeId, tree::LeftWhole>>,
+    ) -> Result<(ChunkId, Record, TreeStats)> {
         self.sync_all()?;
         let view = self.meta.view()?;
         let mut writer = self.store.stream();
         let created = self.clock.read().now();
-        let out = tree::write_tree(view.as_ref(), &mut writer, self.params, created)?;
+        let none = HashMap::new();
+        let taken = taken.unwrap_or(&none);
+        let out = tree::write_tree(view.as_ref(), taken, &mut writer, self.params, created)?;
         writer.flush()?;
         // Files recorded between the sync above and the view: their data
         // must be durable before a root reaches it.
         self.commit()?;
         Ok(out)
+    }
+
+    /// The open files whose writes were recorded since their last close or
+    /// fsync, as they were then: what a version takes of them, so that it
+    /// never pins a half-written file.
+    pub(crate) fn left_whole(&self) -> HashMap<InodeId, tree::LeftWhole> {
+        let open: Vec<_> = self.files.lock().values().cloned().collect();
+        let mut out = HashMap::new();
+        for state in open {
+            let f = state.lock();
+            if let Some(s) = &f.left_whole {
+                out.insert(f.ino, s.clone());
+            }
+        }
+        out
     }
 
     /// The versions, oldest first: (number, record id).
@@ -760,15 +795,25 @@ impl Inner {
         // Read before the walk syncs again: each change counted here is in
         // what the walk sees.
         let seen = self.meta.changes();
+        let taken = self.left_whole();
+        let mut taken_ids: Vec<(InodeId, Content)> = taken
+            .iter()
+            .map(|(ino, s)| (*ino, s.content.clone()))
+            .collect();
+        taken_ids.sort_by_key(|(ino, _)| *ino);
         let versions = self.versions()?;
         let newest = versions.last().map(|(n, _)| format!("{VERSION_PREFIX}{n}"));
         let known = self.versioned.lock().clone();
         let (label, written, files, dirs, stats) = match known {
-            Some(v) if seen == Some(v.changes) && newest.as_ref() == Some(&v.label) => {
+            Some(v)
+                if seen == Some(v.changes)
+                    && newest.as_ref() == Some(&v.label)
+                    && v.taken == taken_ids =>
+            {
                 (v.label, false, v.files, v.dirs, TreeStats::default())
             }
             _ => {
-                let (id, record, stats) = self.write_record()?;
+                let (id, record, stats) = self.write_record(Some(&taken))?;
                 let unchanged = match versions.last() {
                     Some((_, last)) => tree::read_record(&self.store, last)
                         .map(|r| {
@@ -792,6 +837,7 @@ impl Inner {
                         label: label.clone(),
                         files: record.files,
                         dirs: record.dirs,
+                        taken: taken_ids,
                     });
                 }
                 (label, !unchanged, record.files, record.dirs, stats)

@@ -95,7 +95,7 @@ impl Fs {
         let wrote = f.changed;
         let result = self
             .inner
-            .finalize(&mut f)
+            .finalize_left_whole(&mut f)
             .and_then(|()| self.inner.stored_or_waiting(wrote));
         drop(f);
         drop(recording);
@@ -348,7 +348,7 @@ impl Fs {
         let _recording = self.inner.recording.read();
         let mut f = self.inner.lock_settled(&state);
         let wrote = f.changed;
-        self.inner.finalize(&mut f)?;
+        self.inner.finalize_left_whole(&mut f)?;
         self.inner.stored_or_waiting(wrote)
     }
 
@@ -529,8 +529,31 @@ impl Inner {
     }
 
     /// Records the file's current content in the metadata engine (small
-    /// files inline, others as a recipe tree). Durable at the next commit.
+    /// files inline, others as a recipe tree), for the committer, a version
+    /// or a truncate: a file open for writing keeps what it was at its last
+    /// close or fsync as [`FileState::left_whole`] (read from the engine before
+    /// the first such record). Durable at the next commit.
     pub(crate) fn finalize(&self, f: &mut FileState) -> Result<()> {
+        if f.changed && f.handles > 0 && f.left_whole.is_none() {
+            let inode = self.meta.get(f.ino)?;
+            f.left_whole = Some(crate::tree::LeftWhole {
+                content: inode.content,
+                size: inode.attr.size,
+                mtime: inode.attr.mtime,
+            });
+        }
+        self.record(f)
+    }
+
+    /// [`Inner::finalize`] for a close or fsync: what is recorded is what
+    /// the program left whole.
+    pub(crate) fn finalize_left_whole(&self, f: &mut FileState) -> Result<()> {
+        self.record(f)?;
+        f.left_whole = None;
+        Ok(())
+    }
+
+    fn record(&self, f: &mut FileState) -> Result<()> {
         if f.changed {
             let content = if f.size as usize <= self.settings.inline_max {
                 let bytes = f.read(0, f.size, &|ids| self.read_many(ids))?;

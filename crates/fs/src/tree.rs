@@ -22,7 +22,7 @@
 //! u16+bytes and value u32+bytes). Link counts are not stored: they follow
 //! from the entries.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
 use cas::{ChunkId, Store, StreamWriter};
@@ -294,11 +294,21 @@ pub fn read_listing(store: &Store, root: &ChunkId) -> Result<Vec<TreeEntry>> {
     decode_listing(&recipe.read_at(0, recipe.len())?)
 }
 
+/// A file as a program last left it whole (closed or fsynced).
+#[derive(Debug, Clone)]
+pub struct LeftWhole {
+    pub content: Content,
+    pub size: u64,
+    pub mtime: Timestamp,
+}
+
 /// Writes the namespace seen by `view` into the store through `writer`
 /// (not flushed), dated `created`, and returns the record's chunk id and
-/// the record.
+/// the record. A file in `taken` is written as given there, not as the
+/// view has it (an open file as of its last close or fsync).
 pub fn write_tree(
     view: &dyn MetaView,
+    taken: &HashMap<InodeId, LeftWhole>,
     writer: &mut StreamWriter,
     params: ChunkerParams,
     created: Timestamp,
@@ -306,6 +316,7 @@ pub fn write_tree(
     let root_inode = view.get(InodeId::ROOT)?;
     let mut w = TreeWriter {
         view,
+        taken,
         writer,
         params,
         stats: TreeStats::default(),
@@ -330,6 +341,7 @@ pub fn write_tree(
 
 struct TreeWriter<'a> {
     view: &'a dyn MetaView,
+    taken: &'a HashMap<InodeId, LeftWhole>,
     writer: &'a mut StreamWriter,
     params: ChunkerParams,
     stats: TreeStats,
@@ -381,7 +393,12 @@ impl TreeWriter<'_> {
         loop {
             let top = path.last_mut().expect("the root is open until the end");
             if let Some(e) = top.left.next() {
-                let inode = self.view.get(e.ino)?;
+                let mut inode = self.view.get(e.ino)?;
+                if let Some(s) = self.taken.get(&inode.id) {
+                    inode.content = s.content.clone();
+                    inode.attr.size = s.size;
+                    inode.attr.mtime = s.mtime;
+                }
                 if inode.attr.kind == FileKind::Dir {
                     if !on_path.insert(inode.id) {
                         return Err(FsError::DirectoryCycle(inode.id));
