@@ -439,6 +439,19 @@ pub enum Command {
         json: bool,
     },
 
+    /// List the automatic versions and until when each is kept, or drop
+    /// them on demand.
+    ///
+    /// Versions hold what was deleted or overwritten since they were
+    /// written: as long as `[versions]` in cairn.toml keeps them (by
+    /// default an hour of them, then one an hour for a day and one a day
+    /// for a week), `cairn gc` cannot free it. `cairn versions prune`
+    /// releases them now. When free space runs low the file system drops
+    /// the oldest ones by itself (see [gc] keep_free_percent). Snapshots
+    /// are never dropped here (`cairn snapshot delete`).
+    #[command(subcommand)]
+    Versions(VersionsCommand),
+
     /// Reclaim the space of data nothing references any more.
     ///
     /// First drops the versions retention no longer keeps (`[versions]` in
@@ -895,6 +908,36 @@ pub enum BranchCommand {
         /// The configured branch that takes over OLD's shards.
         new: String,
         /// Print the report as JSON (as `branch remove --json`).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum VersionsCommand {
+    /// The versions, oldest first: creation time, files, logical size and
+    /// until when `[versions]` keeps each (if no newer version is written
+    /// in its hour or day).
+    List {
+        /// Print JSON: an array of {"label", "number", "created", "files",
+        /// "dirs", "logical_bytes", "kept_until"} (`created` and
+        /// `kept_until` in seconds since the epoch; `kept_until` null for
+        /// one kept as one of the newest).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Drop every version but the newest (or the newest --keep N), now,
+    /// whatever `[versions]` says; `cairn gc` (or the file system by
+    /// itself) then frees what only they held.
+    Prune {
+        /// How many of the newest versions stay (at least 1: `cairn
+        /// recover` rebuilds from the newest).
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        keep: u64,
+        /// Only name the versions that would be dropped.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print JSON: {"dropped": [labels], "kept": N}.
         #[arg(long)]
         json: bool,
     },

@@ -93,6 +93,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Clone { src, dst, json } => crate::history::clone(&root, src, dst, json, quiet),
         Command::Version { json } => crate::history::version(&root, json, quiet),
+        Command::Versions(cmd) => crate::history::versions(&root, cmd, quiet),
         Command::Gc {
             threshold,
             max_garbage,

@@ -8,7 +8,7 @@ use anyhow::Result;
 use fs::history::{ChangeKind, CopyReport};
 use service::{RecoverFrom, Request};
 
-use crate::args::SnapshotCommand;
+use crate::args::{SnapshotCommand, VersionsCommand};
 use crate::ops;
 use crate::ui::{self, out};
 
@@ -130,6 +130,62 @@ pub fn version(root: &Path, json: bool, quiet: bool) -> Result<ExitCode> {
         out!("nothing changed since {}", v.label);
     }
     dropped(&v.dropped, "retention dropped");
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn versions(root: &Path, cmd: VersionsCommand, quiet: bool) -> Result<ExitCode> {
+    match cmd {
+        VersionsCommand::List { json } => {
+            let list = ops::run(root, &Request::VersionList, quiet)?.into_version_list()?;
+            if json {
+                out!("{}", ui::json(&list)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            out!(
+                "{:<16} {:<20} {:>9} {:>11}  KEPT UNTIL (UTC)",
+                "VERSION",
+                "CREATED (UTC)",
+                "FILES",
+                "SIZE"
+            );
+            for v in &list {
+                out!(
+                    "{:<16} {:<20} {:>9} {:>11}  {}",
+                    v.label,
+                    v.created.map_or_else(|| "unreadable".into(), ui::utc),
+                    v.files,
+                    ui::bytes(v.logical_bytes),
+                    v.kept_until
+                        .map_or_else(|| "while among the newest".into(), ui::utc),
+                );
+            }
+            if !quiet && list.len() > 1 {
+                say!("`cairn versions prune` drops all but the newest now; `cairn gc` then frees what only they held");
+            }
+        }
+        VersionsCommand::Prune {
+            keep,
+            dry_run,
+            json,
+        } => {
+            let r = ops::run(root, &Request::VersionPrune { keep, dry_run }, quiet)?
+                .into_version_prune()?;
+            if json {
+                out!("{}", ui::json(&r)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            if r.dropped.is_empty() {
+                out!("nothing to drop: {} version(s) kept", r.kept);
+            } else if dry_run {
+                dropped(&r.dropped, "would drop");
+            } else {
+                dropped(&r.dropped, "dropped");
+                if !quiet {
+                    say!("`cairn gc` frees what only they held (a mounted file system also does it by itself, see [gc] in cairn.toml)");
+                }
+            }
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

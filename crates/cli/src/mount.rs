@@ -191,7 +191,13 @@ pub fn mount(
     drop(control);
     if let Err(e) = fs.shutdown() {
         tracing::error!(mountpoint = %mountpoint.display(), error = %e, "making written data durable at unmount failed");
+        if let Err(r) = repo.record_unmount(Err(&e.to_string())) {
+            tracing::error!(error = %r, "cannot record the failed unmount for `cairn umount`");
+        }
         return Err(anyhow::Error::new(e).context("making written data durable at unmount"));
+    }
+    if let Err(r) = repo.record_unmount(Ok(())) {
+        tracing::warn!(error = %r, "cannot record the unmount for `cairn umount`");
     }
     // The file system's own threads keep it alive to the end of the
     // process, so its drop cannot be what takes the mark away.
@@ -274,6 +280,14 @@ pub fn umount(mountpoint: &Path, quiet: bool) -> Result<ExitCode> {
             umount_path(mountpoint)?;
             if let Some(root) = entry.repository() {
                 wait_for_daemon(&root, mountpoint)?;
+                if let repo::Unmounted::Failed(why) = repo::last_unmount(&root) {
+                    bail!(
+                        "unmounted {}, but its daemon could not make everything written durable: \
+                         {why} (see {}/log/cairn.log)",
+                        mountpoint.display(),
+                        root.display()
+                    );
+                }
             }
         }
     }

@@ -46,6 +46,30 @@ pub struct VersionReport {
     pub dropped: Vec<String>,
 }
 
+/// One automatic version, for `cairn versions list`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VersionInfo {
+    /// `version/<n>`.
+    pub label: String,
+    pub number: u64,
+    /// Seconds since the Unix epoch; `None` when its record cannot be read.
+    pub created: Option<i64>,
+    pub files: u64,
+    pub dirs: u64,
+    pub logical_bytes: u64,
+    /// Until when `[versions]` keeps it, if no newer version is written in
+    /// its hour or day (seconds since the epoch); `None` while it is one
+    /// of the newest `keep_last`, kept whatever its age.
+    pub kept_until: Option<i64>,
+}
+
+/// What `cairn versions prune` dropped (or, dry, would drop).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PruneReport {
+    pub dropped: Vec<String>,
+    pub kept: u64,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SnapshotInfo {
     pub name: String,
@@ -161,6 +185,84 @@ impl Fs {
     /// labels. Snapshots are never dropped; nothing is while the live
     /// namespace is empty.
     /// With `apply` false, only names them.
+    /// The automatic versions, oldest first, and until when each is kept.
+    pub fn version_list(&self) -> Result<Vec<VersionInfo>> {
+        let versions = self.inner.versions()?;
+        let records: Vec<Option<Record>> = versions
+            .iter()
+            .map(|(_, id)| tree::read_record(&self.inner.store, id).ok())
+            .collect();
+        let dated: Vec<Dated> = versions
+            .iter()
+            .zip(&records)
+            .map(|((n, _), r)| Dated {
+                number: *n,
+                created: r.as_ref().map(|r| r.created.secs),
+            })
+            .collect();
+        let now = self.inner.clock.read().now().secs;
+        let until: HashMap<u64, Option<i64>> = self
+            .inner
+            .settings
+            .retention
+            .kept_until(&dated, now)
+            .into_iter()
+            .collect();
+        Ok(versions
+            .iter()
+            .zip(records)
+            .map(|((n, _), r)| VersionInfo {
+                label: format!("{VERSION_PREFIX}{n}"),
+                number: *n,
+                created: r.as_ref().map(|r| r.created.secs),
+                files: r.as_ref().map_or(0, |r| r.files),
+                dirs: r.as_ref().map_or(0, |r| r.dirs),
+                logical_bytes: r.as_ref().map_or(0, |r| r.logical_bytes),
+                kept_until: until.get(n).copied().flatten(),
+            })
+            .collect())
+    }
+
+    /// Drops every automatic version but the newest `keep` (at least one
+    /// stays, for `cairn recover`), whatever `[versions]` says; with
+    /// `dry_run`, only names them. Snapshots are never dropped. What only
+    /// the dropped versions held is garbage for the next collection.
+    pub fn prune_versions(&self, keep: u64, dry_run: bool) -> Result<PruneReport> {
+        let _history = self.history_lock();
+        let versions = self.inner.versions()?;
+        let keep = keep.max(1);
+        let drop = versions.len().saturating_sub(keep as usize);
+        let mut dropped = Vec::with_capacity(drop);
+        for (n, _) in &versions[..drop] {
+            let label = format!("{VERSION_PREFIX}{n}");
+            if !dry_run {
+                self.inner.store.delete_root(&label)?;
+            }
+            dropped.push(label);
+        }
+        if !dry_run && !dropped.is_empty() {
+            tracing::info!(dropped = dropped.len(), keep, "versions pruned");
+        }
+        Ok(PruneReport {
+            kept: (versions.len() - drop) as u64,
+            dropped,
+        })
+    }
+
+    /// Drops the oldest automatic version, unless it is the only one (then
+    /// `None`): what the file system does by itself when space runs low,
+    /// before any write fails. Snapshots and labels are never dropped.
+    pub fn thin_versions(&self) -> Result<Option<String>> {
+        let _history = self.history_lock();
+        let versions = self.inner.versions()?;
+        let [(oldest, _), _, ..] = versions[..] else {
+            return Ok(None);
+        };
+        let label = format!("{VERSION_PREFIX}{oldest}");
+        self.inner.store.delete_root(&label)?;
+        Ok(Some(label))
+    }
+
     pub fn apply_retention(&self, apply: bool) -> Result<Vec<String>> {
         let _history = self.history_lock();
         self.inner.retain(apply)

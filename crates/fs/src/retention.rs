@@ -103,6 +103,49 @@ impl Retention {
     }
 }
 
+impl Retention {
+    /// Until when each version of `versions` is kept if no newer version is
+    /// written in its hour or day (seconds since the epoch; the time the
+    /// rule stops keeping it, `now` for one it keeps no longer): `None` for
+    /// one kept without end, as one of the newest `last` or as a version
+    /// whose time cannot be read.
+    pub fn kept_until(&self, versions: &[Dated], now: i64) -> Vec<(u64, Option<i64>)> {
+        let mut by_number: Vec<Dated> = versions.to_vec();
+        by_number.sort_by_key(|v| std::cmp::Reverse(v.number));
+        let last = self.last.max(1) as usize;
+        let mut hours = BTreeSet::new();
+        let mut days = BTreeSet::new();
+        let mut out = Vec::with_capacity(by_number.len());
+        for (i, v) in by_number.iter().enumerate() {
+            let Some(t) = v.created else {
+                out.push((v.number, None));
+                continue;
+            };
+            // Each bucket is checked in newest-first order: only its newest
+            // version is kept for it.
+            let newest_hour = hours.insert(t.div_euclid(HOUR));
+            let newest_day = days.insert(t.div_euclid(DAY));
+            if i < last {
+                out.push((v.number, None));
+                continue;
+            }
+            let mut until = now;
+            if self.minutes > 0 {
+                until = until.max(t + i64::from(self.minutes) * 60);
+            }
+            if newest_hour && self.hourly > 0 {
+                until = until.max((t.div_euclid(HOUR) + i64::from(self.hourly)) * HOUR);
+            }
+            if newest_day && self.daily > 0 {
+                until = until.max((t.div_euclid(DAY) + i64::from(self.daily)) * DAY);
+            }
+            out.push((v.number, Some(until)));
+        }
+        out.reverse();
+        out
+    }
+}
+
 /// Whether time `t` falls in one of the last `count` buckets of `width`
 /// seconds ending with the one holding `now` (a time after `now`, from a
 /// clock set back, counts as the current bucket).
@@ -240,6 +283,36 @@ mod tests {
             let newest = versions.iter().map(|v| v.number).max().unwrap();
             prop_assert!(kept.contains(&newest), "the newest version was dropped");
             prop_assert!(kept.iter().all(|k| versions.iter().any(|v| v.number == *k)));
+        }
+
+        #[test]
+        fn kept_until_says_when_the_rule_lets_go(
+            r in retention(),
+            times in proptest::collection::vec(
+                proptest::option::weighted(0.95, 0i64..20 * DAY), 1..60),
+            now in 0i64..22 * DAY,
+        ) {
+            let versions: Vec<Dated> = times
+                .iter()
+                .enumerate()
+                .map(|(i, &created)| Dated { number: i as u64 + 1, created })
+                .collect();
+            let kept = r.kept(&versions, now);
+            let until = r.kept_until(&versions, now);
+            prop_assert_eq!(until.len(), versions.len());
+            for (n, u) in until {
+                match u {
+                    None => prop_assert!(kept.contains(&n)),
+                    Some(u) => {
+                        prop_assert_eq!(kept.contains(&n), u > now, "version {}", n);
+                        // Kept up to then, and no longer from then on.
+                        if u > now {
+                            prop_assert!(r.kept(&versions, u - 1).contains(&n));
+                        }
+                        prop_assert!(!r.kept(&versions, u.max(now)).contains(&n));
+                    }
+                }
+            }
         }
     }
 }

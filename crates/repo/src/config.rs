@@ -78,8 +78,13 @@ pub struct AutoGc {
     /// stays in proportion to what changed); 0 turns this off. (The store
     /// growing is no trigger: new data is not garbage.)
     pub after: u64,
-    /// `gc.auto_check_seconds`: how often the growth is looked at.
+    /// `gc.auto_check_seconds`: how often the figures are looked at.
     pub check: std::time::Duration,
+    /// `gc.keep_free_percent`: when the space the store can still take
+    /// falls under this share of its capacity, the oldest automatic
+    /// versions are dropped, one per check, and garbage collected; 0 turns
+    /// this off.
+    pub keep_free_percent: u8,
 }
 
 impl Default for AutoGc {
@@ -87,6 +92,7 @@ impl Default for AutoGc {
         AutoGc {
             after: 8 << 20,
             check: std::time::Duration::from_secs(5),
+            keep_free_percent: 5,
         }
     }
 }
@@ -96,6 +102,11 @@ impl AutoGc {
     /// after the last collection, and files gave up `released` bytes since.
     pub fn due(&self, base: u64, released: u64) -> bool {
         self.after > 0 && released >= self.after.max(base / 8)
+    }
+
+    /// Whether `space` is low enough to thin versions.
+    pub fn space_low(&self, space: &cas::Space) -> bool {
+        space.available < space.total / 100 * u64::from(self.keep_free_percent)
     }
 }
 
@@ -315,6 +326,11 @@ keep_daily = 7          # the newest version of each of the last N days (UTC)
 # or snapshots still hold is not garbage (see [versions]).
 auto_after = "8MiB"
 auto_check_seconds = 5  # how often the figures are looked at
+# When the space the store can still take falls under this share of its
+# capacity, the oldest automatic versions are dropped (one per check, never
+# the newest, never a snapshot or label) and their garbage collected, so
+# that writes do not fail while old versions hold space. 0 turns this off.
+keep_free_percent = 5
 
 [cache]
 # A persistent cache of chunks in a directory on a fast device (an SSD in
@@ -362,6 +378,7 @@ mod tests {
         let s = AutoGc {
             after: 100,
             check: std::time::Duration::from_secs(1),
+            keep_free_percent: 5,
         };
         assert!(!s.due(0, 99));
         assert!(s.due(0, 100));
@@ -379,7 +396,8 @@ mod tests {
             c.auto_gc,
             AutoGc {
                 after: 1 << 20,
-                check: std::time::Duration::from_secs(5)
+                check: std::time::Duration::from_secs(5),
+                keep_free_percent: 5,
             }
         );
         assert_eq!(Config::parse("").unwrap().auto_gc, AutoGc::default());

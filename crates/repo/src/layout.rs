@@ -400,6 +400,12 @@ impl Repo {
         self.lock.announce_mount(mountpoint)
     }
 
+    /// Records how this process's unmount went, for `cairn umount`
+    /// ([`crate::last_unmount`]).
+    pub fn record_unmount(&self, outcome: std::result::Result<(), &str>) -> Result<()> {
+        self.lock.record_unmount(outcome)
+    }
+
     /// Checks that `config`'s branches open and its rules fit them, as the
     /// next open will need (an unreachable bucket, a plain repository that
     /// holds data ...). Holding this repository proves the lock is held.

@@ -57,7 +57,7 @@ pub use config::{
 };
 pub use join::JoinProblem;
 pub use layout::{default_location, IndexSetAside, Repo, RepoError};
-pub use lock::{holder_of, is_locked, Holder};
+pub use lock::{holder_of, is_locked, last_unmount, Holder, Unmounted};
 pub use reconfigure::{reconfigure, Reconfigured};
 pub use record::{recover_config, write_config, Disagreement, RecoveredConfig};
 pub use shared_index::ChunkdIndex;

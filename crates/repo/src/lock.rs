@@ -10,6 +10,12 @@
 //! writes (replaced whole by a rename, so a reader never sees half of it),
 //! so that a process turned away can name it: its pid, its command line and,
 //! once it has mounted the file system, the mount point.
+//!
+//! A mount's daemon says how its unmount went in `REPO/run/unmount`
+//! ([`last_unmount`]): `cairn umount` waits for the lock to go, then reads
+//! it, and fails when the daemon could not make everything durable. The
+//! file is made at mount time at its full size and later overwritten in
+//! place, so that writing the outcome needs no new space on a full disk.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -24,6 +30,9 @@ use crate::layout::{io, RepoError};
 const RUN: &str = "run";
 const LOCK: &str = "lock";
 const HOLDER: &str = "holder";
+const UNMOUNT: &str = "unmount";
+/// The size `run/unmount` is made at; an outcome is cut to fit.
+const UNMOUNT_SIZE: usize = 4096;
 /// A command line longer than this is cut in the holder record.
 const COMMAND_MAX: usize = 200;
 
@@ -119,7 +128,29 @@ impl RepoLock {
     /// Records that this process has the file system mounted at
     /// `mountpoint`, so a process turned away can say where.
     pub fn announce_mount(&self, mountpoint: &Path) -> Result<(), RepoError> {
-        self.record(&Holder::me(Some(mountpoint)))
+        self.record(&Holder::me(Some(mountpoint)))?;
+        let path = self.run.join(UNMOUNT);
+        let mut f = File::create(&path).map_err(io("write", &path))?;
+        f.write_all(&padded("mounted"))
+            .and_then(|()| f.sync_all())
+            .map_err(io("write", &path))
+    }
+
+    /// Records how the unmount went (`Err`: what could not be made durable),
+    /// over the file [`RepoLock::announce_mount`] made, in place.
+    pub fn record_unmount(&self, outcome: Result<(), &str>) -> Result<(), RepoError> {
+        let path = self.run.join(UNMOUNT);
+        let text = match outcome {
+            Ok(()) => "ok".to_owned(),
+            Err(e) => format!("failed: {e}"),
+        };
+        let mut f = OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(io("write", &path))?;
+        f.write_all(&padded(&text))
+            .and_then(|()| f.sync_all())
+            .map_err(io("write", &path))
     }
 
     fn record(&self, holder: &Holder) -> Result<(), RepoError> {
@@ -135,6 +166,44 @@ impl RepoLock {
 impl Drop for RepoLock {
     fn drop(&mut self) {
         let _ = fs::remove_file(self.run.join(HOLDER));
+    }
+}
+
+/// `text` as the bytes of `run/unmount`: cut to fit (at a character
+/// boundary), then padded with newlines.
+fn padded(text: &str) -> Vec<u8> {
+    let mut end = text.len().min(UNMOUNT_SIZE - 1);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut out = text.as_bytes()[..end].to_vec();
+    out.resize(UNMOUNT_SIZE, b'\n');
+    out
+}
+
+/// How the last mount of the repository at `root` ended, as its daemon
+/// recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unmounted {
+    /// Everything written was made durable.
+    Clean,
+    /// What could not be made durable, in the daemon's words.
+    Failed(String),
+    /// Still mounted, or the daemon ended without saying (killed).
+    Unknown,
+}
+
+/// [`Unmounted`] for the repository at `root` (`Unknown` when it was never
+/// mounted).
+pub fn last_unmount(root: &Path) -> Unmounted {
+    let Ok(text) = fs::read_to_string(root.join(RUN).join(UNMOUNT)) else {
+        return Unmounted::Unknown;
+    };
+    let text = text.trim_end_matches('\n');
+    match text.strip_prefix("failed: ") {
+        Some(why) => Unmounted::Failed(why.to_owned()),
+        None if text == "ok" => Unmounted::Clean,
+        None => Unmounted::Unknown,
     }
 }
 
@@ -194,6 +263,39 @@ pub(crate) fn locked_message(root: &Path, holder: &Option<Holder>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unmount_outcome_is_read_back_and_cut_to_fit() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(last_unmount(dir.path()), Unmounted::Unknown);
+        let run = dir.path().join(RUN);
+        fs::create_dir_all(&run).unwrap();
+        let lock = RepoLock {
+            run: run.clone(),
+            _lock: Flock::lock(
+                File::create(run.join(LOCK)).unwrap(),
+                FlockArg::LockExclusiveNonblock,
+            )
+            .unwrap(),
+        };
+        lock.announce_mount(Path::new("/mnt/x")).unwrap();
+        assert_eq!(last_unmount(dir.path()), Unmounted::Unknown);
+        lock.record_unmount(Err("no space left: 3 files not stored"))
+            .unwrap();
+        assert_eq!(
+            last_unmount(dir.path()),
+            Unmounted::Failed("no space left: 3 files not stored".into())
+        );
+        lock.record_unmount(Ok(())).unwrap();
+        assert_eq!(last_unmount(dir.path()), Unmounted::Clean);
+        let long = "é".repeat(UNMOUNT_SIZE);
+        lock.record_unmount(Err(&long)).unwrap();
+        assert_eq!(
+            fs::metadata(run.join(UNMOUNT)).unwrap().len(),
+            UNMOUNT_SIZE as u64
+        );
+        assert!(matches!(last_unmount(dir.path()), Unmounted::Failed(_)));
+    }
 
     fn shown(args: &[&str]) -> String {
         shown_command(args.iter().map(|a| a.to_string()))

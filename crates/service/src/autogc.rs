@@ -16,6 +16,12 @@
 //! `cas::qos` (they yield to the file system's readers); a collection
 //! already running, from a command or the dashboard, is not doubled.
 //!
+//! **Low space.** When the store's branches can take less than
+//! `gc.keep_free_percent` of their capacity, the oldest automatic version
+//! is dropped at each check (never the newest, never a snapshot or label)
+//! and a collection runs, so that what old versions hold comes back before
+//! writes fail, as Time Machine thins its backups. Each drop is logged.
+//!
 //! **Never** runs on a read-only mount, nor over a namespace other clients
 //! share (the daemon does not start it: a collection across clients waits
 //! on all of them, which is for an operator to start).
@@ -40,7 +46,7 @@ pub struct AutoGcThread {
 /// `root`); `None` when `settings` turns it off or the thread cannot start
 /// (logged: collections then wait for a command).
 pub fn spawn(served: Arc<Served>, root: PathBuf, settings: AutoGc) -> Option<AutoGcThread> {
-    if settings.after == 0 || served.read_only {
+    if (settings.after == 0 && settings.keep_free_percent == 0) || served.read_only {
         return None;
     }
     let stop = Arc::new((Mutex::new(false), Condvar::new()));
@@ -77,15 +83,22 @@ fn run(
             return;
         }
         let given_up = served.fs.released_bytes() - released;
-        if !settings.due(base, given_up) {
+        let thinned = if low_on_space(served, &settings) {
+            thin(served)
+        } else {
+            None
+        };
+        if thinned.is_none() && !settings.due(base, given_up) {
             continue;
         }
         drop(stopped);
-        tracing::info!(
-            stored = base,
-            released = given_up,
-            "files gave up data: collecting garbage"
-        );
+        if thinned.is_none() {
+            tracing::info!(
+                stored = base,
+                released = given_up,
+                "files gave up data: collecting garbage"
+            );
+        }
         let req = Request::Gc {
             threshold: crate::GC_THRESHOLD,
             max_garbage: gc::MAX_GARBAGE,
@@ -98,6 +111,38 @@ fn run(
         base = store.stored_bytes();
         released = served.fs.released_bytes();
         stopped = lock.lock();
+    }
+}
+
+/// Whether the store's branches can take less than `keep_free_percent` of
+/// their capacity (never, for branches that cannot tell: object stores).
+fn low_on_space(served: &Served, settings: &AutoGc) -> bool {
+    if settings.keep_free_percent == 0 {
+        return false;
+    }
+    match served.fs.space() {
+        Ok(Some(space)) => settings.space_low(&space),
+        Ok(None) => false,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot tell the space left; no version thinned");
+            false
+        }
+    }
+}
+
+/// Drops the oldest automatic version; its label, or `None` when only the
+/// newest is left (then nothing more can be given back this way).
+fn thin(served: &Served) -> Option<String> {
+    match served.fs.thin_versions() {
+        Ok(Some(label)) => {
+            tracing::warn!(version = %label, "space is low: dropped the oldest version to collect what only it held ([gc] keep_free_percent)");
+            Some(label)
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::error!(error = %e, "space is low, and dropping the oldest version failed");
+            None
+        }
     }
 }
 

@@ -134,6 +134,10 @@ pub fn exec(
             progress.step("check", p.containers_done, p.containers_total)
         })?),
         Request::Version => Reply::Version(t.fs()?.write_version()?),
+        Request::VersionList => Reply::VersionList(t.fs()?.version_list()?),
+        Request::VersionPrune { keep, dry_run } => {
+            Reply::VersionPrune(t.fs()?.prune_versions(*keep, *dry_run)?)
+        }
         Request::StorageReads => Reply::StorageReads(StorageReads {
             meta: t.fs()?.meta_storage_reads(),
             index: t.store.index_reads(),

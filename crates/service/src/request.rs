@@ -1,7 +1,7 @@
 //! What can be asked ([`Request`]) and what each answer is ([`Reply`]):
 //! plain serde types, the same in this process and over the control socket.
 
-use fs::history::{Change, CopyReport, SnapshotInfo, VersionReport};
+use fs::history::{Change, CopyReport, PruneReport, SnapshotInfo, VersionInfo, VersionReport};
 use fs::space::SpaceReport;
 use gc::GcReport;
 use serde::{Deserialize, Serialize};
@@ -27,6 +27,12 @@ pub enum Request {
         label: String,
     },
     Version,
+    VersionList,
+    /// Drops every automatic version but the newest `keep`.
+    VersionPrune {
+        keep: u64,
+        dry_run: bool,
+    },
     SnapshotCreate {
         name: String,
     },
@@ -112,6 +118,8 @@ impl Request {
             Request::Put { .. } => "put",
             Request::Get { .. } => "get",
             Request::Version => "version",
+            Request::VersionList => "version_list",
+            Request::VersionPrune { .. } => "version_prune",
             Request::SnapshotCreate { .. } => "snapshot_create",
             Request::SnapshotList { .. } => "snapshot_list",
             Request::SnapshotDelete { .. } => "snapshot_delete",
@@ -135,7 +143,7 @@ impl Request {
     /// `stats`, `status`, `policy show` and a gc dry run only read.
     pub fn writes(&self) -> bool {
         match self {
-            Request::Gc { dry_run, .. } => !dry_run,
+            Request::Gc { dry_run, .. } | Request::VersionPrune { dry_run, .. } => !dry_run,
             // Into a host directory: the repository only is read.
             Request::Restore { out, .. } => out.is_none(),
             Request::Stats
@@ -143,6 +151,7 @@ impl Request {
             | Request::Roots
             | Request::Get { .. }
             | Request::SnapshotList { .. }
+            | Request::VersionList
             | Request::SnapshotDiff { .. }
             | Request::PolicyShow { .. }
             | Request::Status
@@ -303,6 +312,8 @@ replies! {
     Put(PutOut) => into_put,
     Get(GetOut) => into_get,
     Version(VersionReport) => into_version,
+    VersionList(Vec<VersionInfo>) => into_version_list,
+    VersionPrune(PruneReport) => into_version_prune,
     SnapshotCreate(SnapshotInfo) => into_snapshot_create,
     SnapshotList(Vec<SnapshotInfo>) => into_snapshot_list,
     SnapshotDelete(Deleted) => into_snapshot_delete,

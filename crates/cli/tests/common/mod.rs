@@ -150,6 +150,12 @@ impl Mount {
         (self.repo.clone(), self.dir.clone())
     }
 
+    /// The daemon's process, for a test that unmounts by itself and looks
+    /// at how it exited (dropping the mount then leaves it alone).
+    pub fn take_child(&mut self) -> std::process::Child {
+        self.child.take().expect("the daemon is still this mount's")
+    }
+
     /// `kill -9` the daemon and clear the dead mount.
     pub fn kill(mut self) -> (PathBuf, PathBuf) {
         let mut child = self.child.take().unwrap();

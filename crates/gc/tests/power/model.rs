@@ -126,6 +126,9 @@ pub struct Model {
     pub recorded: BTreeMap<u64, Bytes>,
     /// Files with a handle open.
     pub open: BTreeSet<u64>,
+    /// Each file as of its last close or fsync, or as it was when it was
+    /// opened or created: what a version takes of a file still open.
+    pub whole: BTreeMap<u64, Bytes>,
     /// The state the last completed sync made durable.
     pub durable: Snapshot,
 }
@@ -142,6 +145,24 @@ impl Model {
             entries: self.entries.clone(),
             contents,
         }
+    }
+
+    /// The namespace as a version takes it: files still open as they
+    /// were last left whole.
+    pub fn version(&self) -> Snapshot {
+        let mut s = self.snapshot();
+        for ino in &self.open {
+            if let Some(c) = s.contents.get_mut(ino) {
+                *c = self.whole[ino].clone();
+            }
+        }
+        s
+    }
+
+    /// Notes that `ino` is left whole as it reads now (closed, fsynced,
+    /// or opened while it had no handle).
+    pub fn left_whole(&mut self, ino: u64) {
+        self.whole.insert(ino, self.live[&ino].clone());
     }
 
     pub fn dirs(&self) -> Vec<u64> {
@@ -206,6 +227,7 @@ impl Model {
         if !dir {
             self.live.insert(ino, Arc::new(Vec::new()));
             self.recorded.insert(ino, Arc::new(Vec::new()));
+            self.whole.insert(ino, Arc::new(Vec::new()));
         }
     }
 
@@ -215,6 +237,7 @@ impl Model {
             if !self.entries.values().any(|(other, _)| *other == ino) {
                 self.live.remove(&ino);
                 self.recorded.remove(&ino);
+                self.whole.remove(&ino);
                 self.open.remove(&ino);
             }
         }

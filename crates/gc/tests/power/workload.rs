@@ -284,6 +284,7 @@ fn close(fs: &Fs, model: &mut Model, ino: u64) -> Result<(), FsError> {
         fs.flush(InodeId(ino))?;
         fs.release(InodeId(ino))?;
         model.record(ino);
+        model.left_whole(ino);
     }
     Ok(())
 }
@@ -305,6 +306,7 @@ pub fn apply(fs: &Fs, model: &mut Model, op: &Op) -> Result<(), super::AnyError>
             if !model.open.contains(ino) {
                 fs.open(InodeId(*ino))?;
                 model.open.insert(*ino);
+                model.left_whole(*ino);
             }
             let written = fs.write(InodeId(*ino), *offset, data)?;
             assert_eq!(written as usize, data.len(), "a short write");
@@ -319,6 +321,9 @@ pub fn apply(fs: &Fs, model: &mut Model, op: &Op) -> Result<(), super::AnyError>
         Op::Fsync { ino } => {
             fs.fsync(InodeId(*ino))?;
             synced(model, op);
+            if model.open.contains(ino) {
+                model.left_whole(*ino);
+            }
         }
         Op::Truncate { ino, size } => {
             fs.setattr(InodeId(*ino), &SetAttr::default(), Some(*size))?;
@@ -376,7 +381,7 @@ pub fn apply(fs: &Fs, model: &mut Model, op: &Op) -> Result<(), super::AnyError>
             let report = fs.write_version()?;
             synced(model, op);
             if report.written {
-                let tree = model.snapshot().tree();
+                let tree = model.version().tree();
                 model
                     .roots
                     .insert(report.label, Rooted { tree, must: true });
@@ -426,7 +431,7 @@ pub fn interrupted(model: &mut Model, op: &Op) {
                 .max()
                 .unwrap_or(0)
                 + 1;
-            let tree = model.snapshot().tree();
+            let tree = model.version().tree();
             model
                 .roots
                 .insert(format!("{VERSION}{next}"), Rooted { tree, must: false });

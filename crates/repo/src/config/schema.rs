@@ -64,6 +64,7 @@ pub(super) enum SharedIndexKind {
 pub(super) struct RawGc {
     pub(super) auto_after: Size,
     pub(super) auto_check_seconds: Spanned<u64>,
+    pub(super) keep_free_percent: Spanned<u64>,
 }
 
 impl Default for RawGc {
@@ -72,6 +73,7 @@ impl Default for RawGc {
         RawGc {
             auto_after: Size(d.after),
             auto_check_seconds: absent(d.check.as_secs()),
+            keep_free_percent: absent(u64::from(d.keep_free_percent)),
         }
     }
 }

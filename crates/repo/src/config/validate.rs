@@ -144,9 +144,21 @@ pub(super) fn config(mut raw: Raw, text: &str) -> Result<Config> {
             problem,
         ));
     }
+    let keep_free = *raw.gc.keep_free_percent.get_ref();
+    if keep_free > 50 {
+        let problem = out_of_range(keep_free, 0, 50);
+        return Err(at(
+            text,
+            &raw.gc.keep_free_percent,
+            "gc",
+            "keep_free_percent",
+            problem,
+        ));
+    }
     let auto_gc = super::AutoGc {
         after: raw.gc.auto_after.0,
         check: std::time::Duration::from_secs(check),
+        keep_free_percent: keep_free as u8,
     };
     let tier = tier(text, &raw.cache)?;
     let shared_index = raw
