@@ -1179,6 +1179,25 @@ pub enum BenchCommand {
     /// unmounted), 2 when a job moved no data. Next: compare with the
     /// baseline table in bench/README.md.
     Random(ScriptArgs),
+    /// What ordinary programs leave in the store: the bytes the repository
+    /// grows per byte written, before any gc, for sequential writers of
+    /// every size and pace (head -c, dd bs=4k, 4 KiB every millisecond,
+    /// 512 B every half-millisecond), fio 4 KiB random writes with an fsync
+    /// every 32 on a file with no known extension, and sqlite (3,000
+    /// autocommit inserts); time or IOPS beside it. Side by side with a
+    /// plain directory and bindfs, under `cairn mount` and `cairn serve`,
+    /// idle and with CPU and disk hogs running ("loaded"), with a Targets
+    /// table (growth <= 1.1x sequential, <= 1.5x random, sqlite <= 2x the
+    /// plain directory's time and <= 3x the database's size; IOPS >= 1.0x
+    /// bindfs and >= 0.3x plain), each MET or NOT MET.
+    ///
+    /// Runs bench/writes.py (built in) with this binary; every argument is
+    /// passed on (`cairn bench writes -- --help`: --conditions, --targets,
+    /// --workloads, --runtime, --json OUT, --keep). Needs root, /dev/fuse,
+    /// python3, fio and bindfs (installed with apt-get when missing).
+    /// Exit status: 0 when it ran (also with targets NOT MET), 1 when a step
+    /// failed.
+    Writes(ScriptArgs),
     /// The S3 gateway on many small objects and on large ones, against nginx
     /// (bench/gateway.py; needs root).
     ///

@@ -244,6 +244,14 @@ pub fn gc(root: &Path, ask: service::GcAsk, json: bool, quiet: bool) -> Result<E
             r.orphans_removed
         );
     }
+    if let (true, Some((oldest, until))) = (r.versions_kept > 1, &r.oldest_version) {
+        let until = until.map_or_else(|| "while among the newest".into(), ui::utc);
+        out!(
+            "{} versions still hold what was deleted or overwritten since {oldest} (kept until {until} UTC); \
+             `cairn versions prune` releases them, then `cairn gc` frees it",
+            r.versions_kept
+        );
+    }
     for s in &r.skipped {
         out!("  skipped, cannot be read (`cairn check` says more): {s}");
     }

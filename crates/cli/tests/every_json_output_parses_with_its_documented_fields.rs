@@ -142,8 +142,20 @@ fn every_json_output_parses_with_its_documented_fields() {
             "candidates",
             "freed_bytes",
             "dropped_versions",
+            "versions_kept",
+            "oldest_version",
             "damaged_files",
         ],
+    );
+    json(
+        &repo,
+        &["versions", "list", "--json"],
+        &["label", "number", "created", "logical_bytes", "kept_until"],
+    );
+    json(
+        &repo,
+        &["versions", "prune", "--dry-run", "--json"],
+        &["dropped", "kept"],
     );
     json(
         &repo,

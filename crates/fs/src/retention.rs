@@ -129,10 +129,9 @@ impl Retention {
                 out.push((v.number, None));
                 continue;
             }
-            let mut until = now;
-            if self.minutes > 0 {
-                until = until.max(t + i64::from(self.minutes) * 60);
-            }
+            // (A version from the future, a clock set back, is within the
+            // minutes window until then.)
+            let mut until = now.max(t + i64::from(self.minutes) * 60);
             if newest_hour && self.hourly > 0 {
                 until = until.max((t.div_euclid(HOUR) + i64::from(self.hourly)) * HOUR);
             }

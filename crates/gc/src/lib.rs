@@ -232,6 +232,15 @@ pub struct GcReport {
     /// Versions retention dropped before marking (with `dry_run`: would
     /// drop).
     pub dropped_versions: Vec<String>,
+    /// The automatic versions kept after that: besides the newest, they
+    /// hold whatever was deleted or overwritten since they were written,
+    /// which no collection frees while they stay.
+    #[serde(default)]
+    pub versions_kept: u64,
+    /// The oldest of them (`version/<n>`) and until when `[versions]` keeps
+    /// it (seconds since the epoch; `None` while among the newest).
+    #[serde(default)]
+    pub oldest_version: Option<(String, Option<i64>)>,
     /// Live files that cannot be read back whole: those using a skipped
     /// container, or whose recipe is gone for good.
     pub damaged_files: Vec<fs::damage::DamagedFile>,
@@ -290,6 +299,13 @@ fn collect_inner(
     // empty: see `fs::retention`).
     if let Live::Mounted(fs) = &live {
         report.dropped_versions = fs.apply_retention(!options.dry_run)?;
+        let versions = fs.version_list()?;
+        let left: Vec<_> = versions
+            .iter()
+            .filter(|v| !report.dropped_versions.contains(&v.label))
+            .collect();
+        report.versions_kept = left.len() as u64;
+        report.oldest_version = left.first().map(|v| (v.label.clone(), v.kept_until));
     }
     let (collection, marks, across) = {
         let _history = match &live {

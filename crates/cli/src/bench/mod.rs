@@ -43,6 +43,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
         BenchCommand::Ingest(a) => scripts::run("ingest.py", &a.args),
         BenchCommand::Gc(a) => scripts::run("gc.py", &a.args),
         BenchCommand::Random(a) => scripts::run("random_io.py", &a.args),
+        BenchCommand::Writes(a) => scripts::run("writes.py", &a.args),
         BenchCommand::Gateway(a) => scripts::run("gateway.py", &a.args),
         BenchCommand::Cluster(a) => scripts::run("cluster.py", &a.args),
         BenchCommand::ClusterTrace(a) => cluster_trace::run(&a),

@@ -1,4 +1,4 @@
-//! `cairn bench fs`, `ingest`, `gc`, `random`, `gateway` and `cluster`: the benchmark scripts of `bench/`
+//! `cairn bench fs`, `ingest`, `gc`, `random`, `writes`, `gateway` and `cluster`: the benchmark scripts of `bench/`
 //! (Python, standard library only), built into the binary so an installed
 //! `cairn` runs them without a source tree. They drive real tools (restic,
 //! borg, bindfs, postmark, the mount) from outside, which is why they are
@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 
 /// (name, source); `ingest.py` and `common.py` also hold the helpers the
 /// others import.
-const SCRIPTS: [(&str, &str); 7] = [
+const SCRIPTS: [(&str, &str); 8] = [
     ("ingest.py", include_str!("../../../../bench/ingest.py")),
     ("common.py", include_str!("../../../../bench/common.py")),
     ("fs.py", include_str!("../../../../bench/fs.py")),
@@ -22,6 +22,7 @@ const SCRIPTS: [(&str, &str); 7] = [
         include_str!("../../../../bench/random_io.py"),
     ),
     ("gateway.py", include_str!("../../../../bench/gateway.py")),
+    ("writes.py", include_str!("../../../../bench/writes.py")),
     ("cluster.py", include_str!("../../../../bench/cluster.py")),
 ];
 
