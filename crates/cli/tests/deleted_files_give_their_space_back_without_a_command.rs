@@ -10,15 +10,7 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{edit_config, ok, plain_containers, random, write_synced, Mount};
-
-fn container_bytes(repo: &Path) -> u64 {
-    plain_containers(repo)
-        .iter()
-        .filter_map(|p| fs::metadata(p).ok())
-        .map(|m| m.len())
-        .sum()
-}
+use common::{edit_config, ok, plain_container_bytes, random, write_synced, Mount};
 
 /// Writes 6 MiB, keeps 1 MiB, deletes the rest; the container bytes
 /// before the delete.
@@ -28,7 +20,7 @@ fn write_and_delete(m: &Mount, repo: &Path) -> (u64, Vec<u8>) {
     for i in 0..5 {
         write_synced(&m.path(&format!("doomed-{i}")), &random(1 << 20, 10 + i)).unwrap();
     }
-    let before = container_bytes(repo);
+    let before = plain_container_bytes(repo);
     for i in 0..5 {
         fs::remove_file(m.path(&format!("doomed-{i}"))).unwrap();
     }
@@ -59,10 +51,10 @@ fn deleted_data_is_collected_by_the_daemon() {
     let (before, kept) = write_and_delete(&m, &repo);
     // The daemon looks every second; give it a generous while.
     let started = Instant::now();
-    let mut now = container_bytes(&repo);
+    let mut now = plain_container_bytes(&repo);
     while now + (4 << 20) > before && started.elapsed() < Duration::from_secs(120) {
         std::thread::sleep(Duration::from_millis(200));
-        now = container_bytes(&repo);
+        now = plain_container_bytes(&repo);
     }
     assert!(
         now + (4 << 20) <= before,
@@ -87,10 +79,10 @@ fn auto_after_zero_leaves_collection_to_a_command() {
     // collection below frees the deleted data, so it was still there.
     std::thread::sleep(Duration::from_secs(3));
     assert!(
-        container_bytes(&repo) >= before,
+        plain_container_bytes(&repo) >= before,
         "collected without a command"
     );
     ok(&repo, &["gc"]);
-    assert!(container_bytes(&repo) + (4 << 20) <= before);
+    assert!(plain_container_bytes(&repo) + (4 << 20) <= before);
     m.unmount();
 }

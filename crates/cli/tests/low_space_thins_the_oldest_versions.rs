@@ -11,15 +11,7 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{edit_config, ok, plain_containers, random, write_synced, Mount, Tmpfs};
-
-fn container_bytes(repo: &Path) -> u64 {
-    plain_containers(repo)
-        .iter()
-        .filter_map(|p| fs::metadata(p).ok())
-        .map(|m| m.len())
-        .sum()
-}
+use common::{edit_config, ok, plain_container_bytes, random, write_synced, Mount, Tmpfs};
 
 fn versions(repo: &Path) -> Vec<String> {
     let list: serde_json::Value =
@@ -58,7 +50,7 @@ fn the_oldest_versions_go_when_space_runs_low() {
     // The snapshot holds "old" too: dropped, so only versions hold it.
     ok(&repo, &["snapshot", "delete", "kept"]);
     assert_eq!(versions(&repo).len(), 2);
-    let held = container_bytes(&repo);
+    let held = plain_container_bytes(&repo);
 
     // Under half the disk free: the daemon drops the older version.
     let new = random(16 << 20, 2);
@@ -68,10 +60,10 @@ fn the_oldest_versions_go_when_space_runs_low() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(versions(&repo).len(), 1, "the older version is still there");
-    let mut now = container_bytes(&repo);
+    let mut now = plain_container_bytes(&repo);
     while now + (12 << 20) > held + (16 << 20) && started.elapsed() < Duration::from_secs(120) {
         std::thread::sleep(Duration::from_millis(200));
-        now = container_bytes(&repo);
+        now = plain_container_bytes(&repo);
     }
     assert!(
         now + (12 << 20) <= held + (16 << 20),

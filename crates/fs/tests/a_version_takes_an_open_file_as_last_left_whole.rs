@@ -79,14 +79,7 @@ fn versions_take_open_files_as_of_their_last_close_or_fsync() {
 
     // A collection while the file is open keeps what the version took
     // (its record was replaced by the committer's).
-    let options = gc::GcOptions {
-        threshold: 1.0,
-        dry_run: false,
-        max_garbage: 1.0,
-        compact_index: false,
-        peer_wait: gc::PEER_WAIT,
-    };
-    gc::collect(fs.store(), gc::Live::Mounted(&fs), options, &|_| {}).unwrap();
+    common::collect_all(&fs);
     assert!(
         stored(&fs, &v, "f") == first,
         "the version's data survives gc"

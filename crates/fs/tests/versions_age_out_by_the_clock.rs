@@ -61,14 +61,7 @@ fn labels(fs: &Fs) -> Vec<u64> {
 }
 
 fn gc(fs: &Fs) -> gc::GcReport {
-    let options = gc::GcOptions {
-        threshold: 1.0,
-        dry_run: false,
-        max_garbage: 1.0,
-        compact_index: false,
-        peer_wait: gc::PEER_WAIT,
-    };
-    gc::collect(fs.store(), gc::Live::Mounted(fs), options, &|_| {}).unwrap()
+    common::collect_all(fs)
 }
 
 #[test]

@@ -322,6 +322,15 @@ pub fn mount_on_tmpfs(base: &Path, mib: u64) -> (Tmpfs, Mount) {
     (disk, Mount::start(repo, mnt))
 }
 
+/// The bytes of every container blob of a plain repository.
+pub fn plain_container_bytes(repo: &Path) -> u64 {
+    plain_containers(repo)
+        .iter()
+        .filter_map(|p| fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
 /// Every container blob of a plain repository (one local branch), sorted.
 pub fn plain_containers(repo: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();

@@ -25,6 +25,18 @@ pub fn store_and_meta(dir: &Path) -> (Store, RedbMeta) {
     (store, meta)
 }
 
+/// A collection that rewrites every container holding any garbage.
+pub fn collect_all(fs: &fs::Fs) -> gc::GcReport {
+    let options = gc::GcOptions {
+        threshold: 1.0,
+        dry_run: false,
+        max_garbage: 1.0,
+        compact_index: false,
+        peer_wait: gc::PEER_WAIT,
+    };
+    gc::collect(fs.store(), gc::Live::Mounted(fs), options, &|_| {}).unwrap()
+}
+
 /// What a new empty regular file is created with (0644, root's).
 pub fn new_file() -> meta::NewInode {
     meta::NewInode {
