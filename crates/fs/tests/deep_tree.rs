@@ -174,14 +174,7 @@ fn walk_a_deep_tree() {
     fs.sync_all().unwrap();
     fs.unlink(InodeId::ROOT, b"junk").unwrap();
     fs.sync_all().unwrap();
-    let options = gc::GcOptions {
-        threshold: 1.0,
-        dry_run: false,
-        max_garbage: 1.0,
-        compact_index: false,
-        peer_wait: gc::PEER_WAIT,
-    };
-    let report = gc::collect(fs.store(), gc::Live::Mounted(&fs), options, &|_| {}).unwrap();
+    let report = common::collect_all(&fs);
     // Two chunks (a listing and its recipe node) per directory of the
     // version and snapshot a (one tree) and of snapshot b.
     assert!(report.marked_chunks > 4 * DEPTH as u64, "{report:?}");

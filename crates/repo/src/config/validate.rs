@@ -11,7 +11,7 @@ use toml::Spanned;
 
 use super::problem::{BranchProblem, ChunkingRuleProblem, ConfigProblem, KeyProblem, RuleProblem};
 use super::schema::{
-    BranchKind, Codec, Mode, Raw, RawBranch, RawCache, RawChunkingRule, RawDefault, RawQos,
+    BranchKind, Codec, Mode, Raw, RawBranch, RawCache, RawChunkingRule, RawDefault, RawGc, RawQos,
     RawRule, RawSharedIndex, RawVersions, SharedIndexKind, Size,
 };
 use super::{
@@ -133,33 +133,7 @@ pub(super) fn config(mut raw: Raw, text: &str) -> Result<Config> {
     }
     let retention = retention(text, &raw.versions, f.versions_keep.as_ref())?;
     let qos = qos(text, &raw.qos)?;
-    let check = *raw.gc.auto_check_seconds.get_ref();
-    if !(1..=86400).contains(&check) {
-        let problem = out_of_range(check, 1, 86400);
-        return Err(at(
-            text,
-            &raw.gc.auto_check_seconds,
-            "gc",
-            "auto_check_seconds",
-            problem,
-        ));
-    }
-    let keep_free = *raw.gc.keep_free_percent.get_ref();
-    if keep_free > 50 {
-        let problem = out_of_range(keep_free, 0, 50);
-        return Err(at(
-            text,
-            &raw.gc.keep_free_percent,
-            "gc",
-            "keep_free_percent",
-            problem,
-        ));
-    }
-    let auto_gc = super::AutoGc {
-        after: raw.gc.auto_after.0,
-        check: std::time::Duration::from_secs(check),
-        keep_free_percent: keep_free as u8,
-    };
+    let auto_gc = auto_gc(text, &raw.gc)?;
     let tier = tier(text, &raw.cache)?;
     let shared_index = raw
         .shared_index
@@ -281,6 +255,25 @@ fn chunking_rules(raw: Vec<RawChunkingRule>) -> Result<Vec<ChunkingRuleSpec>> {
         specs.push(spec);
     }
     Ok(specs)
+}
+
+/// `[gc]`: the check interval 1 s to a day, the free share 0 to 50%.
+fn auto_gc(text: &str, g: &RawGc) -> Result<super::AutoGc> {
+    let within = |key: &'static str, v: &Spanned<u64>, min: u64, max: u64| {
+        let value = *v.get_ref();
+        if (min..=max).contains(&value) {
+            Ok(value)
+        } else {
+            Err(at(text, v, "gc", key, out_of_range(value, min, max)))
+        }
+    };
+    let check = within("auto_check_seconds", &g.auto_check_seconds, 1, 86400)?;
+    let keep_free = within("keep_free_percent", &g.keep_free_percent, 0, 50)?;
+    Ok(super::AutoGc {
+        after: g.auto_after.0,
+        check: std::time::Duration::from_secs(check),
+        keep_free_percent: keep_free as u8,
+    })
 }
 
 fn out_of_range(value: u64, min: u64, max: u64) -> KeyProblem {
