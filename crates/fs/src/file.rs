@@ -102,6 +102,9 @@ pub struct FileState {
     /// Bytes whose extents changed since `memo`'s tree was stored: every
     /// change to `extents` is noted here.
     pub touched: crate::changed::Changed,
+    /// The changes an fsync may log instead of storing chunks (see
+    /// [`crate::intent`]).
+    pub(crate) intent: crate::intent::Intent,
 }
 
 impl FileState {
@@ -133,6 +136,7 @@ impl FileState {
             read_pattern: crate::pattern::FilePattern::default(),
             memo: None,
             touched: crate::changed::Changed::default(),
+            intent: Default::default(),
         };
         if let Content::Inline(bytes) = content {
             f.insert_dirty(0, &bytes);
@@ -158,6 +162,7 @@ impl FileState {
     /// Records a write; returns how many dirty bytes it added.
     pub fn write(&mut self, offset: u64, data: &[u8], now: Timestamp) -> usize {
         let before = self.dirty_bytes;
+        self.intent.write(offset, data);
         self.insert_dirty(offset, data);
         self.dirty_bytes = self.dirty.values().map(Vec::len).sum();
         self.size = self.size.max(offset + data.len() as u64);
@@ -217,6 +222,7 @@ impl FileState {
         read: &dyn Fn(&ChunkId) -> Result<Bytes>,
     ) -> Result<()> {
         assert!(!self.busy(), "truncate waits for the apply in flight");
+        self.intent.truncate(size);
         if size < self.size {
             let tails: Vec<u64> = self.dirty.range(..).map(|(&s, _)| s).collect();
             for s in tails {
@@ -263,6 +269,7 @@ impl FileState {
 
     /// Notes the content recorded: the engine's times are the file's.
     pub fn recorded(&mut self) {
+        self.intent.recorded();
         self.changed = false;
         self.mtime = None;
         self.mtime_set = false;

@@ -107,6 +107,7 @@ mod error;
 mod export;
 mod file;
 mod hints;
+mod intent;
 pub mod history;
 mod metrics;
 mod migrate;
@@ -357,6 +358,7 @@ impl Fs {
             .store
             .layer()
             .watch_io(inner.recorded.branches.clone());
+        intent::replay(&inner)?;
         let bg = inner.clone();
         let committer = std::thread::Builder::new()
             .name("fs-commit".into())

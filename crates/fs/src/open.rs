@@ -352,9 +352,21 @@ impl Fs {
         self.inner.stored_or_waiting(wrote)
     }
 
-    /// Returns when the file's data and metadata are durable.
+    /// `fsync` of a directory: returns when its entries are durable (every
+    /// namespace change so far, and the data what is recorded points at).
+    /// Open files are not recorded for it: their content is theirs to
+    /// fsync.
+    pub fn fsync_dir(&self, _ino: InodeId) -> Result<()> {
+        self.inner.commit()
+    }
+
+    /// Returns when the file's data and metadata are durable: its new
+    /// writes logged when they are few (see [`crate::intent`]), else
+    /// recorded whole.
     pub fn fsync(&self, ino: InodeId) -> Result<()> {
-        self.flush(ino)?;
+        if !self.inner.log_intent(ino)? {
+            self.flush(ino)?;
+        }
         self.inner.commit()
     }
 }
@@ -392,6 +404,44 @@ impl Inner {
             if f.changed {
                 f.mtime = Some(mtime);
                 f.mtime_set = true;
+            }
+        }
+    }
+
+    /// Appends the writes of `ino` since its last record or log to its
+    /// intent log, for an fsync; `false` when the file must be recorded
+    /// whole instead (an inline file, too much written, an engine without
+    /// a log, data waiting for space).
+    fn log_intent(&self, ino: InodeId) -> Result<bool> {
+        let Some(state) = self.files.lock().get(&ino).cloned() else {
+            return Ok(false);
+        };
+        let _recording = self.recording.read();
+        let mut f = self.lock_settled(&state);
+        if !f.changed
+            || f.size as usize <= self.settings.inline_max
+            || f.failed.is_some()
+            || self.store.waiting_for_space().is_some()
+        {
+            return Ok(false);
+        }
+        let mtime = match f.mtime {
+            Some(m) => m,
+            None => now(),
+        };
+        let size = f.size;
+        let Some(record) = f.intent.take(size, mtime) else {
+            return Ok(false);
+        };
+        match self.meta.append_intent(ino, &record) {
+            Ok(true) => Ok(true),
+            Ok(false) => {
+                f.intent.broken();
+                Ok(false)
+            }
+            Err(e) => {
+                f.intent.broken();
+                Err(e.into())
             }
         }
     }

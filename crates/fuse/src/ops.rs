@@ -674,15 +674,13 @@ impl Filesystem for CairnFs {
     fn fsyncdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
         let _timer = self.timed("fsyncdir");
-        // `fs` offers no narrower commit: entries become durable with
-        // everything else.
-        self.reply_empty("fsyncdir", InodeId::ROOT, reply, self.fs.sync_all())
+        self.reply_empty("fsyncdir", id(ino), reply, self.fs.fsync_dir(id(ino)))
     }
 
     /// cairn's own space, not the host disk's (docs/file-system.md, "What

@@ -11,7 +11,7 @@ use redb::{ReadableTable, Table, WriteTransaction};
 use crate::pathindex::{IndexMem, MOVES, PATHS, PATH_KEYS};
 use crate::record::{
     as_slices, corrupt, decode, dkey, dval, dval_decode, encode, prefix_range, Rec, DIRENTS, DIRS,
-    FILES, INODES, META, NEXT_INO, ORPHANS, XATTRS,
+    FILES, INODES, INTENTS, META, NEXT_INO, ORPHANS, XATTRS,
 };
 use crate::{FileKind, Inode, InodeId, MetaError, Result, Timestamp};
 
@@ -19,6 +19,8 @@ use crate::{FileKind, Inode, InodeId, MetaError, Result, Timestamp};
 /// that every change to an inode in the transaction applies to one copy
 /// (a rename within one directory updates that directory twice).
 pub(crate) struct W<'t> {
+    /// For the tables few operations open (the intent log).
+    tx: &'t WriteTransaction,
     pub(crate) inodes: Table<'t, u64, &'static [u8]>,
     pub(crate) dirents: Table<'t, &'static [u8], [u8; 9]>,
     pub(crate) xattrs: Table<'t, &'static [u8], &'static [u8]>,
@@ -43,6 +45,7 @@ pub(crate) struct W<'t> {
 impl<'t> W<'t> {
     pub(crate) fn open(tx: &'t WriteTransaction, index: Arc<Mutex<IndexMem>>) -> Result<Self> {
         Ok(W {
+            tx,
             inodes: tx.open_table(INODES)?,
             dirents: tx.open_table(DIRENTS)?,
             xattrs: tx.open_table(XATTRS)?,
@@ -179,6 +182,32 @@ impl<'t> W<'t> {
         let range = prefix_range(ino.0);
         self.xattrs
             .retain_in::<&[u8], _>(as_slices(&range), |_, _| false)?;
+        self.clear_intents(ino)
+    }
+
+    /// Drops the intent records of `ino`: its content was set, or it is
+    /// gone.
+    pub(crate) fn clear_intents(&mut self, ino: InodeId) -> Result<()> {
+        let mut intents = self.tx.open_table(INTENTS)?;
+        let mut some = false;
+        intents.retain_in((ino.0, 0)..=(ino.0, u64::MAX), |_, _| {
+            some = true;
+            false
+        })?;
+        self.mutated |= some;
+        Ok(())
+    }
+
+    /// Appends `record` to the intent log of `ino`.
+    pub(crate) fn append_intent(&mut self, ino: InodeId, record: &[u8]) -> Result<()> {
+        self.rec(ino)?;
+        let mut intents = self.tx.open_table(INTENTS)?;
+        let next = match intents.range((ino.0, 0)..=(ino.0, u64::MAX))?.next_back() {
+            Some(last) => last?.0.value().1 + 1,
+            None => 0,
+        };
+        self.mutated = true;
+        intents.insert((ino.0, next), record)?;
         Ok(())
     }
 

@@ -21,7 +21,7 @@ use crate::batch::W;
 use crate::pathindex::{IndexMem, MOVES, PATHS};
 use crate::record::{
     as_slices, corrupt, decode, dkey, dval_decode, holds_recipe, prefix_range, record_kind, Rec,
-    DIRENTS, DIRS, FILES, INODES, META, NEXT_INO, XATTRS,
+    DIRENTS, DIRS, FILES, INODES, INTENTS, META, NEXT_INO, XATTRS,
 };
 use crate::rules::{check_name, check_xattr_name, new_size};
 use crate::{
@@ -89,6 +89,10 @@ pub struct RedbMeta {
 struct Batch {
     tx: Option<WriteTransaction>,
     ops: usize,
+    /// Something was committed without fsync since the last `sync`: a
+    /// `sync` with nothing to make durable costs no disk flush (a program
+    /// that fsyncs a directory after every fsync of a file).
+    unsynced: bool,
 }
 
 /// Free bytes under which operations that grow the namespace are refused.
@@ -391,6 +395,7 @@ impl RedbMeta {
         match out {
             Ok(v) => {
                 batch.ops += 1;
+                batch.unsynced = true;
                 if batch.ops >= MAX_BATCH {
                     batch.ops = 0;
                     tx.commit().inspect_err(|_| self.index.lock().reset())?;
@@ -970,7 +975,9 @@ impl MetaStore for RedbMeta {
             a.size = size;
             a.mtime = mtime;
             a.ctime = mtime;
-            Ok(rec.inode.clone())
+            let inode = rec.inode.clone();
+            w.clear_intents(ino)?;
+            Ok(inode)
         };
         if grows {
             self.write_growing(op)
@@ -1096,6 +1103,9 @@ impl MetaStore for RedbMeta {
     fn sync(&self) -> Result<()> {
         let mut batch = self.batch.lock();
         batch.ops = 0;
+        if batch.tx.is_none() && !batch.unsynced {
+            return Ok(());
+        }
         let synced = (|| -> Result<()> {
             let mut tx = match batch.tx.take() {
                 Some(tx) => tx,
@@ -1105,10 +1115,38 @@ impl MetaStore for RedbMeta {
             tx.commit()?;
             Ok(())
         })();
+        batch.unsynced = synced.is_err();
         synced.map_err(|e| {
             self.index.lock().reset();
             self.after(e)
         })
+    }
+
+    fn append_intent(&self, ino: InodeId, record: &[u8]) -> Result<bool> {
+        self.write_growing(|w| w.append_intent(ino, record))?;
+        Ok(true)
+    }
+
+    fn intents(&self) -> Result<Vec<(InodeId, Vec<Vec<u8>>)>> {
+        let tx = self.begin_read()?;
+        let table = match tx.open_table(INTENTS) {
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            other => other?,
+        };
+        let mut out: Vec<(InodeId, Vec<Vec<u8>>)> = Vec::new();
+        for entry in table.iter()? {
+            let (key, value) = entry?;
+            let ino = InodeId(key.value().0);
+            match out.last_mut() {
+                Some((last, records)) if *last == ino => records.push(value.value().to_vec()),
+                _ => out.push((ino, vec![value.value().to_vec()])),
+            }
+        }
+        Ok(out)
+    }
+
+    fn clear_intents(&self, ino: InodeId) -> Result<()> {
+        self.write(|w| w.clear_intents(ino))
     }
 
     fn lookup_path(&self, path: &[u8]) -> Result<PathFound> {

@@ -307,6 +307,29 @@ pub trait MetaStore: Send + Sync {
     /// Makes every mutation so far durable.
     fn sync(&self) -> Result<()>;
 
+    /// Appends `record` to the intent log of regular file `ino`: bytes of
+    /// `fs` (the writes an `fsync` made durable without storing chunks),
+    /// kept in order until the file's content is next set
+    /// ([`MetaStore::set_content`] drops them in the same transaction) or
+    /// the inode is deleted. Durable at the next [`MetaStore::sync`].
+    /// `false` from an engine that keeps no log: `fs` stores chunks then.
+    fn append_intent(&self, ino: InodeId, record: &[u8]) -> Result<bool> {
+        let _ = (ino, record);
+        Ok(false)
+    }
+
+    /// Every inode with intent records, with them in the order appended
+    /// (read once when the file system opens, to replay them).
+    fn intents(&self) -> Result<Vec<(InodeId, Vec<Vec<u8>>)>> {
+        Ok(Vec::new())
+    }
+
+    /// Drops the intent records of `ino` (an inode that is gone).
+    fn clear_intents(&self, ino: InodeId) -> Result<()> {
+        let _ = ino;
+        Ok(())
+    }
+
     /// The inode at `path` (names joined by `/`, no leading `/`; the empty
     /// path is the root): what [`MetaStore::lookup`] name by name from the
     /// root gives, with the same errors. A regular file with one name is

@@ -27,6 +27,9 @@ pub(crate) const DIRENTS: TableDefinition<&[u8], [u8; 9]> = TableDefinition::new
 pub(crate) const XATTRS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("xattrs");
 pub(crate) const ORPHANS: TableDefinition<u64, ()> = TableDefinition::new("orphans");
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// Each file's intent log, `(inode, sequence)` to a record of `fs` (see
+/// [`crate::MetaStore::append_intent`]).
+pub(crate) const INTENTS: TableDefinition<(u64, u64), &[u8]> = TableDefinition::new("intents");
 
 pub(crate) const NEXT_INO: &str = "next_ino";
 pub(crate) const FILES: &str = "files";
