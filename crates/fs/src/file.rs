@@ -139,8 +139,7 @@ impl FileState {
             intent: Default::default(),
         };
         if let Content::Inline(bytes) = content {
-            f.insert_dirty(0, &bytes);
-            f.dirty_bytes = f.dirty.values().map(Vec::len).sum();
+            f.dirty_bytes = f.insert_dirty(0, &bytes);
         }
         f
     }
@@ -163,10 +162,13 @@ impl FileState {
     pub fn write(&mut self, offset: u64, data: &[u8], now: Timestamp) -> usize {
         let before = self.dirty_bytes;
         self.intent.write(offset, data);
-        self.insert_dirty(offset, data);
-        self.dirty_bytes = self.dirty.values().map(Vec::len).sum();
+        self.dirty_bytes += self.insert_dirty(offset, data);
+        debug_assert_eq!(
+            self.dirty_bytes,
+            self.dirty.values().map(Vec::len).sum::<usize>()
+        );
         self.size = self.size.max(offset + data.len() as u64);
-        self.modified(now);
+        self.modified_logged(now);
         self.dirty_bytes.saturating_sub(before)
     }
 
@@ -175,9 +177,11 @@ impl FileState {
     /// than [`RUN_MAX`] that ends at `offset` grows in place; a longer one is
     /// followed by a new run, so a stream of appends is never copied to make
     /// room (applying cuts chunks across runs, see [`crate::cut`]).
-    fn insert_dirty(&mut self, offset: u64, data: &[u8]) {
+    /// Returns how many bytes `dirty` grew by (a file with many runs is
+    /// not summed at each write).
+    fn insert_dirty(&mut self, offset: u64, data: &[u8]) -> usize {
         if data.is_empty() {
-            return;
+            return 0;
         }
         let end = offset + data.len() as u64;
         let start = match self.dirty.range(..=offset).next_back() {
@@ -197,6 +201,8 @@ impl FileState {
             .into_iter()
             .map(|s| (s, self.dirty.remove(&s).expect("listed")))
             .collect();
+        let had = self.dirty.get(&start).map_or(0, Vec::len)
+            + later.iter().map(|(_, old)| old.len()).sum::<usize>();
         let run = self.dirty.entry(start).or_default();
         let at = (offset - start) as usize;
         if at + data.len() <= run.len() {
@@ -212,6 +218,7 @@ impl FileState {
                 run.extend_from_slice(&old[(run_end - s) as usize..]);
             }
         }
+        run.len() - had
     }
 
     /// Cuts the file to `size`, dropping extents and dirty bytes past it.
@@ -256,12 +263,21 @@ impl FileState {
             self.dirty_bytes = self.dirty.values().map(Vec::len).sum();
         }
         self.size = size;
-        self.modified(now);
+        self.modified_logged(now);
         Ok(())
     }
 
-    /// Notes a change of content at `now`, recorded with it.
+    /// Notes a change of content at `now`, recorded with it: a change the
+    /// intent log does not hold (a splice of extents, a hole punched), so
+    /// the next fsync records the file whole.
     pub fn modified(&mut self, now: Timestamp) {
+        self.intent.broken();
+        self.modified_logged(now);
+    }
+
+    /// [`FileState::modified`] by a write or truncate, which the intent
+    /// log holds.
+    fn modified_logged(&mut self, now: Timestamp) {
         self.changed = true;
         self.mtime = Some(now);
         self.mtime_set = false;

@@ -232,7 +232,10 @@ pub(crate) fn replay(inner: &Inner) -> Result<()> {
         files += 1;
     }
     inner.commit()?;
-    tracing::info!(files, "replayed the changes fsync'd before the file system was last closed");
+    tracing::info!(
+        files,
+        "replayed the changes fsync'd before the file system was last closed"
+    );
     Ok(())
 }
 
@@ -311,7 +314,13 @@ mod tests {
         i.recorded();
         i.write(0, b"x");
         let r = decode(&i.take(1, Timestamp::default()).unwrap()).unwrap();
-        assert_eq!(r.ops, vec![Op::Write { offset: 0, bytes: b"x".to_vec() }]);
+        assert_eq!(
+            r.ops,
+            vec![Op::Write {
+                offset: 0,
+                bytes: b"x".to_vec()
+            }]
+        );
     }
 
     #[test]

@@ -32,7 +32,6 @@ impl FileState {
         rewrite: &mut Rewrite<'_>,
     ) -> Result<()> {
         assert!(!self.busy(), "punch waits for the apply in flight");
-        self.intent.broken();
         let hi = hi.min(self.size);
         if lo >= hi {
             return Ok(());

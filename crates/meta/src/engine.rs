@@ -1280,6 +1280,84 @@ mod tests {
     }
 
     #[test]
+    fn intent_records_last_until_the_content_is_set_or_the_file_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = RedbMeta::open(&dir.path().join("m.redb"), 0, 0).unwrap();
+        let now = Timestamp::now();
+        let file = || NewInode {
+            kind: FileKind::File,
+            perm: 0o644,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            content: Content::Empty,
+            xattrs: Vec::new(),
+        };
+        let a = m.create(InodeId::ROOT, b"a", file(), now).unwrap().id;
+        let b = m.create(InodeId::ROOT, b"b", file(), now).unwrap().id;
+        for r in [&b"one"[..], b"two"] {
+            assert!(m.append_intent(a, r).unwrap());
+        }
+        assert!(m.append_intent(b, b"three").unwrap());
+        assert_eq!(
+            m.append_intent(InodeId(999), b"x").unwrap_err().to_string(),
+            MetaError::NotFound.to_string()
+        );
+        m.sync().unwrap();
+        drop(m);
+        let m = RedbMeta::open(&dir.path().join("m.redb"), 0, 0).unwrap();
+        assert_eq!(
+            m.intents().unwrap(),
+            vec![
+                (a, vec![b"one".to_vec(), b"two".to_vec()]),
+                (b, vec![b"three".to_vec()])
+            ]
+        );
+        m.set_content(a, Content::Inline(b"new".to_vec()), 3, now)
+            .unwrap();
+        m.unlink(InodeId::ROOT, b"b", false, now).unwrap();
+        assert_eq!(m.intents().unwrap(), vec![]);
+    }
+
+    #[test]
+    fn a_sync_with_nothing_new_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.redb");
+        let m = RedbMeta::open(&path, 0, 0).unwrap();
+        m.sync().unwrap();
+        let len = std::fs::metadata(&path).unwrap().len();
+        let header = std::fs::read(&path).unwrap()[..512].to_vec();
+        m.sync().unwrap();
+        assert_eq!(
+            std::fs::read(&path).unwrap()[..512],
+            header[..],
+            "the header was rewritten"
+        );
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+        m.create(
+            InodeId::ROOT,
+            b"x",
+            NewInode {
+                kind: FileKind::File,
+                perm: 0o644,
+                uid: 0,
+                gid: 0,
+                rdev: 0,
+                content: Content::Empty,
+                xattrs: Vec::new(),
+            },
+            Timestamp::now(),
+        )
+        .unwrap();
+        m.sync().unwrap();
+        assert_ne!(
+            std::fs::read(&path).unwrap()[..512],
+            header[..],
+            "a change was synced"
+        );
+    }
+
+    #[test]
     fn an_xattr_change_rewrites_the_path_index_entry() {
         let dir = tempfile::tempdir().unwrap();
         let m = RedbMeta::open(&dir.path().join("m.redb"), 0, 0).unwrap();

@@ -334,7 +334,10 @@ pub fn plain_container_bytes(repo: &Path) -> u64 {
 /// Every container blob of a plain repository (one local branch), sorted.
 pub fn plain_containers(repo: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    for sub in fs::read_dir(repo.join("branches/local/containers")).unwrap() {
+    let Ok(subs) = fs::read_dir(repo.join("branches/local/containers")) else {
+        return out; // none stored yet
+    };
+    for sub in subs {
         for f in fs::read_dir(sub.unwrap().path()).unwrap() {
             out.push(f.unwrap().path());
         }
