@@ -1,7 +1,8 @@
 //! A database's pattern under a mount on a disk whose power a test cuts
 //! (`testkit::powercut`): a 1 MiB file, then rounds of a few 4 KiB
 //! overwrites, an append and now and then a truncate, each round ended by
-//! `fsync`. Those fsyncs go to the intent log: with the committer's
+//! `fsync`, and a small journal kept in its inode whose header is rewritten
+//! and fsynced. Those fsyncs go to the intent log: with the committer's
 //! interval an hour, the store gains no container per fsync. After the cut
 //! the file reads back exactly as at its last fsync (the log replayed when
 //! the file system opens), and `check` is clean. `CAIRN_POWERCUT_SEED=S`
@@ -67,6 +68,17 @@ fn fsynced_small_writes_are_logged_and_survive_a_power_cut() {
         file.sync_data().unwrap();
     }
     drop(file);
+    // A journal small enough to live in its inode: its header rewritten
+    // and fsynced is logged as those bytes.
+    let mut journal = random(8_700, seed ^ 1);
+    write_synced(&m.path("db-journal"), &journal).unwrap();
+    let j = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.path("db-journal"))
+        .unwrap();
+    j.write_all_at(b"header=12 b.", 0).unwrap();
+    journal[..12].copy_from_slice(b"header=12 b.");
+    j.sync_data().unwrap();
     let added = plain_containers(&m.repo).len() - before;
     assert!(
         added < ROUNDS / 8,
@@ -83,6 +95,10 @@ fn fsynced_small_writes_are_logged_and_survive_a_power_cut() {
     assert!(
         got == model,
         "seed {seed}: the file differs from its last fsync"
+    );
+    assert!(
+        std::fs::read(m.path("db-journal")).unwrap() == journal,
+        "seed {seed}: the inline journal differs from its last fsync"
     );
     let (repo, mnt) = m.unmount();
     ok(&repo, &["check"]);

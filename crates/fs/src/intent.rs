@@ -28,8 +28,9 @@ use crate::{Inner, Result};
 
 /// New bytes one fsync may log; more are stored as chunks.
 pub(crate) const FSYNC_MAX: usize = 1 << 20;
-/// Bytes a file may log between two records of its content.
-pub(crate) const FILE_MAX: usize = 8 << 20;
+/// Bytes a file may log between two records of its content: what a log
+/// adds to the metadata engine's file (which does not shrink).
+pub(crate) const FILE_MAX: usize = 2 << 20;
 
 /// A change to a file's bytes, in the order the program made it.
 #[derive(Debug, Clone, PartialEq, Eq)]

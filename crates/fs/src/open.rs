@@ -410,19 +410,16 @@ impl Inner {
 
     /// Appends the writes of `ino` since its last record or log to its
     /// intent log, for an fsync; `false` when the file must be recorded
-    /// whole instead (an inline file, too much written, an engine without
-    /// a log, data waiting for space).
+    /// whole instead (too much written, an engine without a log, data
+    /// waiting for space). An inline file logs too: a journal's header
+    /// rewritten is 12 bytes logged, not the whole file recorded again.
     fn log_intent(&self, ino: InodeId) -> Result<bool> {
         let Some(state) = self.files.lock().get(&ino).cloned() else {
             return Ok(false);
         };
         let _recording = self.recording.read();
         let mut f = self.lock_settled(&state);
-        if !f.changed
-            || f.size as usize <= self.settings.inline_max
-            || f.failed.is_some()
-            || self.store.waiting_for_space().is_some()
-        {
+        if !f.changed || f.failed.is_some() || self.store.waiting_for_space().is_some() {
             return Ok(false);
         }
         let mtime = match f.mtime {

@@ -16,6 +16,13 @@
 //! `cas::qos` (they yield to the file system's readers); a collection
 //! already running, from a command or the dashboard, is not doubled.
 //!
+//! **Throttled.** A collection marks and reads while the file system is in
+//! use; after one that took `d`, the next waits until `REST` times `d` has
+//! passed since it ended ([`rested`]), so collections take at most a fifth
+//! of the wall clock however fast garbage is made (a database rewriting its
+//! pages makes it all the time), and the file system keeps the rest. Low
+//! space does not wait.
+//!
 //! **Low space.** When the store's branches can take less than
 //! `gc.keep_free_percent` of their capacity, the oldest automatic version
 //! is dropped at each check (never the newest, never a snapshot or label)
@@ -28,6 +35,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -35,6 +43,16 @@ use repo::AutoGc;
 
 use crate::control::Served;
 use crate::request::Request;
+
+/// How many times a collection's duration the next automatic one waits
+/// after it ended.
+const REST: u32 = 4;
+
+/// Whether a collection that took `took` and ended `since` ago has rested
+/// long enough for the next to start.
+fn rested(took: Duration, since: Duration) -> bool {
+    since >= took.saturating_mul(REST)
+}
 
 /// The thread; dropping it stops it (waiting for a collection running).
 pub struct AutoGcThread {
@@ -77,6 +95,7 @@ fn run(
     let mut released = served.fs.released_bytes();
     let (lock, cv) = stop;
     let mut stopped = lock.lock();
+    let mut last: Option<(Duration, Instant)> = None;
     loop {
         cv.wait_for(&mut stopped, settings.check);
         if *stopped {
@@ -88,7 +107,8 @@ fn run(
         } else {
             None
         };
-        if thinned.is_none() && !settings.due(base, given_up) {
+        let resting = last.is_some_and(|(took, ended)| !rested(took, ended.elapsed()));
+        if thinned.is_none() && (resting || !settings.due(base, given_up)) {
             continue;
         }
         drop(stopped);
@@ -107,7 +127,9 @@ fn run(
         };
         // Refused (another collection running) or failed, it is logged as
         // the job ends; the next try waits for the store to grow again.
+        let started = Instant::now();
         let _ = crate::jobs::run_auto(served, root, &req);
+        last = Some((started.elapsed(), Instant::now()));
         base = store.stored_bytes();
         released = served.fs.released_bytes();
         stopped = lock.lock();
@@ -153,5 +175,19 @@ impl Drop for AutoGcThread {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_collection_waits_four_times_the_last_ones_duration() {
+        let took = Duration::from_secs(3);
+        assert!(!rested(took, Duration::from_secs(11)));
+        assert!(rested(took, Duration::from_secs(12)));
+        assert!(rested(Duration::ZERO, Duration::ZERO));
+        assert!(!rested(Duration::MAX, Duration::from_secs(u64::MAX / 2)));
     }
 }
