@@ -326,10 +326,14 @@ impl CasError {
     /// data written again meanwhile, never a lost one.
     pub fn loses_data(&self) -> bool {
         fn lost(e: &redundancy::Error) -> bool {
-            matches!(
-                e,
-                redundancy::Error::Unrecoverable { .. } | redundancy::Error::NotFound(_)
-            )
+            match e {
+                redundancy::Error::Unrecoverable { .. } | redundancy::Error::NotFound(_) => true,
+                // A blob shorter than it says (a put a power cut tore).
+                redundancy::Error::Branch { source, .. } => {
+                    matches!(**source, branch::BranchError::Truncated { .. })
+                }
+                _ => false,
+            }
         }
         match self {
             CasError::CorruptChunk { .. }

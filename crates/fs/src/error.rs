@@ -56,6 +56,12 @@ pub enum FsError {
     /// not parse: `setfacl -b` removes it.
     #[error("inode {}: its stored ACL is damaged: {source}", ino.0)]
     DamagedAcl { ino: InodeId, source: acl::AclError },
+    /// A record of a file's intent log failed its checksum.
+    #[error("inode {}: its intent log is damaged: {source}", ino.0)]
+    DamagedIntent {
+        ino: InodeId,
+        source: crate::intent::Damaged,
+    },
     /// A snapshot inode past the numbers a mount can give (see
     /// [`snapview`]): a live inode at or above 2^40, or more snapshots
     /// seen by one mount than the range holds.
@@ -130,7 +136,8 @@ impl FsError {
             | FsError::Recipe(_)
             | FsError::Malformed { .. }
             | FsError::DirectoryCycle(_)
-            | FsError::DamagedAcl { .. } => libc::EIO,
+            | FsError::DamagedAcl { .. }
+            | FsError::DamagedIntent { .. } => libc::EIO,
         }
     }
 }

@@ -24,6 +24,8 @@
 use bytes::Bytes;
 use meta::{InodeId, Timestamp};
 
+use crate::file::FileState;
+use crate::tree::LeftWhole;
 use crate::{Inner, Result};
 
 /// New bytes one fsync may log; more are stored as chunks.
@@ -47,6 +49,8 @@ pub(crate) struct Intent {
     bytes: usize,
     /// Bytes logged since the content was last recorded.
     logged: usize,
+    /// Records logged since the content was last recorded.
+    records: usize,
     /// A change the log cannot say (a hole punched), or too much to log:
     /// the next fsync records the file whole.
     broken: bool,
@@ -81,6 +85,17 @@ impl Intent {
         self.bytes = 0;
     }
 
+    /// Something was logged since the content was last recorded.
+    pub(crate) fn has_log(&self) -> bool {
+        self.records > 0
+    }
+
+    /// Nothing changed since the last log: the file is as at its last
+    /// fsync.
+    pub(crate) fn quiet(&self) -> bool {
+        self.ops.is_empty() && !self.broken
+    }
+
     /// The content was recorded whole: nothing is logged any more.
     pub(crate) fn recorded(&mut self) {
         *self = Intent::default();
@@ -95,6 +110,7 @@ impl Intent {
             return None;
         }
         self.logged += self.bytes;
+        self.records += 1;
         self.bytes = 0;
         Some(encode(&std::mem::take(&mut self.ops), size, mtime))
     }
@@ -240,24 +256,20 @@ pub(crate) fn replay(inner: &Inner) -> Result<()> {
     Ok(())
 }
 
-fn replay_file(inner: &Inner, ino: InodeId, records: &[Record]) -> Result<()> {
-    let state = inner.state(ino)?;
-    let recording = inner.recording.read();
-    let mut f = state.lock();
+/// Applies `records` in order to `f` (its dirty bytes counted in the
+/// global total).
+fn apply(inner: &Inner, f: &mut FileState, records: &[Record]) -> Result<()> {
     let read = |id: &cas::ChunkId| -> Result<Bytes> { inner.read_one(id) };
     for record in records {
         for op in &record.ops {
+            let before = f.held();
             match op {
                 Op::Write { offset, bytes } => {
-                    let added = f.write(*offset, bytes, record.mtime);
-                    inner.account(0, added);
+                    f.write(*offset, bytes, record.mtime);
                 }
-                Op::Truncate(size) => {
-                    let before = f.held();
-                    f.truncate(*size, record.mtime, &read)?;
-                    inner.account(before, f.held());
-                }
+                Op::Truncate(size) => f.truncate(*size, record.mtime, &read)?,
             }
+            inner.account(before, f.held());
         }
         if f.size != record.size {
             let before = f.held();
@@ -267,11 +279,78 @@ fn replay_file(inner: &Inner, ino: InodeId, records: &[Record]) -> Result<()> {
         f.mtime = Some(record.mtime);
         f.mtime_set = false;
     }
+    Ok(())
+}
+
+fn replay_file(inner: &Inner, ino: InodeId, records: &[Record]) -> Result<()> {
+    let state = inner.state(ino)?;
+    let recording = inner.recording.read();
+    let mut f = state.lock();
+    apply(inner, &mut f, records)?;
     let recorded = inner.finalize_left_whole(&mut f);
     drop(f);
     drop(recording);
     inner.release_state(ino, state);
     recorded
+}
+
+/// The file `ino` as at its last fsync, from its recorded content and its
+/// log, stored as a content of its own (durable at the next commit): what
+/// a version takes of an open file written since it was last fsynced. On
+/// any error, the content as last recorded (an earlier whole state).
+pub(crate) fn logged_whole(inner: &Inner, ino: InodeId) -> Result<LeftWhole> {
+    let inode = inner.meta.get(ino)?;
+    let recorded = LeftWhole {
+        content: inode.content.clone(),
+        size: inode.attr.size,
+        mtime: inode.attr.mtime,
+    };
+    match rebuild(inner, inode) {
+        Ok(whole) => Ok(whole),
+        Err(e) => {
+            tracing::warn!(file = %inner.describe(ino), error = %e, "a version takes the file as last recorded, not as last fsynced");
+            Ok(recorded)
+        }
+    }
+}
+
+fn rebuild(inner: &Inner, inode: meta::Inode) -> Result<LeftWhole> {
+    let ino = inode.id;
+    let records: Vec<Record> = inner
+        .meta
+        .intents()?
+        .into_iter()
+        .filter(|(i, _)| *i == ino)
+        .flat_map(|(_, r)| r)
+        .map(|r| decode(&r).map_err(|source| crate::FsError::DamagedIntent { ino, source }))
+        .collect::<Result<_>>()?;
+    let extents = inner.extents_of(&inode.content)?;
+    let mut scratch = FileState::new(ino, inode.attr.size, inode.content, extents);
+    inner.account(0, scratch.held());
+    let applied = apply(inner, &mut scratch, &records);
+    let mtime = scratch.mtime.unwrap_or(inode.attr.mtime);
+    let content = applied.and_then(|()| {
+        if scratch.size as usize <= inner.settings.inline_max {
+            let bytes = scratch.read(0, scratch.size, &|ids| inner.read_many(ids))?;
+            return Ok(if bytes.is_empty() {
+                meta::Content::Empty
+            } else {
+                meta::Content::Inline(bytes)
+            });
+        }
+        let content = inner.record_chunks(&mut scratch)?;
+        if let Some(mut w) = scratch.writer.take() {
+            w.seal()?;
+            inner.pending.lock().push(w);
+        }
+        Ok(content)
+    });
+    inner.account(scratch.held(), 0);
+    Ok(LeftWhole {
+        content: content?,
+        size: scratch.size,
+        mtime,
+    })
 }
 
 #[cfg(test)]

@@ -431,7 +431,17 @@ impl Inner {
             return Ok(false);
         };
         match self.meta.append_intent(ino, &record) {
-            Ok(true) => Ok(true),
+            Ok(true) => {
+                // The file is whole as it is now; what a version takes of
+                // it is rebuilt from the log when it is next recorded.
+                f.left_whole = None;
+                Ok(true)
+            }
+            Err(e) if e.is_no_space() => {
+                // Metadata's disk is full: the chunks may still fit.
+                f.intent.broken();
+                Ok(false)
+            }
             Ok(false) => {
                 f.intent.broken();
                 Ok(false)
@@ -582,12 +592,20 @@ impl Inner {
     /// the first such record). Durable at the next commit.
     pub(crate) fn finalize(&self, f: &mut FileState) -> Result<()> {
         if f.changed && f.handles > 0 && f.left_whole.is_none() {
-            let inode = self.meta.get(f.ino)?;
-            f.left_whole = Some(crate::tree::LeftWhole {
-                content: inode.content,
-                size: inode.attr.size,
-                mtime: inode.attr.mtime,
-            });
+            if f.intent.has_log() {
+                if f.intent.quiet() {
+                    // As at its last fsync: whole.
+                    return self.finalize_left_whole(f);
+                }
+                f.left_whole = Some(crate::intent::logged_whole(self, f.ino)?);
+            } else {
+                let inode = self.meta.get(f.ino)?;
+                f.left_whole = Some(crate::tree::LeftWhole {
+                    content: inode.content,
+                    size: inode.attr.size,
+                    mtime: inode.attr.mtime,
+                });
+            }
         }
         self.record(f)
     }
