@@ -20,7 +20,13 @@ fn write_and_delete(m: &Mount, repo: &Path) -> (u64, Vec<u8>) {
     for i in 0..5 {
         write_synced(&m.path(&format!("doomed-{i}")), &random(1 << 20, 10 + i)).unwrap();
     }
+    // An fsync logs the writes; the committer stores them as chunks.
+    let started = Instant::now();
+    while plain_container_bytes(repo) < 6 << 20 && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let before = plain_container_bytes(repo);
+    assert!(before >= 6 << 20, "6 MiB written, {before} B stored");
     for i in 0..5 {
         fs::remove_file(m.path(&format!("doomed-{i}"))).unwrap();
     }
