@@ -79,9 +79,12 @@ fn fsynced_small_writes_are_logged_and_survive_a_power_cut() {
     j.write_all_at(b"header=12 b.", 0).unwrap();
     journal[..12].copy_from_slice(b"header=12 b.");
     j.sync_data().unwrap();
+    // Stored meanwhile: the first record of the file (its close above),
+    // and the two truncates (a truncate records the file, with the state
+    // a version would take of it): a few containers, not one per fsync.
     let added = plain_containers(&m.repo).len() - before;
     assert!(
-        added < ROUNDS / 8,
+        added < ROUNDS / 4,
         "{ROUNDS} fsyncs of a few pages each stored {added} containers: they were not logged"
     );
 
