@@ -11,28 +11,19 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::Command;
 
-use common::{ok, random, write_synced, Mount, CAIRN};
-use testkit::powercut::{Disks, Keep};
+use common::{ok, random, write_synced, Mount};
+use testkit::powercut::Keep;
 
 #[test]
 fn a_power_cut_under_a_mount_keeps_every_fsynced_file() {
-    let seed = match std::env::var("CAIRN_POWERCUT_SEED") {
-        Ok(s) => s.parse().expect("CAIRN_POWERCUT_SEED is a number"),
-        Err(_) => std::process::id() as u64,
-    };
-    eprintln!("CAIRN_POWERCUT_SEED={seed}");
-    let mut disks = Disks::new(1, 2 << 30);
-    let base = tempfile::tempdir().unwrap();
-    let repo = disks.path(0).join("repo");
-    let mnt = base.path().join("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let init = Command::new(CAIRN)
-        .args(["--repo", repo.to_str().unwrap(), "init"])
-        .output()
-        .unwrap();
-    assert!(init.status.success(), "{init:?}");
+    let common::PowerCutRepo {
+        seed,
+        mut disks,
+        base: _base,
+        repo,
+        mnt,
+    } = common::powercut_repo(2 << 30);
     let mut m = Mount::start(repo, mnt);
     let mut synced: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     for round in 0..3u64 {

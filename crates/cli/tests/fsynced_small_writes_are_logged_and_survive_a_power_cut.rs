@@ -11,34 +11,20 @@
 mod common;
 
 use std::os::unix::fs::FileExt;
-use std::process::Command;
 
-use common::{edit_config, no_versions, ok, plain_containers, random, write_synced, Mount, CAIRN};
+use common::{edit_config, no_versions, ok, plain_containers, random, write_synced, Mount};
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use testkit::powercut::{Disks, Keep};
+use testkit::powercut::Keep;
 
 const ROUNDS: usize = 40;
 
 #[test]
 fn fsynced_small_writes_are_logged_and_survive_a_power_cut() {
-    let seed = match std::env::var("CAIRN_POWERCUT_SEED") {
-        Ok(s) => s.parse().expect("CAIRN_POWERCUT_SEED is a number"),
-        Err(_) => std::process::id() as u64,
-    };
-    eprintln!("CAIRN_POWERCUT_SEED={seed}");
-    let mut disks = Disks::new(1, 1 << 30);
-    let base = tempfile::tempdir().unwrap();
-    let repo = disks.path(0).join("repo");
-    let mnt = base.path().join("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let init = Command::new(CAIRN)
-        .args(["--repo", repo.to_str().unwrap(), "init"])
-        .output()
-        .unwrap();
-    assert!(init.status.success(), "{init:?}");
-    edit_config(&repo, &[("commit_seconds = 5", "commit_seconds = 3600")]);
-    no_versions(&repo);
-    let m = Mount::start(repo, mnt);
+    let mut pc = common::powercut_repo(1 << 30);
+    let seed = pc.seed;
+    edit_config(&pc.repo, &[("commit_seconds = 5", "commit_seconds = 3600")]);
+    no_versions(&pc.repo);
+    let m = Mount::start(pc.repo.clone(), pc.mnt.clone());
 
     let mut model = random(1 << 20, seed);
     write_synced(&m.path("db"), &model).unwrap();
@@ -88,10 +74,10 @@ fn fsynced_small_writes_are_logged_and_survive_a_power_cut() {
         "{ROUNDS} fsyncs of a few pages each stored {added} containers: they were not logged"
     );
 
-    let (kept, dropped) = disks.cut(Keep::Random(seed));
+    let (kept, dropped) = pc.disks.cut(Keep::Random(seed));
     eprintln!("cut kept {kept} unflushed writes, dropped {dropped}");
     let (repo, mnt) = m.kill();
-    disks.power_on();
+    pc.disks.power_on();
     let m = Mount::start(repo, mnt);
     let got = std::fs::read(m.path("db")).unwrap();
     assert_eq!(got.len(), model.len(), "seed {seed}: size after the cut");

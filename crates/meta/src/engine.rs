@@ -1284,17 +1284,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let m = RedbMeta::open(&dir.path().join("m.redb"), 0, 0).unwrap();
         let now = Timestamp::now();
-        let file = || NewInode {
-            kind: FileKind::File,
-            perm: 0o644,
-            uid: 0,
-            gid: 0,
-            rdev: 0,
-            content: Content::Empty,
-            xattrs: Vec::new(),
-        };
-        let a = m.create(InodeId::ROOT, b"a", file(), now).unwrap().id;
-        let b = m.create(InodeId::ROOT, b"b", file(), now).unwrap().id;
+        let a = m
+            .create(InodeId::ROOT, b"a", NewInode::empty(FileKind::File), now)
+            .unwrap()
+            .id;
+        let b = m
+            .create(InodeId::ROOT, b"b", NewInode::empty(FileKind::File), now)
+            .unwrap()
+            .id;
         for r in [&b"one"[..], b"two"] {
             assert!(m.append_intent(a, r).unwrap());
         }
@@ -1337,15 +1334,7 @@ mod tests {
         m.create(
             InodeId::ROOT,
             b"x",
-            NewInode {
-                kind: FileKind::File,
-                perm: 0o644,
-                uid: 0,
-                gid: 0,
-                rdev: 0,
-                content: Content::Empty,
-                xattrs: Vec::new(),
-            },
+            NewInode::empty(FileKind::File),
             Timestamp::now(),
         )
         .unwrap();

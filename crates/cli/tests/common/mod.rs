@@ -405,3 +405,38 @@ pub fn cached_pages(path: &Path) -> usize {
     });
     vec.iter().filter(|&&b| b & 1 == 1).count()
 }
+
+/// A repository, initialised, on a disk whose power a test cuts
+/// (`testkit::powercut`), with a mount point beside it.
+#[allow(dead_code)]
+pub struct PowerCutRepo {
+    /// From `CAIRN_POWERCUT_SEED` (to replay one), else the process id.
+    pub seed: u64,
+    pub disks: testkit::powercut::Disks,
+    /// Holds the mount point.
+    pub base: tempfile::TempDir,
+    pub repo: PathBuf,
+    pub mnt: PathBuf,
+}
+
+#[allow(dead_code)]
+pub fn powercut_repo(disk_bytes: u64) -> PowerCutRepo {
+    let seed = match std::env::var("CAIRN_POWERCUT_SEED") {
+        Ok(s) => s.parse().expect("CAIRN_POWERCUT_SEED is a number"),
+        Err(_) => std::process::id() as u64,
+    };
+    eprintln!("CAIRN_POWERCUT_SEED={seed}");
+    let disks = testkit::powercut::Disks::new(1, disk_bytes);
+    let base = tempfile::tempdir().unwrap();
+    let repo = disks.path(0).join("repo");
+    let mnt = base.path().join("mnt");
+    fs::create_dir_all(&mnt).unwrap();
+    ok(&repo, &["init"]);
+    PowerCutRepo {
+        seed,
+        disks,
+        base,
+        repo,
+        mnt,
+    }
+}
