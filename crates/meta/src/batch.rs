@@ -13,6 +13,7 @@ use crate::record::{
     as_slices, corrupt, decode, dkey, dval, dval_decode, encode, prefix_range, Rec, DIRENTS, DIRS,
     FILES, INODES, INTENTS, META, NEXT_INO, ORPHANS, XATTRS,
 };
+use crate::unsynced::{Before, Unsynced};
 use crate::{FileKind, Inode, InodeId, MetaError, Result, Timestamp};
 
 /// The tables of one write transaction, with the inodes it touched cached so
@@ -40,10 +41,16 @@ pub(crate) struct W<'t> {
     /// A table was changed directly (not through the record cache): if the
     /// operation then fails, its batch cannot be kept.
     pub(crate) mutated: bool,
+    /// The content records set since the last sync (the engine's).
+    unsynced: Arc<Mutex<Unsynced>>,
 }
 
 impl<'t> W<'t> {
-    pub(crate) fn open(tx: &'t WriteTransaction, index: Arc<Mutex<IndexMem>>) -> Result<Self> {
+    pub(crate) fn open(
+        tx: &'t WriteTransaction,
+        index: Arc<Mutex<IndexMem>>,
+        unsynced: Arc<Mutex<Unsynced>>,
+    ) -> Result<Self> {
         Ok(W {
             tx,
             inodes: tx.open_table(INODES)?,
@@ -60,6 +67,7 @@ impl<'t> W<'t> {
             files_delta: 0,
             dirs_delta: 0,
             mutated: false,
+            unsynced,
         })
     }
 
@@ -188,6 +196,7 @@ impl<'t> W<'t> {
     /// Drops the intent records of `ino`: its content was set, or it is
     /// gone.
     pub(crate) fn clear_intents(&mut self, ino: InodeId) -> Result<()> {
+        self.unsynced.lock().forget(ino);
         let mut intents = self.tx.open_table(INTENTS)?;
         let mut some = false;
         intents.retain_in((ino.0, 0)..=(ino.0, u64::MAX), |_, _| {
@@ -196,6 +205,56 @@ impl<'t> W<'t> {
         })?;
         self.mutated |= some;
         Ok(())
+    }
+
+    /// The sequence number of the last intent record of `ino`.
+    fn last_intent(&self, ino: InodeId) -> Result<Option<u64>> {
+        let intents = self.tx.open_table(INTENTS)?;
+        let last = intents.range((ino.0, 0)..=(ino.0, u64::MAX))?.next_back();
+        Ok(match last {
+            Some(last) => Some(last?.0.value().1),
+            None => None,
+        })
+    }
+
+    /// Notes that the content of `ino` is about to be set: its record as
+    /// of the last sync is kept for [`W::revert_content`], and its intent
+    /// log is hidden (deleted by the sync; see `unsynced`).
+    pub(crate) fn content_set(&mut self, ino: InodeId) -> Result<()> {
+        let last = self.last_intent(ino)?;
+        let inode = &self.rec(ino)?.inode;
+        let before = Before {
+            content: inode.content.clone(),
+            size: inode.attr.size,
+            mtime: inode.attr.mtime,
+            ctime: inode.attr.ctime,
+            log_upto: last,
+        };
+        self.unsynced.lock().content_set(ino, before, last);
+        Ok(())
+    }
+
+    /// Puts the content of `ino` back as of the last sync: content, size,
+    /// times, and the intent log it had (records appended since go).
+    pub(crate) fn revert_content(&mut self, ino: InodeId) -> Result<Option<Inode>> {
+        let Some(before) = self.unsynced.lock().take(ino) else {
+            return Ok(None);
+        };
+        let rec = match self.rec_mut(ino) {
+            Err(MetaError::NotFound) => return Ok(None),
+            other => other?,
+        };
+        rec.inode.content = before.content;
+        let a = &mut rec.inode.attr;
+        a.size = before.size;
+        a.mtime = before.mtime;
+        a.ctime = before.ctime;
+        let inode = rec.inode.clone();
+        let from = before.log_upto.map_or(0, |s| s + 1);
+        let mut intents = self.tx.open_table(INTENTS)?;
+        intents.retain_in((ino.0, from)..=(ino.0, u64::MAX), |_, _| false)?;
+        self.mutated = true;
+        Ok(Some(inode))
     }
 
     /// Appends `record` to the intent log of `ino`.

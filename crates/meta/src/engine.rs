@@ -18,6 +18,7 @@ use redb::{
 };
 
 use crate::batch::W;
+use crate::unsynced::Unsynced;
 use crate::pathindex::{IndexMem, MOVES, PATHS};
 use crate::record::{
     as_slices, corrupt, decode, dkey, dval_decode, holds_recipe, prefix_range, record_kind, Rec,
@@ -82,6 +83,9 @@ pub struct RedbMeta {
     reads: Arc<AtomicU64>,
     /// Operations that changed something so far ([`MetaStore::changes`]).
     changes: AtomicU64,
+    /// The content records set since the last sync (`unsynced`). Locked
+    /// after `batch` and `index`, never before.
+    unsynced: Arc<Mutex<Unsynced>>,
 }
 
 /// Operations applied but not yet committed.
@@ -247,6 +251,7 @@ impl RedbMeta {
                 tracing::error!(path = %path.display(), error = %e, "the metadata engine failed to write; reopening it");
                 *self.db.write() = None;
                 self.index.lock().reset();
+                self.unsynced.lock().clear();
             }
         }
         e
@@ -289,7 +294,7 @@ impl RedbMeta {
         let index = Arc::new(Mutex::new(IndexMem::default()));
         let tx = db.begin_write()?;
         {
-            let mut w = W::open(&tx, index.clone())?;
+            let mut w = W::open(&tx, index.clone(), Arc::default())?;
             if w.inodes.get(InodeId::ROOT.0)?.is_none() {
                 let others = w.inodes.len()?;
                 if others > 0 {
@@ -332,6 +337,7 @@ impl RedbMeta {
             index,
             reads,
             changes: AtomicU64::new(0),
+            unsynced: Arc::default(),
         })
     }
 
@@ -373,7 +379,7 @@ impl RedbMeta {
                 tx
             }
         };
-        let (out, clean) = match W::open(&tx, self.index.clone()) {
+        let (out, clean) = match W::open(&tx, self.index.clone(), self.unsynced.clone()) {
             Err(e) => (Err(e), false),
             Ok(mut w) => match f(&mut w) {
                 Ok(v) => {
@@ -970,14 +976,14 @@ impl MetaStore for RedbMeta {
                     ))
                 }
             }
+            w.content_set(ino)?;
+            let rec = w.rec_mut(ino)?;
             rec.inode.content = content;
             let a = &mut rec.inode.attr;
             a.size = size;
             a.mtime = mtime;
             a.ctime = mtime;
-            let inode = rec.inode.clone();
-            w.clear_intents(ino)?;
-            Ok(inode)
+            Ok(rec.inode.clone())
         };
         if grows {
             self.write_growing(op)
@@ -1111,11 +1117,21 @@ impl MetaStore for RedbMeta {
                 Some(tx) => tx,
                 None => self.db()?.begin_write()?,
             };
+            let dropped = self.unsynced.lock().dropped_logs();
+            if !dropped.is_empty() {
+                let mut intents = tx.open_table(INTENTS)?;
+                for (ino, upto) in dropped {
+                    intents.retain_in((ino, 0)..=(ino, upto), |_, _| false)?;
+                }
+            }
             tx.set_durability(Durability::Immediate)?;
             tx.commit()?;
             Ok(())
         })();
         batch.unsynced = synced.is_err();
+        if synced.is_ok() {
+            self.unsynced.lock().clear();
+        }
         synced.map_err(|e| {
             self.index.lock().reset();
             self.after(e)
@@ -1133,10 +1149,15 @@ impl MetaStore for RedbMeta {
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
             other => other?,
         };
+        let unsynced = self.unsynced.lock();
         let mut out: Vec<(InodeId, Vec<Vec<u8>>)> = Vec::new();
         for entry in table.iter()? {
             let (key, value) = entry?;
-            let ino = InodeId(key.value().0);
+            let (ino, seq) = key.value();
+            if unsynced.hides(ino, seq) {
+                continue;
+            }
+            let ino = InodeId(ino);
             match out.last_mut() {
                 Some((last, records)) if *last == ino => records.push(value.value().to_vec()),
                 _ => out.push((ino, vec![value.value().to_vec()])),
@@ -1147,6 +1168,14 @@ impl MetaStore for RedbMeta {
 
     fn clear_intents(&self, ino: InodeId) -> Result<()> {
         self.write(|w| w.clear_intents(ino))
+    }
+
+    fn unsynced_contents(&self) -> Vec<InodeId> {
+        self.unsynced.lock().files()
+    }
+
+    fn revert_content(&self, ino: InodeId) -> Result<Option<Inode>> {
+        self.write(|w| w.revert_content(ino))
     }
 
     fn lookup_path(&self, path: &[u8]) -> Result<PathFound> {
@@ -1314,6 +1343,66 @@ mod tests {
             .unwrap();
         m.unlink(InodeId::ROOT, b"b", false, now).unwrap();
         assert_eq!(m.intents().unwrap(), vec![]);
+    }
+
+    #[test]
+    fn a_content_set_since_the_sync_is_put_back_with_its_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.redb");
+        let m = RedbMeta::open(&path, 0, 0).unwrap();
+        let (t1, t2) = (
+            Timestamp { secs: 1, nanos: 0 },
+            Timestamp { secs: 2, nanos: 0 },
+        );
+        let a = m
+            .create(InodeId::ROOT, b"a", NewInode::empty(FileKind::File), t1)
+            .unwrap()
+            .id;
+        m.set_content(a, Content::Inline(b"old".to_vec()), 3, t1)
+            .unwrap();
+        m.append_intent(a, b"logged").unwrap();
+        m.sync().unwrap();
+        assert!(m.unsynced_contents().is_empty());
+
+        m.set_content(a, Content::Inline(b"newer".to_vec()), 5, t2)
+            .unwrap();
+        m.append_intent(a, b"after").unwrap();
+        m.set_content(a, Content::Inline(b"newest".to_vec()), 6, t2)
+            .unwrap();
+        let perm = SetAttr {
+            perm: Some(0o600),
+            uid: None,
+            gid: None,
+            atime: None,
+            mtime: None,
+        };
+        m.set_attr(a, &perm, t2).unwrap();
+        assert_eq!(m.unsynced_contents(), vec![a]);
+        assert_eq!(m.intents().unwrap(), vec![], "the set content holds the log");
+
+        let back = m.revert_content(a).unwrap().expect("set since the sync");
+        assert_eq!(back.content, Content::Inline(b"old".to_vec()));
+        assert_eq!((back.attr.size, back.attr.mtime), (3, t1));
+        assert_eq!(back.attr.perm, 0o600, "only the content goes back");
+        assert_eq!(m.intents().unwrap(), vec![(a, vec![b"logged".to_vec()])]);
+        assert!(m.revert_content(a).unwrap().is_none(), "reverted once");
+        m.sync().unwrap();
+        drop(m);
+        let m = RedbMeta::open(&path, 0, 0).unwrap();
+        assert_eq!(m.get(a).unwrap().content, Content::Inline(b"old".to_vec()));
+        assert_eq!(m.intents().unwrap(), vec![(a, vec![b"logged".to_vec()])]);
+
+        // A content set and synced drops the log for good; a file gone
+        // has nothing to put back.
+        m.set_content(a, Content::Inline(b"kept".to_vec()), 4, t2)
+            .unwrap();
+        m.sync().unwrap();
+        drop(m);
+        let m = RedbMeta::open(&path, 0, 0).unwrap();
+        assert_eq!(m.intents().unwrap(), vec![]);
+        m.set_content(a, Content::Empty, 0, t2).unwrap();
+        m.unlink(InodeId::ROOT, b"a", false, t2).unwrap();
+        assert!(m.revert_content(a).unwrap().is_none());
     }
 
     #[test]

@@ -65,6 +65,7 @@ mod pathindex;
 mod record;
 pub mod rules;
 mod types;
+mod unsynced;
 mod verify;
 mod view;
 
@@ -328,6 +329,23 @@ pub trait MetaStore: Send + Sync {
     fn clear_intents(&self, ino: InodeId) -> Result<()> {
         let _ = ino;
         Ok(())
+    }
+
+    /// Files whose content was set since the last [`MetaStore::sync`]: a
+    /// record that may point at data not yet durable. Empty for an engine
+    /// whose records are durable at once (their data is stored first).
+    fn unsynced_contents(&self) -> Vec<InodeId> {
+        Vec::new()
+    }
+
+    /// Puts the content of `ino` back as of the last sync (content, size,
+    /// times and intent log), for a record whose data will not become
+    /// durable; the rest of the inode (links, mode, names) stays as it is.
+    /// Returns the inode as it now is, or `None` when its content was not
+    /// set since the sync or it is gone.
+    fn revert_content(&self, ino: InodeId) -> Result<Option<Inode>> {
+        let _ = ino;
+        Ok(None)
     }
 
     /// The inode at `path` (names joined by `/`, no leading `/`; the empty
