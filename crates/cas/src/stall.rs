@@ -10,8 +10,9 @@
 //! [`CasError::NoSpace`] for it rather than blocking, and the I/O thread
 //! tries it again every [`RETRY_EVERY`] and whenever new containers come,
 //! until a branch takes it. While anything is parked, the file system
-//! refuses new writes with ENOSPC and makes no metadata durable (see
-//! `fs`'s commit), so nothing durable ever points at a parked chunk.
+//! refuses new writes with ENOSPC and puts back every record that reaches a
+//! parked chunk ([`crate::Store::parked_chunks`]) before it makes metadata
+//! durable (see `fs`'s `waiting`), so nothing durable ever points at one.
 
 use std::time::Duration;
 

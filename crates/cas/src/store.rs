@@ -88,6 +88,9 @@ pub(crate) struct Inflight {
     /// Containers a full branch refused, kept to be written again (see
     /// [`crate::stall`]), with why. They stay in `containers`.
     pub parked: HashMap<ContainerId, String>,
+    /// The chunks of each parked container (also while the I/O thread is
+    /// trying it again), for [`Store::parked_chunks`].
+    pub parked_chunks: HashMap<ContainerId, Vec<ChunkId>>,
     /// The I/O thread panicked: nothing pending will become durable, so
     /// every waiter gets [`CasError::IoThreadDead`] instead of waiting.
     pub io_dead: bool,
@@ -667,6 +670,13 @@ impl Store {
         self.shared.inflight.lock().parked.keys().copied().collect()
     }
 
+    /// The chunks (data and recipe nodes) of the containers waiting for
+    /// space: nothing that reaches one may be made durable.
+    pub fn parked_chunks(&self) -> Vec<ChunkId> {
+        let inflight = self.shared.inflight.lock();
+        inflight.parked_chunks.values().flatten().copied().collect()
+    }
+
     /// Drops the containers of `among` still waiting for space that hold
     /// no chunk `used` names: garbage collection's way out of a full disk,
     /// where the files that wrote them were deleted before they could be
@@ -692,6 +702,7 @@ impl Store {
         let mut inflight = self.shared.inflight.lock();
         for job in &dropped {
             inflight.parked.remove(&job.sealed.id);
+            inflight.parked_chunks.remove(&job.sealed.id);
             inflight.containers.remove(&job.sealed.id);
             tracing::info!(container = %job.sealed.id, "dropped a container waiting for space that no file uses");
         }
@@ -1051,6 +1062,8 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
                 if !was_parked {
                     // Readable from memory before it stops being pending.
                     stall::park(shared, &job.sealed);
+                    let chunks = job.sealed.entries.iter().map(|(c, _)| *c).collect();
+                    inflight.parked_chunks.insert(id, chunks);
                     tracing::warn!(container = %id, reason = %reason, "a branch is full: keeping the container in memory and trying again");
                 }
                 for (chunk, _) in &job.sealed.entries {
@@ -1063,6 +1076,7 @@ fn io_loop(shared: &Shared, rx: Receiver<IoJob>) {
             }
             if was_parked {
                 stall::unpark(shared, &job.sealed);
+                inflight.parked_chunks.remove(&id);
                 if matches!(outcome, Outcome::Written) {
                     tracing::info!(container = %id, "stored a container that waited for space");
                 }

@@ -252,6 +252,15 @@ pub fn gc(root: &Path, ask: service::GcAsk, json: bool, quiet: bool) -> Result<E
             r.versions_kept
         );
     }
+    if r.dropped_parked > 0 {
+        out!(
+            "dropped {} container(s) that waited in memory for space",
+            r.dropped_parked
+        );
+    }
+    for file in &r.dropped_writes {
+        out!("  dropped writes that waited for space (never fsynced): {file} keeps its last durable content");
+    }
     for s in &r.skipped {
         out!("  skipped, cannot be read (`cairn check` says more): {s}");
     }

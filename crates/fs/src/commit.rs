@@ -76,16 +76,29 @@ impl Drop for Fs {
 impl Inner {
     /// Flushes every stream with new chunks, then syncs the metadata: data
     /// is always durable before the metadata that reaches it.
+    /// Fails with ENOSPC while data waits for space, although everything
+    /// else was made durable (see [`Inner::commit_synced`]).
     pub(crate) fn commit(&self) -> Result<()> {
+        match self.commit_synced()? {
+            Some(waiting) => Err(waiting.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Inner::commit`] that counts a commit made durable without the
+    /// data waiting for space (and the records reaching it) as done: the
+    /// namespace is durable. Returns what waits, if anything does.
+    pub(crate) fn commit_synced(&self) -> Result<Option<cas::CasError>> {
         let _guard = self.commit_lock.lock();
         let started = std::time::Instant::now();
         let result = self.commit_locked();
-        self.recorded.commit_done(started, result.is_ok());
+        self.recorded
+            .commit_done(started, matches!(result, Ok(None)));
         result
     }
 
-    /// [`Inner::commit`], under the commit lock.
-    fn commit_locked(&self) -> Result<()> {
+    /// [`Inner::commit_synced`], under the commit lock.
+    fn commit_locked(&self) -> Result<Option<cas::CasError>> {
         let _recording = self.recording.write();
         let pending: Vec<StreamWriter> = std::mem::take(&mut *self.pending.lock());
         // Every stream is sealed before any is waited for, so their
@@ -119,20 +132,26 @@ impl Inner {
                 first_error.get_or_insert(e);
             }
         }
-        if let Some(e) = first_error {
+        // A container a full branch refused waits for space; anything else
+        // that failed fails the commit (tried again at the next interval).
+        if let Some(e) = first_error.filter(|e| !e.is_no_space()) {
             return Err(e.into());
         }
-        // Metadata recorded since the last sync may point at a container
-        // still waiting for space: none of it is made durable before that
-        // container is. The commit is tried again at the next interval.
-        if let Some(e) = self.store.waiting_for_space() {
-            return Err(e.into());
+        // Records set since the last sync that reach a container waiting
+        // for space go back to the files' durable content; the rest (the
+        // namespace, the files whose data is stored) is made durable.
+        let waiting = self.store.waiting_for_space();
+        if waiting.is_some() {
+            self.revert_waiting()?;
         }
         // The chunks of the files recorded since the last commit are in
-        // sealed containers now: their entries can say where.
-        self.give_queued_hints();
+        // sealed containers now: their entries can say where (not while a
+        // container waits: it may never be stored).
+        if waiting.is_none() {
+            self.give_queued_hints();
+        }
         self.meta.sync()?;
-        Ok(())
+        Ok(waiting)
     }
 
     pub(crate) fn sync_all(&self) -> Result<()> {

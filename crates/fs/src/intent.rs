@@ -314,16 +314,41 @@ pub(crate) fn logged_whole(inner: &Inner, ino: InodeId) -> Result<LeftWhole> {
     }
 }
 
-fn rebuild(inner: &Inner, inode: meta::Inode) -> Result<LeftWhole> {
-    let ino = inode.id;
-    let records: Vec<Record> = inner
+/// The decoded intent records of `ino`, in order.
+fn records_of(inner: &Inner, ino: InodeId) -> Result<Vec<Record>> {
+    inner
         .meta
         .intents()?
         .into_iter()
         .filter(|(i, _)| *i == ino)
         .flat_map(|(_, r)| r)
         .map(|r| decode(&r).map_err(|source| crate::FsError::DamagedIntent { ino, source }))
-        .collect::<Result<_>>()?;
+        .collect()
+}
+
+/// A state of `ino` as durable: its recorded content with its intent log
+/// applied in memory (dirty, counted in the global total), the log kept
+/// until the file is next recorded (the next fsync records it whole).
+pub(crate) fn durable_state(inner: &Inner, ino: InodeId) -> Result<FileState> {
+    let inode = inner.meta.get(ino)?;
+    let records = records_of(inner, ino)?;
+    let extents = inner.extents_of(&inode.content)?;
+    let mut f = FileState::new(ino, inode.attr.size, inode.content, extents);
+    inner.account(0, f.held());
+    if let Err(e) = apply(inner, &mut f, &records) {
+        inner.account(f.held(), 0);
+        return Err(e);
+    }
+    f.intent = Intent::default();
+    if !records.is_empty() {
+        f.intent.broken();
+    }
+    Ok(f)
+}
+
+fn rebuild(inner: &Inner, inode: meta::Inode) -> Result<LeftWhole> {
+    let ino = inode.id;
+    let records = records_of(inner, ino)?;
     let extents = inner.extents_of(&inode.content)?;
     let mut scratch = FileState::new(ino, inode.attr.size, inode.content, extents);
     inner.account(0, scratch.held());

@@ -49,7 +49,9 @@
 //! **Invariants:**
 //! - Data is durable before metadata that points at it: every commit flushes
 //!   the write streams that hold a file's new chunks before it syncs the
-//!   metadata engine, and nothing else syncs the metadata engine.
+//!   metadata engine, and nothing else syncs the metadata engine. A record
+//!   that reaches a container waiting for space is put back to the file's
+//!   last durable content before the sync (`waiting`).
 //! - `fsync` returns only when the file's data and the metadata that reaches
 //!   it are durable.
 //! - With a metadata engine shared by several clients
@@ -125,6 +127,7 @@ pub mod rules;
 mod snapview;
 pub mod space;
 pub mod tree;
+mod waiting;
 
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;

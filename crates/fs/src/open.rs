@@ -357,7 +357,8 @@ impl Fs {
     /// Open files are not recorded for it: their content is theirs to
     /// fsync.
     pub fn fsync_dir(&self, _ino: InodeId) -> Result<()> {
-        self.inner.commit()
+        // The namespace is durable even while file data waits for space.
+        self.inner.commit_synced().map(drop)
     }
 
     /// Returns when the file's data and metadata are durable: its new

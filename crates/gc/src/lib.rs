@@ -217,9 +217,13 @@ pub struct GcReport {
     pub dropped_chunks: u64,
     /// Containers left alone although they hold some garbage.
     pub kept_with_garbage: u64,
-    /// Containers waiting for space (in memory) that no file used any
-    /// more, dropped.
+    /// Containers waiting for space (in memory) dropped: no file used
+    /// them any more, or only open files' writes never fsynced.
     pub dropped_parked: u64,
+    /// Open files whose writes waited for space and were dropped with
+    /// their containers: each keeps its last durable content.
+    #[serde(default)]
+    pub dropped_writes: Vec<String>,
     pub orphans_removed: u64,
     pub orphan_bytes: u64,
     /// Bytes `index.redb` shrank by when the collection compacted it.
@@ -320,9 +324,14 @@ fn collect_inner(
             Some(b) => Some(Across::announce(b, store, options.peer_wait)?),
             None => None,
         };
-        // Containers waiting for space before marking began: those that
-        // hold nothing marked belong to files deleted since, and dropping
-        // them is what lets a full disk commit again.
+        // Containers waiting for space before marking began: dropping them
+        // is what lets a full disk commit again. Open files' writes that
+        // reach them were never fsynced: those files go back to their last
+        // durable content first, so that only deleted files' and those
+        // writes' data is lost with them (never on a dry run).
+        if let (Live::Mounted(fs), false) = (&live, options.dry_run) {
+            report.dropped_writes = fs.drop_waiting_writes()?;
+        }
         let parked = store.parked_containers();
         let mut marks = MarkSet::default();
         marks.tolerate_damage();
@@ -365,7 +374,10 @@ fn collect_inner(
                 });
             }
         }
-        report.dropped_parked = store.drop_unused_parked(&parked, &|id| marks.contains(id)) as u64;
+        if !options.dry_run {
+            report.dropped_parked =
+                store.drop_unused_parked(&parked, &|id| marks.contains(id)) as u64;
+        }
         (collection, marks, across)
     };
     // Invariant 5: what was marked is durable before anything unmarked goes.

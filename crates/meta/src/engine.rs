@@ -18,13 +18,13 @@ use redb::{
 };
 
 use crate::batch::W;
-use crate::unsynced::Unsynced;
 use crate::pathindex::{IndexMem, MOVES, PATHS};
 use crate::record::{
     as_slices, corrupt, decode, dkey, dval_decode, holds_recipe, prefix_range, record_kind, Rec,
     DIRENTS, DIRS, FILES, INODES, INTENTS, META, NEXT_INO, XATTRS,
 };
 use crate::rules::{check_name, check_xattr_name, new_size};
+use crate::unsynced::Unsynced;
 use crate::{
     Attr, Content, ContentHints, Counts, DirEntry, FileKind, Inode, InodeId, MetaError, MetaStore,
     NewInode, PathFound, RenameFlags, Result, SetAttr, Timestamp, XattrChange, XattrFlags,
@@ -1378,7 +1378,11 @@ mod tests {
         };
         m.set_attr(a, &perm, t2).unwrap();
         assert_eq!(m.unsynced_contents(), vec![a]);
-        assert_eq!(m.intents().unwrap(), vec![], "the set content holds the log");
+        assert_eq!(
+            m.intents().unwrap(),
+            vec![],
+            "the set content holds the log"
+        );
 
         let back = m.revert_content(a).unwrap().expect("set since the sync");
         assert_eq!(back.content, Content::Inline(b"old".to_vec()));
