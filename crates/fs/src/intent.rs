@@ -318,11 +318,9 @@ pub(crate) fn logged_whole(inner: &Inner, ino: InodeId) -> Result<LeftWhole> {
 fn records_of(inner: &Inner, ino: InodeId) -> Result<Vec<Record>> {
     inner
         .meta
-        .intents()?
-        .into_iter()
-        .filter(|(i, _)| *i == ino)
-        .flat_map(|(_, r)| r)
-        .map(|r| decode(&r).map_err(|source| crate::FsError::DamagedIntent { ino, source }))
+        .intents_of(ino)?
+        .iter()
+        .map(|r| decode(r).map_err(|source| crate::FsError::DamagedIntent { ino, source }))
         .collect()
 }
 

@@ -1166,6 +1166,23 @@ impl MetaStore for RedbMeta {
         Ok(out)
     }
 
+    fn intents_of(&self, ino: InodeId) -> Result<Vec<Vec<u8>>> {
+        let tx = self.begin_read()?;
+        let table = match tx.open_table(INTENTS) {
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            other => other?,
+        };
+        let unsynced = self.unsynced.lock();
+        let mut out = Vec::new();
+        for entry in table.range((ino.0, 0)..=(ino.0, u64::MAX))? {
+            let (key, value) = entry?;
+            if !unsynced.hides(ino.0, key.value().1) {
+                out.push(value.value().to_vec());
+            }
+        }
+        Ok(out)
+    }
+
     fn clear_intents(&self, ino: InodeId) -> Result<()> {
         self.write(|w| w.clear_intents(ino))
     }
@@ -1389,6 +1406,7 @@ mod tests {
         assert_eq!((back.attr.size, back.attr.mtime), (3, t1));
         assert_eq!(back.attr.perm, 0o600, "only the content goes back");
         assert_eq!(m.intents().unwrap(), vec![(a, vec![b"logged".to_vec()])]);
+        assert_eq!(m.intents_of(a).unwrap(), vec![b"logged".to_vec()]);
         assert!(m.revert_content(a).unwrap().is_none(), "reverted once");
         m.sync().unwrap();
         drop(m);

@@ -325,6 +325,12 @@ pub trait MetaStore: Send + Sync {
         Ok(Vec::new())
     }
 
+    /// The intent records of `ino`, in the order appended.
+    fn intents_of(&self, ino: InodeId) -> Result<Vec<Vec<u8>>> {
+        let _ = ino;
+        Ok(Vec::new())
+    }
+
     /// Drops the intent records of `ino` (an inode that is gone).
     fn clear_intents(&self, ino: InodeId) -> Result<()> {
         let _ = ino;
