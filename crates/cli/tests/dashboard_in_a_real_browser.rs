@@ -1,7 +1,8 @@
 //! The web dashboard in a real browser (headless Chromium driven by
 //! Selenium): against a real `cairn serve` of a repository mirrored over
 //! two branches, the page's figures are the ones
-//! `cairn stats --json` reports; without a key, or with a read-only one,
+//! `cairn stats --json` reports (the space each kind of root holds
+//! included, with what the default policy can still store); without a key, or with a read-only one,
 //! actions are refused; with an operator key a scrub and a snapshot started
 //! from the page run and show as done, and the snapshot exists; a gc and a
 //! check show their key figures on one line with the whole answer folded
@@ -79,6 +80,20 @@ fn dashboard_in_a_real_browser() {
         );
     }
     assert!(num(&shown["dedup"]) > 1.5, "two copies of one file: {seen}");
+    // The space held, by what holds it, and what can still be stored.
+    for (page, held) in [
+        ("space-live", "live_bytes"),
+        ("space-versions", "versions_only_bytes"),
+        ("space-other", "other_bytes"),
+    ] {
+        assert_eq!(
+            num(&shown[page]),
+            stats_before["held"][held].as_f64().unwrap(),
+            "{page}: {seen} vs {stats_before}"
+        );
+    }
+    assert!(num(&shown["space-live"]) >= (2 << 20) as f64, "{seen}");
+    assert!(num(&shown["space-available"]) > 0.0, "{seen}");
     let scrub = seen["scrub"].as_str().unwrap();
     let containers = stats_before["containers"].as_u64().unwrap();
     assert!(

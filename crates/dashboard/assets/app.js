@@ -193,6 +193,19 @@ function render(o) {
   ]));
   policyBar($("plot-policies"), o.policies);
   fillTable("policies", o.policies.map((p) => [p.policy, String(p.containers), human(p.bytes)]));
+  const h = s.held;
+  setFigure("space-live", human(h.live_bytes), h.live_bytes);
+  setFigure("space-versions", human(h.versions_only_bytes), h.versions_only_bytes);
+  setFigure("space-snapshots", human(h.snapshots_only_bytes), h.snapshots_only_bytes);
+  setFigure("space-both", human(h.snapshots_and_versions_bytes), h.snapshots_and_versions_bytes);
+  setFigure("space-streams", human(h.stored_streams_bytes), h.stored_streams_bytes);
+  setFigure("space-other", human(h.other_bytes), h.other_bytes);
+  if (o.available_bytes == null) setFigure("space-available", "–");
+  else setFigure("space-available", human(o.available_bytes), o.available_bytes);
+  // The oldest version is the last to let go of what it holds.
+  const ages = o.versions.filter((v) => v.kept_until != null).map((v) => v.kept_until);
+  $("space-versions-until").textContent = o.versions.length === 0 ? "" :
+    o.versions.length + " versions; " + (ages.length ? "the oldest kept until " + when(Math.min(...ages)) : "all among the newest");
   $("roots").textContent = s.versions + " versions, " + s.snapshots + " snapshots, " + human(s.held.versions_only_bytes) + " held only by versions, " + human(s.held.snapshots_only_bytes) + " only by snapshots";
   fillTable("snapshots", o.snapshots.map((x) => [x.name, when(x.created), String(x.files), human(x.logical_bytes)]));
   fillTable("jobs", o.jobs.map((j) => [String(j.id), j.kind, stateCell(j), progressCell(j), when(j.started), jobResult(j)]));

@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use fs::history::SnapshotInfo;
+use fs::history::{SnapshotInfo, VersionInfo};
 use fs::space::SpaceReport;
 use gateway::console::{Answer, Call, Console};
 use http::{Method, StatusCode};
@@ -37,6 +37,12 @@ struct Figures {
     branches: Vec<BranchLine>,
     policies: Vec<PolicyShare>,
     snapshots: Vec<SnapshotInfo>,
+    /// The automatic versions, oldest first, each with until when it is
+    /// kept: what holds deleted data, and until when.
+    versions: Vec<VersionInfo>,
+    /// What the default policy can still store (as `df` says); `None`
+    /// when the branches do not say.
+    available_bytes: Option<u64>,
 }
 
 /// What `api/overview` answers.
@@ -154,6 +160,13 @@ impl Inner {
             branches: run(Request::Status)?.into_status()?,
             policies: service::policy_mix(self.served.fs.store())?,
             snapshots: run(Request::SnapshotList { unique: false })?.into_snapshot_list()?,
+            versions: run(Request::VersionList)?.into_version_list()?,
+            available_bytes: self
+                .served
+                .fs
+                .space()
+                .map_err(service::ServiceError::from)?
+                .map(|s| s.available),
             stats,
         });
         self.trend.lock().record(Point {

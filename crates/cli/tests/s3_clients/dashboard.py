@@ -48,7 +48,8 @@ try:
     drv.get(page)
     wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded") == "1")
     value = lambda i: drv.find_element(By.ID, i).get_attribute("data-value")
-    shown = {k: value(k) for k in ["logical", "stored", "chunks", "files", "dedup", "compression"]}
+    shown = {k: value(k) for k in ["logical", "stored", "chunks", "files", "dedup", "compression",
+                                   "space-live", "space-versions", "space-other", "space-available"]}
     assert drv.find_element(By.ID, "role").text == "read only"
     assert not drv.find_element(By.ID, "act-scrub").is_enabled()
     # Plots are drawn: the capacity plot has its three series.
