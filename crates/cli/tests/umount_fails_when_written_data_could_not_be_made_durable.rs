@@ -1,6 +1,7 @@
-//! `cairn umount` exits non-zero, naming what went wrong, when the daemon
-//! could not make everything written durable at unmount (here: data
-//! written to a full disk and never stored), and zero after a clean one.
+//! `cairn umount` exits non-zero, naming what went wrong and the files
+//! whose newer writes were lost, when the daemon could not make everything
+//! written durable at unmount (here: data written to a full disk and never
+//! stored), and zero after a clean one.
 
 mod common;
 
@@ -47,6 +48,11 @@ fn umount_says_when_written_data_was_not_stored() {
     assert!(!out.status.success(), "umount exited 0: {err}");
     assert!(
         err.contains("could not make everything written durable"),
+        "{err}"
+    );
+    // It names the files whose newer writes were lost.
+    assert!(
+        err.contains("keep their last durable content") && err.contains("/f"),
         "{err}"
     );
     assert!(matches!(

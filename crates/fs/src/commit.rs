@@ -38,6 +38,12 @@ impl Fs {
             return Ok(());
         }
         let mut result = self.inner.sync_all();
+        if let (Err(_), Some(waiting)) = (&result, self.inner.store.waiting_for_space()) {
+            result = Err(FsError::NotStored {
+                files: self.inner.unstored_files(),
+                source: Box::new(waiting),
+            });
+        }
         // A file system that is only ever mounted briefly never reaches the
         // version timer: unmount leaves a version, so `cairn recover` always
         // has one to rebuild from (none is written when nothing changed).

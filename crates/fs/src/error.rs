@@ -62,6 +62,13 @@ pub enum FsError {
         ino: InodeId,
         source: crate::intent::Damaged,
     },
+    /// Data waits for space when the file system stops: these files keep
+    /// their last durable content (their newer writes were not stored).
+    #[error("{} file(s) keep their last durable content, their newer writes were not stored: {}: {source}", files.len(), files.join(", "))]
+    NotStored {
+        files: Vec<String>,
+        source: Box<cas::CasError>,
+    },
     /// A snapshot inode past the numbers a mount can give (see
     /// [`snapview`]): a live inode at or above 2^40, or more snapshots
     /// seen by one mount than the range holds.
@@ -116,6 +123,7 @@ impl FsError {
                 _ => libc::EIO,
             },
             FsError::Store(e) if e.is_no_space() => libc::ENOSPC,
+            FsError::NotStored { source, .. } if source.is_no_space() => libc::ENOSPC,
             FsError::NotFile
             | FsError::BadName { .. }
             | FsError::BadPolicy(_)
@@ -132,6 +140,7 @@ impl FsError {
             FsError::Forgotten(_) => libc::ESTALE,
             FsError::Host { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             FsError::Store(_)
+            | FsError::NotStored { .. }
             | FsError::WorkerGone(_)
             | FsError::Recipe(_)
             | FsError::Malformed { .. }

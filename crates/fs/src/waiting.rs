@@ -67,6 +67,25 @@ impl Inner {
         Ok(())
     }
 
+    /// The files whose newer data is in memory only (changed since their
+    /// last record), as paths: what is lost when the file system stops
+    /// while data waits for space.
+    pub(crate) fn unstored_files(&self) -> Vec<String> {
+        let open: Vec<(InodeId, _)> = self
+            .files
+            .lock()
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .collect();
+        let mut out: Vec<String> = open
+            .into_iter()
+            .filter(|(_, state)| state.lock().changed)
+            .map(|(ino, _)| self.describe(ino))
+            .collect();
+        out.sort();
+        out
+    }
+
     /// Whether `content`'s recipe tree reaches a chunk of `chunks`.
     fn reaches(&self, content: &Content, chunks: &HashSet<ChunkId>) -> Result<bool> {
         let Content::Recipe(root) = content else {
