@@ -81,6 +81,9 @@ fn deletes_survive_a_crash_and_gc_frees_the_disk_without_a_remount() {
         fs::remove_file(m.path(name)).unwrap();
     }
     let filled = fill(&m);
+    // What holds the space can be asked while data waits for it.
+    let stats = ok(&repo, &["stats"]);
+    assert!(stats.contains("stored"), "{stats}");
     for name in &filled.stored {
         fs::remove_file(m.path(name)).unwrap();
     }
