@@ -11,7 +11,7 @@ mod common;
 use std::fs;
 use std::path::Path;
 
-use common::{is_enospc, ok, random, write_synced, Mount, Tmpfs};
+use common::{is_enospc, ok, random, write_synced, Mount};
 
 struct Filled {
     stored: Vec<String>,
@@ -46,11 +46,7 @@ fn fsync_dir(dir: &Path) {
 #[test]
 fn deletes_survive_a_crash_and_gc_frees_the_disk_without_a_remount() {
     let base = tempfile::tempdir().unwrap();
-    let _disk = Tmpfs::new(&base.path().join("disk"), 64);
-    let repo = base.path().join("disk/repo");
-    let mnt = base.path().join("mnt");
-    fs::create_dir_all(&mnt).unwrap();
-    ok(&repo, &["init"]);
+    let (_disk, repo, mnt) = common::repo_on_tmpfs(base.path(), 64);
 
     // Full, then all but two stored files deleted; the directory's fsync
     // makes the deletes durable although data still waits for space.

@@ -9,7 +9,7 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{no_versions, ok, random, write_synced, Mount, Tmpfs};
+use common::{no_versions, random, write_synced, Mount};
 
 /// (Used, Avail, Size) in bytes, and inodes in use.
 #[derive(Debug, Clone, Copy)]
@@ -52,11 +52,7 @@ const MB: u64 = 1_000_000;
 #[test]
 fn df_on_the_mount_shows_what_cairn_stores_not_the_host_disk() {
     let base = tempfile::tempdir().unwrap();
-    let _disk = Tmpfs::new(&base.path().join("disk"), 256);
-    let repo = base.path().join("disk/repo");
-    let mnt = base.path().join("mnt");
-    fs::create_dir_all(&mnt).unwrap();
-    ok(&repo, &["init"]);
+    let (_disk, repo, mnt) = common::repo_on_tmpfs(base.path(), 256);
     // No version timer: nothing but this test's writes adds to the store.
     no_versions(&repo);
     let m = Mount::start(repo.clone(), mnt.clone());

@@ -11,7 +11,7 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{edit_config, ok, plain_container_bytes, random, write_synced, Mount, Tmpfs};
+use common::{edit_config, ok, plain_container_bytes, random, write_synced, Mount};
 
 fn versions(repo: &Path) -> Vec<String> {
     let list: serde_json::Value =
@@ -26,11 +26,7 @@ fn versions(repo: &Path) -> Vec<String> {
 #[test]
 fn the_oldest_versions_go_when_space_runs_low() {
     let base = tempfile::tempdir().unwrap();
-    let _disk = Tmpfs::new(&base.path().join("disk"), 64);
-    let repo = base.path().join("disk/repo");
-    let mnt = base.path().join("mnt");
-    fs::create_dir_all(&mnt).unwrap();
-    ok(&repo, &["init"]);
+    let (_disk, repo, mnt) = common::repo_on_tmpfs(base.path(), 64);
     edit_config(
         &repo,
         &[

@@ -9,16 +9,12 @@ use std::fs;
 use std::io::Write;
 use std::process::Command;
 
-use common::{ok, random, Mount, Tmpfs, CAIRN};
+use common::{random, Mount, CAIRN};
 
 #[test]
 fn umount_says_when_written_data_was_not_stored() {
     let base = tempfile::tempdir().unwrap();
-    let _disk = Tmpfs::new(&base.path().join("disk"), 48);
-    let repo = base.path().join("disk/repo");
-    let mnt = base.path().join("mnt");
-    fs::create_dir_all(&mnt).unwrap();
-    ok(&repo, &["init"]);
+    let (_disk, repo, mnt) = common::repo_on_tmpfs(base.path(), 48);
 
     // A clean unmount first: the outcome recorded is "ok".
     let m = Mount::start(repo.clone(), mnt.clone());

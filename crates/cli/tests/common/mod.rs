@@ -311,14 +311,21 @@ pub fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
     f.sync_all()
 }
 
-/// A fresh repository on a tmpfs of `mib` MiB under `base/disk`, mounted at
-/// `base/mnt`. Keep the tmpfs until the mount is gone.
-pub fn mount_on_tmpfs(base: &Path, mib: u64) -> (Tmpfs, Mount) {
+/// A fresh repository on a tmpfs of `mib` MiB under `base/disk`, and an
+/// empty mount point `base/mnt`: `(disk, repo, mnt)`. Keep the tmpfs until
+/// every mount of the repository is gone.
+pub fn repo_on_tmpfs(base: &Path, mib: u64) -> (Tmpfs, PathBuf, PathBuf) {
     let disk = Tmpfs::new(&base.join("disk"), mib);
     let repo = base.join("disk/repo");
     let mnt = base.join("mnt");
     fs::create_dir_all(&mnt).unwrap();
     ok(&repo, &["init"]);
+    (disk, repo, mnt)
+}
+
+/// [`repo_on_tmpfs`], mounted.
+pub fn mount_on_tmpfs(base: &Path, mib: u64) -> (Tmpfs, Mount) {
+    let (disk, repo, mnt) = repo_on_tmpfs(base, mib);
     (disk, Mount::start(repo, mnt))
 }
 
