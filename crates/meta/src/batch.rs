@@ -326,7 +326,7 @@ impl<'t> W<'t> {
         let mut changed = self.mutated;
         for (ino, (rec, dirty)) in &self.cache {
             if *dirty {
-                self.inodes.insert(*ino, encode(rec).as_slice())?;
+                self.inodes.insert(*ino, encode(*ino, rec).as_slice())?;
                 changed = true;
             }
         }

@@ -21,7 +21,7 @@ use crate::batch::W;
 use crate::pathindex::{IndexMem, MOVES, PATHS};
 use crate::record::{
     as_slices, corrupt, decode, dkey, dval_decode, holds_recipe, prefix_range, record_kind, Rec,
-    DIRENTS, DIRS, FILES, INODES, INTENTS, META, NEXT_INO, XATTRS,
+    DIRENTS, DIRS, FILES, INODES, INTENTS, META, NEXT_INO, RECORDS_SUMMED, XATTRS,
 };
 use crate::rules::{check_name, check_xattr_name, new_size};
 use crate::unsynced::Unsynced;
@@ -326,6 +326,17 @@ impl RedbMeta {
                 }
             }
             crate::parents::fill_file_parents(&mut w.inodes, &w.dirents, &mut w.meta)?;
+            if w.meta.get(RECORDS_SUMMED)?.is_none() {
+                let records = crate::record::sum_records(&mut w.inodes)?
+                    + crate::pathindex::sum_entries(&mut w.paths)?;
+                w.meta.insert(RECORDS_SUMMED, 1)?;
+                if records > 0 {
+                    tracing::info!(
+                        records,
+                        "the metadata's records were written again, each with its checksum"
+                    );
+                }
+            }
             w.flush()?;
         }
         tx.commit()?;
@@ -1425,6 +1436,55 @@ mod tests {
         m.set_content(a, Content::Empty, 0, t2).unwrap();
         m.unlink(InodeId::ROOT, b"a", false, t2).unwrap();
         assert!(m.revert_content(a).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_older_stores_records_get_their_checksums_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.redb");
+        let m = RedbMeta::open(&path, 0, 0).unwrap();
+        let now = Timestamp::now();
+        let a = m
+            .create(InodeId::ROOT, b"a", NewInode::empty(FileKind::File), now)
+            .unwrap()
+            .id;
+        m.set_content(a, Content::Inline(b"kept".to_vec()), 4, now)
+            .unwrap();
+        assert_eq!(m.lookup_path(b"a").unwrap().inode.id, a, "indexed");
+        m.sync().unwrap();
+        // As an older store holds them: no checksum, no mark.
+        {
+            let tx = m.db().unwrap().begin_write().unwrap();
+            {
+                let mut inodes = tx.open_table(INODES).unwrap();
+                let old: Vec<(u64, Vec<u8>)> = inodes
+                    .iter()
+                    .unwrap()
+                    .map(|e| {
+                        let (k, v) = e.unwrap();
+                        let mut b = v.value().to_vec();
+                        b.truncate(b.len() - 8);
+                        b[0] = 1;
+                        (k.value(), b)
+                    })
+                    .collect();
+                for (ino, b) in &old {
+                    inodes.insert(*ino, b.as_slice()).unwrap();
+                }
+                tx.open_table(META).unwrap().remove(RECORDS_SUMMED).unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        drop(m);
+        let m = RedbMeta::open(&path, 0, 0).unwrap();
+        let tx = m.begin_read().unwrap();
+        for e in tx.open_table(INODES).unwrap().iter().unwrap() {
+            let (_, v) = e.unwrap();
+            assert!(!crate::record::unsummed(v.value()));
+        }
+        assert_eq!(m.get(a).unwrap().content, Content::Inline(b"kept".to_vec()));
+        assert_eq!(m.lookup_path(b"a").unwrap().inode.id, a);
+        assert!(m.verify().unwrap().is_empty(), "{:?}", m.verify());
     }
 
     #[test]

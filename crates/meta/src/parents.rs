@@ -144,7 +144,7 @@ pub(crate) fn fill_file_parents(
                     parent: Some(parent),
                     ..rec
                 };
-                inodes.insert(ino.0, encode(&rec).as_slice())?;
+                inodes.insert(ino.0, encode(ino.0, &rec).as_slice())?;
             }
         }
         if read < FILL_STEP {
@@ -260,7 +260,9 @@ mod tests {
                 parent: None,
                 ..decode(f.id.0, &old).unwrap()
             };
-            inodes.insert(f.id.0, encode(&rec).as_slice()).unwrap();
+            inodes
+                .insert(f.id.0, encode(f.id.0, &rec).as_slice())
+                .unwrap();
             tx.open_table(META)
                 .unwrap()
                 .remove(super::FILE_PARENTS)

@@ -243,6 +243,52 @@ pub(crate) struct Entry<'a> {
     pub rec: &'a [u8],
 }
 
+/// Writes again, with its checksum, every path index entry whose copy of
+/// the inode record has none (a store from before records were summed;
+/// see `record`). Returns how many.
+pub(crate) fn sum_entries(
+    paths: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
+) -> Result<u64> {
+    let mut fixed = 0;
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let range = match &after {
+            Some(k) => paths.range::<&[u8]>((
+                std::ops::Bound::Excluded(k.as_slice()),
+                std::ops::Bound::Unbounded,
+            ))?,
+            None => paths.range::<&[u8]>(..)?,
+        };
+        let mut step = Vec::new();
+        let mut read = 0;
+        for entry in range.take(SUM_STEP) {
+            read += 1;
+            let (k, v) = entry?;
+            let key = k.value().to_vec();
+            let e = decode_entry(v.value())?;
+            if crate::record::unsummed(e.rec) {
+                let rec = crate::record::decode(e.ino, e.rec)?;
+                let rec = crate::record::encode(e.ino, &rec);
+                step.push((
+                    key.clone(),
+                    encode_entry(e.gen, e.ino, e.path, e.xattrs, e.hints, &rec),
+                ));
+            }
+            after = Some(key);
+        }
+        for (k, v) in &step {
+            paths.insert(k.as_slice(), v.as_slice())?;
+        }
+        fixed += step.len() as u64;
+        if read < SUM_STEP {
+            return Ok(fixed);
+        }
+    }
+}
+
+/// Entries read per step of [`sum_entries`].
+const SUM_STEP: usize = 4096;
+
 pub(crate) fn decode_entry(b: &[u8]) -> Result<Entry<'_>> {
     let bad = || corrupt("a path index entry is cut short".into());
     let word = |at: usize| -> Result<u64> {
@@ -610,7 +656,14 @@ impl W<'_> {
             }
         }
         let x = xattrs_of(&self.xattrs, ino)?;
-        let entry = encode_entry(gen, ino, path, x.as_deref(), hints.as_deref(), &encode(rec));
+        let entry = encode_entry(
+            gen,
+            ino,
+            path,
+            x.as_deref(),
+            hints.as_deref(),
+            &encode(ino, rec),
+        );
         self.paths.insert(k.as_slice(), entry.as_slice())?;
         self.path_keys.insert(ino, k.as_slice())?;
         Ok(())
@@ -657,7 +710,14 @@ impl W<'_> {
                     (e.ino == ino.0).then(|| {
                         let rec = &self.cache[&ino.0].0;
                         let hints = kept_hints(e.hints, rec);
-                        encode_entry(e.gen, e.ino, e.path, x.as_deref(), hints, &encode(rec))
+                        encode_entry(
+                            e.gen,
+                            e.ino,
+                            e.path,
+                            x.as_deref(),
+                            hints,
+                            &encode(ino.0, rec),
+                        )
                     })
                 }
                 None => None,
@@ -790,7 +850,7 @@ pub(crate) fn verify(
             ));
         }
         match recs.get(&e.ino) {
-            Some(rec) if encode(rec) == e.rec => {}
+            Some(rec) if encode(e.ino, rec) == e.rec => {}
             _ => problems.push(format!(
                 "path index entry for {shown:?} holds an old record of inode {}",
                 e.ino
@@ -1032,7 +1092,7 @@ mod tests {
         let put = |t: &mut redb::Table<&[u8], &[u8]>, at: &[u8], path: &[u8], ino| {
             t.insert(
                 key(at).as_slice(),
-                encode_entry(0, ino, path, None, None, &encode(&rec(ino))).as_slice(),
+                encode_entry(0, ino, path, None, None, &encode(ino, &rec(ino))).as_slice(),
             )
             .unwrap();
         };

@@ -2,7 +2,8 @@
 //!
 //! Tables:
 //! - `inodes`: inode number -> record (see [`encode`]): the attributes, the
-//!   parent pointer (see `parents`), and the content.
+//!   parent pointer (see `parents`), and the content, ended by a checksum
+//!   that a read verifies (a damaged record is an error, never served).
 //! - `dirents`: 8-byte big-endian parent ++ name -> 8-byte little-endian
 //!   inode number ++ kind byte. Big-endian parents make a directory's
 //!   entries one contiguous key range, in byte order of name.
@@ -12,12 +13,13 @@
 //! - `meta`: `next_ino` (the next inode number to hand out), `files` and
 //!   `dirs` (the counts [`MetaStore::counts`](crate::MetaStore::counts)
 //!   reports), `file_parents` (set once non-directories' parent pointers
-//!   were filled in: `parents`).
+//!   were filled in: `parents`), `records_summed` (set once every record,
+//!   and every copy the path index keeps, carries its checksum).
 
 use std::ops::Bound;
 
 use ids::ChunkId;
-use redb::TableDefinition;
+use redb::{ReadableTable, TableDefinition};
 
 use crate::codec::{put_attr, AttrLayout, CodecError, Reader};
 use crate::{Content, FileKind, Inode, InodeId, MetaError, Result};
@@ -56,23 +58,42 @@ impl Rec {
     }
 }
 
-const FORMAT: u8 = 1;
+/// Records written before they carried a checksum: read, never written.
+const FORMAT_UNSUMMED: u8 = 1;
+const FORMAT: u8 = 2;
 /// Offset of the content tag in a record; the content payload follows it.
 const CONTENT_TAG_AT: usize = 1 + AttrLayout::WithLinks.encoded_len() + 8;
 const TAG_EMPTY: u8 = 0;
 const TAG_INLINE: u8 = 1;
 const TAG_RECIPE: u8 = 2;
+/// Bytes of the checksum that ends a record.
+const SUM_LEN: usize = 8;
+
+/// The checksum of record `body` of inode `ino`: the first 8 bytes of its
+/// BLAKE3 hash with the inode number, so that a record damaged on disk, or
+/// found under another inode's key, is told apart from a good one.
+fn sum(ino: u64, body: &[u8]) -> [u8; SUM_LEN] {
+    let mut h = blake3::Hasher::new();
+    h.update(&ino.to_le_bytes());
+    h.update(body);
+    let mut out = [0; SUM_LEN];
+    out.copy_from_slice(&h.finalize().as_bytes()[..SUM_LEN]);
+    out
+}
 
 /// The record layout, all little-endian: format (1), the attributes with
 /// their link count ([`crate::codec`]), parent (8, 0 for none), content tag
-/// (1), then the inline bytes (to the end) or the 32-byte recipe chunk id.
-pub(crate) fn encode(rec: &Rec) -> Vec<u8> {
+/// (1), then the inline bytes or the 32-byte recipe chunk id, then the
+/// checksum of all of that ([`SUM_LEN`], see `sum`). Every byte a read
+/// returns from an inline file, and every size and chunk id that locates a
+/// file's data, is verified by it when the record is decoded.
+pub(crate) fn encode(ino: u64, rec: &Rec) -> Vec<u8> {
     let extra = match &rec.inode.content {
         Content::Empty => 0,
         Content::Inline(b) => b.len(),
         Content::Recipe(_) => ChunkId::LEN,
     };
-    let mut out = Vec::with_capacity(CONTENT_TAG_AT + 1 + extra);
+    let mut out = Vec::with_capacity(CONTENT_TAG_AT + 1 + extra + SUM_LEN);
     out.push(FORMAT);
     put_attr(&mut out, &rec.inode.attr, AttrLayout::WithLinks);
     out.extend_from_slice(&rec.parent.map_or(0, |p| p.0).to_le_bytes());
@@ -88,14 +109,31 @@ pub(crate) fn encode(rec: &Rec) -> Vec<u8> {
             out.extend_from_slice(id.as_bytes());
         }
     }
+    let checksum = sum(ino, &out);
+    out.extend_from_slice(&checksum);
     out
 }
 
+/// Decodes the record of inode `ino`; one whose checksum does not match is
+/// an error naming the inode, never a record.
 pub(crate) fn decode(ino: u64, b: &[u8]) -> Result<Rec> {
     let bad = |why: &dyn std::fmt::Display| corrupt(format!("inode {ino}: {why}"));
+    let b = match b.first() {
+        Some(&FORMAT) => {
+            let Some(at) = b.len().checked_sub(SUM_LEN) else {
+                return Err(bad(&"record too short"));
+            };
+            let (body, stored) = b.split_at(at);
+            if stored != sum(ino, body) {
+                return Err(bad(&"its record fails its checksum (damaged metadata)"));
+            }
+            body
+        }
+        _ => b,
+    };
     let mut r = Reader::new(b);
     let fields = |r: &mut Reader<'_>| -> std::result::Result<_, CodecError> {
-        if r.u8()? != FORMAT {
+        if !matches!(r.u8()?, FORMAT | FORMAT_UNSUMMED) {
             return Ok(None);
         }
         let attr = r.attr(AttrLayout::WithLinks)?;
@@ -126,15 +164,55 @@ pub(crate) fn decode(ino: u64, b: &[u8]) -> Result<Rec> {
     })
 }
 
+/// Marks a store whose records all carry their checksum (`META`).
+pub(crate) const RECORDS_SUMMED: &str = "records_summed";
+
+/// Writes again, with its checksum, every inode record that has none (a
+/// store from before records were summed). Returns how many.
+pub(crate) fn sum_records(inodes: &mut redb::Table<'_, u64, &'static [u8]>) -> Result<u64> {
+    const STEP: usize = 4096;
+    let mut fixed = 0;
+    let mut after = None;
+    loop {
+        let range = match after {
+            Some(ino) => inodes.range((Bound::Excluded(ino), Bound::Unbounded))?,
+            None => inodes.range::<u64>(..)?,
+        };
+        let mut step = Vec::new();
+        let mut read = 0;
+        for entry in range.take(STEP) {
+            read += 1;
+            let (k, v) = entry?;
+            let ino = k.value();
+            if unsummed(v.value()) {
+                step.push((ino, encode(ino, &decode(ino, v.value())?)));
+            }
+            after = Some(ino);
+        }
+        for (ino, bytes) in &step {
+            inodes.insert(*ino, bytes.as_slice())?;
+        }
+        fixed += step.len() as u64;
+        if read < STEP {
+            return Ok(fixed);
+        }
+    }
+}
+
 /// Whether a record holds a recipe, without decoding it.
 pub(crate) fn holds_recipe(b: &[u8]) -> bool {
     b.get(CONTENT_TAG_AT) == Some(&TAG_RECIPE)
 }
 
+/// Whether a record was written without a checksum (an older store's).
+pub(crate) fn unsummed(b: &[u8]) -> bool {
+    b.first() == Some(&FORMAT_UNSUMMED)
+}
+
 /// The kind in a record, without decoding the rest.
 pub(crate) fn record_kind(ino: u64, b: &[u8]) -> Result<FileKind> {
     match b {
-        [FORMAT, k, ..] => FileKind::from_code(*k),
+        [FORMAT | FORMAT_UNSUMMED, k, ..] => FileKind::from_code(*k),
         _ => None,
     }
     .ok_or_else(|| corrupt(format!("inode {ino}: bad record")))
@@ -233,16 +311,19 @@ mod tests {
                 assert_eq!(
                     decode(
                         1,
-                        &encode(&Rec {
-                            parent: None,
-                            ..r.clone()
-                        })
+                        &encode(
+                            1,
+                            &Rec {
+                                parent: None,
+                                ..r.clone()
+                            }
+                        )
                     )
                     .unwrap()
                     .parent,
                     None
                 );
-                let bytes = encode(&r);
+                let bytes = encode(r.inode.id.0, &r);
                 let back = decode(r.inode.id.0, &bytes).unwrap();
                 assert_eq!(back.inode, r.inode);
                 assert_eq!(back.parent, r.parent);
@@ -253,17 +334,23 @@ mod tests {
                 );
             }
         }
-        // The fixed part is small: 85 bytes.
-        assert_eq!(encode(&rec(FileKind::File, Content::Empty, None)).len(), 85);
+        // The fixed part is small: 85 bytes and the checksum.
+        assert_eq!(
+            encode(1, &rec(FileKind::File, Content::Empty, None)).len(),
+            85 + SUM_LEN
+        );
     }
 
     #[test]
     fn bad_records_are_errors_not_panics() {
-        let good = encode(&rec(
-            FileKind::File,
-            Content::Recipe(ChunkId::from_bytes([1; 32])),
-            None,
-        ));
+        let good = encode(
+            5,
+            &rec(
+                FileKind::File,
+                Content::Recipe(ChunkId::from_bytes([1; 32])),
+                None,
+            ),
+        );
         for len in 0..good.len() {
             assert!(decode(5, &good[..len]).is_err(), "truncated to {len}");
         }
@@ -277,10 +364,48 @@ mod tests {
         let mut bad = good.clone();
         bad[CONTENT_TAG_AT] = 3;
         assert!(decode(5, &bad).is_err(), "unknown content tag");
-        let mut bad = good;
+        let mut bad = good.clone();
         bad.push(0);
         assert!(decode(5, &bad).is_err(), "a recipe id of 33 bytes");
+        assert!(decode(6, &good).is_err(), "another inode's record");
         assert!(dval_decode([0; 9]).is_err());
+    }
+
+    proptest::proptest! {
+        /// Any one bit flipped anywhere in a record is refused, never
+        /// decoded into another inode, size or content.
+        #[test]
+        fn a_flipped_bit_is_never_a_record(
+            inline in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            bit in 0usize..1000,
+        ) {
+            let good = encode(9, &rec(FileKind::File, Content::Inline(inline), Some(InodeId(2))));
+            let bit = bit % (good.len() * 8);
+            let mut bad = good.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            proptest::prop_assert!(decode(9, &bad).is_err());
+        }
+    }
+
+    /// A record of a store from before records were summed is read as it
+    /// was written, and written again with its checksum.
+    #[test]
+    fn unsummed_records_are_read() {
+        let r = rec(
+            FileKind::File,
+            Content::Inline(b"old".to_vec()),
+            Some(InodeId(3)),
+        );
+        let mut old = encode(7, &r);
+        old.truncate(old.len() - SUM_LEN);
+        old[0] = FORMAT_UNSUMMED;
+        assert!(unsummed(&old));
+        let back = decode(7, &old).unwrap();
+        assert_eq!(
+            (back.inode.attr, &back.inode.content),
+            (r.inode.attr, &r.inode.content)
+        );
+        assert!(!unsummed(&encode(7, &back)));
     }
 
     #[test]
@@ -304,7 +429,8 @@ mod tests {
         assert_eq!(hi, Bound::Unbounded);
     }
 
-    /// The bytes of a record as every store so far holds them.
+    /// The bytes of a record as every store so far holds them, between
+    /// its format byte and its checksum.
     #[test]
     fn stored_bytes_are_the_layout_written_before() {
         let r = rec(
@@ -312,7 +438,11 @@ mod tests {
             Content::Inline(b"t".to_vec()),
             Some(InodeId(3)),
         );
-        let hex: String = encode(&r).iter().map(|b| format!("{b:02x}")).collect();
-        assert_eq!(hex, "0103ff0fffffffff07000000ffffffffffffffff0300000078563412ffffffffffffffffffc99a3bffffffffffffff7fffc99a3b0000000000000080ffc99a3b0000000000000000ffc99a3b03000000000000000174");
+        let hex: String = encode(r.inode.id.0, &r)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(&hex[..2], "02");
+        assert_eq!(&hex[2..hex.len() - 2 * SUM_LEN], "03ff0fffffffff07000000ffffffffffffffff0300000078563412ffffffffffffffffffc99a3bffffffffffffff7fffc99a3b0000000000000080ffc99a3b0000000000000000ffc99a3b03000000000000000174");
     }
 }

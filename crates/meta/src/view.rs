@@ -121,7 +121,7 @@ impl RedbMeta {
         {
             let mut table = tx.open_table(INODES)?;
             for rec in recs.values() {
-                table.insert(rec.inode.id.0, encode(rec).as_slice())?;
+                table.insert(rec.inode.id.0, encode(rec.inode.id.0, rec).as_slice())?;
             }
             let mut dirents = tx.open_table(DIRENTS)?;
             for (e, kind) in entries.iter().zip(kinds) {
